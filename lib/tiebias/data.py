@@ -1,0 +1,585 @@
+"""Corpora, tokenizers and token statistics for the weight-tying study.
+
+Everything a notebook needs before training: a text corpus split into train/validation/test
+(the embedded Shakespeare corpus by default, or local files, or a hub dataset), a small byte-level
+BPE tokenizer trained on the training split, token frequencies (the paper relates embedding norms to
+them), the token stream a language model is trained on, and the unigram baseline loss a trained
+model must beat. Nothing is cached on disk by this module.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import datasets
+import numpy as np
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+__all__ = [
+    "DATA_ENV_VAR",
+    "EMBEDDED_CORPUS",
+    "EOS_TOKEN",
+    "SPLITS",
+    "data_dir",
+    "encode",
+    "load_corpus",
+    "load_frequencies",
+    "save_frequencies",
+    "token_frequencies",
+    "train_tokenizer",
+    "unigram_loss",
+]
+
+SPLITS: tuple[str, str, str] = ("train", "validation", "test")
+EMBEDDED_CORPUS = "shakespeare"
+DATA_ENV_VAR = "TIEBIAS_DATA_DIR"
+EOS_TOKEN = "<|endoftext|>"
+SPECIAL_TOKENS: tuple[str, ...] = (EOS_TOKEN,)
+BYTE_ALPHABET_SIZE = 256
+
+# Local file extension -> `datasets` builder.
+_BUILDERS: dict[str, str] = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+_ALLOWED_EXTS = "/".join(_BUILDERS)
+# Endings that mark a string as a (mistyped) file path rather than a hub dataset name.
+_PATH_ENDINGS = (*_BUILDERS, ".gz", ".csv", ".tsv", ".arrow", ".zip", ".xz", ".bz2")
+# "name", "user/name", optionally ":config"; anything else that does not exist is a bad path.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[A-Za-z0-9][\w.\-]*)?(:[\w.\-]+)?$")
+# File-name / folder-name words that assign a local file to a split.
+_SPLIT_WORDS: dict[str, str] = {
+    "train": "train",
+    "training": "train",
+    "validation": "validation",
+    "valid": "validation",
+    "val": "validation",
+    "dev": "validation",
+    "test": "test",
+    "testing": "test",
+}
+_SNAP_WINDOW = 2000  # characters to look ahead for a line break when cutting a document
+_ENCODE_BATCH = 256  # documents per batched tokenizer call
+
+Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None
+
+
+# ----------------------------------------------------------------------------------------------
+# Corpus loading
+# ----------------------------------------------------------------------------------------------
+
+
+def data_dir() -> Path:
+    """Folder holding the embedded corpus: ``$TIEBIAS_DATA_DIR`` if set, else ``<repo>/data``."""
+    override = os.environ.get(DATA_ENV_VAR)
+    if override:
+        return Path(override).expanduser()
+    return Path(__file__).resolve().parent.parent.parent / "data"
+
+
+def load_corpus(
+    source: Source = None,
+    *,
+    text_column: str = "text",
+    val_fraction: float = 0.05,
+    test_fraction: float = 0.05,
+    seed: int = 0,
+) -> datasets.DatasetDict:
+    """Load a corpus as a ``DatasetDict`` with "train", "validation" and "test", each with a "text" column.
+
+    ``source`` is one of:
+
+    - ``None`` or ``"shakespeare"``: the embedded corpus (one row per work, plus a "title" column),
+      split by work as fixed in ``data/splits.json``; the fraction and seed arguments are ignored.
+    - a local ``.txt``/``.jsonl``/``.json``/``.parquet`` file, a folder (searched recursively, hidden
+      entries skipped) or a list of files. A ``.txt`` file is one document; json/parquet rows are
+      documents whose text is in ``text_column``. If every file name (or its folder) says its split
+      (train/validation/valid/val/dev/test) and one is train, that split is kept.
+    - otherwise a hub dataset name ``"name"`` or ``"user/name"``, optionally ``":config"`` (needs network).
+
+    Missing splits are cut from the documents deterministically (``seed``): ``val_fraction`` and
+    ``test_fraction`` of the documents, at least one each once there are 3 or more documents; with
+    fewer than 3, each document is cut by character ranges (first part train, then validation, then
+    test) at line breaks. Empty documents are dropped.
+    """
+    _check_fraction("val_fraction", val_fraction)
+    _check_fraction("test_fraction", test_fraction)
+    if val_fraction + test_fraction >= 1:
+        raise ValueError(
+            f"val_fraction, test_fraction: {val_fraction} + {test_fraction} leaves no training data; "
+            "their sum must be below 1"
+        )
+    if not isinstance(text_column, str) or not text_column:
+        raise ValueError(f"text_column: {text_column!r} is not a column name; give a non-empty string")
+
+    if source is None or (isinstance(source, str) and source.strip().lower() == EMBEDDED_CORPUS):
+        return _load_embedded()
+    if isinstance(source, (list, tuple)):
+        if not source:
+            raise ValueError(f"source: empty list of files; give at least one {_ALLOWED_EXTS} file")
+        files = [_checked_file(Path(p).expanduser(), listed=True) for p in source]
+        return _load_local(files, None, text_column, val_fraction, test_fraction, seed, label=str(source))
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(
+            f"source: {source!r} is a {type(source).__name__}; give None, 'shakespeare', a path, "
+            "a list of paths or a hub dataset name"
+        )
+
+    text = os.fspath(source)
+    path = Path(text).expanduser()
+    if path.exists():
+        files = _checked_dir(path) if path.is_dir() else [_checked_file(path)]
+        root = path if path.is_dir() else None
+        return _load_local(files, root, text_column, val_fraction, test_fraction, seed, label=text)
+    if isinstance(source, str) and _looks_like_hub_name(text):
+        return _load_hub(text, text_column, val_fraction, test_fraction, seed)
+    raise ValueError(
+        f"source: path '{text}' does not exist; give the embedded corpus name '{EMBEDDED_CORPUS}', "
+        f"an existing {_ALLOWED_EXTS} file or folder, or a hub dataset name ('name' or 'user/name', "
+        "optionally ':config')"
+    )
+
+
+def _check_fraction(name: str, value: float) -> None:
+    """Reject split fractions outside [0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"{name}: {value!r} is not a fraction; give a number in [0, 1)")
+
+
+def _looks_like_hub_name(text: str) -> bool:
+    """True for ``name``/``user/name``(``:config``) strings that cannot be mistaken for a file path."""
+    if text.startswith((".", "~", "/")) or "\\" in text or (os.altsep and os.altsep in text):
+        return False
+    if text.lower().split(":", 1)[0].endswith(_PATH_ENDINGS):
+        return False
+    return bool(_HUB_ID.match(text))
+
+
+def _load_embedded() -> datasets.DatasetDict:
+    """Read the shipped Shakespeare corpus and its fixed by-work split."""
+    folder = data_dir()
+    corpus_file, splits_file = folder / "shakespeare.jsonl.gz", folder / "splits.json"
+    for needed in (corpus_file, splits_file):
+        if not needed.is_file():
+            raise FileNotFoundError(
+                f"source: embedded corpus file '{needed}' is missing; set {DATA_ENV_VAR} to the folder "
+                "holding shakespeare.jsonl.gz and splits.json, or rebuild them with scripts/make_corpus.py"
+            )
+    with gzip.open(corpus_file, "rt", encoding="utf-8") as handle:
+        works = {row["title"]: row["text"] for row in map(json.loads, handle) if row}
+    plan = json.loads(splits_file.read_text(encoding="utf-8"))
+    seen: set[str] = set()
+    out = {}
+    for split in SPLITS:
+        titles = plan.get(split)
+        if not isinstance(titles, list) or not titles:
+            raise ValueError(f"{splits_file}: split '{split}' must be a non-empty list of work titles")
+        unknown = [t for t in titles if t not in works]
+        repeated = [t for t in titles if t in seen]
+        if unknown or repeated:
+            raise ValueError(
+                f"{splits_file}: split '{split}' has unknown {unknown} or repeated {repeated} works"
+            )
+        seen.update(titles)
+        out[split] = datasets.Dataset.from_dict({"title": titles, "text": [works[t] for t in titles]})
+    return datasets.DatasetDict(out)
+
+
+def _checked_file(path: Path, *, listed: bool = False) -> Path:
+    """Return ``path`` if it is an existing file with a supported extension, else raise naming ``source``."""
+    if not path.exists():
+        what = "listed file" if listed else "path"
+        raise ValueError(f"source: {what} '{path}' does not exist; give existing {_ALLOWED_EXTS} files")
+    if not path.is_file():
+        raise ValueError(f"source: '{path}' is not a file; a list may only hold {_ALLOWED_EXTS} files")
+    if path.suffix.lower() not in _BUILDERS:
+        raise ValueError(f"source: file '{path}' has extension '{path.suffix}'; allowed: {_ALLOWED_EXTS}")
+    return path
+
+
+def _checked_dir(folder: Path) -> list[Path]:
+    """All supported data files under ``folder`` (recursive, sorted, hidden entries skipped)."""
+    files = sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file()
+        and p.suffix.lower() in _BUILDERS
+        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )
+    if not files:
+        raise ValueError(f"source: folder '{folder}' holds no {_ALLOWED_EXTS} files")
+    return files
+
+
+def _split_label(path: Path, root: Path | None) -> str | None:
+    """Split named by a file's name, or by its folders below ``root``; None when nothing names one."""
+    names = [path.stem]
+    if root is not None:
+        names += [part for part in reversed(path.relative_to(root).parts[:-1])]
+    for name in names:
+        for word in re.split(r"[^a-z0-9]+", name.lower()):
+            if word in _SPLIT_WORDS:
+                return _SPLIT_WORDS[word]
+    return None
+
+
+def _load_local(
+    files: list[Path],
+    root: Path | None,
+    text_column: str,
+    val_fraction: float,
+    test_fraction: float,
+    seed: int,
+    *,
+    label: str,
+) -> datasets.DatasetDict:
+    """Load local files through ``datasets`` builders, keep their split if named, then complete the splits."""
+    labels = [_split_label(f, root) for f in files]
+    if all(labels) and "train" in labels:
+        groups = {s: [f for f, lab in zip(files, labels, strict=True) if lab == s] for s in SPLITS}
+    else:
+        groups = {"train": files}
+    parts = {s: _load_files(fs, text_column) for s, fs in groups.items() if fs}
+    return _complete_splits(parts, val_fraction, test_fraction, seed, label=label)
+
+
+def _load_files(files: list[Path], text_column: str) -> datasets.Dataset:
+    """One ``Dataset`` with a single "text" column from files of possibly mixed formats."""
+    pieces = []
+    for builder in dict.fromkeys(_BUILDERS[f.suffix.lower()] for f in files):
+        chosen = [str(f) for f in files if _BUILDERS[f.suffix.lower()] == builder]
+        kwargs = {"sample_by": "document"} if builder == "text" else {}
+        ds = datasets.load_dataset(builder, data_files={"data": chosen}, split="data", **kwargs)
+        column = "text" if builder == "text" else text_column
+        pieces.append(_text_only(ds, column, where=", ".join(chosen)))
+    return pieces[0] if len(pieces) == 1 else datasets.concatenate_datasets(pieces)
+
+
+def _text_only(ds: datasets.Dataset, column: str, *, where: str) -> datasets.Dataset:
+    """Keep only ``column`` (renamed to "text"), checking that it exists and holds strings."""
+    if column not in ds.column_names:
+        raise ValueError(
+            f"text_column: column '{column}' not found in {where}; available columns: {ds.column_names}"
+        )
+    feature = ds.features[column]
+    if not (isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")):
+        raise ValueError(f"text_column: column '{column}' in {where} holds {feature}, not text")
+    ds = ds.select_columns([column])
+    return ds.rename_column(column, "text") if column != "text" else ds
+
+
+def _load_hub(
+    name: str, text_column: str, val_fraction: float, test_fraction: float, seed: int
+) -> datasets.DatasetDict:
+    """Load a hub dataset (network), normalise split names and keep only the text column."""
+    repo, _, config = name.partition(":")
+    try:
+        loaded = datasets.load_dataset(repo, config or None)
+    except Exception as err:  # re-raised with the context a user needs
+        raise ValueError(
+            f"source: '{name}' is not an existing local path, and loading it as a hub dataset failed "
+            f"({type(err).__name__}: {err}); give '{EMBEDDED_CORPUS}', an existing {_ALLOWED_EXTS} file "
+            "or folder, or a reachable hub dataset name"
+        ) from err
+    if not isinstance(loaded, datasets.DatasetDict):
+        raise ValueError(f"source: hub dataset '{name}' did not load as a DatasetDict")
+    renamed: dict[str, datasets.Dataset] = {}
+    for split, ds in loaded.items():
+        key = _SPLIT_WORDS.get(str(split).lower(), str(split))
+        renamed[key] = _text_only(ds, text_column, where=f"hub dataset '{name}' split '{split}'")
+    if "train" not in renamed:
+        renamed = {"train": datasets.concatenate_datasets(list(renamed.values()))}
+    parts = {s: renamed[s] for s in SPLITS if s in renamed}
+    return _complete_splits(parts, val_fraction, test_fraction, seed, label=name)
+
+
+def _complete_splits(
+    parts: dict[str, datasets.Dataset],
+    val_fraction: float,
+    test_fraction: float,
+    seed: int,
+    *,
+    label: str,
+) -> datasets.DatasetDict:
+    """Drop empty documents and cut whichever of validation/test is missing out of train."""
+    parts = {s: _non_empty(ds) for s, ds in parts.items()}
+    if sum(len(ds) for ds in parts.values()) == 0:
+        raise ValueError(f"source: corpus '{label}' has no non-empty documents")
+    vf = 0.0 if "validation" in parts else val_fraction
+    tf = 0.0 if "test" in parts else test_fraction
+    if vf or tf:
+        train, val, test = _split_documents(parts["train"], vf, tf, seed, label=label)
+        parts["train"] = train
+        parts.setdefault("validation", val)
+        parts.setdefault("test", test)
+    empty = datasets.Dataset.from_dict(
+        {"text": []}, features=datasets.Features({"text": datasets.Value("string")})
+    )
+    return datasets.DatasetDict({s: parts.get(s, empty) for s in SPLITS})
+
+
+def _non_empty(ds: datasets.Dataset) -> datasets.Dataset:
+    """Rows whose text is not empty or whitespace only."""
+    keep = [i for i, t in enumerate(ds["text"]) if t and not t.isspace()]
+    return ds if len(keep) == len(ds) else ds.select(keep)
+
+
+def _split_documents(
+    ds: datasets.Dataset, val_fraction: float, test_fraction: float, seed: int, *, label: str
+) -> tuple[datasets.Dataset, datasets.Dataset, datasets.Dataset]:
+    """Split by document (seeded shuffle) when there are >= 3 documents, else by character ranges."""
+    n = len(ds)
+    if n >= 3:
+        n_val = max(1, round(n * val_fraction)) if val_fraction > 0 else 0
+        n_test = max(1, round(n * test_fraction)) if test_fraction > 0 else 0
+        while n_val + n_test > n - 1:  # keep at least one training document
+            if n_val >= n_test and n_val > 1:
+                n_val -= 1
+            else:
+                n_test -= 1
+        order = np.random.default_rng(seed).permutation(n)
+        val_idx = sorted(order[:n_val].tolist())
+        test_idx = sorted(order[n_val : n_val + n_test].tolist())
+        train_idx = sorted(order[n_val + n_test :].tolist())
+        return ds.select(train_idx), ds.select(val_idx), ds.select(test_idx)
+
+    pieces: dict[str, list[str]] = {s: [] for s in SPLITS}
+    for text in ds["text"]:
+        cut_a = _snap(text, int(len(text) * (1 - val_fraction - test_fraction)))
+        cut_b = max(cut_a, _snap(text, int(len(text) * (1 - test_fraction))))
+        for split, piece in zip(SPLITS, (text[:cut_a], text[cut_a:cut_b], text[cut_b:]), strict=True):
+            if piece and not piece.isspace():
+                pieces[split].append(piece)
+    wanted = {"train": True, "validation": val_fraction > 0, "test": test_fraction > 0}
+    short = [s for s in SPLITS if wanted[s] and not pieces[s]]
+    if short:
+        chars = sum(len(t) for t in ds["text"])
+        raise ValueError(
+            f"source: corpus '{label}' is too small to split ({n} document(s), {chars} characters): "
+            f"{short} would be empty; give more text or set val_fraction/test_fraction to 0"
+        )
+    as_ds = {s: datasets.Dataset.from_dict({"text": pieces[s]}) for s in SPLITS}
+    return as_ds["train"], as_ds["validation"], as_ds["test"]
+
+
+def _snap(text: str, pos: int) -> int:
+    """Move a cut position to just after the next line break, if one is near; keeps lines whole."""
+    if pos <= 0 or pos >= len(text):
+        return max(0, min(pos, len(text)))
+    newline = text.find("\n", pos, pos + _SNAP_WINDOW)
+    return newline + 1 if newline >= 0 else pos
+
+
+# ----------------------------------------------------------------------------------------------
+# Tokenizer
+# ----------------------------------------------------------------------------------------------
+
+
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int = 4096, *, min_frequency: int = 2
+) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE tokenizer (GPT-2 style) and wrap it for ``transformers``.
+
+    ``<|endoftext|>`` (id 0) is the bos/eos/unk/pad token; the 256 byte symbols follow, then merges.
+    No prefix space is added and decoding is lossless, so ``decode(encode(x)) == x`` for any text.
+    The vocabulary can come out smaller than ``vocab_size`` when the texts support fewer merges
+    with ``min_frequency``. Training is deterministic for the same texts and settings.
+    """
+    minimum = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < minimum:
+        raise ValueError(
+            f"vocab_size: {vocab_size!r} is too small; byte-level BPE needs at least {minimum} "
+            f"({BYTE_ALPHABET_SIZE} byte tokens + {len(SPECIAL_TOKENS)} special token)"
+        )
+    if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
+        raise ValueError(f"min_frequency: {min_frequency!r} is not allowed; give an integer >= 1")
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator(_strings(texts), trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=EOS_TOKEN,
+        eos_token=EOS_TOKEN,
+        unk_token=EOS_TOKEN,
+        pad_token=EOS_TOKEN,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def _strings(texts: Iterable[str]) -> Iterator[str]:
+    """Yield the non-empty texts, rejecting a bare string (which would iterate per character)."""
+    if isinstance(texts, str):
+        raise TypeError("texts: got a single string; give an iterable of documents, e.g. [text]")
+    for text in texts:
+        if not isinstance(text, str):
+            raise TypeError(f"texts: items must be str, got {type(text).__name__}")
+        if text:
+            yield text
+
+
+def _backend(tokenizer: PreTrainedTokenizerFast | Tokenizer) -> Tokenizer:
+    """The ``tokenizers.Tokenizer`` behind a transformers fast tokenizer (or the tokenizer itself)."""
+    if isinstance(tokenizer, Tokenizer):
+        return tokenizer
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if not isinstance(backend, Tokenizer):
+        raise TypeError(f"tokenizer: {type(tokenizer).__name__} has no fast (tokenizers) backend")
+    return backend
+
+
+def _vocab_len(tokenizer: PreTrainedTokenizerFast | Tokenizer) -> int:
+    """Number of token ids, added tokens included."""
+    if isinstance(tokenizer, Tokenizer):
+        return tokenizer.get_vocab_size(with_added_tokens=True)
+    return len(tokenizer)
+
+
+def _id_batches(
+    tokenizer: PreTrainedTokenizerFast | Tokenizer, texts: Iterable[str]
+) -> Iterator[list[np.ndarray]]:
+    """Token ids per document (no special tokens added), in batched calls to the Rust tokenizer."""
+    backend = _backend(tokenizer)
+    if isinstance(texts, str):
+        raise TypeError("texts: got a single string; give an iterable of documents, e.g. [text]")
+    batch: list[str] = []
+
+    def run(items: list[str]) -> list[np.ndarray]:
+        encodings = backend.encode_batch_fast(items, add_special_tokens=False)
+        return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
+
+    for text in texts:
+        if not isinstance(text, str):
+            raise TypeError(f"texts: items must be str, got {type(text).__name__}")
+        batch.append(text)
+        if len(batch) == _ENCODE_BATCH:
+            yield run(batch)
+            batch = []
+    if batch:
+        yield run(batch)
+
+
+def token_frequencies(tokenizer: PreTrainedTokenizerFast | Tokenizer, texts: Iterable[str]) -> np.ndarray:
+    """Count every token id over ``texts``: int64 array of length ``len(tokenizer)``.
+
+    Only the documents' own tokens are counted (no eos separators), so the total equals the
+    summed per-document token counts.
+    """
+    size = _vocab_len(tokenizer)
+    counts = np.zeros(size, dtype=np.int64)
+    for batch in _id_batches(tokenizer, texts):
+        for ids in batch:
+            if ids.size:
+                counts += np.bincount(ids, minlength=size)[:size]
+    return counts
+
+
+def encode(tokenizer: PreTrainedTokenizerFast | Tokenizer, texts: Iterable[str]) -> torch.Tensor:
+    """Tokenize documents into one 1-D ``torch.long`` stream, with the eos id between documents.
+
+    The separator goes between documents only (none before the first or after the last), matching
+    how a model sees document boundaries in a packed training stream.
+    """
+    eos = _eos_id(tokenizer)
+    sep = np.array([eos], dtype=np.int64)
+    pieces: list[np.ndarray] = []
+    for batch in _id_batches(tokenizer, texts):
+        for ids in batch:
+            if pieces:
+                pieces.append(sep)
+            pieces.append(ids)
+    if not pieces:
+        return torch.zeros(0, dtype=torch.long)
+    return torch.from_numpy(np.concatenate(pieces))
+
+
+def _eos_id(tokenizer: PreTrainedTokenizerFast | Tokenizer) -> int:
+    """Id of the end-of-text token used as document separator."""
+    if isinstance(tokenizer, Tokenizer):
+        found = tokenizer.token_to_id(EOS_TOKEN)
+    else:
+        found = tokenizer.eos_token_id
+    if found is None:
+        raise ValueError(f"tokenizer: has no eos token (expected '{EOS_TOKEN}') to separate documents")
+    return int(found)
+
+
+# ----------------------------------------------------------------------------------------------
+# Frequencies and the unigram baseline
+# ----------------------------------------------------------------------------------------------
+
+
+def save_frequencies(
+    path: str | os.PathLike[str], tokenizer: PreTrainedTokenizerFast | Tokenizer, counts: np.ndarray
+) -> Path:
+    """Write counts as CSV with columns id, token, count (token in the tokenizer's string form)."""
+    counts = np.asarray(counts)
+    size = _vocab_len(tokenizer)
+    if counts.ndim != 1 or len(counts) != size:
+        raise ValueError(f"counts: shape {counts.shape} does not match the tokenizer's {size} ids")
+    backend = _backend(tokenizer)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["id", "token", "count"])
+        for i, count in enumerate(counts.tolist()):
+            writer.writerow([i, backend.id_to_token(i) or "", int(count)])
+    return out
+
+
+def load_frequencies(path: str | os.PathLike[str]) -> np.ndarray:
+    """Read a CSV written by ``save_frequencies`` back into an int64 array indexed by token id."""
+    source = Path(path)
+    if not source.is_file():
+        raise FileNotFoundError(f"path: frequency file '{source}' does not exist")
+    with source.open(encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle)
+        if reader.fieldnames is None or not {"id", "count"} <= set(reader.fieldnames):
+            raise ValueError(f"path: '{source}' lacks the id and count columns (has {reader.fieldnames})")
+        pairs = [(int(row["id"]), int(row["count"])) for row in reader]
+    ids = np.array([p[0] for p in pairs], dtype=np.int64)
+    if not np.array_equal(np.sort(ids), np.arange(len(ids))):
+        raise ValueError(f"path: ids in '{source}' are not exactly 0..{len(ids) - 1}")
+    counts = np.zeros(len(ids), dtype=np.int64)
+    counts[ids] = [p[1] for p in pairs]
+    return counts
+
+
+def unigram_loss(
+    train_counts: np.ndarray | Sequence[int], val_ids: torch.Tensor | np.ndarray | Sequence[int]
+) -> float:
+    """Cross-entropy (nats per token) of an add-one smoothed unigram model on a validation stream.
+
+    The unigram model ``p(t) = (count(t) + 1) / (N + V)`` ignores all context, so any language
+    model that learned something must reach a lower validation loss than this.
+    """
+    counts = np.asarray(train_counts, dtype=np.float64)
+    if counts.ndim != 1 or counts.size == 0:
+        raise ValueError(f"train_counts: need a 1-D array of per-token counts, got shape {counts.shape}")
+    if (counts < 0).any():
+        raise ValueError("train_counts: counts must be >= 0")
+    if isinstance(val_ids, torch.Tensor):
+        ids = val_ids.detach().cpu().reshape(-1).numpy().astype(np.int64)
+    else:
+        ids = np.asarray(val_ids, dtype=np.int64).reshape(-1)
+    if ids.size == 0:
+        raise ValueError("val_ids: empty token stream; give at least one token id")
+    vocab = counts.size
+    if ids.min() < 0 or ids.max() >= vocab:
+        raise ValueError(f"val_ids: ids must lie in [0, {vocab}), got range [{ids.min()}, {ids.max()}]")
+    log_probs = np.log(counts + 1.0) - np.log(counts.sum() + vocab)
+    return float(-log_probs[ids].mean())
