@@ -1,0 +1,176 @@
+"""Exact gradient provenance and per-path gradient scaling for the (shared) embedding matrix.
+
+In a tied model one matrix W is used twice: as the input lookup ``E = W[ids]`` and as the output
+projection ``logits = h W^T``. Autograd sums the two contributions into ``W.grad``. Inside
+:class:`GradientProvenance` each use reads W through its own identity alias; the alias's backward
+sees exactly the gradient of its path *on the weight* (the scattered token rows for the input path,
+the dense softmax gradient for the output path), records its norm, and can multiply it by a factor.
+No extra vocabulary-sized matmul is computed: the per-path gradients are the ones autograd builds
+anyway, and the statistics are elementwise reductions over them.
+
+The paper's code measures the input path on the embedding *activations*; this module measures it on
+the weight rows, which is what the optimiser actually applies.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from transformers import PreTrainedModel
+
+PATHS = ("input", "output")
+
+
+def check_factor(name: str, value: Any) -> float:
+    """Validate a gradient factor: a finite number > 0; errors name the parameter and the value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name}: {value!r} is not a number; a gradient factor must be a finite number > 0")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name}: {value!r} is not allowed; a gradient factor must be a finite number > 0")
+    return float(value)
+
+
+class _PathAlias(torch.autograd.Function):
+    """Identity on the weight whose backward hands the path's gradient to a recorder."""
+
+    @staticmethod
+    def forward(ctx: Any, weight: Tensor, recorder: GradientProvenance, path: str) -> Tensor:  # type: ignore[override]
+        ctx.recorder = recorder
+        ctx.path = path
+        return weight.view_as(weight)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
+        return ctx.recorder._on_grad(ctx.path, grad), None, None
+
+
+@dataclass
+class PathStats:
+    """Statistics of one optimiser step's embedding gradient, split by path (after any scaling)."""
+
+    input_norm: float
+    output_norm: float
+    output_share: float
+    cosine: float
+    input_rows: int
+    input_factor: float
+    output_factor: float
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(self.__dict__)
+
+
+class GradientProvenance:
+    """Context manager that splits, records and optionally scales the embedding gradient by path.
+
+    Usage::
+
+        with GradientProvenance(model, input_factor=5.0) as prov:
+            loss = model(ids, labels=ids).loss
+            loss.backward()
+            stats = prov.pop()   # PathStats for this backward
+
+    ``input_factor`` multiplies the gradient that flows back through the input lookup (the paper's
+    intervention); ``output_factor`` the one through the output projection. Recorded norms are those
+    of the gradients actually applied (after scaling). Works for untied models too (then the two
+    paths land on two different matrices; scaling is refused unless ``allow_untied_scaling``).
+    Several backward passes before :meth:`pop` (gradient accumulation) are summed per path.
+    """
+
+    def __init__(self, model: PreTrainedModel, *, input_factor: float = 1.0, output_factor: float = 1.0,
+                 record: bool = True, allow_untied_scaling: bool = False) -> None:
+        self.model = model
+        self.input_factor = check_factor("input_factor", input_factor)
+        self.output_factor = check_factor("output_factor", output_factor)
+        self.record = record
+        emb = model.get_input_embeddings()
+        out = model.get_output_embeddings()
+        if not isinstance(emb, nn.Embedding) or not isinstance(out, nn.Linear):
+            raise TypeError(
+                f"model: {type(model).__name__} has input {type(emb).__name__} / output {type(out).__name__}; "
+                "gradient provenance needs an nn.Embedding input and an nn.Linear output projection")
+        self.emb, self.out = emb, out
+        self.tied = emb.weight is out.weight
+        if not self.tied and not allow_untied_scaling and (self.input_factor != 1.0 or self.output_factor != 1.0):
+            raise ValueError(
+                f"input_factor/output_factor: scaling ({self.input_factor}, {self.output_factor}) was asked for "
+                "an untied model; gradient scaling is defined for tied models only (factors must be 1)")
+        self._grads: dict[str, Tensor | None] = {"input": None, "output": None}
+        self._ids: list[Tensor] = []
+        self._active = False
+
+    # -- patching -------------------------------------------------------------------------------
+    def __enter__(self) -> GradientProvenance:
+        emb, out = self.emb, self.out
+
+        def emb_forward(ids: Tensor) -> Tensor:
+            if self.record:
+                self._ids.append(ids.detach())
+            w = _PathAlias.apply(emb.weight, self, "input")
+            return F.embedding(ids, w, emb.padding_idx, emb.max_norm, emb.norm_type,
+                               emb.scale_grad_by_freq, emb.sparse)
+
+        def out_forward(h: Tensor) -> Tensor:
+            w = _PathAlias.apply(out.weight, self, "output")
+            return F.linear(h, w, out.bias)
+
+        emb.forward = emb_forward  # type: ignore[method-assign]
+        out.forward = out_forward  # type: ignore[method-assign]
+        self._active = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for m in (self.emb, self.out):
+            if "forward" in m.__dict__:
+                del m.forward
+        self._active = False
+        self.reset()
+
+    # -- recording ------------------------------------------------------------------------------
+    def _on_grad(self, path: str, grad: Tensor) -> Tensor:
+        factor = self.input_factor if path == "input" else self.output_factor
+        if factor != 1.0:
+            grad = grad * factor
+        if self.record:
+            prev = self._grads[path]
+            # keep a reference (not a copy) unless accumulating over several backward passes
+            self._grads[path] = grad if prev is None else prev + grad
+        return grad
+
+    def reset(self) -> None:
+        """Forget the gradients and token ids held since the last :meth:`pop`."""
+        self._grads = {"input": None, "output": None}
+        self._ids = []
+
+    def pop(self) -> PathStats | None:
+        """Statistics of the gradients received since the last call, then reset; None if nothing arrived."""
+        g_in, g_out = self._grads["input"], self._grads["output"]
+        if g_in is None and g_out is None:
+            self.reset()
+            return None
+        with torch.no_grad():
+            n_in = torch.linalg.vector_norm(g_in).item() if g_in is not None else 0.0
+            n_out = torch.linalg.vector_norm(g_out).item() if g_out is not None else 0.0
+            dot = (g_in * g_out).sum().item() if g_in is not None and g_out is not None else 0.0
+            rows = int(torch.unique(torch.cat([i.reshape(-1) for i in self._ids])).numel()) if self._ids else 0
+        total = n_in + n_out
+        stats = PathStats(
+            input_norm=n_in,
+            output_norm=n_out,
+            output_share=n_out / total if total > 0 else float("nan"),
+            cosine=dot / (n_in * n_out) if n_in > 0 and n_out > 0 else float("nan"),
+            input_rows=rows,
+            input_factor=self.input_factor,
+            output_factor=self.output_factor,
+        )
+        self.reset()
+        return stats
+
+    def path_grads(self) -> dict[str, Tensor | None]:
+        """The per-path gradients held since the last :meth:`pop` (for tests and inspection)."""
+        return dict(self._grads)

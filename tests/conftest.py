@@ -1,0 +1,32 @@
+"""Shared fixtures: a small run folder prepared once per test session (embedded corpus, 512 tokens)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from tiebias.runs import Run
+from tiebias.train import TrainConfig
+
+TINY = dict(preset="tiny", steps=12, batch_size=4, seq_len=32, lr=3e-3, warmup_steps=2, eval_every=4,
+            eval_tokens=512, checkpoint_every=4)
+
+
+@pytest.fixture(scope="session")
+def prepared_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """Corpus split, tokenizer and token streams, shared read-only by the tests that copy it."""
+    return Run.prepare(tmp_path_factory.mktemp("runs") / "base", vocab_size=512)
+
+
+@pytest.fixture
+def fresh_run(prepared_run: Run, tmp_path: Path) -> Run:
+    """A private copy of the prepared run folder without any trained model."""
+    dst = tmp_path / "run"
+    shutil.copytree(prepared_run.path, dst, ignore=shutil.ignore_patterns("models", "metrics"))
+    return Run(dst)
+
+
+@pytest.fixture
+def tiny_config() -> TrainConfig:
+    return TrainConfig(**TINY)
