@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from tiebias.runs import Run
 from tiebias.train import TrainConfig
 

@@ -2,6 +2,7 @@ import math
 
 import pytest
 import torch
+
 from tiebias.gradients import GradientProvenance
 from tiebias.models import build
 

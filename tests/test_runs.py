@@ -2,6 +2,7 @@ import json
 
 import numpy as np
 import pytest
+
 from tiebias.runs import Run, Variant, model_key, parse_key
 
 

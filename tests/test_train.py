@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 import torch
 from safetensors.torch import load_file
+
 from tiebias.runs import Run
 from tiebias.train import TrainConfig, checkpoint_steps, lr_at, train
 

@@ -174,3 +174,26 @@ class GradientProvenance:
     def path_grads(self) -> dict[str, Tensor | None]:
         """The per-path gradients held since the last :meth:`pop` (for tests and inspection)."""
         return dict(self._grads)
+
+
+def summarise_flow(metrics: list[dict] | object, first_n: int | None = None) -> dict[str, float]:
+    """Headline numbers of a provenance log (a DataFrame with the training metrics' columns).
+
+    Returns, over the first ``first_n`` steps (all when None): mean and median output share, median
+    output/input norm ratio, mean cosine between the path gradients and mean rows touched.
+    """
+    import pandas as pd
+
+    df = metrics if isinstance(metrics, pd.DataFrame) else pd.DataFrame(metrics)
+    if first_n is not None:
+        if first_n <= 0:
+            raise ValueError(f"first_n: {first_n!r} is not allowed; need an integer > 0")
+        df = df[df.step <= first_n]
+    df = df.dropna(subset=["output_share"])
+    if df.empty:
+        raise ValueError("metrics: no gradient provenance recorded (was record_provenance off?)")
+    ratio = df.output_norm / df.input_norm
+    return {"steps": int(df.step.max()), "mean_output_share": float(df.output_share.mean()),
+            "median_output_share": float(df.output_share.median()),
+            "median_out_in_ratio": float(ratio.median()), "mean_cosine": float(df.cosine.mean()),
+            "mean_input_rows": float(df.input_rows.mean())}

@@ -1,0 +1,45 @@
+# Two commands do everything: `make study` and `make test`. Both create .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PROFILE ?= default
+RUN ?= runs/$(PROFILE)
+# optional overrides: make study PROFILE=default STEPS=200 SEEDS=0,1  (or SET="lr=1e-3 preset=mini")
+OVERRIDES := $(if $(STEPS),--set steps=$(STEPS)) $(if $(SEEDS),--set seeds=$(SEEDS)) \
+             $(if $(PRESET),--set preset=$(PRESET)) $(if $(CORPUS),--set corpus=$(CORPUS)) \
+             $(if $(VOCAB_SIZE),--set vocab_size=$(VOCAB_SIZE)) $(foreach s,$(SET),--set $(s))
+TEST_RUN := $(shell mktemp -u /tmp/tiebias-nbval-XXXXXX)
+
+.PHONY: setup study test lab lint bench clean-runs
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+study: $(STAMP)
+	$(BIN)/python -m tiebias study --profile $(PROFILE) --run-dir $(RUN) $(OVERRIDES)
+
+test: $(STAMP)
+	$(BIN)/ruff check lib tests bench scripts
+	TIEBIAS_PROFILE=smoke TIEBIAS_RUN_DIR=$(TEST_RUN) $(BIN)/python -m pytest -q tests
+	TIEBIAS_PROFILE=smoke TIEBIAS_RUN_DIR=$(TEST_RUN) $(BIN)/python -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider notebooks
+	rm -rf $(TEST_RUN)
+
+lab: $(STAMP)
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (tiebias)"
+	$(BIN)/jupyter lab notebooks/
+
+lint: $(STAMP)
+	$(BIN)/ruff check lib tests bench scripts
+
+bench: $(STAMP)
+	$(BIN)/python bench/train_throughput.py
+
+clean-runs:
+	rm -rf runs/smoke

@@ -1,0 +1,55 @@
+"""Numbers reported by Lopardo et al. (2026), so every notebook can print "paper" beside "this run".
+
+Values are transcribed from the paper's tables and figures (figure values are read off the plots and
+are approximate); see shared PAPER.md for context. Nothing here is computed.
+"""
+
+from __future__ import annotations
+
+CITATION = ("Lopardo, Harish, Arnett, Gupta. Weight Tying Biases Token Embeddings Towards the Output "
+            "Space. arXiv:2603.26663, 2026.")
+
+# Table 1: mean cosine after alignment (identity, orthogonal, linear)
+TABLE1: dict[str, dict[str, dict[str, float]]] = {
+    "OLMo-1B": {
+        "untied input -> untied output": {"identity": 0.012, "orthogonal": 0.440, "linear": 0.574},
+        "untied output -> tied": {"identity": 0.014, "orthogonal": 0.669, "linear": 0.719},
+        "untied input -> tied": {"identity": 0.001, "orthogonal": 0.420, "linear": 0.525},
+    },
+    "GPT-Neo / Pythia": {
+        "untied input -> untied output": {"identity": -0.001, "orthogonal": 0.456, "linear": 0.518},
+        "untied output -> tied": {"identity": 0.001, "orthogonal": 0.507, "linear": 0.637},
+        "untied input -> tied": {"identity": 0.000, "orthogonal": 0.376, "linear": 0.507},
+    },
+}
+
+# Table 5: KNN@10 overlap
+TABLE5: dict[str, dict[str, float]] = {
+    "OLMo-1B": {"tied vs untied input": 0.496, "tied vs untied output": 0.733, "untied input vs output": 0.455},
+    "Qwen3": {"tied vs untied input": 0.366, "tied vs untied output": 0.712, "untied input vs output": 0.366},
+    "GPT-Neo / Pythia": {"tied vs untied input": 0.372, "tied vs untied output": 0.408,
+                         "untied input vs output": 0.611},
+}
+
+# Figure 2: tuned-lens KL (bits) at the input layer, read off the plot
+FIG2_INPUT_LAYER_KL_BITS: dict[str, dict[str, float | tuple[float, float]]] = {
+    "OLMo-1B": {"tied": (8.9, 9.2), "untied": 7.0},
+    "GPT-Neo / Pythia": {"tied": 17.0, "untied": 7.0},
+    "Qwen3": {"tied": 25.0, "untied": 12.0},
+}
+
+# Figure 3: cosine to initialisation at step 20k in OLMo-1B-0724 (untied)
+FIG3_COS_TO_INIT = {"output": 0.56, "input": 0.87}
+
+# Figure 4: output path's share of the embedding gradient over the first 1000 steps (tied OLMo-1B)
+FIG4_OUTPUT_SHARE = {"quoted": 0.70, "reproduction_log_mean": 0.83, "median_out_in_ratio": 4.3}
+
+# Tables 2 and 6: Procrustes mean cosine of the tied matrix vs the untied model at the same step
+TABLE2_STEP10K = {1.0: {"vs untied input": 0.216, "vs untied output": 0.384},
+                  5.0: {"vs untied input": 0.222, "vs untied output": 0.369}}
+TABLE6_STEP1K = {1.0: {"vs untied input": 0.172, "vs untied output": 0.197},
+                 2.0: {"vs untied input": 0.1725, "vs untied output": 0.197},
+                 10.0: {"vs untied input": 0.173, "vs untied output": 0.190}}
+
+# Table 7: WikiText-2 perplexity at step 10k
+TABLE7_PPL = {1.0: 35.71, 5.0: 36.64}

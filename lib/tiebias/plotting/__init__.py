@@ -1,0 +1,1 @@
+"""Plotly figures, one module per analysis (training, alignment, lens, ablation)."""
