@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from tiebias import data
 from transformers import AutoTokenizer
+
+from tiebias import data
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -1,5 +1,6 @@
 import pytest
 import torch
+
 from tiebias.models import PRESETS, build, count_parameters, is_tied, make_config
 
 
