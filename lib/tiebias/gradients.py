@@ -26,6 +26,13 @@ from transformers import PreTrainedModel
 PATHS = ("input", "output")
 
 
+def _world_size() -> int:
+    """Number of data-parallel processes (1 when torch.distributed is not initialised)."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
 def check_factor(name: str, value: Any) -> float:
     """Validate a gradient factor: a finite number > 0; errors name the parameter and the value."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -101,7 +108,6 @@ class GradientProvenance:
                 f"input_factor/output_factor: scaling ({self.input_factor}, {self.output_factor}) was asked for "
                 "an untied model; gradient scaling is defined for tied models only (factors must be 1)")
         self._grads: dict[str, Tensor | None] = {"input": None, "output": None}
-        self._ids: list[Tensor] = []
         self._active = False
 
     # -- patching -------------------------------------------------------------------------------
@@ -109,8 +115,6 @@ class GradientProvenance:
         emb, out = self.emb, self.out
 
         def emb_forward(ids: Tensor) -> Tensor:
-            if self.record:
-                self._ids.append(ids.detach())
             w = _PathAlias.apply(emb.weight, self, "input")
             return F.embedding(ids, w, emb.padding_idx, emb.max_norm, emb.norm_type,
                                emb.scale_grad_by_freq, emb.sparse)
@@ -143,9 +147,8 @@ class GradientProvenance:
         return grad
 
     def reset(self) -> None:
-        """Forget the gradients and token ids held since the last :meth:`pop`."""
+        """Forget the gradients held since the last :meth:`pop`."""
         self._grads = {"input": None, "output": None}
-        self._ids = []
 
     def pop(self) -> PathStats | None:
         """Statistics of the gradients received since the last call, then reset; None if nothing arrived."""
@@ -154,10 +157,13 @@ class GradientProvenance:
             self.reset()
             return None
         with torch.no_grad():
+            if _world_size() > 1:
+                g_in, g_out = self._reduced(g_in)
+            # rows the input path really reached (a token seen only at a sequence's last position gets none)
+            rows = int((g_in != 0).any(dim=1).sum().item()) if g_in is not None else 0
             n_in = torch.linalg.vector_norm(g_in).item() if g_in is not None else 0.0
             n_out = torch.linalg.vector_norm(g_out).item() if g_out is not None else 0.0
             dot = (g_in * g_out).sum().item() if g_in is not None and g_out is not None else 0.0
-            rows = int(torch.unique(torch.cat([i.reshape(-1) for i in self._ids])).numel()) if self._ids else 0
         total = n_in + n_out
         stats = PathStats(
             input_norm=n_in,
@@ -170,6 +176,26 @@ class GradientProvenance:
         )
         self.reset()
         return stats
+
+    def _reduced(self, g_in: Tensor | None) -> tuple[Tensor, Tensor]:
+        """Per-path gradients after data-parallel averaging: what the optimiser applies on every process.
+
+        DDP has already averaged ``weight.grad`` when backward returns; the input path's share of it is
+        the average of the local input-path gradients (one extra all-reduce of a V x d tensor), and
+        the output path's share is the remainder. Call once per step, after backward.
+        """
+        import torch.distributed as dist
+
+        if self.tied:
+            if g_in is None:
+                raise RuntimeError("no input-path gradient recorded on this process")
+            g_in = g_in.clone()
+            dist.all_reduce(g_in)
+            g_in /= dist.get_world_size()
+            g_out = self.emb.weight.grad - g_in
+        else:
+            g_in, g_out = self.emb.weight.grad, self.out.weight.grad
+        return g_in, g_out
 
     def path_grads(self) -> dict[str, Tensor | None]:
         """The per-path gradients held since the last :meth:`pop` (for tests and inspection)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import math
 import os
 import shutil
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate import Accelerator
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
@@ -53,6 +55,7 @@ class TrainConfig:
     eval_tokens: int = 16384
     checkpoint_every: int = 50
     record_provenance: bool = True
+    precision: str = "auto"
 
     def validate(self) -> TrainConfig:
         """Stop at once on a bad value, naming the parameter, the value and what is allowed."""
@@ -73,6 +76,8 @@ class TrainConfig:
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not 0 <= v <= 1:
                 raise ValueError(f"{name}: {v!r} is not allowed; need a number in [0, 1]")
+        if self.precision not in ("auto", "fp32", "bf16"):
+            raise ValueError(f"precision: unknown value {self.precision!r}; allowed: 'auto', 'fp32', 'bf16'")
         if self.seq_len > get_preset(self.preset).max_positions:
             raise ValueError(f"seq_len: {self.seq_len} exceeds preset {self.preset!r}'s "
                              f"{get_preset(self.preset).max_positions} positions")
@@ -193,6 +198,10 @@ def train(run: Run | str | Path, variant: str | Variant, seed: int, config: Trai
     newest checkpoint. A model folder made with a different config stops with an error unless
     ``overwrite=True``. ``stop_at`` ends this call after that many optimiser steps (as an
     interruption would); calling again resumes.
+
+    Under ``accelerate launch`` (or torchrun) each process takes an equal slice of the same global
+    batch, DDP averages the gradients, provenance is measured on the averaged gradient, and only the
+    main process writes.
     """
     run = run if isinstance(run, Run) else Run(run)
     hf_logging.disable_progress_bar()  # one bar per checkpoint write would drown the training bar
@@ -200,6 +209,11 @@ def train(run: Run | str | Path, variant: str | Variant, seed: int, config: Trai
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed: {seed!r} is not allowed; need an integer >= 0")
     cfg = (config or TrainConfig()).validate()
+    acc, precision = make_accelerator(cfg.precision, device)
+    world, main = acc.num_processes, acc.is_main_process
+    if cfg.batch_size % world:
+        raise ValueError(f"batch_size: {cfg.batch_size} rows cannot be split evenly over {world} processes; "
+                         f"use a multiple of {world} (and at least {world} rows)")
     key = model_key(v, seed)
     mdir = run.model_dir(v, seed)
     ckpt_root = mdir / "checkpoints"
@@ -208,30 +222,31 @@ def train(run: Run | str | Path, variant: str | Variant, seed: int, config: Trai
     wanted = {"variant": v.name, "seed": seed, "vocab_size": run.config["tokenizer_size"], **asdict(cfg)}
 
     cfg_file = mdir / "train_config.json"
+    fresh = True
     if cfg_file.exists():
-        import json
-
         have = json.loads(cfg_file.read_text())
         diff = diff_config(have, wanted)
         if diff and not overwrite:
             detail = "; ".join(f"{k}: folder has {a!r}, asked {b!r}" for k, (a, b) in diff.items())
             raise ValueError(f"model {key} in {run.path} was trained with a different config ({detail}); "
                              "pass overwrite=True to retrain it, or use another run folder")
-        if diff or not resume:
-            shutil.rmtree(mdir)
+        if not diff and resume and (mdir / "complete.json").exists():
+            return run.summary(v, seed)
+        fresh = bool(diff) or not resume
+    acc.wait_for_everyone()
+    if main:
+        if mdir.exists() and (fresh or not cfg_file.exists()):
+            shutil.rmtree(mdir)  # retrain from scratch, or a folder that never got its config
             for p in (metrics_path, val_path):
                 p.unlink(missing_ok=True)
-        elif (mdir / "complete.json").exists():
-            return run.summary(v, seed)
-    elif mdir.exists():
-        shutil.rmtree(mdir)  # a folder without its config was never started properly
-    mdir.mkdir(parents=True, exist_ok=True)
-    ckpt_root.mkdir(exist_ok=True)
-    run.metrics_dir.mkdir(exist_ok=True)
-    write_json_atomic(cfg_file, wanted)
+        ckpt_root.mkdir(parents=True, exist_ok=True)
+        run.metrics_dir.mkdir(exist_ok=True)
+        write_json_atomic(cfg_file, wanted)
+    acc.wait_for_everyone()
 
-    dev = pick_device(device)
+    dev = acc.device
     tok = run.tokenizer()
+    check_memory(cfg, len(tok), dev, world)
     train_ids = run.tokens("train")
     val_ids = run.tokens("validation")
     model = build(cfg.preset, family=cfg.family, tied=v.tied, vocab_size=len(tok), seed=seed,
@@ -242,7 +257,7 @@ def train(run: Run | str | Path, variant: str | Variant, seed: int, config: Trai
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), foreach=True)
     start, elapsed = 0, 0.0
-    resumed = _latest_resumable(ckpt_root) if resume else None
+    resumed = _latest_resumable(ckpt_root) if resume and not fresh else None
     if resumed is not None:
         start, path = resumed
         state = torch.load(path / "trainer_state.pt", map_location=dev, weights_only=False)
@@ -254,90 +269,155 @@ def train(run: Run | str | Path, variant: str | Variant, seed: int, config: Trai
             raise RuntimeError(f"checkpoint {path} does not match the model: missing {missing}, unexpected {unexpected}")
         opt.load_state_dict(state["optimizer"])
         elapsed = state.get("elapsed_s", 0.0)
-    for p in ckpt_root.glob(".tmp-step-*"):
-        shutil.rmtree(p)
-    _rewrite_csv(metrics_path, TRAIN_FIELDS, start)
-    _rewrite_csv(val_path, ["step", "val_loss"], start)
+    if main:
+        for p in ckpt_root.glob(".tmp-step-*"):
+            shutil.rmtree(p)
+        _rewrite_csv(metrics_path, TRAIN_FIELDS, start)
+        _rewrite_csv(val_path, ["step", "val_loss"], start)
+        print(f"{key}: {dev} ({world} process{'es' if world > 1 else ''}, {precision})"
+              + (f", resuming at step {start}" if start else ""), flush=True)
     schedule = set(checkpoint_steps(cfg.steps, cfg.checkpoint_every))
     n_params = count_parameters(model)
-    if start == 0:
-        _save_checkpoint(model, ckpt_root, 0, {"optimizer": opt.state_dict(), "step": 0, "elapsed_s": 0.0})
+    core = model
+    # DDP only when there is more than one process: a single process trains the bare model
+    ddp = acc.prepare_model(model) if world > 1 else model
 
     def val_loss() -> float:
-        return evaluate_loss(model, val_ids, seq_len=cfg.seq_len, max_tokens=cfg.eval_tokens,
-                             batch_size=cfg.batch_size, device=dev)
+        with acc.autocast():
+            return evaluate_loss(core, val_ids, seq_len=cfg.seq_len, max_tokens=cfg.eval_tokens,
+                                 batch_size=cfg.batch_size, device=dev)
 
-    mf = metrics_path.open("a", newline="")
-    vf = val_path.open("a", newline="")
-    mw = csv.DictWriter(mf, fieldnames=TRAIN_FIELDS)
-    vw = csv.writer(vf)
+    def checkpoint(step: int) -> None:
+        if main:
+            _save_checkpoint(core, ckpt_root, step, {"optimizer": opt.state_dict(), "step": step,
+                                                     "elapsed_s": time.perf_counter() - t0})
+        acc.wait_for_everyone()
+
+    t0 = time.perf_counter() - elapsed
+    mf = metrics_path.open("a", newline="") if main else None
+    vf = val_path.open("a", newline="") if main else None
+    mw = csv.DictWriter(mf, fieldnames=TRAIN_FIELDS) if mf else None
+    vw = csv.writer(vf) if vf else None
     if start == 0:
-        vw.writerow([0, val_loss()])
-        vf.flush()
+        checkpoint(0)
+        if main:
+            vw.writerow([0, val_loss()])
+            vf.flush()
     # a plain run (nothing to record, nothing to scale) does not patch the model at all
     plain = not cfg.record_provenance and v.input_factor == 1.0 and v.output_factor == 1.0
-    prov = None if plain else GradientProvenance(model, input_factor=v.input_factor,
+    prov = None if plain else GradientProvenance(core, input_factor=v.input_factor,
                                                  output_factor=v.output_factor, record=cfg.record_provenance)
     tokens_per_step = cfg.batch_size * cfg.seq_len
-    bar = tqdm(total=cfg.steps, initial=start, desc=key, disable=not progress, dynamic_ncols=True)
+    rows = cfg.batch_size // world
+    lo = acc.process_index * rows
+    bar = tqdm(total=cfg.steps, initial=start, desc=key, disable=not progress or not main, dynamic_ncols=True)
     last = None
-    t0 = time.perf_counter() - elapsed
     try:
         with prov if prov is not None else contextlib.nullcontext():
-            model.train()
+            ddp.train()
             for step in range(start, cfg.steps):
                 if stop_at is not None and step >= stop_at:
                     return {"key": key, "complete": False, "step": step}
                 lr = lr_at(step, cfg)
                 for g in opt.param_groups:
                     g["lr"] = lr
-                x = batch_for_step(train_ids, step, seed, cfg.batch_size, cfg.seq_len).to(dev)
-                loss = model(input_ids=x, labels=x).loss
+                x = batch_for_step(train_ids, step, seed, cfg.batch_size, cfg.seq_len)[lo:lo + rows].to(dev)
+                with acc.autocast():
+                    loss = ddp(input_ids=x, labels=x).loss
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 stats = prov.pop() if prov is not None else None
-                gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                gnorm = torch.nn.utils.clip_grad_norm_(core.parameters(), cfg.grad_clip)
                 opt.step()
                 done = step + 1
+                if world > 1:
+                    loss = acc.reduce(loss.detach(), reduction="mean")
                 last = loss.item()
-                row = {"step": done, "loss": last, "lr": lr, "grad_norm": gnorm.item(),
-                       "tokens": done * tokens_per_step, "elapsed_s": time.perf_counter() - t0}
-                if stats is not None:
-                    row.update(stats.as_dict())
-                mw.writerow(row)
-                if done % cfg.eval_every == 0 or done == cfg.steps:
-                    vw.writerow([done, val_loss()])
-                    vf.flush()
+                if main:
+                    row = {"step": done, "loss": last, "lr": lr, "grad_norm": gnorm.item(),
+                           "tokens": done * tokens_per_step, "elapsed_s": time.perf_counter() - t0}
+                    if stats is not None:
+                        row.update(stats.as_dict())
+                    mw.writerow(row)
+                    if done % cfg.eval_every == 0 or done == cfg.steps:
+                        vw.writerow([done, val_loss()])
+                        vf.flush()
                 if done in schedule:
-                    mf.flush()
-                    _save_checkpoint(model, ckpt_root, done, {"optimizer": opt.state_dict(), "step": done,
-                                                              "elapsed_s": time.perf_counter() - t0})
+                    if main:
+                        mf.flush()
+                    checkpoint(done)
                 bar.update(1)
                 bar.set_postfix(loss=f"{last:.3f}")
     finally:
         bar.close()
-        mf.close()
-        vf.close()
+        for f in (mf, vf):
+            if f is not None:
+                f.close()
     total_s = time.perf_counter() - t0
-    # final model: files written to a temporary folder, moved in, then the completion marker last
-    tmp = mdir / ".final.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    for f in tmp.iterdir():
-        os.replace(f, mdir / f.name)
-    tmp.rmdir()
-    import pandas as pd
-
-    vals = pd.read_csv(val_path)
     summary = {"key": key, "variant": v.name, "seed": seed, "complete": True, "steps": cfg.steps,
-               "final_train_loss": last, "final_val_loss": float(vals.val_loss.iloc[-1]),
-               "initial_val_loss": float(vals.val_loss.iloc[0]), "train_seconds": total_s,
+               "final_train_loss": last, "train_seconds": total_s,
                "tokens_per_second": (cfg.steps - start) * tokens_per_step / max(total_s - elapsed, 1e-9),
-               "parameters": n_params, "device": str(dev)}
-    write_json_atomic(mdir / "complete.json", summary)
-    return summary
+               "parameters": n_params, "device": str(dev), "processes": world, "precision": precision}
+    if main:
+        # final model: files written to a temporary folder, moved in, then the completion marker last
+        tmp = mdir / ".final.tmp"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        core.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        for f in tmp.iterdir():
+            os.replace(f, mdir / f.name)
+        tmp.rmdir()
+        with val_path.open() as f:
+            vals = [float(r["val_loss"]) for r in csv.DictReader(f)]
+        summary.update(final_val_loss=vals[-1], initial_val_loss=vals[0])
+        write_json_atomic(mdir / "complete.json", summary)
+    acc.wait_for_everyone()
+    return run.summary(v, seed)
+
+
+def make_accelerator(precision: str = "auto", device: str | torch.device | None = None) -> tuple[Accelerator, str]:
+    """The accelerate engine for this process (DDP over torch.distributed when launched with N processes).
+
+    ``precision`` is ``auto`` (bf16 autocast on a GPU that supports it, else fp32), ``fp32`` or ``bf16``.
+    """
+    dev = pick_device(device)
+    cuda = dev.type == "cuda"
+    bf16_ok = cuda and torch.cuda.is_bf16_supported()
+    if precision == "bf16" and not bf16_ok:
+        raise ValueError(f"precision: 'bf16' needs a CUDA GPU with bf16 support; this process runs on {dev}. "
+                         "Use 'auto' or 'fp32'")
+    mp = "bf16" if precision == "bf16" or (precision == "auto" and bf16_ok) else "no"
+    acc = Accelerator(cpu=not cuda, mixed_precision=mp)
+    return acc, "bf16 autocast" if mp == "bf16" else "fp32"
+
+
+def estimate_memory(cfg: TrainConfig, vocab_size: int, processes: int = 1) -> int:
+    """Rough peak bytes of one training process: weights, grads, AdamW state, activations, logits."""
+    p = get_preset(cfg.preset)
+    d, L = p.hidden, p.layers
+    ffn = p.intermediate(cfg.family)
+    params = 2 * vocab_size * d + L * (4 * d * d + 3 * d * ffn)
+    rows = max(cfg.batch_size // processes, 1)
+    tokens = rows * cfg.seq_len
+    activations = tokens * L * (16 * d + 3 * ffn) * 4 + rows * p.heads * cfg.seq_len**2 * 4 * L
+    logits = tokens * vocab_size * 4 * 3
+    return int(16 * params + activations + logits)
+
+
+def check_memory(cfg: TrainConfig, vocab_size: int, device: torch.device, processes: int = 1) -> None:
+    """Refuse, before allocating, a preset/batch that cannot fit in the device's free memory."""
+    need = estimate_memory(cfg, vocab_size, processes)
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+    else:
+        import psutil
+
+        free = psutil.virtual_memory().available // max(processes, 1)
+    if need > 0.9 * free:
+        raise ValueError(f"preset: {cfg.preset!r} with batch_size={cfg.batch_size}, seq_len={cfg.seq_len} needs "
+                         f"about {need / 2**30:.1f} GiB per process but {device} has {free / 2**30:.1f} GiB free; "
+                         "choose a smaller preset, batch or sequence length")
 
 
 def warn_if_slow(estimated_seconds: float, budget_seconds: float, what: str) -> None:
