@@ -1,0 +1,252 @@
+"""Gradient-scaling ablation (paper Tables 2, 6, 7) as a dose-response study over seeds.
+
+A sweep trains tied models whose input-path gradient is multiplied by k (optionally the output
+path's by 1/k), next to the untied reference of the same seed, then asks: does the shared matrix move
+towards the untied *input* matrix and away from the untied *output* matrix as k grows, by more than
+the spread between seeds?
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from . import alignment
+from .runs import Run, Variant
+from .train import TrainConfig, evaluate_loss, train
+
+
+def check_factors(factors: Any, name: str = "factors") -> list[float]:
+    """Validate a list of gradient factors: finite numbers > 0, no duplicates; errors name the value."""
+    if isinstance(factors, (int, float)) and not isinstance(factors, bool):
+        factors = [factors]
+    if isinstance(factors, str):
+        factors = [f for f in factors.replace(" ", "").split(",") if f]
+    try:
+        items = list(factors)
+    except TypeError:
+        raise ValueError(f"{name}: {factors!r} is not a list of numbers (e.g. [1, 2, 5, 10])") from None
+    if not items:
+        raise ValueError(f"{name}: empty; give one or more factors k > 0 (e.g. [1, 2, 5, 10])")
+    out = []
+    for f in items:
+        try:
+            if isinstance(f, bool):
+                raise TypeError
+            x = float(f)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}: {f!r} is not a number; factors must be finite numbers > 0") from None
+        if not math.isfinite(x) or x <= 0:
+            raise ValueError(f"{name}: {f!r} is not allowed; factors must be finite numbers > 0")
+        out.append(x)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name}: {items!r} repeats a factor")
+    return sorted(out)
+
+
+def sweep_variants(factors: Iterable[float], *, inverse_output: bool = False) -> list[Variant]:
+    """Tied variants for input factors k (k=1 is the plain tied model); optionally output x 1/k."""
+    ks = check_factors(list(factors))
+    return [Variant(True, k, 1.0 / k if inverse_output else 1.0) for k in ks]
+
+
+def estimate_seconds(run: Run, cfg: TrainConfig, n_models: int) -> float:
+    """Estimated training time of ``n_models`` new models, from the throughput of models already in the run.
+
+    Falls back to a short timed probe (a few steps of the same preset) when the run has none.
+    """
+    rates = []
+    for key in run.models().query("complete").key:
+        s = run.summary(*_split_key(key))
+        if s.get("tokens_per_second") and _same_shape(run, key, cfg):
+            rates.append(s["tokens_per_second"])
+    if rates:
+        tps = float(np.median(rates))
+    else:
+        tps = _probe_tokens_per_second(run, cfg)
+    return n_models * cfg.steps * cfg.batch_size * cfg.seq_len / tps
+
+
+def _split_key(key: str) -> tuple[Variant, int]:
+    from .runs import parse_key
+
+    return parse_key(key)
+
+
+def _same_shape(run: Run, key: str, cfg: TrainConfig) -> bool:
+    import json
+
+    c = json.loads((run.path / "models" / key / "train_config.json").read_text())
+    return all(c.get(k) == getattr(cfg, k) for k in ("preset", "family", "batch_size", "seq_len"))
+
+
+def _probe_tokens_per_second(run: Run, cfg: TrainConfig, steps: int = 3) -> float:
+    from .models import build
+    from .train import batch_for_step
+
+    ids = run.tokens("train")
+    model = build(cfg.preset, family=cfg.family, vocab_size=run.config["tokenizer_size"])
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    x = batch_for_step(ids, 0, 0, cfg.batch_size, cfg.seq_len)
+    model(input_ids=x, labels=x).loss.backward()  # warm-up
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        opt.zero_grad()
+        model(input_ids=x, labels=x).loss.backward()
+        opt.step()
+    return steps * cfg.batch_size * cfg.seq_len / (time.perf_counter() - t0)
+
+
+def plan(run: Run, variants: Sequence[Variant], seeds: Sequence[int], cfg: TrainConfig,
+         budget_minutes: float | None = None) -> pd.DataFrame:
+    """Which (variant, seed) models the sweep needs, which the run already has, and the time estimate.
+
+    Warns before anything starts when the estimate exceeds ``budget_minutes``.
+    """
+    rows = []
+    for seed in seeds:
+        for v in [*variants, Variant(False)]:
+            rows.append({"variant": v.name, "seed": seed, "input_factor": v.input_factor,
+                         "output_factor": v.output_factor, "trained": run.is_complete(v, seed)})
+    df = pd.DataFrame(rows).drop_duplicates(["variant", "seed"])
+    todo = int((~df.trained).sum())
+    est = estimate_seconds(run, cfg, todo) if todo else 0.0
+    df.attrs["estimated_seconds"] = est
+    df.attrs["to_train"] = todo
+    if budget_minutes is not None and est > 60 * budget_minutes:
+        warnings.warn(f"ablation sweep: {todo} models to train, estimated {est / 60:.1f} min, over the budget of "
+                      f"{budget_minutes:g} min; reduce factors, seeds or steps", stacklevel=2)
+    return df
+
+
+def run_sweep(run: Run, variants: Sequence[Variant], seeds: Sequence[int], cfg: TrainConfig,
+              progress: bool = True) -> list[dict]:
+    """Train every missing model of the sweep (tied variants and the untied reference per seed)."""
+    out = []
+    for seed in seeds:
+        for v in [*variants, Variant(False)]:
+            out.append(train(run, v, seed, cfg, progress=progress))
+    return out
+
+
+def common_steps(run: Run, variants: Sequence[Variant], seeds: Sequence[int]) -> list[int]:
+    """Checkpoint steps present for every tied variant and the untied reference of every seed."""
+    sets = [{s for s, _ in run.checkpoints(v, seed)} for seed in seeds for v in [*variants, Variant(False)]]
+    return sorted(set.intersection(*sets)) if sets else []
+
+
+def alignment_table(run: Run, variants: Sequence[Variant], seeds: Sequence[int], *,
+                    steps: Sequence[int | None] = (None,), methods: Sequence[str] = ("orthogonal", "linear"),
+                    heldout_folds: int = 0) -> pd.DataFrame:
+    """Per (k, seed, step, method): cosine of the untied input and untied output matrices mapped onto the tied one.
+
+    Same direction as Table 1's rows ("untied input -> tied"); the untied model is of the same seed
+    and step as the tied one, as in the paper's Table 2. ``None`` in ``steps`` is the final model.
+    """
+    rows = []
+    for seed in seeds:
+        for step in steps:
+            ref = alignment.extract(run.model_path(Variant(False), seed, step), run.tokenizer_dir)
+            alignment.require_untied(ref, "the ablation's reference")
+            for v in variants:
+                tied = alignment.extract(run.model_path(v, seed, step), run.tokenizer_dir)
+                if not tied.tied:
+                    raise ValueError(f"variant: {v.name!r} is not a tied model")
+                res_in = alignment.align_all(ref.input, tied.input, methods, heldout_folds=heldout_folds)
+                res_out = alignment.align_all(ref.output, tied.input, methods, heldout_folds=heldout_folds)
+                for m in methods:
+                    rows.append({"variant": v.name, "k": v.input_factor, "output_factor": v.output_factor,
+                                 "seed": seed, "step": step if step is not None else _final_step(run, v, seed),
+                                 "method": m, "vs_untied_input": res_in[m].mean,
+                                 "vs_untied_output": res_out[m].mean})
+    return pd.DataFrame(rows)
+
+
+def _final_step(run: Run, v: Variant, seed: int) -> int:
+    return int(run.summary(v, seed)["steps"])
+
+
+def summarise_over_seeds(df: pd.DataFrame, value_cols: Sequence[str], by: Sequence[str]) -> pd.DataFrame:
+    """Mean, sample std and n over seeds of each value column, grouped by ``by``."""
+    g = df.groupby(list(by))
+    out = {}
+    for c in value_cols:
+        out[(c, "mean")] = g[c].mean()
+        out[(c, "std")] = g[c].std(ddof=1)
+        out[(c, "n")] = g[c].count()
+    res = pd.DataFrame(out)
+    res.columns = pd.MultiIndex.from_tuples(res.columns)
+    return res
+
+
+def perplexities(run: Run, variants: Sequence[Variant], seeds: Sequence[int], *, seq_len: int,
+                 max_tokens: int = 32768, splits: Sequence[str] = ("validation", "test")) -> pd.DataFrame:
+    """Perplexity of every final model (tied variants and untied) on held-out splits (Table 7 analog)."""
+    rows = []
+    data = {s: run.tokens(s) for s in splits}
+    for seed in seeds:
+        for v in [*variants, Variant(False)]:
+            model = run.load_model(v, seed)
+            row: dict[str, Any] = {"variant": v.name, "k": v.input_factor if v.tied else math.nan,
+                                   "tied": v.tied, "seed": seed}
+            for s, ids in data.items():
+                loss = evaluate_loss(model, ids, seq_len=seq_len, max_tokens=max_tokens)
+                row[f"{s}_loss"] = loss
+                row[f"{s}_ppl"] = math.exp(loss)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def gradient_shares(run: Run, variants: Sequence[Variant], seeds: Sequence[int]) -> pd.DataFrame:
+    """Mean output share of the applied embedding gradient per (k, seed): does scaling rebalance the paths?"""
+    rows = []
+    for seed in seeds:
+        for v in variants:
+            m = run.metrics(v, seed)
+            rows.append({"variant": v.name, "k": v.input_factor, "seed": seed,
+                         "output_share": float(m.output_share.mean()),
+                         "median_out_in_ratio": float((m.output_norm / m.input_norm).median())})
+    return pd.DataFrame(rows)
+
+
+def dose_response_verdict(table: pd.DataFrame, method: str = "orthogonal", step: int | None = None) -> dict:
+    """Claim 4 from the numbers: trend of both cosines in log k, and the k_max - k_min change vs seed noise.
+
+    The trend is the Spearman rank correlation between k and the per-seed cosine; "exceeds noise" means
+    the change of the seed-mean from the smallest to the largest k is larger than twice the pooled
+    seed standard deviation (and, with one seed, cannot be judged).
+    """
+    from scipy.stats import spearmanr
+
+    d = table[table.method == method]
+    if step is not None:
+        d = d[d.step == step]
+    else:
+        d = d[d.step == d.step.max()]
+    ks = sorted(d.k.unique())
+    if len(ks) < 2:
+        raise ValueError(f"factors: need at least two different k for a dose-response verdict, got {ks}")
+    out: dict[str, Any] = {"method": method, "step": int(d.step.iloc[0]), "k": ks,
+                           "seeds": int(d.seed.nunique())}
+    for col, want in (("vs_untied_input", "rises"), ("vs_untied_output", "falls")):
+        means = d.groupby("k")[col].mean()
+        stds = d.groupby("k")[col].std(ddof=1)
+        rho = float(spearmanr(d.k, d[col]).statistic) if d[col].nunique() > 1 else 0.0
+        change = float(means.iloc[-1] - means.iloc[0])
+        noise = float(np.sqrt(np.nanmean(stds.values**2))) if d.seed.nunique() > 1 else math.nan
+        monotone = bool(np.all(np.diff(means.values) > 0) if want == "rises" else np.all(np.diff(means.values) < 0))
+        direction_ok = change > 0 if want == "rises" else change < 0
+        out[col] = {"expected": want, "means": means.round(4).to_dict(), "change": change, "spearman": rho,
+                    "seed_std": noise, "monotone": monotone, "direction_as_claimed": bool(direction_ok),
+                    "exceeds_noise": bool(abs(change) > 2 * noise) if math.isfinite(noise) else None}
+    a, b = out["vs_untied_input"], out["vs_untied_output"]
+    out["claim4_holds"] = bool(a["direction_as_claimed"] and b["direction_as_claimed"]
+                               and a["exceeds_noise"] and b["exceeds_noise"])
+    return out

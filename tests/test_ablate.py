@@ -1,0 +1,64 @@
+import math
+from dataclasses import replace
+
+import pytest
+
+from tiebias import ablate
+from tiebias.runs import Run, Variant
+
+
+@pytest.mark.parametrize("bad,msg", [
+    ([0], "0 is not allowed"), ([-2], "-2 is not allowed"), ([float("nan")], "nan"), (["x"], "'x' is not a number"),
+    ([], "empty"), ([1, 1], "repeats"), (None, "not a list"), ([True], "not a number"),
+])
+def test_bad_factors(bad, msg) -> None:
+    with pytest.raises(ValueError, match=msg):
+        ablate.check_factors(bad, "ablate_factors")
+
+
+def test_factors_and_variants() -> None:
+    assert ablate.check_factors("5,1,2") == [1.0, 2.0, 5.0]
+    vs = ablate.sweep_variants([1, 5])
+    assert [v.name for v in vs] == ["tied", "tied_in5"]
+    assert [v.name for v in ablate.sweep_variants([2], inverse_output=True)] == ["tied_in2_out0.5"]
+
+
+def test_sweep_end_to_end(fresh_run: Run, tiny_config) -> None:
+    cfg = replace(tiny_config, steps=8, checkpoint_every=4)
+    variants = ablate.sweep_variants([1, 10])
+    plan = ablate.plan(fresh_run, variants, [0, 1], cfg)
+    assert len(plan) == 6 and plan.attrs["to_train"] == 6 and plan.attrs["estimated_seconds"] > 0
+    with pytest.warns(UserWarning, match="over the budget"):
+        ablate.plan(fresh_run, variants, [0, 1], cfg, budget_minutes=1e-6)
+    ablate.run_sweep(fresh_run, variants, [0, 1], cfg, progress=False)
+    assert ablate.plan(fresh_run, variants, [0, 1], cfg).attrs["to_train"] == 0
+    # factors are recorded with every model and its metrics
+    assert fresh_run.summary("tied_in10", 1)["variant"] == "tied_in10"
+    assert (fresh_run.metrics("tied_in10", 1).input_factor == 10).all()
+    steps = ablate.common_steps(fresh_run, variants, [0, 1])
+    assert steps == [0, 1, 2, 4, 8]
+    table = ablate.alignment_table(fresh_run, variants, [0, 1], steps=[0, None])
+    assert set(table.k) == {1.0, 10.0} and set(table.step) == {0, 8} and len(table) == 2 * 2 * 2 * 2
+    assert table[["vs_untied_input", "vs_untied_output"]].abs().le(1).all().all()
+    # at step 0 every tied model equals the untied input matrix: orthogonal cosine 1
+    s0 = table[(table.step == 0)]
+    assert s0.vs_untied_input.min() > 0.999
+    summ = ablate.summarise_over_seeds(table, ["vs_untied_input"], ["k", "step", "method"])
+    assert (summ[("vs_untied_input", "n")] == 2).all()
+    verdict = ablate.dose_response_verdict(table, "orthogonal")
+    assert verdict["step"] == 8 and verdict["seeds"] == 2
+    assert isinstance(verdict["claim4_holds"], bool)
+    ppl = ablate.perplexities(fresh_run, variants, [0], seq_len=cfg.seq_len, max_tokens=512)
+    assert len(ppl) == 3 and (ppl.validation_ppl > 1).all() and math.isnan(ppl[~ppl.tied].k.iloc[0])
+    shares = ablate.gradient_shares(fresh_run, variants, [0, 1])
+    assert shares.groupby("k").output_share.mean().is_monotonic_decreasing
+
+
+def test_verdict_needs_two_factors(fresh_run: Run) -> None:
+    import pandas as pd
+
+    t = pd.DataFrame({"k": [1.0, 1.0], "seed": [0, 1], "step": [4, 4], "method": ["orthogonal"] * 2,
+                      "vs_untied_input": [0.1, 0.2], "vs_untied_output": [0.3, 0.4]})
+    with pytest.raises(ValueError, match="at least two different k"):
+        ablate.dose_response_verdict(t)
+    assert Variant.parse("tied_in1") == Variant(True)
