@@ -39,10 +39,14 @@ def test_sweep_end_to_end(fresh_run: Run, tiny_config) -> None:
     assert steps == [0, 1, 2, 4, 8]
     table = ablate.alignment_table(fresh_run, variants, [0, 1], steps=[0, None])
     assert set(table.k) == {1.0, 10.0} and set(table.step) == {0, 8} and len(table) == 2 * 2 * 2 * 2
-    assert table[["vs_untied_input", "vs_untied_output"]].abs().le(1).all().all()
+    assert table[["vs_untied_input", "vs_untied_output"]].abs().le(1 + 1e-5).all().all()
     # at step 0 every tied model equals the untied input matrix: orthogonal cosine 1
     s0 = table[(table.step == 0)]
     assert s0.vs_untied_input.min() > 0.999
+    cross = ablate.alignment_table(fresh_run, variants, [0, 1], steps=[0], reference="cross")
+    assert (cross.reference_seed != cross.seed).all() and cross.vs_untied_input.max() < 0.99
+    with pytest.raises(ValueError, match="reference: 'cross' needs at least two seeds"):
+        ablate.alignment_table(fresh_run, variants, [0], reference="cross")
     summ = ablate.summarise_over_seeds(table, ["vs_untied_input"], ["k", "step", "method"])
     assert (summ[("vs_untied_input", "n")] == 2).all()
     verdict = ablate.dose_response_verdict(table, "orthogonal")

@@ -144,16 +144,25 @@ def common_steps(run: Run, variants: Sequence[Variant], seeds: Sequence[int]) ->
 
 def alignment_table(run: Run, variants: Sequence[Variant], seeds: Sequence[int], *,
                     steps: Sequence[int | None] = (None,), methods: Sequence[str] = ("orthogonal", "linear"),
-                    heldout_folds: int = 0) -> pd.DataFrame:
+                    heldout_folds: int = 0, reference: str = "same") -> pd.DataFrame:
     """Per (k, seed, step, method): cosine of the untied input and untied output matrices mapped onto the tied one.
 
-    Same direction as Table 1's rows ("untied input -> tied"); the untied model is of the same seed
-    and step as the tied one, as in the paper's Table 2. ``None`` in ``steps`` is the final model.
+    Same direction as Table 1's rows ("untied input -> tied"), at the same step as the tied model, as
+    in the paper's Table 2. ``reference="same"`` compares with the untied model of the same seed (which
+    started from the same input matrix, so its input cosine is inflated by the shared start);
+    ``"cross"`` with the untied model of the next seed in ``seeds`` (needs two or more seeds).
+    ``None`` in ``steps`` is the final model.
     """
+    if reference not in ("same", "cross"):
+        raise ValueError(f"reference: unknown value {reference!r}; allowed: 'same', 'cross'")
+    seeds = list(seeds)
+    if reference == "cross" and len(seeds) < 2:
+        raise ValueError(f"reference: 'cross' needs at least two seeds, got {seeds}")
     rows = []
-    for seed in seeds:
+    for i, seed in enumerate(seeds):
+        ref_seed = seed if reference == "same" else seeds[(i + 1) % len(seeds)]
         for step in steps:
-            ref = alignment.extract(run.model_path(Variant(False), seed, step), run.tokenizer_dir)
+            ref = alignment.extract(run.model_path(Variant(False), ref_seed, step), run.tokenizer_dir)
             alignment.require_untied(ref, "the ablation's reference")
             for v in variants:
                 tied = alignment.extract(run.model_path(v, seed, step), run.tokenizer_dir)
@@ -163,7 +172,8 @@ def alignment_table(run: Run, variants: Sequence[Variant], seeds: Sequence[int],
                 res_out = alignment.align_all(ref.output, tied.input, methods, heldout_folds=heldout_folds)
                 for m in methods:
                     rows.append({"variant": v.name, "k": v.input_factor, "output_factor": v.output_factor,
-                                 "seed": seed, "step": step if step is not None else _final_step(run, v, seed),
+                                 "seed": seed, "reference_seed": ref_seed,
+                                 "step": step if step is not None else _final_step(run, v, seed),
                                  "method": m, "vs_untied_input": res_in[m].mean,
                                  "vs_untied_output": res_out[m].mean})
     return pd.DataFrame(rows)
