@@ -38,7 +38,7 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
 
 def run_study(profile: str | None = None, run_dir: str | Path | None = None, overrides: dict[str, Any] | None = None,
               only: list[str] | None = None, progress: bool = True) -> dict[str, float]:
-    """Execute the notebooks in order into ``<run>/notebooks/``; returns the seconds each took."""
+    """Execute the notebooks in order into ``<run>/notebooks/``, then write summary.json and report.html."""
     params = profiles.resolve(profile, run_dir)  # validates the profile name, fixes the run folder
     overrides = dict(overrides or {})
     profile_keys = set(params)
@@ -63,4 +63,11 @@ def run_study(profile: str | None = None, run_dir: str | Path | None = None, ove
                             progress_bar=progress, kernel_name="python3")
         times[name] = time.perf_counter() - t0
         print(f"{name}: {times[name]:.0f} s -> {out_dir / (name + '.ipynb')}")
+    from .report import write_report, write_summary
+    from .runs import Run
+
+    run = Run(params["run_dir"])
+    if run.config_path.exists():
+        print(f"summary: {write_summary(run, times)}")
+        print(f"report:  {write_report(run)}")
     return times
