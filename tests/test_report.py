@@ -1,0 +1,32 @@
+import json
+
+import pytest
+
+from tiebias import report
+from tiebias.runs import Run
+
+
+def test_record_computes_verdict_and_rejects_bad_input(fresh_run: Run) -> None:
+    e = report.record(fresh_run, "claim2_gradient_flow", value=0.8, threshold=0.5, statement="s", spread=0.01)
+    assert e["verdict"] is True
+    e = report.record(fresh_run, "claim3_tuned_lens", value=-0.2, threshold=0.1, statement="s",
+                      noise_floor=float("nan"))
+    assert e["verdict"] is False and e["noise_floor"] is None
+    with pytest.raises(ValueError, match="claim: unknown value 'claim9'"):
+        report.record(fresh_run, "claim9", value=1, threshold=0, statement="s")
+    with pytest.raises(ValueError, match="value: nan"):
+        report.record(fresh_run, "claim1_alignment", value=float("nan"), threshold=0, statement="s")
+    assert set(report.results(fresh_run)) == {"claim2_gradient_flow", "claim3_tuned_lens"}
+
+
+def test_summary_and_report_files(fresh_run: Run) -> None:
+    report.record(fresh_run, "claim1_alignment", value=0.3, threshold=0.1, statement="tied looks like output",
+                  paper={"OLMo": 0.719})
+    path = report.write_summary(fresh_run, {"01_train": 12.0})
+    data = json.loads(path.read_text())
+    assert data["claims"]["claim1_alignment"]["verdict"] is True
+    assert data["timings_seconds"] == {"01_train": 12.0}
+    report.write_summary(fresh_run, {"02_align": 3.0})  # timings accumulate across partial reruns
+    assert json.loads(path.read_text())["timings_seconds"] == {"01_train": 12.0, "02_align": 3.0}
+    html = report.write_report(fresh_run).read_text()
+    assert "tied looks like output" in html and "not run" in html and "<b>holds</b>" in html
