@@ -1,0 +1,182 @@
+"""Table-level alignment comparisons for notebook 02: Table 1 and 5 analogs with seeds and noise floors.
+
+Built on :mod:`tiebias.alignment`. Tied and untied models of one seed start from the same input
+matrix (by design, see :mod:`tiebias.models`), so a same-seed "untied input -> tied" score is inflated by
+that shared start; cross-seed pairs (tied of seed i against untied of seed j != i) are the headline.
+The noise floor is how alike two independently trained matrices *of the same kind* are.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+import torch
+
+from . import alignment
+from .alignment import Embeddings
+from .runs import Run, Variant
+
+# (label, source model kind, source matrix, target model kind, target matrix)
+COMPARISONS = [
+    ("untied input -> untied output", "untied", "input", "untied", "output"),
+    ("untied output -> tied", "untied", "output", "tied", "input"),
+    ("untied input -> tied", "untied", "input", "tied", "input"),
+]
+NOISE_FLOOR = [
+    ("tied -> tied (noise floor)", "tied", "input", "tied", "input"),
+    ("untied input -> untied input (noise floor)", "untied", "input", "untied", "input"),
+    ("untied output -> untied output (noise floor)", "untied", "output", "untied", "output"),
+]
+
+
+def load_models(run: Run, seeds: Sequence[int] | None = None, step: int | None = None) -> dict[int, dict[str, Embeddings]]:
+    """Embeddings of the tied and untied model of every seed (both complete) in a run."""
+    if seeds is None:
+        seeds = sorted(set(run.seeds("tied")) & set(run.seeds("untied")))
+    if not seeds:
+        raise ValueError(f"run: {run.path} has no seed with both a complete 'tied' and 'untied' model; "
+                         f"models present: {', '.join(run.models().key) or 'none'} (train them with 01_train)")
+    out = {}
+    for s in seeds:
+        for v in ("tied", "untied"):
+            if not run.is_complete(v, s):
+                raise ValueError(f"seeds: seed {s} has no complete {v!r} model in {run.path}")
+        tied = alignment.extract(run.model_path("tied", s, step), run.tokenizer_dir)
+        untied = alignment.extract(run.model_path("untied", s, step), run.tokenizer_dir)
+        out[s] = {"tied": _require(tied, True), "untied": alignment.require_untied(untied, "the untied side")}
+    return out
+
+
+def load_sources(tied_source: Any, untied_source: Any, *, tied_tokenizer: Any = None,
+                 untied_tokenizer: Any = None) -> dict[int, dict[str, Embeddings]]:
+    """One tied / untied pair from any two HF models (local folders or hub ids), as a one-'seed' set."""
+    tied = _require(alignment.extract(tied_source, tied_tokenizer), True)
+    untied = alignment.require_untied(alignment.extract(untied_source, untied_tokenizer), "untied_source")
+    return {0: {"tied": tied, "untied": untied}}
+
+
+def _require(emb: Embeddings, tied: bool) -> Embeddings:
+    if tied and not emb.tied:
+        raise ValueError(f"tied_source: {emb.source!r} is an untied model; the tied side needs one shared matrix")
+    return emb
+
+
+def _pairs(seeds: list[int], same_kind: bool, within: bool) -> list[tuple[int, int, str]]:
+    if within:
+        return [(s, s, "within model") for s in seeds]
+    if same_kind:
+        return [(a, b, "cross seed") for a, b in itertools.combinations(seeds, 2)]
+    same = [(s, s, "same seed") for s in seeds]
+    cross = [(a, b, "cross seed") for a, b in itertools.permutations(seeds, 2)]
+    return same + cross
+
+
+def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = alignment.METHODS, *,
+           heldout_folds: int = 0, knn_k: int | None = 10, noise_floor: bool = True,
+           keep_scores: bool = False) -> pd.DataFrame:
+    """One row per (comparison, pairing, seeds): mean cosine per method (+ held-out, + KNN@k).
+
+    Pairings: ``within model`` (untied input -> its own output), ``same seed`` and ``cross seed``
+    (different seeds, the headline), and noise-floor rows between two seeds of the same kind.
+    ``keep_scores`` adds per-token linear scores (column ``per_token``) for histograms.
+    """
+    seeds = sorted(models)
+    rows = []
+    specs = [(c, False) for c in COMPARISONS] + ([(c, True) for c in NOISE_FLOOR] if noise_floor else [])
+    for (label, ka, wa, kb, wb), same_kind in specs:
+        within = label.startswith("untied input -> untied output")
+        for sa, sb, pairing in _pairs(seeds, same_kind, within):
+            row = alignment.compare(models[sa][ka], models[sb][kb], wa, wb, methods, knn_k=knn_k,
+                                    return_scores=keep_scores)
+            out = {"comparison": label, "pairing": pairing, "seed_source": sa, "seed_target": sb,
+                   "n_tokens": row["n_tokens"], **{m: row[m] for m in methods}}
+            if knn_k is not None:
+                out[f"knn@{knn_k}"] = row[f"knn@{knn_k}"]
+            if heldout_folds:
+                ho = alignment.compare(models[sa][ka], models[sb][kb], wa, wb,
+                                       [m for m in methods if m != "identity"], heldout_folds)
+                for m in methods:
+                    if m != "identity":
+                        out[f"{m} (held-out)"] = ho[m]
+            if keep_scores:
+                out["per_token"] = row["per_token"]
+                out["token_ids"] = row["token_ids"]
+            rows.append(out)
+    return pd.DataFrame(rows)
+
+
+def summarise(df: pd.DataFrame, value_cols: Sequence[str] | None = None) -> pd.DataFrame:
+    """Mean, sd and n over seed pairs for every (comparison, pairing)."""
+    if value_cols is None:
+        skip = {"comparison", "pairing", "seed_source", "seed_target", "n_tokens", "per_token", "token_ids"}
+        value_cols = [c for c in df.columns if c not in skip]
+    g = df.groupby(["comparison", "pairing"], sort=False)[list(value_cols)]
+    res = pd.concat({"mean": g.mean(), "sd": g.std(ddof=1), "n": g.count()}, axis=1)
+    return res.swaplevel(axis=1).sort_index(axis=1, level=0, sort_remaining=False)
+
+
+def claim1(df: pd.DataFrame, method: str = "orthogonal") -> dict[str, Any]:
+    """Claim 1 from the numbers: gap = (untied output -> tied) - (untied input -> tied) on the headline pairing.
+
+    Headline pairing is ``cross seed`` when present, else ``same seed``. The gap is computed per
+    tied model (target seed) so its spread over seeds is meaningful; the threshold for "beyond noise"
+    is twice that spread (0 with a single seed). The same-kind noise floor is reported beside it.
+    """
+    pairing = "cross seed" if (df.pairing == "cross seed").any() else "same seed"
+    d = df[df.pairing == pairing]
+    out_t = d[d.comparison == "untied output -> tied"].groupby("seed_target")[method].mean()
+    in_t = d[d.comparison == "untied input -> tied"].groupby("seed_target")[method].mean()
+    gap = (out_t - in_t).dropna()
+    if gap.empty:
+        raise ValueError(f"method: no {method!r} scores for both 'untied output -> tied' and 'untied input -> tied'")
+    sd = float(gap.std(ddof=1)) if len(gap) > 1 else math.nan
+    floor = df[df.comparison.str.endswith("(noise floor)")].groupby("comparison")[method].mean().to_dict()
+    return {"method": method, "pairing": pairing, "out_to_tied": float(out_t.mean()), "in_to_tied": float(in_t.mean()),
+            "gap": float(gap.mean()), "gap_sd": sd, "n": int(len(gap)),
+            "threshold": 2 * sd if math.isfinite(sd) else 0.0, "noise_floor": floor}
+
+
+def moved_from_init(run: Run, seeds: Sequence[int]) -> pd.DataFrame:
+    """How far each final matrix moved from its step-0 value: mean per-token cosine and relative distance."""
+    rows = []
+    for s in seeds:
+        for variant, which in (("tied", "input"), ("untied", "input"), ("untied", "output")):
+            v = Variant.parse(variant)
+            start = alignment.extract(run.model_path(v, s, 0), run.tokenizer_dir).matrix(which)
+            end = alignment.extract(run.model_path(v, s), run.tokenizer_dir).matrix(which)
+            ev = alignment.evolution([(0, start), (1, end)])
+            last = ev.iloc[-1]
+            rows.append({"matrix": f"{variant} {which}" if variant == "untied" else "tied", "seed": s,
+                         "cos_to_init": float(last["cos_to_init"]),
+                         "dist_to_init": float(last["dist_to_init"])})
+    return pd.DataFrame(rows)
+
+
+def evolution_table(run: Run, seeds: Sequence[int]) -> pd.DataFrame:
+    """Figure 3 analog: untied input and output (and tied) matrices through the checkpoints, per seed."""
+    frames = []
+    for s in seeds:
+        for variant, which in (("untied", "input"), ("untied", "output"), ("tied", "input")):
+            mats = alignment.checkpoint_matrices(run.model_dir(variant, s), which)
+            ev = alignment.evolution(mats)
+            ev.insert(0, "matrix", f"{variant} {which}" if variant == "untied" else "tied")
+            ev.insert(1, "seed", s)
+            frames.append(ev)
+    return pd.concat(frames, ignore_index=True)
+
+
+def neighbours(emb: Embeddings, which: str, token_id: int, k: int = 10) -> pd.DataFrame:
+    """The k nearest tokens (cosine, self excluded) of one token in one matrix."""
+    m = emb.matrix(which)
+    if not 0 <= token_id < m.shape[0]:
+        raise ValueError(f"token_id: {token_id} is outside the vocabulary (0..{m.shape[0] - 1})")
+    x = torch.nn.functional.normalize(m.double(), dim=1)
+    sims = x @ x[token_id]
+    sims[token_id] = -math.inf
+    top = sims.topk(k)
+    return pd.DataFrame({"token": [emb.tokens[i] for i in top.indices.tolist()],
+                         "cosine": top.values.numpy().round(3)})
