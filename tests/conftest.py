@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tiebias.runs import Run
-from tiebias.train import TrainConfig
+from tiebias.train import TrainConfig, train
 
 TINY = dict(preset="tiny", steps=12, batch_size=4, seq_len=32, lr=3e-3, warmup_steps=2, eval_every=4,
             eval_tokens=512, checkpoint_every=4)
@@ -31,3 +32,16 @@ def fresh_run(prepared_run: Run, tmp_path: Path) -> Run:
 @pytest.fixture
 def tiny_config() -> TrainConfig:
     return TrainConfig(**TINY)
+
+
+@pytest.fixture(scope="session")
+def two_seed_run(prepared_run: Run, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """Tied and untied tiny models for seeds 0 and 1 (8 steps), shared read-only by analysis tests."""
+    dst = tmp_path_factory.mktemp("runs") / "two_seed"
+    shutil.copytree(prepared_run.path, dst, ignore=shutil.ignore_patterns("models", "metrics"))
+    run = Run(dst)
+    cfg = replace(TrainConfig(**TINY), steps=8)
+    for seed in (0, 1):
+        for v in ("tied", "untied"):
+            train(run, v, seed, cfg, progress=False)
+    return run

@@ -1,19 +1,7 @@
-from dataclasses import replace
-
 import pytest
 
 from tiebias import comparisons
 from tiebias.runs import Run
-from tiebias.train import train
-
-
-@pytest.fixture
-def two_seed_run(fresh_run: Run, tiny_config) -> Run:
-    cfg = replace(tiny_config, steps=8)
-    for seed in (0, 1):
-        for v in ("tied", "untied"):
-            train(fresh_run, v, seed, cfg, progress=False)
-    return fresh_run
 
 
 def test_table1_rows_pairings_and_claim(two_seed_run: Run) -> None:

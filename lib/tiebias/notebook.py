@@ -9,9 +9,12 @@ import plotly.io as pio
 
 
 def setup() -> None:
-    """Render plotly figures both live (JupyterLab mimetype) and in nbconvert HTML (inline plotly.js)."""
+    """Render plotly figures live (JupyterLab mimetype) and in nbconvert HTML (inline plotly.js); quiet HF bars."""
+    from transformers.utils import logging as hf_logging
+
     pio.renderers.default = "plotly_mimetype+notebook"
     pio.templates.default = "plotly_white"
+    hf_logging.disable_progress_bar()  # no "Loading weights" bar per model load in executed notebooks
 
 
 def save_figure(fig: go.Figure, folder: str | Path, name: str) -> Path:
