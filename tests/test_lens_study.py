@@ -37,3 +37,13 @@ def test_gap_needs_both_variants() -> None:
     with pytest.raises(ValueError, match="need both 'tied' and 'untied'"):
         lens_study.gap_table(df)
     assert lens_study.early_layers(6) == [0, 1, 2] and lens_study.early_layers(2) == [0, 1]
+
+
+def test_external_models_by_path(two_seed_run: Run) -> None:
+    models = lens_study.load_sources({"tied": two_seed_run.model_path("tied", 0),
+                                      "untied": two_seed_run.model_path("untied", 0)})
+    df, lenses = lens_study.kl_table_models(models, None, eval_tokens=256, progress=False, **RECIPE)
+    assert set(df.variant) == {"tied", "untied"} and set(lenses) == {"tied", "untied"}
+    assert df[df.layer == df.layer.max()].kl_tuned_bits.abs().max() < 1e-3
+    with pytest.raises(ValueError, match="untied_source: missing"):
+        lens_study.load_sources({"untied": None})

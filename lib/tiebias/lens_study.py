@@ -107,3 +107,44 @@ def claim3(gaps: pd.DataFrame) -> dict[str, Any]:
             "input_layer_gap": float(gaps[gaps.layer == 0].gap.iloc[0]),
             "significant_layers": gaps[gaps.significant].layer.tolist(), "significant_early_layers": sig,
             "positive_layers": gaps[gaps.gap > 0].layer.tolist()}
+
+
+def load_sources(sources: dict[str, Any], device: str = "cpu") -> dict[str, tuple[Any, Any]]:
+    """Load any HF causal LMs (local folders or hub ids) with their tokenizers: label -> (model, tokenizer)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = {}
+    for label, src in sources.items():
+        if src is None:
+            raise ValueError(f"{label}_source: missing; give a model folder or a hub id")
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32).to(device).eval()
+        tl.check_model(model)
+        out[label] = (model, AutoTokenizer.from_pretrained(src))
+    return out
+
+
+def kl_table_models(models: dict[str, tuple[Any, Any]], corpus: Any = None, *, steps: int, tokens_per_step: int,
+                    seq_len: int, eval_tokens: int, progress: bool = True,
+                    **recipe: Any) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Lens study on loaded models (e.g. a real tied/untied checkpoint pair) with each model's own tokenizer.
+
+    Lenses train on the corpus's validation split and are evaluated on its test split, as for a run.
+    Returns the long per-layer table (``variant`` = label, ``seed`` = 0) and the lenses by label.
+    """
+    from . import data
+
+    ds = data.load_corpus(corpus)
+    recipe.setdefault("warmup_steps", min(25, steps // 10))
+    frames, lenses = [], {}
+    for label, (model, tok) in models.items():
+        val = data.encode(tok, ds["validation"]["text"])
+        test = data.encode(tok, ds["test"]["text"])
+        lens = tl.train_lens(model, val, steps=steps, tokens_per_step=tokens_per_step, seq_len=seq_len,
+                             progress=progress, **recipe)
+        df = tl.evaluate(model, test, lens, seq_len=seq_len, max_tokens=eval_tokens)
+        df.insert(0, "variant", label)
+        df.insert(1, "seed", 0)
+        frames.append(df)
+        lenses[label] = lens
+    return pd.concat(frames, ignore_index=True), lenses
