@@ -1,0 +1,340 @@
+"""Tests for tiebias.lens: indexing, KL units, training, save/load and input checks on tiny models."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from transformers import (
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+)
+from tuned_lens import TunedLens
+
+from tiebias import lens as L
+
+VOCAB = 256
+SEQ = 64
+FAMILIES = [("llama", True), ("llama", False), ("gpt_neox", True), ("gpt_neox", False)]
+
+
+def _config(family: str, tied: bool, layers: int = 3, hidden: int = 32) -> LlamaConfig | GPTNeoXConfig:
+    """Tiny config of the given family."""
+    kw = dict(
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        tie_word_embeddings=tied,
+        max_position_embeddings=2 * SEQ,
+    )
+    return LlamaConfig(**kw) if family == "llama" else GPTNeoXConfig(**kw)
+
+
+def _build(family: str, tied: bool, layers: int = 3, hidden: int = 32, seed: int = 0) -> PreTrainedModel:
+    """Untrained tiny model."""
+    torch.manual_seed(seed)
+    cfg = _config(family, tied, layers, hidden)
+    model = LlamaForCausalLM(cfg) if family == "llama" else GPTNeoXForCausalLM(cfg)
+    return model.eval()
+
+
+def _stream(n: int, seed: int) -> torch.Tensor:
+    """Markov-chain token stream (each token has one likely successor) with repeated spans."""
+    rng = np.random.default_rng(seed)
+    succ = rng.permutation(VOCAB)
+    out = np.empty(n, dtype=np.int64)
+    t = int(rng.integers(VOCAB))
+    jumps = rng.random(n) < 0.2
+    fresh = rng.integers(0, VOCAB, n)
+    for i in range(n):
+        out[i] = t
+        t = int(fresh[i]) if jumps[i] else int(succ[t])
+    # Copy spans make later layers (attention) matter.
+    for start in range(0, n - 64, 256):
+        out[start + 32 : start + 64] = out[start : start + 32]
+    return torch.from_numpy(out)
+
+
+TRAIN = _stream(24_000, 0)
+EVAL = _stream(4_096, 1)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Tiny tensors: one intra-op thread is faster, and far faster on a busy 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def models() -> dict[tuple[str, bool], PreTrainedModel]:
+    """One briefly trained tiny model per (family, tied), so lens behaviour is not degenerate."""
+    out = {}
+    seqs = TRAIN[: (len(TRAIN) // SEQ) * SEQ].view(-1, SEQ)
+    for family, tied in FAMILIES:
+        model = _build(family, tied)
+        model.train()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        gen = torch.Generator().manual_seed(0)
+        for _ in range(40):
+            x = seqs[torch.randint(0, len(seqs), (16,), generator=gen)]
+            model(input_ids=x, labels=x).loss.backward()
+            opt.step()
+            opt.zero_grad()
+        out[(family, tied)] = model.eval().requires_grad_(False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def lenses(models: dict[tuple[str, bool], PreTrainedModel]) -> dict[tuple[str, bool], TunedLens]:
+    """A short-trained lens per model."""
+    return {
+        key: L.train_lens(
+            m, TRAIN, steps=40, seq_len=SEQ, tokens_per_step=512, warmup_steps=4, lr=1e-2, progress=False
+        )
+        for key, m in models.items()
+    }
+
+
+def _eval(model: PreTrainedModel, lens: TunedLens | None) -> pd.DataFrame:
+    return L.evaluate(model, EVAL, lens, seq_len=SEQ, max_tokens=1024, batch_size=8)
+
+
+# --------------------------------------------------------------------------- indexing
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt_neox"])
+def test_last_hidden_state_is_post_norm(family: str) -> None:
+    """transformers 5 records hidden_states[-1] after the final norm: the head alone gives the logits."""
+    model = _build(family, tied=False)
+    x = EVAL[:SEQ].unsqueeze(0)
+    with torch.no_grad():
+        out = model(input_ids=x, output_hidden_states=True)
+        head = model.get_output_embeddings()
+        assert len(out.hidden_states) == model.config.num_hidden_layers + 1
+        torch.testing.assert_close(head(out.hidden_states[-1]), out.logits)
+
+
+@pytest.mark.parametrize("key", FAMILIES, ids=lambda k: f"{k[0]}-{'tied' if k[1] else 'untied'}")
+def test_final_layer_kl_is_zero(models, lenses, key) -> None:
+    df = _eval(models[key], lenses[key])
+    n = models[key].config.num_hidden_layers
+    assert list(df.layer) == list(range(n + 1))
+    final = df.iloc[-1]
+    assert final.kl_tuned_bits < 1e-4 and final.kl_logit_bits < 1e-4
+    assert final.ce_tuned_nats == pytest.approx(final.ce_model_nats, abs=1e-5)
+    assert final.ce_logit_nats == pytest.approx(final.ce_model_nats, abs=1e-5)
+    assert (df.kl_logit_bits.iloc[:-1] > 1e-3).all(), "intermediate layers should differ from the output"
+
+
+@pytest.mark.parametrize("key", FAMILIES, ids=lambda k: f"{k[0]}-{'tied' if k[1] else 'untied'}")
+def test_training_lowers_kl(models, lenses, key) -> None:
+    model = models[key]
+    identity = _eval(model, L.new_lens(model))
+    trained = _eval(model, lenses[key])
+    # The identity lens is exactly the logit lens.
+    np.testing.assert_allclose(identity.kl_tuned_bits, identity.kl_logit_bits, rtol=1e-6, atol=1e-7)
+    inner = slice(0, model.config.num_hidden_layers)
+    assert trained.kl_tuned_bits.iloc[inner].mean() < 0.8 * identity.kl_tuned_bits.iloc[inner].mean()
+    assert trained.kl_tuned_bits.iloc[0] < identity.kl_tuned_bits.iloc[0]
+
+
+def test_translator_i_reads_hidden_state_i(models, lenses) -> None:
+    """Evaluation row i equals the package lens applied to hidden_states[i] by hand."""
+    model, lens = models[("llama", True)], lenses[("llama", True)]
+    x = EVAL[: 8 * SEQ].view(8, SEQ)
+    df = L.evaluate(model, EVAL[: 8 * SEQ], lens, seq_len=SEQ, max_tokens=8 * SEQ)
+    with torch.no_grad():
+        out = model(input_ids=x, output_hidden_states=True)
+        for i in range(model.config.num_hidden_layers):
+            logits = lens(out.hidden_states[i], i)
+            manual = L.kl_bits(out.logits, logits).mean().item()
+            assert df.kl_tuned_bits.iloc[i] == pytest.approx(manual, rel=1e-4, abs=1e-7)
+            ce = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), x[:, 1:].reshape(-1))
+            assert df.ce_tuned_nats.iloc[i] == pytest.approx(ce.item(), rel=1e-5)
+        ce_model = torch.nn.functional.cross_entropy(
+            out.logits[:, :-1].reshape(-1, VOCAB), x[:, 1:].reshape(-1)
+        )
+        assert df.ce_model_nats.iloc[0] == pytest.approx(ce_model.item(), rel=1e-5)
+
+
+# --------------------------------------------------------------------------- units and loss
+
+
+def test_kl_bits_hand_made_pair() -> None:
+    p = torch.tensor([0.5, 0.5])
+    q = torch.tensor([0.25, 0.75])
+    nats = 0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.75)
+    expected = nats / math.log(2)
+    assert expected == pytest.approx(0.5 + 0.5 * math.log2(2 / 3))
+    assert L.kl_bits(p.log(), q.log()).item() == pytest.approx(expected, rel=1e-6)
+    # Logits up to an additive constant give the same answer.
+    assert L.kl_bits(p.log() + 3.0, q.log() - 1.0).item() == pytest.approx(expected, rel=1e-6)
+    assert L.kl_bits(q.log(), q.log()).item() == pytest.approx(0.0, abs=1e-7)
+
+
+def test_fused_training_loss_equals_kl() -> None:
+    """The training loss (hand-written backward) matches the plain KL in value and gradient."""
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(40, 16, generator=gen)
+    b = torch.randn(40, generator=gen)
+    final = torch.randn(5, 7, 40, generator=gen) * 3
+    log_p = final.log_softmax(-1)
+    p = log_p.exp()
+    stats = (p @ w, p @ b, (p * log_p).sum(-1))
+    for mine, ref in zip(L._target_stats(final, w, b), stats, strict=True):
+        torch.testing.assert_close(mine, ref, rtol=1e-5, atol=1e-5)
+    n = torch.randn(5, 7, 16, generator=gen, requires_grad=True)
+    fused = L._kl_nats_fused(n, w, b, *stats)
+    plain = L.kl_bits(final, n @ w.T + b) * L.LN2
+    torch.testing.assert_close(fused, plain, rtol=1e-4, atol=1e-5)
+    (g_fused,) = torch.autograd.grad(fused.sum(), n)
+    (g_plain,) = torch.autograd.grad(plain.sum(), n)
+    torch.testing.assert_close(g_fused, g_plain, rtol=1e-4, atol=1e-5)
+    # bf16 logits (the package's autocast precision) stay close.
+    low = L._kl_nats_fused(n, w.bfloat16(), b, *stats)
+    torch.testing.assert_close(low, plain, rtol=5e-2, atol=5e-2)
+
+
+# --------------------------------------------------------------------------- save / load
+
+
+def test_save_load_round_trip(models, lenses, tmp_path: Path) -> None:
+    model, lens = models[("gpt_neox", False)], lenses[("gpt_neox", False)]
+    path = L.save_lens(lens, L.lens_path(tmp_path / "tiny-s0"))
+    assert path == tmp_path / "tiny-s0" / "lens"
+    assert (path / "config.json").is_file() and (path / "params.pt").is_file()
+    before = _eval(model, lens)
+    pd.testing.assert_frame_equal(before, _eval(model, L.load_lens(model, path)))
+    # The package's own loader reads the same folder.
+    pkg = TunedLens.from_model_and_pretrained(model, str(path))
+    pd.testing.assert_frame_equal(before, _eval(model, pkg))
+
+
+def test_training_is_deterministic(models) -> None:
+    model = models[("llama", False)]
+    kw = dict(steps=3, seq_len=SEQ, tokens_per_step=256, warmup_steps=1, progress=False, seed=3)
+    a, b = L.train_lens(model, TRAIN, **kw), L.train_lens(model, TRAIN, **kw)
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+
+
+def test_load_rejects_other_shapes(models, lenses, tmp_path: Path) -> None:
+    path = L.save_lens(lenses[("llama", True)], tmp_path / "lens")
+    deeper = _build("llama", True, layers=4)
+    with pytest.raises(ValueError, match=r"path: .*3 translators.*num_hidden_layers=4"):
+        L.load_lens(deeper, path)
+    wider = _build("llama", True, hidden=48)
+    with pytest.raises(ValueError, match=r"path: .*\(32, 32\).*hidden_size=48"):
+        L.load_lens(wider, path)
+    with pytest.raises(FileNotFoundError, match="path"):
+        L.load_lens(models[("llama", True)], tmp_path / "nowhere")
+
+
+def test_load_rejects_other_model_of_same_shape(lenses, tmp_path: Path) -> None:
+    path = L.save_lens(lenses[("llama", True)], tmp_path / "lens")
+    other = _build("llama", True, seed=1)
+    with pytest.raises(ValueError, match="different unembedding"):
+        L.load_lens(other, path)
+    assert isinstance(L.load_lens(other, path, strict=False), TunedLens)
+
+
+# --------------------------------------------------------------------------- bad inputs
+
+
+def test_bad_inputs_raise(models, lenses) -> None:
+    model = models[("llama", True)]
+    with pytest.raises(ValueError, match=r"steps: .*got 0"):
+        L.train_lens(model, TRAIN, steps=0)
+    with pytest.raises(ValueError, match=r"tokens: .*100 tokens.*seq_len=128"):
+        L.evaluate(model, EVAL[:100])
+    with pytest.raises(ValueError, match=r"tokens: .*100 tokens.*seq_len=128"):
+        L.train_lens(model, EVAL[:100], steps=1)
+    with pytest.raises(ValueError, match=r"tokens: .*1-D"):
+        L.evaluate(model, EVAL[:256].view(2, 128))
+    with pytest.raises(ValueError, match=r"tokens: .*\[0, 255\]"):
+        L.evaluate(model, EVAL[:256] + VOCAB)
+    with pytest.raises(ValueError, match="tokens_per_step: .*seq_len=64"):
+        L.train_lens(model, TRAIN, seq_len=64, tokens_per_step=100)
+    with pytest.raises(ValueError, match="lens: shape mismatch: lens has 3 translators.*num_hidden_layers=4"):
+        L.evaluate(_build("llama", True, layers=4), EVAL, lenses[("llama", True)], seq_len=SEQ)
+    with pytest.raises(ValueError, match="lens: its unembedding"):
+        L.evaluate(models[("llama", False)], EVAL, lenses[("llama", True)], seq_len=SEQ)
+
+
+def test_thread_setting_is_restored(models) -> None:
+    model = models[("llama", True)]
+    torch.set_num_threads(2)
+    try:
+        L.evaluate(model, EVAL, seq_len=SEQ, max_tokens=SEQ, num_threads=1)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(1)
+    with pytest.raises(ValueError, match=r"num_threads: .*got 0"):
+        L.evaluate(model, EVAL, seq_len=SEQ, num_threads=0)
+    with pytest.raises(ValueError, match=r"num_threads: .*got 0"):
+        L.train_lens(model, TRAIN, seq_len=SEQ, num_threads=0)
+
+
+def test_unsupported_family_names_model_type() -> None:
+    from transformers import MistralConfig, MistralForCausalLM
+
+    cfg = MistralConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    )
+    model = MistralForCausalLM(cfg)
+    with pytest.raises(ValueError, match="model: model family model_type='mistral'"):
+        L.train_lens(model, TRAIN, steps=1)
+    with pytest.raises(ValueError, match="model_type='mistral'"):
+        L.evaluate(model, EVAL)
+    with pytest.raises(ValueError, match="model: expected a transformers PreTrainedModel"):
+        L.evaluate(torch.nn.Linear(2, 2), EVAL)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- notebook helpers
+
+
+def _char_tokenizer() -> PreTrainedTokenizerFast:
+    """Character-level tokenizer whose ids fit the tiny vocabulary."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz .")}
+    vocab["<eos>"] = len(vocab)
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<eos>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>")
+
+
+def test_top_tokens_and_trajectory(models, lenses) -> None:
+    model, lens = models[("gpt_neox", True)], lenses[("gpt_neox", True)]
+    tok = _char_tokenizer()
+    df = L.top_tokens_by_layer(model, lens, tok, "the cat", k=3)
+    n = model.config.num_hidden_layers
+    assert len(df) == (n + 1) * 2 * 3
+    assert set(df.lens) == {"tuned", "logit"}
+    last = df[df.layer == n]
+    # At the output both lenses are the model itself.
+    assert list(last[last.lens == "tuned"].token_id) == list(last[last.lens == "logit"].token_id)
+    traj = L.trajectory(model, lens, tok, "the cat sat.")
+    assert traj.log_probs.shape == (n + 1, 12, VOCAB)
+    fig = L.trajectory_figure(traj, "cross_entropy", title="ce")
+    assert fig.data[0].type == "heatmap"
+    with pytest.raises(ValueError, match="k: "):
+        L.top_tokens_by_layer(model, lens, tok, "the", k=0)
