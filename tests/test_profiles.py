@@ -38,8 +38,8 @@ def test_bad_profile_and_parameter() -> None:
 
 
 def test_parse_set() -> None:
-    assert parse_set(["steps=100", "lr=1e-3", "seeds=0,1", "lens_compare_depths=true"]) == {
-        "steps": 100, "lr": 1e-3, "seeds": "0,1", "lens_compare_depths": True}
+    assert parse_set(["steps=100", "lr=1e-3", "seeds=0,1", "inverse_output=true"]) == {
+        "steps": 100, "lr": 1e-3, "seeds": "0,1", "inverse_output": True}
 
 
 def test_env_var_picks_profile(monkeypatch) -> None:
