@@ -63,7 +63,7 @@ def check(run_dir: Path, shots: Path | None = None) -> list[tuple[str, int, int]
         starts = [m.start() for m in re.finditer(r'class="[^"]*plotly-graph-div', dom)] + [len(dom)]
         figs = len(starts) - 1
         # a figure has drawn when its div holds plotly's SVG before the next figure's div begins
-        drawn = sum('class="main-svg"' in dom[a:b] for a, b in zip(starts, starts[1:]))
+        drawn = sum('class="main-svg"' in dom[a:b] for a, b in zip(starts, starts[1:], strict=False))
         iframes = len(re.findall(r"<iframe", dom))
         rows.append((str(page.relative_to(run_dir)), figs, drawn))
         status = "ok" if drawn >= figs else "NOT DRAWN"
