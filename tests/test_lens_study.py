@@ -47,3 +47,18 @@ def test_external_models_by_path(two_seed_run: Run) -> None:
     assert df[df.layer == df.layer.max()].kl_tuned_bits.abs().max() < 1e-3
     with pytest.raises(ValueError, match="untied_source: missing"):
         lens_study.load_sources({"untied": None})
+
+
+def test_depth_run_shares_data_and_differs_only_in_preset(two_seed_run: Run, tiny_config) -> None:
+    from dataclasses import replace
+
+    sub = lens_study.depth_run(two_seed_run, "mini", [0], replace(tiny_config, steps=8), progress=False)
+    assert sub.path == two_seed_run.path / "depth" / "mini"
+    assert sub.config == two_seed_run.config
+    assert sub.load_model("tied", 0).config.num_hidden_layers == 4
+    assert sub.summary("untied", 0)["steps"] == 8
+    df = lens_study.kl_table(sub, ["tied", "untied"], [0], eval_tokens=256, progress=False, **RECIPE)
+    g = lens_study.relative_depth(lens_study.gap_table(df))
+    assert g.depth.max() == 1.0 and len(g) == 5
+    with pytest.raises(ValueError, match="preset: unknown value"):
+        lens_study.depth_run(two_seed_run, "huge", [0], tiny_config)

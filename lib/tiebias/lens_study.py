@@ -148,3 +148,38 @@ def kl_table_models(models: dict[str, tuple[Any, Any]], corpus: Any = None, *, s
         frames.append(df)
         lenses[label] = lens
     return pd.concat(frames, ignore_index=True), lenses
+
+
+def depth_run(run: Run, preset: str, seeds: Sequence[int], config: Any, progress: bool = True) -> Run:
+    """Tied and untied models of another depth, in ``<run>/depth/<preset>/``, sharing the run's data and tokenizer.
+
+    Everything but the preset (steps, batch, learning rate, seeds) is the run's, so the two depths differ only in
+    shape. Already trained models are reused.
+    """
+    import shutil
+    from dataclasses import replace
+
+    from .models import get_preset
+    from .train import train
+
+    get_preset(preset)
+    sub = Run(run.path / "depth" / preset)
+    if not sub.config_path.exists():
+        sub.path.mkdir(parents=True, exist_ok=True)
+        for name in ("tokenizer", "tokens"):
+            if not (sub.path / name).exists():
+                shutil.copytree(run.path / name, sub.path / name)
+        shutil.copy2(run.path / "token_frequencies.csv", sub.path / "token_frequencies.csv")
+        shutil.copy2(run.config_path, sub.config_path)  # last: marks the sub-run as ready
+    cfg = replace(config, preset=preset)
+    for seed in seeds:
+        for v in ("tied", "untied"):
+            train(sub, v, seed, cfg, progress=progress)
+    return sub
+
+
+def relative_depth(gaps: pd.DataFrame) -> pd.DataFrame:
+    """Add ``depth`` = layer / number of layers, so models of different depth share one axis."""
+    out = gaps.copy()
+    out["depth"] = out.layer / out.layer.max()
+    return out

@@ -37,3 +37,16 @@ def gap(gaps: pd.DataFrame, title: str = "tied - untied tuned-lens KL per layer 
     fig.update_layout(height=380, title=title + " (red: CI excludes 0)", xaxis_title="layer",
                       yaxis_title="KL gap (bits)", xaxis=dict(dtick=1))
     return fig
+
+
+def gap_by_depth(gaps: dict[str, pd.DataFrame]) -> go.Figure:
+    """Tied - untied tuned-lens KL gap against relative depth (layer / layers), one line per model depth."""
+    fig = go.Figure()
+    for (name, g), color in zip(gaps.items(), ["#d62728", "#1f77b4", "#2ca02c"], strict=False):
+        x = g.layer / g.layer.max()
+        fig.add_scatter(x=x, y=g.gap, mode="lines+markers", name=f"{name} ({int(g.layer.max())} layers)",
+                        line=dict(color=color), error_y=dict(array=np.nan_to_num(g.gap_sd.values)))
+    fig.add_hline(y=0, line=dict(color="black", width=1))
+    fig.update_layout(height=380, title="tied - untied tuned-lens KL by relative depth (mean ± sd over seeds)",
+                      xaxis_title="layer / number of layers", yaxis_title="KL gap (bits)")
+    return fig
