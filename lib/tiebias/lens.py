@@ -290,16 +290,8 @@ class _LensKL(torch.autograd.Function):
         return grad_n.to(ctx.n_dtype), None, None, None, None, None
 
 
-def _kl_nats_fused(
-    n: Tensor,
-    weight: Tensor,
-    bias: Tensor | None,
-    target_mean: Tensor,
-    target_bias: Tensor,
-    neg_entropy: Tensor,
-) -> Tensor:
-    """Per-position KL(p || softmax(W n + b)) in nats; see :class:`_LensKL`."""
-    return _LensKL.apply(n, weight, bias, target_mean, target_bias, neg_entropy)
+_kl_nats_fused = _LensKL.apply
+"""Per-position KL(p || softmax(W n + b)) in nats; see :class:`_LensKL`."""
 
 
 def _target_stats(logits: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
