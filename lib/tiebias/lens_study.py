@@ -573,10 +573,64 @@ def claim3_verdict(seq_table: pd.DataFrame, *, paired: bool = True, level: float
         lines.append(f"Claim 3 (tied early layers read worse: CI of the gap above 0) "
                      f"{'HOLDS' if verdict == 'holds' else 'does NOT hold'} here.")
     threshold = g["value"] - g["ci_low"] if ci_ok else math.inf
-    return {"verdict": verdict, "text": "\n".join(lines), "value": g["value"], "threshold": threshold,
+    return {"verdict": verdict, "text": "\n".join(lines), "value": g["value"], "threshold": threshold, "sd": g["sd"],
             "ci_low": g["ci_low"], "ci_high": g["ci_high"], "method": g["method"], "n_seeds": g["n_seeds"],
             "early_layers": g["early_layers"], "budget": budget, "recipe": recipes[0], "converged": conv["converged"],
             "convergence": conv, "ladder": ladder.to_dict(orient="records")}
+
+
+def same_depth(table: pd.DataFrame) -> bool:
+    """Whether every model in the table has the same number of layers (per-layer gaps need that)."""
+    return table.groupby("variant").layer.max().nunique() == 1
+
+
+def ladder_layers(kl: pd.DataFrame, layers: Sequence[int] = (0, 1, 2), column: str = "kl_tuned_bits") -> pd.DataFrame:
+    """Tuned-lens KL of the given layers at every rung, per variant: "mean ± sd" over seeds (rows recipe, budget)."""
+    sub = per_layer(kl)
+    sub = sub[sub.layer.isin(layers)]
+    g = sub.groupby(["recipe", "budget", "layer", "variant"], sort=False)[column]
+    cell = (g.mean().map("{:.3g}".format) + " ± " + g.std(ddof=1).fillna(0).map("{:.2g}".format)).rename(column)
+    return cell.unstack(["layer", "variant"])
+
+
+def describe_scale(scale: pd.DataFrame, level: float = 0.95) -> str:
+    """One sentence per checkpoint of :func:`scale_table`: validation loss, early-layer gap and whether its CI is above 0."""
+    parts = []
+    for r in scale.itertuples():
+        where = "above 0" if r.ci_low > 0 else ("below 0" if r.ci_high < 0 else "includes 0")
+        conv = {True: "", False: ", lens not converged", None: ""}[r.converged]
+        parts.append(f"step {r.step} (val loss {r.val_loss:.2f}): {r.gap:+.3g} bits [{r.ci_low:+.3g}, {r.ci_high:+.3g}], "
+                     f"CI {where}{conv}")
+    above = [int(r.step) for r in scale.itertuples() if r.ci_low > 0]
+    tail = (f"Tied early layers read worse (CI above 0) at steps {above}." if above
+            else "At no checkpoint does the CI of the gap lie above 0.")
+    return f"Early-layer gap ({int(level * 100)}% CI) by training step: " + "; ".join(parts) + ". " + tail
+
+
+def describe_gaps(gaps: pd.DataFrame) -> str:
+    """One sentence on a per-layer gap table: where tied reads worse, and where the CI excludes 0."""
+    c = claim3(gaps)
+    return (f"Tied - untied tuned-lens KL: {c['input_layer_gap']:+.3g} bits at the input layer, {c['value']:+.3g} on "
+            f"average over the early layers {c['early_layers']}; tied > untied at layers {c['positive_layers'] or 'none'}; "
+            f"the 95% CI ({gaps.ci_method.iloc[0]}) excludes 0 at layers {c['significant_layers'] or 'none'}.")
+
+
+def final_point(run: Run, variants: Sequence[str], seeds: Sequence[int], verdict: dict[str, Any]) -> dict[str, float]:
+    """A run's final models as one scale-axis point: mean final validation loss and the verdict's gap and CI."""
+    losses = [run.summary(v, s).get("final_val_loss", math.nan) for v in variants for s in seeds]
+    return {"val_loss": float(np.mean(losses)), "gap": verdict["value"], "ci_low": verdict["ci_low"],
+            "ci_high": verdict["ci_high"]}
+
+
+def record_claim3(run: Run, verdict: dict[str, Any], paper: Any = None) -> dict[str, Any]:
+    """Store a :func:`claim3_verdict` as the run's claim-3 headline (value, CI distance as threshold, convergence)."""
+    from .report import record
+
+    details = {k: verdict[k] for k in ("verdict", "ci_low", "ci_high", "method", "budget", "recipe", "converged",
+                                       "convergence", "ladder", "early_layers")}
+    return record(run, "claim3_tuned_lens", value=verdict["value"], threshold=verdict["threshold"],
+                  unit="bits (early layers)", spread=verdict["sd"], n_seeds=verdict["n_seeds"], paper=paper,
+                  statement=verdict["text"], details=details)
 
 
 def claim3(gaps: pd.DataFrame) -> dict[str, Any]:
