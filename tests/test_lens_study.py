@@ -294,3 +294,52 @@ def test_scale_table_on_checkpoints(two_seed_run: Run) -> None:
     assert scale.gap[0] == pytest.approx(lens_study.early_gap(at4)["value"])
     with pytest.raises(ValueError, match="step: no checkpoint 5"):
         lens_study.scale_table(two_seed_run, ["tied"], [0], [5], eval_tokens=256, progress=False, **RECIPE)
+
+
+# --------------------------------------------------------------------------- notebook helpers and figures
+
+
+def test_summaries_and_figures(two_seed_run: Run, tmp_path: Path) -> None:
+    from tiebias import report
+    from tiebias.plotting import lens as lplot
+
+    seq = _synthetic({1: 0.6, 2: 0.5})
+    kl = lens_study.per_layer(seq)
+    cells = lens_study.ladder_layers(kl, layers=(0, 1))
+    assert list(cells.index) == [("cpu", 1), ("cpu", 2)] and cells.shape[1] == 4
+    tied0 = kl[(kl.budget == 2) & (kl.layer == 0) & (kl.variant == "tied")].kl_tuned_bits
+    assert cells.loc[("cpu", 2), (0, "tied")].startswith(f"{tied0.mean():.3g} ± ")
+    g = lens_study.gaps(lens_study.at_budget(seq))
+    text = lens_study.describe_gaps(g)
+    assert "tied > untied at layers [0, 1, 2]" in text and "excludes 0 at layers [0, 1, 2]" in text
+    assert lens_study.same_depth(seq) and not lens_study.same_depth(seq[~((seq.variant == "tied") & (seq.layer == 3))])
+    scale = pd.DataFrame({"step": [4, 8], "val_loss": [6.0, 5.5], "gap": [0.0, 0.3], "ci_low": [-0.1, 0.1],
+                          "ci_high": [0.1, 0.5], "half_width": [0.1, 0.2], "n_seeds": [2, 2],
+                          "converged": [True, False], "budget": [2, 2]})
+    s = lens_study.describe_scale(scale)
+    assert "step 4 (val loss 6.00): +0 bits" in s and "CI includes 0" in s and "lens not converged" in s
+    assert s.endswith("at steps [8].")
+    v = lens_study.claim3_verdict(seq)
+    pt = lens_study.final_point(two_seed_run, ["tied", "untied"], [0, 1], v)
+    want = np.mean([two_seed_run.summary(x, s)["final_val_loss"] for x in ("tied", "untied") for s in (0, 1)])
+    assert pt["val_loss"] == pytest.approx(want) and pt["gap"] == v["value"]
+    run = Run(tmp_path / "ext")
+    entry = lens_study.record_claim3(run, v)
+    assert entry["verdict"] == (v["value"] > v["threshold"]) and entry["details"]["converged"] == v["converged"]
+    assert report.results(run)["claim3_tuned_lens"]["statement"] == v["text"]
+    # figures: one panel per layer below the output, a trace per variant; CI bars from the table
+    fig = lplot.ladder(kl)
+    assert len(fig.data) == 3 * 2 and list(fig.data[0].x) == [10, 20]
+    lad = lens_study.ladder_gaps(seq)
+    fig = lplot.ladder_gap(lad)
+    np.testing.assert_allclose(fig.data[0].error_y.array, lad.ci_high - lad.gap)
+    fig = lplot.gap_vs_loss(scale, {"deep": pt})
+    assert len(fig.data) == 2 and list(fig.data[0].text) == ["step 4", "step 8"]
+    fig = lplot.gap_by_depth({"a": g, "b": g})
+    np.testing.assert_allclose(fig.data[0].error_y.arrayminus, np.nan_to_num(g.gap - g.ci_low))
+
+
+def test_external_dir() -> None:
+    assert lens_study.external_dir("x", "y", "/tmp/somewhere") == Path("/tmp/somewhere")
+    d = lens_study.external_dir("allenai/OLMo-1B-hf", "/models/OLMo-1B-0724-hf/")
+    assert d.parts[-3:] == ("runs", "external", "OLMo-1B-hf--OLMo-1B-0724-hf")
