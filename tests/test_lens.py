@@ -231,6 +231,48 @@ def test_training_is_deterministic(models) -> None:
         assert torch.equal(pa, pb)
 
 
+def test_continued_training_through_disk_matches_in_memory(models, tmp_path: Path) -> None:
+    """Two chained calls give the same lens whether the lens and its state went through disk or not."""
+    model = models[("llama", True)]
+    kw = dict(seq_len=SEQ, tokens_per_step=256, warmup_steps=1, progress=False, seed=2)
+    state: dict = {}
+    log: list[dict[str, float]] = []
+    a = L.train_lens(model, TRAIN, steps=3, state=state, **kw)
+    assert state["steps_done"] == 3 and state["optimizer_name"] == "adam"
+    L.save_lens(a, tmp_path / "lens")
+    torch.save(state, tmp_path / "state.pt")
+    a = L.train_lens(model, TRAIN, steps=4, lens=a, state=state, log=log, **kw)
+    assert state["steps_done"] == 7
+    # each call runs its own warmup and decay to 0
+    assert log[0]["lr"] == pytest.approx(1e-2) and log[-1]["lr"] == pytest.approx(1e-2 / 3)
+    b = L.load_lens(model, tmp_path / "lens")
+    b_state = torch.load(tmp_path / "state.pt", weights_only=True)
+    b = L.train_lens(model, TRAIN, steps=4, lens=b, state=b_state, **kw)
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+    fresh = L.train_lens(model, TRAIN, steps=4, **kw)
+    assert not torch.equal(fresh.layer_translators[0].weight, a.layer_translators[0].weight)
+    with pytest.raises(ValueError, match="optimizer: 'sgd' cannot continue a lens trained with 'adam'"):
+        L.train_lens(model, TRAIN, steps=2, lens=b, state=dict(b_state), optimizer="sgd", **kw)
+    with pytest.raises(ValueError, match="lens: its unembedding"):
+        L.train_lens(models[("llama", False)], TRAIN, steps=2, lens=b, **kw)
+
+
+def test_per_sequence_evaluation_averages_to_the_table(models, lenses) -> None:
+    model, lens = models[("gpt_neox", True)], lenses[("gpt_neox", True)]
+    table = _eval(model, lens)
+    seq = L.evaluate(model, EVAL, lens, seq_len=SEQ, max_tokens=1024, batch_size=3, per_sequence=True)
+    assert list(seq.columns) == ["sequence", *table.columns]
+    assert seq.sequence.nunique() == 1024 // SEQ and len(seq) == len(table) * (1024 // SEQ)
+    assert seq.sequence.std() > 0 and seq.groupby("layer").kl_tuned_bits.std().iloc[0] > 0
+    mean = seq.groupby("layer").mean(numeric_only=True).reset_index()
+    for col in ("kl_tuned_bits", "kl_logit_bits", "ce_tuned_nats", "ce_logit_nats", "ce_model_nats"):
+        np.testing.assert_allclose(mean[col].to_numpy(), table[col].to_numpy(), rtol=1e-6, atol=1e-9)
+    no_logit = L.evaluate(model, EVAL, lens, seq_len=SEQ, max_tokens=1024, logit_lens=False)
+    assert no_logit.kl_logit_bits.isna().all() and no_logit.ce_logit_nats.isna().all()
+    np.testing.assert_allclose(no_logit.kl_tuned_bits, table.kl_tuned_bits, rtol=1e-6)
+
+
 def test_load_rejects_other_shapes(models, lenses, tmp_path: Path) -> None:
     path = L.save_lens(lenses[("llama", True)], tmp_path / "lens")
     deeper = _build("llama", True, layers=4)

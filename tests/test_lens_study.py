@@ -1,6 +1,13 @@
+import json
+import math
+from pathlib import Path
+
+import numpy as np
 import pandas as pd
 import pytest
+import torch
 
+from tiebias import lens as tl
 from tiebias import lens_study
 from tiebias.runs import Run
 
@@ -24,7 +31,7 @@ def test_kl_table_gap_and_claim(two_seed_run: Run) -> None:
 
 def test_lens_reused_when_recipe_matches(two_seed_run: Run) -> None:
     lens_study.ensure_lens(two_seed_run, "tied", 1, progress=False, **RECIPE)
-    p = lens_study.lens_dir(two_seed_run, "tied", 1) / "params.pt"
+    p = lens_study.rung_dir(lens_study.lens_dir(two_seed_run, "tied", 1), "cpu", 1) / "params.pt"
     t = p.stat().st_mtime_ns
     lens_study.ensure_lens(two_seed_run, "tied", 1, progress=False, **RECIPE)
     assert p.stat().st_mtime_ns == t
@@ -42,7 +49,8 @@ def test_gap_needs_both_variants() -> None:
 def test_external_models_by_path(two_seed_run: Run) -> None:
     models = lens_study.load_sources({"tied": two_seed_run.model_path("tied", 0),
                                       "untied": two_seed_run.model_path("untied", 0)})
-    df, lenses = lens_study.kl_table_models(models, None, eval_tokens=256, progress=False, **RECIPE)
+    df, lenses = lens_study.kl_table_models(models, None, eval_tokens=256, progress=False,
+                                            folder=two_seed_run.path / "external", **RECIPE)
     assert set(df.variant) == {"tied", "untied"} and set(lenses) == {"tied", "untied"}
     assert df[df.layer == df.layer.max()].kl_tuned_bits.abs().max() < 1e-3
     with pytest.raises(ValueError, match="untied_source: missing"):
@@ -62,3 +70,276 @@ def test_depth_run_shares_data_and_differs_only_in_preset(two_seed_run: Run, tin
     assert g.depth.max() == 1.0 and len(g) == 5
     with pytest.raises(ValueError, match="preset: unknown value"):
         lens_study.depth_run(two_seed_run, "huge", [0], tiny_config)
+
+
+# --------------------------------------------------------------------------- ladder
+
+
+def _params(state_dict: dict) -> dict:
+    return {k: v.clone() for k, v in state_dict.items()}
+
+
+def test_ladder_resumes_after_interruption(two_seed_run: Run, tmp_path: Path, monkeypatch) -> None:
+    model = two_seed_run.load_model("untied", 0)
+    tokens = two_seed_run.tokens("validation")
+    kw = dict(steps=4, tokens_per_step=64, seq_len=32, progress=False)
+    whole = lens_study.train_ladder(model, tokens, tmp_path / "whole", budgets=[1, 2, 3], **kw)
+
+    real = tl.train_lens
+    calls: list[int] = []
+
+    def killed_in_rung_2(*args, **kwargs):
+        calls.append(kwargs["steps"])
+        if len(calls) == 2:
+            raise KeyboardInterrupt("killed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tl, "train_lens", killed_in_rung_2)
+    with pytest.raises(KeyboardInterrupt):
+        lens_study.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 2, 3], **kw)
+    first = lens_study.rung_dir(tmp_path / "cut", "cpu", 1)
+    assert (first / "trainer.pt").is_file() and not lens_study.rung_dir(tmp_path / "cut", "cpu", 2).exists()
+    calls.clear()
+    monkeypatch.setattr(tl, "train_lens", lambda *a, **k: (calls.append(k["steps"]), real(*a, **k))[1])
+    resumed = lens_study.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 2, 3], **kw)
+    assert calls == [4, 4]  # rung 1 is not retrained; rungs 2 and 3 are 4 new steps each
+    for b in (1, 2, 3):
+        a, r = whole[b].state_dict(), resumed[b].state_dict()
+        assert all(torch.equal(a[k], r[k]) for k in a), f"rung {b} differs after resuming"
+    assert not any(torch.equal(whole[1].state_dict()[k], whole[3].state_dict()[k])
+                   for k in whole[1].state_dict() if k.startswith("layer_translators"))
+    # only the top rung keeps the trainer state; a finished ladder trains nothing
+    assert not (first / "trainer.pt").exists()
+    assert (lens_study.rung_dir(tmp_path / "cut", "cpu", 3) / "trainer.pt").is_file()
+    calls.clear()
+    lens_study.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 2, 3], **kw)
+    assert calls == []
+    # a longer ladder continues from the top rung
+    lens_study.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 2, 3, 5], **kw)
+    assert calls == [8]
+    # another ladder shares the first rung only
+    calls.clear()
+    lens_study.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 4], **kw)
+    assert calls == [4, 12]
+
+
+def test_ladder_table_layout_and_rungs(two_seed_run: Run) -> None:
+    seq = lens_study.kl_table(two_seed_run, ["tied", "untied"], [0], eval_tokens=256, progress=False,
+                              budgets=[1, 2], recipes=["cpu", "package"], per_sequence=True, **RECIPE)
+    assert set(seq.recipe) == {"cpu", "package"} and set(seq.budget) == {1, 2}
+    assert set(seq.lens_steps) == {6, 12} and seq.sequence.nunique() == 256 // 32
+    folder = lens_study.lens_dir(two_seed_run, "tied", 0)
+    top = json.loads((folder / "recipe.json").read_text())
+    assert top["recipe"] == "cpu" and top["budget"] == 2
+    model = two_seed_run.load_model("tied", 0)
+    same = tl.load_lens(model, folder).state_dict()
+    rung = tl.load_lens(model, lens_study.rung_dir(folder, "cpu", 2)).state_dict()
+    assert all(torch.equal(same[k], rung[k]) for k in same)
+    kl = lens_study.per_layer(seq)
+    # the aggregated table equals evaluate's per-layer table for that rung
+    ref = tl.evaluate(model, two_seed_run.tokens("test"), tl.load_lens(model, lens_study.rung_dir(folder, "package", 1)),
+                      seq_len=32, max_tokens=256)
+    got = kl[(kl.variant == "tied") & (kl.recipe == "package") & (kl.budget == 1)].reset_index(drop=True)
+    for col in ("kl_tuned_bits", "kl_logit_bits", "ce_tuned_nats", "ce_logit_nats", "ce_model_nats", "n_tokens"):
+        np.testing.assert_allclose(got[col].to_numpy(), ref[col].to_numpy(), rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match="several rows per"):
+        lens_study.gap_table(kl)
+    one = lens_study.at_budget(kl)
+    assert set(one.recipe) == {"cpu"} and set(one.budget) == {2}
+    assert len(lens_study.gap_table(one)) == 3
+
+
+def test_ladder_and_parameter_validation(two_seed_run: Run) -> None:
+    assert lens_study.check_budgets([1, 2, 4]) == [1, 2, 4]
+    assert lens_study.check_budgets("1,2,4") == [1, 2, 4] and lens_study.check_budgets("[1, 4]") == [1, 4]
+    for bad in ([2, 1], [1, 1], [0, 1], [-1], [], [1.5, 2], "x"):
+        with pytest.raises(ValueError, match="lens_budgets"):
+            lens_study.check_budgets(bad)
+    assert lens_study.check_recipes("cpu,package") == ["cpu", "package"]
+    for bad in (["adamw"], ["cpu", "cpu"], []):
+        with pytest.raises(ValueError, match="lens_recipes"):
+            lens_study.check_recipes(bad)
+    assert lens_study.check_checkpoints([]) == [] and lens_study.check_checkpoints("128,256") == [128, 256]
+    with pytest.raises(ValueError, match="lens_checkpoints"):
+        lens_study.check_checkpoints([256, 128])
+    good = dict(lens_steps=10, lens_tokens_per_step=64, lens_eval_tokens=64, lens_budgets=[1, 2],
+                lens_recipes=["cpu"], lens_checkpoints=[], lens_depth_preset="")
+    assert lens_study.check_params(good)["lens_budgets"] == [1, 2]
+    with pytest.raises(ValueError, match="^lens_steps: 0"):
+        lens_study.check_params({**good, "lens_steps": 0})
+    with pytest.raises(ValueError, match="^lens_depth_preset: .*'bogus'"):
+        lens_study.check_params({**good, "lens_depth_preset": "bogus"})
+    with pytest.raises(ValueError, match="^lens_budgets"):
+        lens_study.check_params({**good, "lens_budgets": [4, 2]})
+    model = two_seed_run.load_model("tied", 0)
+    with pytest.raises(ValueError, match="^lens_steps: 0"):
+        lens_study.train_ladder(model, two_seed_run.tokens("validation"), "/nonexistent", steps=0,
+                                tokens_per_step=64, seq_len=32)
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def _synthetic(gaps_by_budget: dict[int, float], seeds=(0, 1, 2), n_seq: int = 40, layers: int = 3,
+               noise: float = 0.05, recipe: str = "cpu") -> pd.DataFrame:
+    """Per-sequence table whose early-layer gap at each budget is known; seed offsets give a seed spread.
+
+    The per-sequence noise depends on (seed, variant, layer) only, so rungs differ by their gap alone.
+    """
+    rows = []
+    for budget, gap in gaps_by_budget.items():
+        for seed in seeds:
+            offset = (seed - 1) * noise
+            for v in ("tied", "untied"):
+                for layer in range(layers + 1):
+                    base = 2.0 / (layer + 1) if layer < layers else 0.0
+                    extra = (gap + offset) if v == "tied" and layer < layers else 0.0
+                    rng = np.random.default_rng([seed, v == "tied", layer])
+                    vals = base + extra + rng.normal(0, 0.01, n_seq) * (layer < layers)
+                    for s, x in enumerate(vals):
+                        rows.append({"variant": v, "seed": seed, "step": 10, "recipe": recipe, "budget": budget,
+                                     "lens_steps": budget * 10, "sequence": s, "layer": layer, "kl_tuned_bits": x,
+                                     "kl_logit_bits": x, "ce_tuned_nats": x, "ce_logit_nats": x,
+                                     "ce_model_nats": 1.0, "n_tokens": 32})
+    return pd.DataFrame(rows)
+
+
+def test_convergence_rule() -> None:
+    lad = pd.DataFrame({"recipe": "cpu", "budget": [1, 2, 4], "gap": [1.0, 0.5, 0.45], "half_width": [0.2, 0.2, 0.1]})
+    c = lens_study.convergence(lad)
+    assert c["converged"] is True and c["change"] == pytest.approx(-0.05) and c["half_width"] == 0.1
+    assert lens_study.convergence(lad.assign(gap=[1.0, 0.5, 0.3]))["converged"] is False
+    assert lens_study.convergence(lad.assign(half_width=[0.2, 0.2, math.nan]))["converged"] is False
+    assert lens_study.convergence(lad.iloc[:1])["converged"] is None
+
+
+def test_claim3_verdict_on_synthetic_tables() -> None:
+    # three seeds with sd 0.05 of the gap: CI half-width about 0.12
+    held = lens_study.claim3_verdict(_synthetic({1: 0.55, 2: 0.52, 4: 0.5}))
+    assert held["verdict"] == "holds" and held["converged"] is True and held["budget"] == 4
+    assert held["value"] == pytest.approx(0.5, abs=0.01) and held["ci_low"] > 0
+    assert held["value"] > held["threshold"] > 0 and "HOLDS" in held["text"]
+    assert held["method"] == "t-interval over 3 seeds"
+    moving = lens_study.claim3_verdict(_synthetic({1: 1.5, 2: 1.0, 4: 0.5}))
+    assert moving["verdict"] == "not converged" and "NOT CONVERGED" in moving["text"]
+    null = lens_study.claim3_verdict(_synthetic({1: 0.0, 2: 0.01, 4: 0.0}))
+    assert null["verdict"] == "does not hold" and not null["value"] > null["threshold"]
+    single = lens_study.claim3_verdict(_synthetic({4: 0.5}))
+    assert single["converged"] is None and "not checked" in single["text"] and single["verdict"] == "holds"
+    # the first recipe carries the verdict, the second is reported beside it
+    both = pd.concat([_synthetic({1: 0.5, 2: 0.5}), _synthetic({1: 2.0, 2: 2.0}, recipe="package")])
+    v = lens_study.claim3_verdict(both)
+    assert v["recipe"] == "cpu" and v["value"] == pytest.approx(0.5, abs=0.02) and "'package'" in v["text"]
+
+
+def test_one_pair_uses_bootstrap_never_zero() -> None:
+    pair = _synthetic({1: 0.3, 2: 0.3}, seeds=(0,))
+    v = lens_study.claim3_verdict(pair)
+    assert v["n_seeds"] == 1 and "one pair: no seed noise floor" in v["text"]
+    assert v["threshold"] > 0 and v["verdict"] == "holds"
+    flat = _synthetic({1: 0.0, 2: 0.0}, seeds=(0,))
+    f = lens_study.claim3_verdict(flat)
+    # a gap of pure noise does not "hold" just by being positive
+    assert f["verdict"] == "does not hold" and f["converged"] is True and f["threshold"] > 0
+    g = lens_study.gaps(lens_study.at_budget(pair))
+    assert (g.ci_method[:3] == "bootstrap over sequences").all() and g.significant[:3].all()
+    assert g.ci_low[3] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_bootstrap_ci() -> None:
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(1.0, 1.0, 400), rng.normal(0.0, 1.0, 400)
+    mean, lo, hi = lens_study.bootstrap_ci(a, b, paired=False)
+    assert lo < 1.0 < hi and mean == pytest.approx(a.mean() - b.mean())
+    assert (hi - lo) == pytest.approx(2 * 1.96 * math.sqrt(2 / 400), rel=0.15)
+    shared = rng.normal(0.0, 5.0, 400)
+    pa, pb = shared + 0.1 + rng.normal(0, 0.05, 400), shared
+    _, plo, phi = lens_study.bootstrap_ci(pa, pb, paired=True)
+    _, ulo, uhi = lens_study.bootstrap_ci(pa, pb, paired=False)
+    assert plo > 0 and phi < 0.2 and ulo < 0 < uhi  # pairing removes the shared per-sequence variation
+    with pytest.raises(ValueError, match="at least 2 evaluation sequences"):
+        lens_study.bootstrap_ci(a[:1], b[:1], paired=True)
+    with pytest.raises(ValueError, match="paired"):
+        lens_study.bootstrap_ci(a[:5], b[:6], paired=True)
+
+
+def test_early_gap_different_depths_uses_relative_depth() -> None:
+    t = _synthetic({1: 0.4}, seeds=(0,), layers=3)
+    deep = _synthetic({1: 0.4}, seeds=(0,), layers=6)
+    pair = pd.concat([t[t.variant == "tied"], deep[deep.variant == "untied"]])
+    g = lens_study.early_gap(pair)
+    assert g["early_layers"] == {"tied": [0, 1], "untied": [0, 1, 2]}
+    assert "relative depth" in g["depth_note"] and g["method"].startswith("one pair")
+    with pytest.raises(ValueError, match="per-layer gaps need equal depth"):
+        lens_study.gaps(pair)
+
+
+# --------------------------------------------------------------------------- scale axis
+
+
+def test_scale_table_on_checkpoints(two_seed_run: Run) -> None:
+    scale, table = lens_study.scale_table(two_seed_run, ["tied", "untied"], [0, 1], [4, 8], eval_tokens=256,
+                                          budgets=[1, 2], progress=False, **RECIPE)
+    assert list(scale.step) == [4, 8] and set(table.step) == {4, 8}
+    val = two_seed_run.metrics("tied", 0, "val").set_index("step").val_loss
+    want = np.mean([two_seed_run.metrics(v, s, "val").set_index("step").val_loss[4]
+                    for v in ("tied", "untied") for s in (0, 1)])
+    assert scale.val_loss[0] == pytest.approx(want) and scale.val_step[0] == 4 and val[4] > val[8]
+    assert (scale.ci_low <= scale.gap).all() and (scale.gap <= scale.ci_high).all() and (scale.budget == 2).all()
+    # checkpoint lenses live next to the checkpoint; the final step is the final model's lens
+    assert (lens_study.lens_dir(two_seed_run, "tied", 0, 4) / "cpu-x2" / "params.pt").is_file()
+    assert (lens_study.lens_dir(two_seed_run, "tied", 0) / "cpu-x2" / "params.pt").is_file()
+    assert not (two_seed_run.model_path("tied", 0, 8) / "lens").exists()
+    at4 = lens_study.at_budget(table[table.step == 4])
+    assert scale.gap[0] == pytest.approx(lens_study.early_gap(at4)["value"])
+    with pytest.raises(ValueError, match="step: no checkpoint 5"):
+        lens_study.scale_table(two_seed_run, ["tied"], [0], [5], eval_tokens=256, progress=False, **RECIPE)
+
+
+# --------------------------------------------------------------------------- notebook helpers and figures
+
+
+def test_summaries_and_figures(two_seed_run: Run, tmp_path: Path) -> None:
+    from tiebias import report
+    from tiebias.plotting import lens as lplot
+
+    seq = _synthetic({1: 0.6, 2: 0.5})
+    kl = lens_study.per_layer(seq)
+    cells = lens_study.ladder_layers(kl, layers=(0, 1))
+    assert list(cells.index) == [("cpu", 1), ("cpu", 2)] and cells.shape[1] == 4
+    tied0 = kl[(kl.budget == 2) & (kl.layer == 0) & (kl.variant == "tied")].kl_tuned_bits
+    assert cells.loc[("cpu", 2), (0, "tied")].startswith(f"{tied0.mean():.3g} ± ")
+    g = lens_study.gaps(lens_study.at_budget(seq))
+    text = lens_study.describe_gaps(g)
+    assert "tied > untied at layers [0, 1, 2]" in text and "excludes 0 at layers [0, 1, 2]" in text
+    assert lens_study.same_depth(seq) and not lens_study.same_depth(seq[~((seq.variant == "tied") & (seq.layer == 3))])
+    scale = pd.DataFrame({"step": [4, 8], "val_loss": [6.0, 5.5], "gap": [0.0, 0.3], "ci_low": [-0.1, 0.1],
+                          "ci_high": [0.1, 0.5], "half_width": [0.1, 0.2], "n_seeds": [2, 2],
+                          "converged": [True, False], "budget": [2, 2]})
+    s = lens_study.describe_scale(scale)
+    assert "step 4 (val loss 6.00): +0 bits" in s and "CI includes 0" in s and "lens not converged" in s
+    assert s.endswith("at steps [8].")
+    v = lens_study.claim3_verdict(seq)
+    pt = lens_study.final_point(two_seed_run, ["tied", "untied"], [0, 1], v)
+    want = np.mean([two_seed_run.summary(x, s)["final_val_loss"] for x in ("tied", "untied") for s in (0, 1)])
+    assert pt["val_loss"] == pytest.approx(want) and pt["gap"] == v["value"]
+    run = Run(tmp_path / "ext")
+    entry = lens_study.record_claim3(run, v)
+    assert entry["verdict"] == (v["value"] > v["threshold"]) and entry["details"]["converged"] == v["converged"]
+    assert report.results(run)["claim3_tuned_lens"]["statement"] == v["text"]
+    # figures: one panel per layer below the output, a trace per variant; CI bars from the table
+    fig = lplot.ladder(kl)
+    assert len(fig.data) == 3 * 2 and list(fig.data[0].x) == [10, 20]
+    lad = lens_study.ladder_gaps(seq)
+    fig = lplot.ladder_gap(lad)
+    np.testing.assert_allclose(fig.data[0].error_y.array, lad.ci_high - lad.gap)
+    fig = lplot.gap_vs_loss(scale, {"deep": pt})
+    assert len(fig.data) == 2 and list(fig.data[0].text) == ["step 4", "step 8"]
+    fig = lplot.gap_by_depth({"a": g, "b": g})
+    np.testing.assert_allclose(fig.data[0].error_y.arrayminus, np.nan_to_num(g.gap - g.ci_low))
+
+
+def test_external_dir() -> None:
+    assert lens_study.external_dir("x", "y", "/tmp/somewhere") == Path("/tmp/somewhere")
+    d = lens_study.external_dir("allenai/OLMo-1B-hf", "/models/OLMo-1B-0724-hf/")
+    assert d.parts[-3:] == ("runs", "external", "OLMo-1B-hf--OLMo-1B-0724-hf")

@@ -372,6 +372,8 @@ def train_lens(
     low_precision: bool | None = None,
     num_threads: int | None = 1,
     log: list[dict[str, float]] | None = None,
+    lens: TunedLens | None = None,
+    state: dict[str, Any] | None = None,
 ) -> TunedLens:
     """Train the package's TunedLens on ``model`` (frozen) to minimise sum over layers of KL(final || lens).
 
@@ -406,6 +408,15 @@ def train_lens(
     keeps the current setting). The default is 1: on the kit's 2-core machine, with
     other processes running, two threads took 190-260 s for the default run against
     29 s for one thread, and were at best about 1.3x faster when the machine was quiet.
+
+    Continuing (the lens-budget ladder of :mod:`tiebias.lens_study`): ``lens`` trains that
+    lens in place instead of a new identity lens, and ``state`` is an in/out dict. An
+    empty dict is filled, on return, with what a later call needs to continue exactly
+    where this one stopped (optimiser moments, the data generator, the shuffled order and
+    its cursor, ``steps_done``); a filled one is resumed from. Each call runs its own
+    schedule (warmup, then linear decay to 0 over its ``steps``), so every call ends with
+    an annealed lens. Two chained calls give bit for bit the same lens whether or not the
+    lens and state went through disk in between (``torch.save`` of ``state``).
     """
     model_type = check_model(model)
     if not isinstance(steps, int) or steps <= 0:
@@ -429,9 +440,22 @@ def train_lens(
     device = model.device
     if low_precision is None:
         low_precision = _bf16_matmul_supported(device)
+    if lens is None:
+        lens = TunedLens.from_model(model).to(device)
+    else:
+        _check_lens(model, lens)
+    if state is not None and not isinstance(state, dict):
+        raise ValueError(f"state: expected a dict (empty to start) or None, got {type(state).__name__}")
+    resume = dict(state) if state else None
+    if resume is not None and resume.get("optimizer_name") != optimizer:
+        raise ValueError(
+            f"optimizer: {optimizer!r} cannot continue a lens trained with "
+            f"{resume.get('optimizer_name')!r}; continue with the same optimizer or start a new lens"
+        )
+    if resume is not None and resume.get("seq_len") != seq_len:
+        raise ValueError(f"seq_len: {seq_len} differs from the {resume.get('seq_len')} the lens was trained with")
     was_training = model.training
     model.eval()
-    lens = TunedLens.from_model(model).to(device)
     params = [p for p in lens.parameters() if p.requires_grad]
     if optimizer == "sgd":
         # Package convention: PyTorch's momentum scales the step by 1 / (1 - beta), undone here.
@@ -444,19 +468,29 @@ def train_lens(
             params, lr=lr, betas=(momentum, 0.999), amsgrad=True, weight_decay=weight_decay
         )
 
+    base_lr = [g["lr"] for g in opt.param_groups]
+    seqs = _sequences(tokens, seq_len)
+    per_step = tokens_per_step // seq_len
+    gen = torch.Generator().manual_seed(seed)
+    if resume is None:
+        order = torch.randperm(len(seqs), generator=gen)
+        cursor, steps_done = 0, 0
+    else:
+        opt.load_state_dict(resume["optimizer"])
+        gen.set_state(resume["generator"])
+        order, cursor, steps_done = resume["order"], int(resume["cursor"]), int(resume["steps_done"])
+        if len(order) != len(seqs):
+            raise ValueError(
+                f"tokens: {len(seqs)} sequences, but the lens was trained on {len(order)}; "
+                f"continue on the same token stream"
+            )
+
     def schedule(step: int) -> float:
         # Linear warmup to 1, then linear decay to 0 at `steps`. (The package passes
         # steps - warmup as the decay horizon, leaving the last `warmup` steps at lr 0.)
         if step < warmup_steps:
             return (step + 1) / warmup_steps
         return max(0.0, (steps - step) / max(1, steps - warmup_steps))
-
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
-    seqs = _sequences(tokens, seq_len)
-    per_step = tokens_per_step // seq_len
-    gen = torch.Generator().manual_seed(seed)
-    order = torch.randperm(len(seqs), generator=gen)
-    cursor = 0
     unembed = lens.unembed
     weight = unembed.unembedding.weight.detach()
     bias = unembed.unembedding.bias
@@ -466,7 +500,9 @@ def train_lens(
     with _intra_op_threads(num_threads):
         bar = tqdm(range(steps), desc=f"tuned lens ({model_type})", disable=not progress)
         try:
-            for _ in bar:
+            for step in bar:
+                for g, base in zip(opt.param_groups, base_lr, strict=True):
+                    g["lr"] = base * schedule(step)
                 idx = []
                 while len(idx) < per_step:
                     if cursor == len(order):
@@ -491,8 +527,7 @@ def train_lens(
                 torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
                 opt.step()
                 opt.zero_grad(set_to_none=False)
-                current_lr = sched.get_last_lr()[0]
-                sched.step()
+                current_lr = opt.param_groups[0]["lr"]
                 mean_bits = sum(layer_loss) / n_layers / LN2
                 bar.set_postfix(kl_bits=f"{mean_bits:.3f}")
                 if log is not None:
@@ -503,6 +538,10 @@ def train_lens(
             bar.close()
             model.train(was_training)
     lens.zero_grad(set_to_none=True)
+    if state is not None:
+        state.clear()
+        state.update(optimizer=opt.state_dict(), optimizer_name=optimizer, generator=gen.get_state(),
+                     order=order, cursor=cursor, steps_done=steps_done + steps, seq_len=seq_len)
     return lens
 
 
@@ -530,6 +569,8 @@ def evaluate(
     max_tokens: int = 32768,
     batch_size: int = 8,
     num_threads: int | None = 1,
+    per_sequence: bool = False,
+    logit_lens: bool = True,
 ) -> pd.DataFrame:
     """Per-layer KL to the final distribution (bits) and next-token CE (nats) for the tuned and logit lens.
 
@@ -538,10 +579,16 @@ def evaluate(
     KL(final || lens)), ``ce_tuned_nats``, ``ce_logit_nats`` (against the next token, over
     positions 0..seq_len-2 of each sequence), ``ce_model_nats`` (the model's own, equal in
     every row) and ``n_tokens`` (positions scored for KL). Tuned columns are NaN when
-    ``lens`` is None. Uses the first ``max_tokens`` tokens in non-overlapping sequences;
-    deterministic and gradient-free. ``num_threads`` as in :func:`train_lens`.
+    ``lens`` is None, logit columns when ``logit_lens`` is False (it does not depend on the
+    tuned lens, so a budget ladder computes it once). Uses the first ``max_tokens`` tokens
+    in non-overlapping sequences; deterministic and gradient-free. ``num_threads`` as in
+    :func:`train_lens`.
+
+    ``per_sequence=True`` returns the same columns for every evaluation sequence (a
+    leading ``sequence`` column, ``n_tokens`` = seq_len), the input of a bootstrap over
+    sequences; the mean over sequences of each column is the per-layer table.
     """
-    model_type = check_model(model)
+    check_model(model)
     tokens = _check_tokens(tokens, seq_len, model.config.vocab_size)
     if lens is not None:
         _check_lens(model, lens)
@@ -551,21 +598,22 @@ def evaluate(
         raise ValueError(f"batch_size: must be a positive int, got {batch_size!r}")
     if num_threads is not None and (not isinstance(num_threads, int) or num_threads <= 0):
         raise ValueError(f"num_threads: must be a positive int or None, got {num_threads!r}")
-    del model_type
 
     device = model.device
     seqs = _sequences(tokens, seq_len)[: max_tokens // seq_len]
-    logit_lens = LogitLens.from_model(model).to(device)
+    logit = LogitLens.from_model(model).to(device) if logit_lens else None
     n_layers = model.config.num_hidden_layers
-    sums = {k: [0.0] * (n_layers + 1) for k in ("kl_t", "kl_l", "ce_t", "ce_l")}
-    ce_model = 0.0
-    n_kl = n_ce = 0
+    n_seq = len(seqs)
+    # Per-sequence sums (KL in bits over seq_len positions, CE in nats over seq_len - 1), float64.
+    sums = {k: torch.zeros(n_layers + 1, n_seq, dtype=torch.float64) for k in ("kl_t", "kl_l", "ce_t", "ce_l")}
+    ce_model = torch.zeros(n_seq, dtype=torch.float64)
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad(), _intra_op_threads(num_threads), _capture_final_norm_input(model) as pre_norm:
-            for start in range(0, len(seqs), batch_size):
+            for start in range(0, n_seq, batch_size):
                 x = seqs[start : start + batch_size].to(device)
+                rows = slice(start, start + x.shape[0])
                 pre_norm.clear()
                 out = model(input_ids=x, output_hidden_states=True)
                 if len(out.hidden_states) != n_layers + 1 or len(pre_norm) != 1:
@@ -577,44 +625,53 @@ def evaluate(
                 p = log_p.exp()
                 neg_entropy = torch.linalg.vecdot(p, log_p)
                 targets = x[:, 1:]
-                ce_model += _ce_sum(log_p, targets)
-                n_kl += x.numel()
-                n_ce += targets.numel()
+                ce_model[rows] = _ce_per_seq(log_p, targets)
                 stream = [*out.hidden_states[:-1], pre_norm[0]]
                 for i, h in enumerate(stream):
-                    per_lens = [("l", logit_lens(h, i))]
+                    per_lens = [("l", logit(h, i))] if logit is not None else []
                     if lens is not None:
                         # The last layer has no translator: the tuned lens is the model's head there.
                         per_lens.append(("t", lens(h, i) if i < n_layers else lens.unembed(h)))
                     for tag, logits in per_lens:
                         log_q = logits.float().log_softmax(-1)
                         kl_nats = neg_entropy - torch.linalg.vecdot(p, log_q)
-                        sums[f"kl_{tag}"][i] += float(kl_nats.sum(dtype=torch.float64)) / LN2
-                        sums[f"ce_{tag}"][i] += _ce_sum(log_q, targets)
+                        sums[f"kl_{tag}"][i, rows] = kl_nats.sum(-1, dtype=torch.float64).cpu() / LN2
+                        sums[f"ce_{tag}"][i, rows] = _ce_per_seq(log_q, targets)
     finally:
         model.train(was_training)
 
+    n_ce = seq_len - 1
+    cols = {
+        "kl_tuned_bits": (sums["kl_t"] / seq_len, lens is not None),
+        "kl_logit_bits": (sums["kl_l"] / seq_len, logit_lens),
+        "ce_tuned_nats": (sums["ce_t"] / n_ce, lens is not None),
+        "ce_logit_nats": (sums["ce_l"] / n_ce, logit_lens),
+    }
     nan = float("nan")
-    rows = []
+    if per_sequence:
+        layer = torch.arange(n_layers + 1).repeat_interleave(n_seq)
+        frame: dict[str, Any] = {"sequence": torch.arange(n_seq).repeat(n_layers + 1).numpy(),
+                                 "layer": layer.numpy()}
+        for name, (values, present) in cols.items():
+            frame[name] = values.reshape(-1).numpy() if present else nan
+        frame["ce_model_nats"] = (ce_model / n_ce).repeat(n_layers + 1).numpy()
+        frame["n_tokens"] = seq_len
+        return pd.DataFrame(frame)
+    rows_out = []
     for i in range(n_layers + 1):
-        rows.append(
-            {
-                "layer": i,
-                "kl_tuned_bits": sums["kl_t"][i] / n_kl if lens is not None else nan,
-                "kl_logit_bits": sums["kl_l"][i] / n_kl,
-                "ce_tuned_nats": sums["ce_t"][i] / n_ce if lens is not None else nan,
-                "ce_logit_nats": sums["ce_l"][i] / n_ce,
-                "ce_model_nats": ce_model / n_ce,
-                "n_tokens": n_kl,
-            }
-        )
-    return pd.DataFrame(rows)
+        row: dict[str, Any] = {"layer": i}
+        for name, (values, present) in cols.items():
+            row[name] = float(values[i].mean()) if present else nan
+        row["ce_model_nats"] = float(ce_model.sum() / (n_ce * n_seq))
+        row["n_tokens"] = n_seq * seq_len
+        rows_out.append(row)
+    return pd.DataFrame(rows_out)
 
 
-def _ce_sum(log_q: Tensor, targets: Tensor) -> float:
-    """Summed next-token cross-entropy (nats) of log-probabilities log_q[:, :-1] against targets."""
-    picked = log_q[:, :-1].gather(-1, targets.unsqueeze(-1))
-    return -float(picked.sum(dtype=torch.float64))
+def _ce_per_seq(log_q: Tensor, targets: Tensor) -> Tensor:
+    """Summed next-token cross-entropy (nats) per sequence of log-probabilities log_q[:, :-1] against targets."""
+    picked = log_q[:, :-1].gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return -picked.sum(-1, dtype=torch.float64).cpu()
 
 
 # --------------------------------------------------------------------------- notebook helpers

@@ -1,4 +1,5 @@
-"""Lens figures: per-layer KL (paper Figure 2) and cross-entropy, tied vs untied, with the gap."""
+"""Lens figures: per-layer KL (paper Figure 2) and cross-entropy, tied vs untied, the gap, the lens-budget ladder
+and the scale axis (gap against validation loss and relative depth)."""
 
 from __future__ import annotations
 
@@ -39,14 +40,84 @@ def gap(gaps: pd.DataFrame, title: str = "tied - untied tuned-lens KL per layer 
     return fig
 
 
+def _ci_errors(g: pd.DataFrame) -> dict:
+    """Asymmetric plotly error bars from ``ci_low`` / ``ci_high`` around ``gap`` (missing CI: no bar)."""
+    return dict(type="data", array=np.nan_to_num(g.ci_high - g.gap), arrayminus=np.nan_to_num(g.gap - g.ci_low),
+                symmetric=False)
+
+
 def gap_by_depth(gaps: dict[str, pd.DataFrame]) -> go.Figure:
-    """Tied - untied tuned-lens KL gap against relative depth (layer / layers), one line per model depth."""
+    """Tied - untied tuned-lens KL gap against relative depth (layer / layers), one line per model depth, with CIs."""
     fig = go.Figure()
     for (name, g), color in zip(gaps.items(), ["#d62728", "#1f77b4", "#2ca02c"], strict=False):
         x = g.layer / g.layer.max()
         fig.add_scatter(x=x, y=g.gap, mode="lines+markers", name=f"{name} ({int(g.layer.max())} layers)",
-                        line=dict(color=color), error_y=dict(array=np.nan_to_num(g.gap_sd.values)))
+                        line=dict(color=color), error_y=_ci_errors(g))
     fig.add_hline(y=0, line=dict(color="black", width=1))
-    fig.update_layout(height=380, title="tied - untied tuned-lens KL by relative depth (mean ± sd over seeds)",
+    fig.update_layout(height=380, title="tied - untied tuned-lens KL by relative depth (mean, 95% CI)",
                       xaxis_title="layer / number of layers", yaxis_title="KL gap (bits)")
+    return fig
+
+
+def ladder(df: pd.DataFrame, column: str = "kl_tuned_bits", title: str = "") -> go.Figure:
+    """Per-layer KL against lens budget (training steps), tied and untied: one panel per layer, mean ± sd over seeds.
+
+    ``df`` is a per-layer table with ``recipe``, ``budget`` and ``lens_steps``; the model-output layer
+    (0 bits by construction) is left out. Recipes after the first are dashed.
+    """
+    layers = sorted(set(df.layer))[:-1] or sorted(set(df.layer))
+    recipes = list(dict.fromkeys(df.recipe))
+    cols = min(len(layers), 4)
+    rows = -(-len(layers) // cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"layer {i}" for i in layers],
+                        horizontal_spacing=0.06, vertical_spacing=0.12)
+    for j, layer in enumerate(layers):
+        r, c = j // cols + 1, j % cols + 1
+        for recipe in recipes:
+            for v in dict.fromkeys(df.variant):
+                g = df[(df.layer == layer) & (df.variant == v) & (df.recipe == recipe)].groupby("lens_steps")[column]
+                mean, sd = g.mean(), g.std(ddof=1).fillna(0)
+                name = v if len(recipes) == 1 else f"{v}, {recipe}"
+                fig.add_scatter(x=mean.index, y=mean.values, error_y=dict(array=sd.values), mode="lines+markers",
+                                name=name, legendgroup=name, showlegend=j == 0,
+                                line=dict(color=COLORS.get(v, "#7f7f7f"), dash="solid" if recipe == recipes[0] else "dash"),
+                                row=r, col=c)
+        fig.update_xaxes(type="log", row=r, col=c)
+    fig.update_xaxes(title_text="lens training steps", row=rows)
+    fig.update_yaxes(title_text="KL (bits)", col=1)
+    fig.update_layout(height=300 * rows + 80,
+                      title=title or "tuned-lens KL per layer against lens budget (mean ± sd over seeds)")
+    return fig
+
+
+def ladder_gap(ladder_gaps: pd.DataFrame) -> go.Figure:
+    """The early-layer gap (tied - untied) with its CI at each lens budget: did more lens training move it?"""
+    fig = go.Figure()
+    for recipe, g in ladder_gaps.groupby("recipe", sort=False):
+        fig.add_scatter(x=g.budget, y=g.gap, mode="lines+markers", name=str(recipe), error_y=_ci_errors(g))
+    fig.add_hline(y=0, line=dict(color="black", width=1))
+    fig.update_layout(height=360, title="early-layer tuned-lens KL gap (tied - untied) by lens budget, 95% CI",
+                      xaxis_title="lens budget (multiple of lens_steps)", yaxis_title="KL gap (bits)",
+                      xaxis=dict(type="log"))
+    return fig
+
+
+def gap_vs_loss(scale: pd.DataFrame, extra: dict[str, dict] | None = None) -> go.Figure:
+    """Early-layer gap with its CI against validation loss, one point per checkpoint (labelled by step).
+
+    ``extra`` adds single labelled points (e.g. a second depth): name -> {"val_loss", "gap", "ci_low", "ci_high"}.
+    """
+    fig = go.Figure()
+    fig.add_scatter(x=scale.val_loss, y=scale.gap, mode="lines+markers+text", name="checkpoints of the run",
+                    text=[f"step {s}" for s in scale.step], textposition="top center",
+                    error_y=_ci_errors(scale), line=dict(color="#d62728"))
+    for (name, pt), color in zip((extra or {}).items(), ["#1f77b4", "#2ca02c", "#9467bd"], strict=False):
+        g = pd.DataFrame([pt])
+        fig.add_scatter(x=g.val_loss, y=g.gap, mode="markers+text", name=name, text=[name],
+                        textposition="bottom center", marker=dict(size=11, symbol="diamond", color=color),
+                        error_y=_ci_errors(g))
+    fig.add_hline(y=0, line=dict(color="black", width=1))
+    fig.update_layout(height=400, title="early-layer tuned-lens KL gap (tied - untied) against model quality, 95% CI",
+                      xaxis_title="validation loss (nats; lower = better trained)", yaxis_title="KL gap (bits)",
+                      xaxis=dict(autorange="reversed"))
     return fig
