@@ -159,3 +159,70 @@ def test_model_without_head_is_refused() -> None:
     base = AutoModel.from_config(tiny_config("qwen3", False, VOCAB))
     with pytest.raises(ValueError, match=r"model_type='qwen3' \(Qwen3Model\) has no causal-LM head"):
         tl.check_model(base)
+
+
+# --------------------------------------------------------------------------- notebook 03 on external pairs
+
+NB = Path(__file__).resolve().parents[1] / "notebooks"
+EXTERNAL_FAMILIES = [f for f in ("olmo", "olmo2", "qwen3", "mistral", "gpt2", "gpt_neo", "gpt_neox") if f in FAMILIES]
+PAPER_PAIRS = [("olmo", "olmo"), ("gpt_neo", "gpt_neox"), ("qwen3", "qwen3")]
+"""Families of the paper's pairs: OLMo-1B / OLMo-1B-0724, GPT-Neo-2.7B / Pythia-2.8B, Qwen3-4B / Qwen3-8B."""
+
+
+def test_lens_study_on_external_pairs_by_path(tmp_path: Path) -> None:
+    """03's library path for every family: load_sources by path (own tokenizer), kl_table_models, last-layer KL 0."""
+    from _families import corpus_tokenizer
+
+    from tiebias import lens_study
+
+    tok = corpus_tokenizer()
+    models = {}
+    for f in EXTERNAL_FAMILIES:
+        pair = lens_study.load_sources({
+            "tied": save_tiny(f, True, tmp_path / f / "tied", len(tok), seed=0, tokenizer=tok),
+            "untied": save_tiny(f, False, tmp_path / f / "untied", len(tok), seed=1, tokenizer=tok)})
+        models.update({f"{f}-{role}": m for role, m in pair.items()})
+    df, lenses = lens_study.kl_table_models(models, None, steps=2, tokens_per_step=64, seq_len=32, eval_tokens=128,
+                                            progress=False)
+    assert set(df.variant) == set(models) == set(lenses)
+    last = df[df.layer == df.groupby("variant").layer.transform("max")]
+    assert len(last) == len(models)
+    assert last.kl_tuned_bits.abs().max() < 1e-6 and last.kl_logit_bits.abs().max() < 1e-6
+
+
+@pytest.fixture(scope="module")
+def lens_notebook(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """03_lens with one extra last cell that writes the last-layer rows of its KL table to kl_last.json."""
+    import nbformat
+
+    nb = nbformat.read(NB / "03_lens.ipynb", as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(
+        "import json\n"
+        "_last = KL[KL.layer == KL.layer.max()][['variant', 'kl_tuned_bits', 'kl_logit_bits']]\n"
+        "json.dump(_last.to_dict('records'), open('kl_last.json', 'w'))"))
+    path = tmp_path_factory.mktemp("nb") / "03_lens_kl_last.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pair", PAPER_PAIRS, ids=lambda p: "-".join(p))
+def test_notebook_03_runs_on_external_pair(pair: tuple[str, str], lens_notebook: Path, tmp_path: Path) -> None:
+    """03_lens by path on a tiny tied / untied pair of the paper's families: the last-layer KL in its table is 0."""
+    import json
+
+    import papermill as pm
+    from _families import corpus_tokenizer
+
+    tok = corpus_tokenizer()
+    tied = save_tiny(pair[0], True, tmp_path / "tied", len(tok), seed=0, tokenizer=tok)
+    untied = save_tiny(pair[1], False, tmp_path / "untied", len(tok), seed=1, tokenizer=tok)
+    pm.execute_notebook(str(lens_notebook), str(tmp_path / "out.ipynb"), cwd=str(tmp_path), kernel_name="python3",
+                        progress_bar=False,
+                        parameters={"profile": "smoke", "run_dir": str(tmp_path / "run"), "tied_source": str(tied),
+                                    "untied_source": str(untied), "lens_steps": 2, "lens_tokens_per_step": 64,
+                                    "lens_eval_tokens": 128})
+    rows = json.loads((tmp_path / "kl_last.json").read_text())
+    assert sorted(r["variant"] for r in rows) == ["tied", "untied"]
+    for r in rows:
+        assert abs(r["kl_tuned_bits"]) < 1e-6 and abs(r["kl_logit_bits"]) < 1e-6, r

@@ -53,7 +53,19 @@ def load_models(run: Run, seeds: Sequence[int] | None = None, step: int | None =
 
 def load_sources(tied_source: Any, untied_source: Any, *, tied_tokenizer: Any = None,
                  untied_tokenizer: Any = None) -> dict[int, dict[str, Embeddings]]:
-    """One tied / untied pair from any two HF models (local folders or hub ids), as a one-'seed' set."""
+    """One tied / untied pair from any two HF models (local folders or hub ids), as a one-'seed' set.
+
+    Folders and hub ids are checked from their configs first (:func:`tiebias.sources.check_sources`: the
+    tied side tied, the untied side untied, a causal-LM head, the embeddings fit in free memory), so a
+    swapped pair is refused before any weights are read. Loaded models skip that check.
+    """
+    from transformers import PreTrainedModel
+
+    from . import sources
+
+    named = {k: v for k, v in (("tied", tied_source), ("untied", untied_source)) if not isinstance(v, PreTrainedModel)}
+    if named:
+        sources.check_sources(named, need="embeddings")
     tied = _require(alignment.extract(tied_source, tied_tokenizer), True)
     untied = alignment.require_untied(alignment.extract(untied_source, untied_tokenizer), "untied_source")
     return {0: {"tied": tied, "untied": untied}}
