@@ -96,3 +96,31 @@ def test_external_pair_gets_its_own_folder(tmp_path: Path, two_seed_run) -> None
     assert mine.path == (tmp_path / "mine").resolve()
     with pytest.raises(ValueError, match=r"run_dir: .* holds a run or a model"):
         comparisons.external_dir(t, u, two_seed_run.path)
+
+
+@pytest.mark.slow
+def test_notebook_02_on_an_external_pair(tmp_path: Path) -> None:
+    """02_align by path on one tiny OLMo pair: a token-bootstrap verdict, saved in the pair's own folder."""
+    import json
+
+    import papermill as pm
+    from _families import corpus_tokenizer, save_tiny
+
+    nb_dir = Path(__file__).resolve().parents[1] / "notebooks"
+    tok = corpus_tokenizer()
+    tied = save_tiny("olmo", True, tmp_path / "tied", len(tok), seed=0, tokenizer=tok)
+    untied = save_tiny("olmo", False, tmp_path / "untied", len(tok), seed=1, tokenizer=tok)
+    out = tmp_path / "pair"
+    pm.execute_notebook(str(nb_dir / "02_align.ipynb"), str(tmp_path / "02.ipynb"), cwd=str(nb_dir),
+                        kernel_name="python3", progress_bar=False,
+                        parameters={"profile": "smoke", "run_dir": str(out), "tied_source": str(tied),
+                                    "untied_source": str(untied)})
+    assert (out / "figures" / "02_table1.html").is_file() and (out / "figures" / "02_cosine_histograms.html").is_file()
+    table = pd.read_csv(out / "metrics" / "alignment_table1.csv")
+    assert set(table.pairing) == {"within model", "same seed"}
+    rec = json.loads((out / "results" / "claim1_alignment.json").read_text())
+    d = rec["details"]
+    assert d["basis"] == "tokens" and d["note"] == "one pair: no seed noise floor"
+    assert rec["verdict"] == (d["ci_low"] > 0) and rec["threshold"] == pytest.approx(d["gap"] - d["ci_low"])
+    assert "one pair: no seed noise floor" in (tmp_path / "02.ipynb").read_text()
+    assert not list(tmp_path.glob("tied/figures")) and not list(tmp_path.glob("untied/figures"))

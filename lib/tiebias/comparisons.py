@@ -162,13 +162,13 @@ def claim1(df: pd.DataFrame, method: str = "orthogonal", *, n_boot: int = 2000, 
     if len(gap) > 1:
         threshold = 2 * sd
         out.update(basis="seeds", threshold=threshold, holds=bool(out["gap"] > threshold),
-                   rule=f"gap > 2 sd over {len(gap)} tied models = {threshold:.3f}", note="")
+                   rule=f"holds if gap > 2 sd over {len(gap)} tied models = {threshold:.3f}", note="")
         return out
     ci = token_gap(df, method, pairing=pairing, n_boot=n_boot, level=level, seed=seed)
     out.update(basis="tokens", ci_low=ci.ci_low, ci_high=ci.ci_high, ci_level=level, n_boot=n_boot,
                n_tokens=ci.n, threshold=out["gap"] - ci.ci_low, holds=bool(ci.ci_low > 0),
                note="one pair: no seed noise floor",
-               rule=f"the {level:.0%} bootstrap CI over {ci.n} tokens, [{ci.ci_low:+.3f}, {ci.ci_high:+.3f}], lies "
+               rule=f"holds if the {level:.0%} bootstrap CI over {ci.n} tokens, [{ci.ci_low:+.3f}, {ci.ci_high:+.3f}], lies "
                     f"above 0 (map fitted once on all tokens; only the scored tokens are resampled)")
     return out
 
