@@ -30,6 +30,8 @@ _SPECS: dict[str, tuple[str, dict[str, Any]]] = {
     "gpt_neo": ("GPTNeoConfig", dict(hidden_size=HIDDEN, num_layers=LAYERS, num_heads=2, window_size=16,
                                      attention_types=[[["global", "local"], 1]], max_position_embeddings=POSITIONS)),
     "gpt_neox": ("GPTNeoXConfig", dict(_ATTN)),
+    "phi": ("PhiConfig", dict(_ATTN)),  # final_layernorm; its head has a bias
+    "mpt": ("MptConfig", dict(d_model=HIDDEN, n_layers=LAYERS, n_heads=2, expansion_ratio=2, max_seq_len=POSITIONS)),
     "opt": ("OPTConfig", dict(hidden_size=HIDDEN, num_hidden_layers=LAYERS, ffn_dim=2 * HIDDEN, num_attention_heads=2,
                               word_embed_proj_dim=HIDDEN, max_position_embeddings=POSITIONS)),
 }

@@ -99,14 +99,19 @@ LENS_SUBDIR = "lens"
 
 VERIFIED_MODEL_TYPES = (
     "llama", "mistral", "olmo", "olmo2", "olmo3", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
-    "gpt2", "gpt_neo", "gpt_neox", "opt",
+    "gpt2", "gpt_neo", "gpt_neox", "opt", "phi", "mpt",
 )
 """Families checked by ``tests/test_lens_families.py`` (tiny random models, tied and untied).
 Other decoder-only families are accepted when :func:`check_model`'s layout check passes."""
 
 FINAL_NORM_NAMES = (
-    "norm", "final_layer_norm", "ln_f", "final_layernorm", "final_norm", "norm_f", "ln_final",
-    "decoder.final_layer_norm", "decoder.norm", "decoder.layer_norm",
+    "norm",  # llama, mistral, olmo, olmo2/3, qwen2/3, gemma 1-3, ...
+    "final_layer_norm",  # gpt_neox
+    "ln_f",  # gpt2, gpt_neo, gptj, bloom, falcon
+    "final_layernorm",  # phi, jamba
+    "norm_f",  # mpt, dbrx
+    "final_norm",  # recurrent_gemma, modernbert decoder
+    "decoder.final_layer_norm",  # opt
 )
 """Attribute paths of the final norm, tried in order on ``model.get_decoder()`` then ``model.base_model``."""
 
