@@ -122,6 +122,18 @@ def test_trajectory_and_top_tokens(saved, family: str) -> None:
     assert isinstance(ll, tl.LogitLens)
 
 
+def test_trajectory_of_a_bf16_model() -> None:
+    """bf16 models (GPU lens training) get a trajectory too: logits reach numpy in float32."""
+    model = AutoModelForCausalLM.from_config(tiny_config("olmo", False, VOCAB)).to(torch.bfloat16).eval()
+    lens = tl.new_lens(model)
+    tok = _char_tokenizer()
+    traj = tl.trajectory(model, lens, tok, "the cat")
+    with torch.no_grad():
+        want = model(input_ids=torch.tensor([tok.encode("the cat")])).logits.float().log_softmax(-1)[0].numpy()
+    assert traj.log_probs.shape == (model.config.num_hidden_layers + 1, 7, VOCAB)
+    np.testing.assert_allclose(traj.log_probs[-1], want, rtol=1e-6, atol=1e-6)
+
+
 def test_opt_with_projection_after_the_norm(tmp_path: Path) -> None:
     """OPT with word_embed_proj_dim != hidden_size projects after the final norm; the lens includes it."""
     model = _load(save_tiny("opt", False, tmp_path / "opt", VOCAB, word_embed_proj_dim=16))

@@ -843,6 +843,8 @@ def trajectory(model: PreTrainedModel, lens: Lens, tokenizer: Any, text: str) ->
 
     ``PredictionTrajectory.from_lens_and_model`` indexes correctly (lens i on
     hidden_states[i], model logits for the last row). Plot with :func:`trajectory_figure`.
+    The package converts logits to numpy, which has no bfloat16: logits of 16-bit models
+    (bf16 on a GPU) are handed over in float32.
     """
     from tuned_lens.plotting import PredictionTrajectory
 
@@ -854,7 +856,29 @@ def trajectory(model: PreTrainedModel, lens: Lens, tokenizer: Any, text: str) ->
         raise ValueError(f"text: needs at least 2 tokens, got {len(ids)} from {text!r}")
     eos = getattr(tokenizer, "eos_token_id", None)
     targets = ids[1:] + [eos if eos is not None else ids[-1]]
-    return PredictionTrajectory.from_lens_and_model(lens, model, ids, tokenizer=tokenizer, targets=targets)
+    if next(model.parameters()).dtype in (torch.float32, torch.float64):
+        return PredictionTrajectory.from_lens_and_model(lens, model, ids, tokenizer=tokenizer, targets=targets)
+    return PredictionTrajectory.from_lens_and_model(
+        _Float32Logits(lens), _Float32Logits(model), ids, tokenizer=tokenizer, targets=targets  # type: ignore[arg-type]
+    )
+
+
+class _Float32Logits:
+    """Calls a model or lens and returns its logits in float32 (numpy, used by the package, has no bfloat16)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.device = getattr(inner, "device", None)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        out = self.inner(*args, **kwargs)
+        if isinstance(out, Tensor):
+            return out.float()
+        out.logits = out.logits.float()
+        return out
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self(*args, **kwargs)
 
 
 def trajectory_figure(
