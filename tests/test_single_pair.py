@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from tiebias import alignment, comparisons
+from tiebias import alignment, comparisons, sources
 from tiebias.alignment import Embeddings
 
 
@@ -85,17 +85,17 @@ def test_several_seeds_keep_the_seed_threshold(two_seed_run) -> None:
 
 def test_external_pair_gets_its_own_folder(tmp_path: Path, two_seed_run) -> None:
     t, u = two_seed_run.model_path("tied", 0), two_seed_run.model_path("untied", 0)
-    out = comparisons.external_dir(t, u, root=tmp_path)
+    out = sources.external_dir(t, u, root=tmp_path)
     assert out.path.parent == tmp_path / "external" and out.figures_dir.is_dir() and out.metrics_dir.is_dir()
     assert out.path.name.startswith("tied-s0__untied-s0__")
-    assert comparisons.external_dir(t, u, root=tmp_path).path == out.path  # stable
-    assert comparisons.external_dir(u, t, root=tmp_path).path != out.path
-    assert comparisons.pair_slug("allenai/OLMo-1B-hf", "allenai/OLMo-1B-0724-hf").startswith(
+    assert sources.external_dir(t, u, root=tmp_path).path == out.path  # stable
+    assert sources.external_dir(u, t, root=tmp_path).path != out.path
+    assert sources.pair_slug("allenai/OLMo-1B-hf", "allenai/OLMo-1B-0724-hf").startswith(
         "allenai--OLMo-1B-hf__allenai--OLMo-1B-0724-hf__")
-    mine = comparisons.external_dir(t, u, tmp_path / "mine")
+    mine = sources.external_dir(t, u, tmp_path / "mine")
     assert mine.path == (tmp_path / "mine").resolve()
     with pytest.raises(ValueError, match=r"run_dir: .* holds a run or a model"):
-        comparisons.external_dir(t, u, two_seed_run.path)
+        sources.external_dir(t, u, two_seed_run.path)
 
 
 @pytest.mark.slow

@@ -201,47 +201,6 @@ def token_gap(df: pd.DataFrame, method: str = "orthogonal", *, pairing: str = "s
     return alignment.bootstrap_mean(diff, n_boot=n_boot, level=level, seed=seed)
 
 
-def pair_slug(tied_source: Any, untied_source: Any) -> str:
-    """A folder name for an external pair: both model names plus a short hash of the full sources."""
-    import hashlib
-    import re
-    from pathlib import Path
-
-    def name(src: Any) -> str:
-        p = Path(str(src)).expanduser()
-        return p.name if p.is_dir() else str(src).replace("/", "--")
-
-    def full(src: Any) -> str:
-        p = Path(str(src)).expanduser()
-        return str(p.resolve()) if p.is_dir() else str(src)
-
-    digest = hashlib.sha1(f"{full(tied_source)}\n{full(untied_source)}".encode()).hexdigest()[:8]
-    raw = f"{name(tied_source)}__{name(untied_source)}__{digest}"
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", raw)
-
-
-def external_dir(tied_source: Any, untied_source: Any, run_dir: Any = None, *, root: Any = "runs") -> Run:
-    """Where an external pair's figures, tables and results go: ``run_dir`` if given, else ``<root>/external/<slug>``.
-
-    Never a run's folder: a ``run_dir`` holding a run (``config.json`` or ``models/``) is refused, so an
-    external pair cannot overwrite a run's figures. Creates ``figures/`` and ``metrics/``.
-    """
-    from pathlib import Path
-
-    if run_dir is not None:
-        path = Path(run_dir).expanduser().resolve()
-        if (path / "config.json").is_file() or (path / "models").is_dir():
-            raise ValueError(f"run_dir: {str(path)!r} holds a run or a model (config.json or models/); an external "
-                             f"pair writes to its own folder: give a new or empty folder, or leave run_dir None "
-                             f"for {root}/external/<pair>")
-    else:
-        path = Path(root).expanduser().resolve() / "external" / pair_slug(tied_source, untied_source)
-    out = Run(path)
-    out.figures_dir.mkdir(parents=True, exist_ok=True)
-    out.metrics_dir.mkdir(parents=True, exist_ok=True)
-    return out
-
-
 def moved_from_init(run: Run, seeds: Sequence[int]) -> pd.DataFrame:
     """How far each final matrix moved from its step-0 value: mean per-token cosine and relative distance."""
     rows = []

@@ -12,7 +12,9 @@ not checked for tying); errors name the notebook parameter ``<label>_source``.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +23,11 @@ from typing import Any, Literal
 import torch
 
 from . import lens as tl
+from .runs import Run
 
 __all__ = [
-    "SourceInfo", "check_sources", "estimate_bytes", "free_memory", "inspect", "load_models", "param_name",
+    "SourceInfo", "check_sources", "estimate_bytes", "external_dir", "free_memory", "inspect", "load_models",
+    "pair_slug", "param_name",
 ]
 
 ROLES = {"tied": True, "untied": False}
@@ -243,3 +247,40 @@ def load_models(sources: dict[str, Any], *, device: str | torch.device = "cpu",
         out[label] = (model, tokenizers[label])
     return out
 
+
+def pair_slug(tied_source: Any, untied_source: Any) -> str:
+    """A folder name for an external pair: both model names plus a short hash of the full sources."""
+
+    def name(src: Any) -> str:
+        p = Path(str(src)).expanduser()
+        return p.name if p.is_dir() else str(src).replace("/", "--")
+
+    def full(src: Any) -> str:
+        p = Path(str(src)).expanduser()
+        return str(p.resolve()) if p.is_dir() else str(src)
+
+    digest = hashlib.sha1(f"{full(tied_source)}\n{full(untied_source)}".encode()).hexdigest()[:8]
+    raw = f"{name(tied_source)}__{name(untied_source)}__{digest}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", raw)
+
+
+def external_dir(tied_source: Any, untied_source: Any, run_dir: Any = None, *, root: Any = "runs") -> Run:
+    """Where an external pair's figures, tables and results go: ``run_dir`` if given, else ``<root>/external/<slug>``.
+
+    Never a run's folder: a ``run_dir`` holding a run (``config.json`` or ``models/``) is refused, so an
+    external pair cannot overwrite a run's figures. Returns a :class:`tiebias.runs.Run` on that folder
+    (for ``figures_dir``, ``metrics_dir`` and :func:`tiebias.report.record`); creates ``figures/`` and
+    ``metrics/``.
+    """
+    if run_dir is not None:
+        path = Path(run_dir).expanduser().resolve()
+        if (path / "config.json").is_file() or (path / "models").is_dir():
+            raise ValueError(f"run_dir: {str(path)!r} holds a run or a model (config.json or models/); an external "
+                             f"pair writes to its own folder: give a new or empty folder, or leave run_dir None "
+                             f"for {root}/external/<pair>")
+    else:
+        path = Path(root).expanduser().resolve() / "external" / pair_slug(tied_source, untied_source)
+    out = Run(path)
+    out.figures_dir.mkdir(parents=True, exist_ok=True)
+    out.metrics_dir.mkdir(parents=True, exist_ok=True)
+    return out
