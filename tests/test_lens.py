@@ -331,20 +331,15 @@ def test_thread_setting_is_restored(models) -> None:
 
 
 def test_unsupported_family_names_model_type() -> None:
-    from transformers import MistralConfig, MistralForCausalLM
+    """A family with no final norm (post-norm OPT, as OPT-350m) is refused naming its model_type."""
+    from transformers import OPTConfig, OPTForCausalLM
 
-    cfg = MistralConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-    )
-    model = MistralForCausalLM(cfg)
-    with pytest.raises(ValueError, match="model: model family model_type='mistral'"):
-        L.train_lens(model, TRAIN, steps=1)
-    with pytest.raises(ValueError, match="model_type='mistral'"):
+    cfg = OPTConfig(vocab_size=VOCAB, hidden_size=32, ffn_dim=64, num_hidden_layers=2, num_attention_heads=2,
+                    word_embed_proj_dim=32, do_layer_norm_before=False)
+    model = OPTForCausalLM(cfg)
+    with pytest.raises(ValueError, match=r"model: model_type='opt' \(OPTForCausalLM\) has no final norm"):
+        L.train_lens(model, TRAIN, steps=1, warmup_steps=0)
+    with pytest.raises(ValueError, match="model_type='opt'"):
         L.evaluate(model, EVAL)
     with pytest.raises(ValueError, match="model: expected a transformers PreTrainedModel"):
         L.evaluate(torch.nn.Linear(2, 2), EVAL)  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -53,7 +54,19 @@ def load_models(run: Run, seeds: Sequence[int] | None = None, step: int | None =
 
 def load_sources(tied_source: Any, untied_source: Any, *, tied_tokenizer: Any = None,
                  untied_tokenizer: Any = None) -> dict[int, dict[str, Embeddings]]:
-    """One tied / untied pair from any two HF models (local folders or hub ids), as a one-'seed' set."""
+    """One tied / untied pair from any two HF models (local folders or hub ids), as a one-'seed' set.
+
+    Folders and hub ids are checked from their configs first (:func:`tiebias.sources.check_sources`: the
+    tied side tied, the untied side untied, a causal-LM head, the embeddings fit in free memory), so a
+    swapped pair is refused before any weights are read. Loaded models skip that check.
+    """
+    from transformers import PreTrainedModel
+
+    from . import sources
+
+    named = {k: v for k, v in (("tied", tied_source), ("untied", untied_source)) if not isinstance(v, PreTrainedModel)}
+    if named:
+        sources.check_sources(named, need="embeddings")
     tied = _require(alignment.extract(tied_source, tied_tokenizer), True)
     untied = alignment.require_untied(alignment.extract(untied_source, untied_tokenizer), "untied_source")
     return {0: {"tied": tied, "untied": untied}}
@@ -119,12 +132,21 @@ def summarise(df: pd.DataFrame, value_cols: Sequence[str] | None = None) -> pd.D
     return res.swaplevel(axis=1).sort_index(axis=1, level=0, sort_remaining=False)
 
 
-def claim1(df: pd.DataFrame, method: str = "orthogonal") -> dict[str, Any]:
+def claim1(df: pd.DataFrame, method: str = "orthogonal", *, n_boot: int = 2000, level: float = 0.95,
+           seed: int = 0) -> dict[str, Any]:
     """Claim 1 from the numbers: gap = (untied output -> tied) - (untied input -> tied) on the headline pairing.
 
     Headline pairing is ``cross seed`` when present, else ``same seed``. The gap is computed per
-    tied model (target seed) so its spread over seeds is meaningful; the threshold for "beyond noise"
-    is twice that spread (0 with a single seed). The same-kind noise floor is reported beside it.
+    tied model (target seed) so its spread over seeds is meaningful.
+
+    - Two or more tied models: "beyond noise" means gap > ``threshold`` = 2 sd over seeds.
+    - One pair (an external pair, or a run with one seed): there is no seed noise floor. The CI comes
+      from a paired bootstrap over tokens (:func:`token_gap`); the map is fitted once on all tokens and
+      only the scoring is resampled. ``threshold`` is the CI's lower half-width (gap - ci_low), so
+      gap > threshold exactly when the whole CI lies above 0. Needs ``table1(..., keep_scores=True)``.
+
+    ``holds`` and ``rule`` state the verdict and how it was reached; the same-kind noise floor is
+    reported beside it when the table has one.
     """
     pairing = "cross seed" if (df.pairing == "cross seed").any() else "same seed"
     d = df[df.pairing == pairing]
@@ -135,9 +157,48 @@ def claim1(df: pd.DataFrame, method: str = "orthogonal") -> dict[str, Any]:
         raise ValueError(f"method: no {method!r} scores for both 'untied output -> tied' and 'untied input -> tied'")
     sd = float(gap.std(ddof=1)) if len(gap) > 1 else math.nan
     floor = df[df.comparison.str.endswith("(noise floor)")].groupby("comparison")[method].mean().to_dict()
-    return {"method": method, "pairing": pairing, "out_to_tied": float(out_t.mean()), "in_to_tied": float(in_t.mean()),
-            "gap": float(gap.mean()), "gap_sd": sd, "n": int(len(gap)),
-            "threshold": 2 * sd if math.isfinite(sd) else 0.0, "noise_floor": floor}
+    out = {"method": method, "pairing": pairing, "out_to_tied": float(out_t.mean()), "in_to_tied": float(in_t.mean()),
+           "gap": float(gap.mean()), "gap_sd": sd, "n": int(len(gap)), "noise_floor": floor}
+    if len(gap) > 1:
+        threshold = 2 * sd
+        out.update(basis="seeds", threshold=threshold, holds=bool(out["gap"] > threshold),
+                   rule=f"holds if gap > 2 sd over {len(gap)} tied models = {threshold:.3f}", note="")
+        return out
+    ci = token_gap(df, method, pairing=pairing, n_boot=n_boot, level=level, seed=seed)
+    out.update(basis="tokens", ci_low=ci.ci_low, ci_high=ci.ci_high, ci_level=level, n_boot=n_boot,
+               n_tokens=ci.n, threshold=out["gap"] - ci.ci_low, holds=bool(ci.ci_low > 0),
+               note="one pair: no seed noise floor",
+               rule=f"holds if the {level:.0%} bootstrap CI over {ci.n} tokens, [{ci.ci_low:+.3f}, {ci.ci_high:+.3f}], lies "
+                    f"above 0 (map fitted once on all tokens; only the scored tokens are resampled)")
+    return out
+
+
+def token_gap(df: pd.DataFrame, method: str = "orthogonal", *, pairing: str = "same seed", seed_target: int | None = None,
+              n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> alignment.BootstrapCI:
+    """Paired bootstrap over tokens of one tied model's gap (untied output -> tied) - (untied input -> tied).
+
+    Both rows score the same untied model's tokens against the same tied matrix, so each token gives one
+    difference of per-token cosines; the rows come from ``table1(..., keep_scores=True)``.
+    """
+    d = df[df.pairing == pairing]
+    if seed_target is None:
+        seed_target = int(d.seed_target.min())
+    rows = {}
+    for comp in ("untied output -> tied", "untied input -> tied"):
+        r = d[(d.comparison == comp) & (d.seed_target == seed_target)]
+        if r.empty:
+            raise ValueError(f"df: no {comp!r} row for pairing {pairing!r} and tied seed {seed_target}")
+        if "per_token" not in r:
+            raise ValueError("df: one pair needs per-token scores for the token bootstrap; build the table with "
+                             "table1(..., keep_scores=True)")
+        rows[comp] = r.iloc[0]
+    a, b = rows["untied output -> tied"], rows["untied input -> tied"]
+    if method not in a.per_token or method not in b.per_token:
+        raise ValueError(f"method: no per-token {method!r} scores in the table; have {sorted(a.per_token)}")
+    ids_a, ids_b = a.token_ids.cpu().numpy(), b.token_ids.cpu().numpy()
+    _, ia, ib = np.intersect1d(ids_a, ids_b, assume_unique=True, return_indices=True)
+    diff = a.per_token[method].double().cpu().numpy()[ia] - b.per_token[method].double().cpu().numpy()[ib]
+    return alignment.bootstrap_mean(diff, n_boot=n_boot, level=level, seed=seed)
 
 
 def moved_from_init(run: Run, seeds: Sequence[int]) -> pd.DataFrame:

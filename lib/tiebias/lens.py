@@ -1,14 +1,16 @@
-"""Tuned lens and logit lens for the kit's small causal LMs (paper claim 3).
+"""Tuned lens and logit lens for any decoder-only causal LM (paper claim 3).
 
 The lens itself is the ``tuned_lens`` package's own :class:`~tuned_lens.TunedLens`
 (one affine translator per layer, added residually and initialised to the identity),
-so a lens saved here loads with ``TunedLens.from_model_and_pretrained(model, path)``.
+so a lens saved here loads with the package's ``TunedLens.from_unembed_and_pretrained``
+(and with ``TunedLens.from_model_and_pretrained(model, path)`` for the families the
+package itself recognises).
 What this module adds is a CPU-sized training loop that follows the package's recipe,
 an evaluation table (KL to the final distribution in bits and next-token cross-entropy,
 per layer, for the tuned and the logit lens), save/load with shape checks, and two
 notebook helpers.
 
-Layer indexing (checked for transformers 5, Llama and GPT-NeoX): with
+Layer indexing (checked for transformers 5 on every family in :data:`VERIFIED_MODEL_TYPES`): with
 ``output_hidden_states=True`` the model returns L + 1 tensors. ``hidden_states[i]`` for
 i < L is the residual stream entering block i (0 = embedding output), pre-norm.
 ``hidden_states[L]`` is *post* final norm (the model applies the final norm before
@@ -30,20 +32,31 @@ left untouched):
   Face Hub when the local folder lacks a file, and only warns on an unembedding
   mismatch with a coarse hash (corner entries to one decimal); :func:`load_lens`
   checks the files, the shapes and a full SHA-256 of the unembedding first.
-* The package's ``Norm`` typing references ``LlamaRMSNorm`` and its model surgery
-  recognises ``LlamaModel`` and ``GPTNeoXModel`` by class, which still holds in
-  transformers 5; other families raise ``NotImplementedError`` there, turned into a
-  ``ValueError`` naming the ``model_type`` by :func:`check_model`.
+* The package finds the final norm and the unembedding by model *class*
+  (``tuned_lens.model_surgery`` knows Llama, GPT-NeoX, GPT-2, GPT-Neo, GPT-J, OPT and
+  BLOOM) and raises ``NotImplementedError`` for OLMo, OLMo2, Qwen3, Mistral, Gemma, ...
+  Here they are found by *layout* (:func:`find_layout`): the head is
+  ``get_output_embeddings()`` and the final norm is the first of
+  :data:`FINAL_NORM_NAMES` on the decoder or base model. The package's ``Unembed``,
+  ``LogitLens`` and ``TunedLens`` objects are then built from those modules without its
+  class checks, so the lens files stay in the package's format. Before a model is
+  lensed, one short forward pass checks the layout (L + 1 hidden states, one call of the
+  final norm, and final norm + head on its input reproducing the model's logits);
+  anything else (logit soft-capping, logit scaling, a missing norm or head) is refused
+  with a ``ValueError`` naming the ``model_type`` and what is missing.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
 import os
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -52,21 +65,26 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
-from tuned_lens import TunedLens, model_surgery
-from tuned_lens.nn import Lens, LogitLens
+from tuned_lens import TunedLens
+from tuned_lens.nn import Lens, LogitLens, Unembed
+from tuned_lens.nn.lenses import TunedLensConfig
 
 if TYPE_CHECKING:  # plotting pulls in plotly; imported where used
     from tuned_lens.plotting import PredictionTrajectory
 
 __all__ = [
+    "FINAL_NORM_NAMES",
     "LENS_SUBDIR",
     "LN2",
     "VERIFIED_MODEL_TYPES",
+    "Layout",
     "check_model",
     "evaluate",
+    "find_layout",
     "kl_bits",
     "lens_path",
     "load_lens",
+    "new_logit_lens",
     "new_lens",
     "save_lens",
     "top_tokens_by_layer",
@@ -79,9 +97,27 @@ LN2 = math.log(2.0)
 LENS_SUBDIR = "lens"
 """A model's lens lives in ``<model dir>/lens/`` (package format: config.json + params.pt)."""
 
-VERIFIED_MODEL_TYPES = ("llama", "gpt_neox")
-"""Families whose hidden-state convention was checked here (the package also knows
-gpt2, gpt_neo, gptj, opt and bloom; those are accepted but not verified)."""
+VERIFIED_MODEL_TYPES = (
+    "llama", "mistral", "olmo", "olmo2", "olmo3", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
+    "gpt2", "gpt_neo", "gpt_neox", "opt", "phi", "mpt",
+)
+"""Families checked by ``tests/test_lens_families.py`` (tiny random models, tied and untied).
+Other decoder-only families are accepted when :func:`check_model`'s layout check passes."""
+
+FINAL_NORM_NAMES = (
+    "norm",  # llama, mistral, olmo, olmo2/3, qwen2/3, gemma 1-3, ...
+    "final_layer_norm",  # gpt_neox
+    "ln_f",  # gpt2, gpt_neo, gptj, bloom, falcon
+    "final_layernorm",  # phi, jamba
+    "norm_f",  # mpt, dbrx
+    "final_norm",  # recurrent_gemma, modernbert decoder
+    "decoder.final_layer_norm",  # opt
+)
+"""Attribute paths of the final norm, tried in order on ``model.get_decoder()`` then ``model.base_model``."""
+
+_LOGIT_POSTPROCESSING = {"final_logit_softcapping": None, "logit_scale": 1.0, "logits_scaling": 1.0}
+"""Config fields of families that transform the head's output (value that means "off"): the lens's
+unembedding (final norm + head) would not reproduce such a model's logits."""
 
 _SIDECAR = "tiebias_lens.json"
 _CONFIG = "config.json"
@@ -91,24 +127,162 @@ _PARAMS = "params.pt"
 # --------------------------------------------------------------------------- checks
 
 
-def check_model(model: Any) -> str:
-    """Return ``model_type`` if the tuned-lens package can lens this model, else raise ValueError."""
+@dataclass(frozen=True, eq=False)
+class Layout:
+    """Where a causal LM keeps what the lens needs: its final norm and its head (modules of the model itself).
+
+    ``final_norm`` is the module applied to the residual stream after the last block (its input is
+    what the lens reads at layer L); ``project_out`` is an optional projection after it (OPT-350m
+    style), applied before ``head``.
+    """
+
+    model_type: str
+    norm_path: str
+    final_norm: torch.nn.Module
+    head: torch.nn.Linear
+    project_out: torch.nn.Module | None = None
+
+
+_VERIFIED: weakref.WeakKeyDictionary[torch.nn.Module, Layout] = weakref.WeakKeyDictionary()
+
+
+def _describe(model: Any) -> str:
+    """``model_type='...' (ClassName)`` for error messages."""
+    return f"model_type={getattr(model.config, 'model_type', '?')!r} ({type(model).__name__})"
+
+
+def _text_config(config: Any) -> Any:
+    """The text part of a (possibly multimodal) config."""
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def _attr_path(root: Any, path: str) -> tuple[bool, Any]:
+    """(found, value) of a dotted attribute path; found is False when any step is missing."""
+    obj = root
+    for key in path.split("."):
+        if not hasattr(obj, key):
+            return False, None
+        obj = getattr(obj, key)
+    return True, obj
+
+
+def find_layout(model: Any) -> Layout:
+    """Find the final norm and the head by layout (no forward pass; works on a meta-device skeleton).
+
+    Raises ValueError naming the ``model_type`` and the class when the model has no linear head,
+    no recognisable final norm, or transforms the head's logits (soft-capping, logit scaling).
+    """
     if not isinstance(model, PreTrainedModel):
         raise ValueError(
             f"model: expected a transformers PreTrainedModel (e.g. LlamaForCausalLM, "
-            f"GPTNeoXForCausalLM), got {type(model).__name__}"
+            f"OlmoForCausalLM), got {type(model).__name__}"
         )
+    what = _describe(model)
     model_type = str(getattr(model.config, "model_type", "?"))
-    try:
-        model_surgery.get_final_norm(model)
-        model_surgery.get_unembedding_matrix(model)
-    except (NotImplementedError, ValueError, AttributeError) as err:
+    head = model.get_output_embeddings()
+    if head is None:
         raise ValueError(
-            f"model: model family model_type={model_type!r} ({type(model).__name__}) cannot be lensed "
-            f"by tuned_lens 0.2.0 ({err}); allowed families: {', '.join(VERIFIED_MODEL_TYPES)} "
-            f"(also gpt2, gpt_neo, gptj, opt, bloom, unverified here)"
-        ) from None
-    return model_type
+            f"model: {what} has no causal-LM head (get_output_embeddings() is None); "
+            f"load it with AutoModelForCausalLM"
+        )
+    if not isinstance(head, torch.nn.Linear):
+        raise ValueError(
+            f"model: {what} has a {type(head).__name__} head; the lens needs a linear unembedding (nn.Linear)"
+        )
+    text = _text_config(model.config)
+    for key, off in _LOGIT_POSTPROCESSING.items():
+        value = getattr(text, key, off)
+        if value is not None and value != off:
+            raise ValueError(
+                f"model: {what} transforms its logits after the head ({key}={value!r}), so final norm + "
+                f"head would not reproduce its output distribution; allowed: {key}={off!r}"
+            )
+    roots: list[tuple[str, Any]] = []
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    for label, root in (("decoder", decoder), ("base_model", getattr(model, "base_model", None))):
+        if root is not None and all(root is not r for _, r in roots):
+            roots.append((label, root))
+    for label, root in roots:
+        for name in FINAL_NORM_NAMES:
+            found, norm = _attr_path(root, name)
+            if not found:
+                continue
+            path = f"{label}.{name}"
+            if norm is None:
+                raise ValueError(
+                    f"model: {what} has no final norm ({path} is None, e.g. a post-norm model such as "
+                    f"OPT-350m); the lens needs a final norm before the head"
+                )
+            if not isinstance(norm, torch.nn.Module):
+                continue
+            owner = _attr_path(root, name.rsplit(".", 1)[0])[1] if "." in name else root
+            project_out = getattr(owner, "project_out", None)  # OPT with word_embed_proj_dim != hidden_size
+            if not isinstance(project_out, torch.nn.Module):
+                project_out = None
+            return Layout(model_type, path, norm, head, project_out)
+    raise ValueError(
+        f"model: {what} has no recognisable final norm: none of {', '.join(FINAL_NORM_NAMES)} on "
+        f"{' or '.join(label for label, _ in roots) or 'the model (no base_model)'}"
+    )
+
+
+def _apply_head(layout: Layout, h: Tensor) -> Tensor:
+    """The model's own head on the residual stream entering the final norm."""
+    n = layout.final_norm(h)
+    if layout.project_out is not None:
+        n = layout.project_out(n)
+    return layout.head(n)
+
+
+def _layout(model: Any) -> Layout:
+    """The model's layout, checked once with a short forward pass (cached per model object)."""
+    cached = _VERIFIED.get(model) if isinstance(model, torch.nn.Module) else None
+    if cached is not None:
+        return cached
+    layout = find_layout(model)
+    what = _describe(model)
+    n_layers = int(model.config.num_hidden_layers)
+    ids = torch.arange(min(4, int(model.config.vocab_size)), device=model.device).unsqueeze(0)
+    store: list[Tensor] = []
+    handle = layout.final_norm.register_forward_pre_hook(lambda _m, args: store.append(args[0]))
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(input_ids=ids, output_hidden_states=True)
+            n_states = len(out.hidden_states) if out.hidden_states is not None else 0
+            if n_states != n_layers + 1:
+                raise ValueError(
+                    f"model: {what} returns {n_states} hidden states for num_hidden_layers={n_layers}; "
+                    f"the lens needs L + 1 (embedding output, then one per block)"
+                )
+            if len(store) != 1:
+                raise ValueError(
+                    f"model: {what}: its final norm {layout.norm_path} ran {len(store)} times in one forward "
+                    f"pass; the lens needs it to run once, after the last block"
+                )
+            mine = _apply_head(layout, store[0]).float()
+            theirs = out.logits.float()
+    finally:
+        handle.remove()
+        model.train(was_training)
+    # Same modules on the same input: equal up to kernel differences (float32) or rounding (16-bit).
+    exact = layout.head.weight.dtype in (torch.float32, torch.float64)
+    tol = (1e-4 if exact else 1e-2) * max(1.0, float(theirs.abs().max()))
+    diff = float((mine - theirs).abs().max()) if mine.shape == theirs.shape else math.inf
+    if not diff <= tol:
+        raise ValueError(
+            f"model: {what}: final norm ({layout.norm_path}) + head does not reproduce the model's logits "
+            f"(max difference {diff:.3g}, shapes {tuple(mine.shape)} vs {tuple(theirs.shape)}); the family "
+            f"transforms its logits or hidden states in a way the lens cannot follow"
+        )
+    _VERIFIED[model] = layout
+    return layout
+
+
+def check_model(model: Any) -> str:
+    """Return ``model_type`` if the model can be lensed (layout found and checked), else raise ValueError."""
+    return _layout(model).model_type
 
 
 def _check_tokens(tokens: Any, seq_len: int, vocab_size: int, name: str = "tokens") -> Tensor:
@@ -153,7 +327,7 @@ def _check_lens(model: PreTrainedModel, lens: Any) -> None:
             f"({model.config.model_type}) has num_hidden_layers={want[0]}, hidden_size={want[1]}; "
             f"train or load a lens for this model"
         )
-    head = model_surgery.get_unembedding_matrix(model).weight
+    head = _layout(model).head.weight
     mine = lens.unembed.unembedding.weight
     if mine.shape != head.shape or not torch.equal(mine.detach().cpu(), head.detach().cpu()):
         raise ValueError(
@@ -164,7 +338,7 @@ def _check_lens(model: PreTrainedModel, lens: Any) -> None:
 
 def _unembed_sha256(model: PreTrainedModel) -> str:
     """Full SHA-256 of the unembedding weights (the package's own hash is too coarse to tell models apart)."""
-    w = model_surgery.get_unembedding_matrix(model).weight.detach().to("cpu", torch.float32).contiguous()
+    w = _layout(model).head.weight.detach().to("cpu", torch.float32).contiguous()
     return hashlib.sha256(w.numpy().tobytes()).hexdigest()
 
 
@@ -176,10 +350,43 @@ def lens_path(model_dir: str | os.PathLike[str]) -> Path:
     return Path(model_dir) / LENS_SUBDIR
 
 
+def _unembed(model: PreTrainedModel) -> Unembed:
+    """The package's Unembed (final norm + head) for ``model``, built from its layout, not its class.
+
+    Like the package, the final norm is copied; the head's weight is shared (detached, frozen)
+    rather than copied, which spares a vocabulary x width copy per lens on large models.
+    """
+    layout = _layout(model)
+    unembed = Unembed.__new__(Unembed)  # Unembed.__init__ would ask model_surgery, which knows classes only
+    torch.nn.Module.__init__(unembed)
+    norm = copy.deepcopy(layout.final_norm)
+    if layout.project_out is not None:
+        norm = torch.nn.Sequential(norm, copy.deepcopy(layout.project_out))
+    head = layout.head
+    with torch.device("meta"):
+        linear = torch.nn.Linear(head.in_features, head.out_features, bias=head.bias is not None)
+    linear.weight = torch.nn.Parameter(head.weight.detach(), requires_grad=False)
+    if head.bias is not None:
+        linear.bias = torch.nn.Parameter(head.bias.detach(), requires_grad=False)
+    unembed.final_norm = norm.requires_grad_(False)
+    unembed.unembedding = linear
+    return unembed
+
+
+def new_logit_lens(model: PreTrainedModel) -> LogitLens:
+    """The package's LogitLens for ``model`` (any family :func:`check_model` accepts), on the model's device."""
+    return LogitLens(_unembed(model)).to(model.device)
+
+
 def new_lens(model: PreTrainedModel) -> TunedLens:
     """An untrained (identity) package TunedLens for ``model``, on the model's device."""
-    check_model(model)
-    return TunedLens.from_model(model).to(model.device)
+    config = TunedLensConfig(
+        base_model_name_or_path=str(getattr(model.config, "name_or_path", "") or ""),
+        d_model=int(model.config.hidden_size),
+        num_hidden_layers=int(model.config.num_hidden_layers),
+        bias=True,
+    )
+    return TunedLens(_unembed(model), config).to(model.device)
 
 
 def save_lens(lens: TunedLens, path: str | os.PathLike[str]) -> Path:
@@ -202,9 +409,9 @@ def save_lens(lens: TunedLens, path: str | os.PathLike[str]) -> Path:
 def load_lens(model: PreTrainedModel, path: str | os.PathLike[str], *, strict: bool = True) -> TunedLens:
     """Load a lens saved by :func:`save_lens` (or the package) for ``model``.
 
-    Checks files and shapes before handing over to ``TunedLens.from_model_and_pretrained``
-    (which would otherwise try the Hub for missing files and fail on shapes with a bare
-    size-mismatch error). ``strict`` also requires the sidecar hash to match the model's
+    Checks files and shapes before handing over to the package's
+    ``TunedLens.from_unembed_and_pretrained`` (which would otherwise try the Hub for missing
+    files and fail on shapes with a bare size-mismatch error). ``strict`` also requires the sidecar hash to match the model's
     unembedding, i.e. the lens was trained on this very model.
     """
     model_type = check_model(model)
@@ -234,7 +441,7 @@ def load_lens(model: PreTrainedModel, path: str | os.PathLike[str], *, strict: b
                 f"(sha256 {saved[:12]}... vs this model's {_unembed_sha256(model)[:12]}...); "
                 f"load the lens saved next to this model, or pass strict=False"
             )
-    lens = TunedLens.from_model_and_pretrained(model, str(path), map_location="cpu", weights_only=True)
+    lens = TunedLens.from_unembed_and_pretrained(_unembed(model), str(path), map_location="cpu", weights_only=True)
     return lens.to(model.device)
 
 
@@ -316,7 +523,7 @@ def _target_stats(logits: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[
 def _capture_final_norm_input(model: PreTrainedModel) -> Iterator[list[Tensor]]:
     """Collect the residual stream entering the final norm (hidden_states[-1] is already normed)."""
     store: list[Tensor] = []
-    norm = model_surgery.get_final_norm(model)
+    norm = _layout(model).final_norm
 
     def hook(_module: torch.nn.Module, args: tuple[Any, ...]) -> None:
         store.append(args[0])
@@ -441,7 +648,7 @@ def train_lens(
     if low_precision is None:
         low_precision = _bf16_matmul_supported(device)
     if lens is None:
-        lens = TunedLens.from_model(model).to(device)
+        lens = new_lens(model)
     else:
         _check_lens(model, lens)
     if state is not None and not isinstance(state, dict):
@@ -601,7 +808,7 @@ def evaluate(
 
     device = model.device
     seqs = _sequences(tokens, seq_len)[: max_tokens // seq_len]
-    logit = LogitLens.from_model(model).to(device) if logit_lens else None
+    logit = new_logit_lens(model) if logit_lens else None
     n_layers = model.config.num_hidden_layers
     n_seq = len(seqs)
     # Per-sequence sums (KL in bits over seq_len positions, CE in nats over seq_len - 1), float64.
@@ -693,6 +900,8 @@ def trajectory(model: PreTrainedModel, lens: Lens, tokenizer: Any, text: str) ->
 
     ``PredictionTrajectory.from_lens_and_model`` indexes correctly (lens i on
     hidden_states[i], model logits for the last row). Plot with :func:`trajectory_figure`.
+    The package converts logits to numpy, which has no bfloat16: logits of 16-bit models
+    (bf16 on a GPU) are handed over in float32.
     """
     from tuned_lens.plotting import PredictionTrajectory
 
@@ -704,7 +913,29 @@ def trajectory(model: PreTrainedModel, lens: Lens, tokenizer: Any, text: str) ->
         raise ValueError(f"text: needs at least 2 tokens, got {len(ids)} from {text!r}")
     eos = getattr(tokenizer, "eos_token_id", None)
     targets = ids[1:] + [eos if eos is not None else ids[-1]]
-    return PredictionTrajectory.from_lens_and_model(lens, model, ids, tokenizer=tokenizer, targets=targets)
+    if next(model.parameters()).dtype in (torch.float32, torch.float64):
+        return PredictionTrajectory.from_lens_and_model(lens, model, ids, tokenizer=tokenizer, targets=targets)
+    return PredictionTrajectory.from_lens_and_model(
+        _Float32Logits(lens), _Float32Logits(model), ids, tokenizer=tokenizer, targets=targets  # type: ignore[arg-type]
+    )
+
+
+class _Float32Logits:
+    """Calls a model or lens and returns its logits in float32 (numpy, used by the package, has no bfloat16)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.device = getattr(inner, "device", None)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        out = self.inner(*args, **kwargs)
+        if isinstance(out, Tensor):
+            return out.float()
+        out.logits = out.logits.float()
+        return out
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self(*args, **kwargs)
 
 
 def trajectory_figure(
@@ -754,7 +985,7 @@ def top_tokens_by_layer(
     if not ids:
         raise ValueError(f"prompt: must encode to at least 1 token, got {prompt!r}")
     device = model.device
-    logit_lens = LogitLens.from_model(model).to(device)
+    logit_lens = new_logit_lens(model)
     n_layers = model.config.num_hidden_layers
     was_training = model.training
     model.eval()

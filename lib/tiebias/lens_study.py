@@ -647,19 +647,18 @@ def claim3(gaps: pd.DataFrame) -> dict[str, Any]:
             "positive_layers": gaps[gaps.gap > 0].layer.tolist()}
 
 
-def load_sources(sources: dict[str, Any], device: str = "cpu") -> dict[str, tuple[Any, Any]]:
-    """Load any HF causal LMs (local folders or hub ids) with their tokenizers: label -> (model, tokenizer)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_sources(sources: dict[str, Any], device: str = "cpu", dtype: Any = None) -> dict[str, tuple[Any, Any]]:
+    """Load any HF causal LMs (local folders or hub ids) with their tokenizers: label -> (model, tokenizer).
 
-    out = {}
-    for label, src in sources.items():
-        if src is None:
-            raise ValueError(f"{label}_source: missing; give a model folder or a hub id")
-        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32).to(device).eval()
-        tl.check_model(model)
-        out[label] = (model, AutoTokenizer.from_pretrained(src))
-    return out
+    Delegates to :func:`tiebias.sources.load_models`: the configs are checked first (``tied`` really
+    tied, ``untied`` really untied, a family the lens can follow, enough free memory), so a wrong pair
+    is refused before any weights load. ``dtype`` defaults to float32.
+    """
+    import torch
+
+    from . import sources as src
+
+    return src.load_models(sources, device=device, dtype=torch.float32 if dtype is None else dtype)
 
 
 def kl_table_models(models: dict[str, tuple[Any, Any]], corpus: Any = None, *, steps: int, tokens_per_step: int,

@@ -1,0 +1,126 @@
+"""Claim 1 with a single tied / untied pair: a token bootstrap instead of a seed spread, and its own output folder."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from tiebias import alignment, comparisons, sources
+from tiebias.alignment import Embeddings
+
+
+def test_bootstrap_mean_matches_the_normal_interval() -> None:
+    x = np.random.default_rng(1).normal(0.3, 2.0, 4000)
+    ci = alignment.bootstrap_mean(x, n_boot=1000, seed=0)
+    half = 1.96 * x.std(ddof=1) / math.sqrt(x.size)
+    assert ci.mean == pytest.approx(x.mean()) and ci.n == 4000 and ci.n_boot == 1000
+    assert ci.ci_low < ci.mean < ci.ci_high
+    assert (ci.ci_high - ci.ci_low) / 2 == pytest.approx(half, rel=0.15)
+    assert alignment.bootstrap_mean(x, n_boot=1000, seed=0) == ci  # deterministic for a seed
+    narrow = alignment.bootstrap_mean(x, n_boot=1000, level=0.5, seed=0)
+    assert ci.ci_low < narrow.ci_low < narrow.ci_high < ci.ci_high
+
+
+@pytest.mark.parametrize(("values", "kw", "match"), [
+    ([1.0], {}, "at least 2 items"),
+    ([1.0, math.nan], {}, "NaN"),
+    ([1.0, 2.0], {"level": 1.0}, "level must be in"),
+    ([1.0, 2.0], {"n_boot": 10}, "n_boot: must be an int >= 100"),
+])
+def test_bootstrap_mean_bad_input(values, kw, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        alignment.bootstrap_mean(values, **kw)
+
+
+def _pair(out_noise: float, in_noise: float, n: int = 400, d: int = 16, seed: int = 0) -> dict[int, dict[str, Embeddings]]:
+    """One tied matrix and an untied model whose output / input matrices are noisy rotations of it."""
+    g = torch.Generator().manual_seed(seed)
+    tied = torch.randn(n, d, generator=g)
+    rot = torch.linalg.qr(torch.randn(d, d, generator=g))[0]
+    out = tied @ rot + out_noise * torch.randn(n, d, generator=g)
+    inp = tied @ rot.T + in_noise * torch.randn(n, d, generator=g)
+    toks = [f"t{i}" for i in range(n)]
+    return {0: {"tied": Embeddings(tied, tied, True, toks, "tied"),
+                "untied": Embeddings(inp, out, False, toks, "untied")}}
+
+
+def test_one_pair_claim_uses_a_token_bootstrap() -> None:
+    df = comparisons.table1(_pair(0.3, 3.0), ["orthogonal"], knn_k=None, keep_scores=True)
+    c = comparisons.claim1(df, "orthogonal", n_boot=500)
+    assert c["n"] == 1 and c["basis"] == "tokens" and c["note"] == "one pair: no seed noise floor"
+    assert c["ci_low"] < c["gap"] < c["ci_high"] and c["ci_low"] > 0 and c["holds"]
+    assert c["threshold"] == pytest.approx(c["gap"] - c["ci_low"]) and c["gap"] > c["threshold"]
+    assert c["n_tokens"] == 400 and "bootstrap CI over 400 tokens" in c["rule"]
+    ci = comparisons.token_gap(df, "orthogonal", n_boot=500)
+    assert ci.mean == pytest.approx(c["gap"])
+    with pytest.raises(ValueError, match=r"keep_scores=True"):
+        comparisons.claim1(df.drop(columns=["per_token", "token_ids"]), "orthogonal")
+
+
+def test_small_positive_gap_inside_its_ci_does_not_hold() -> None:
+    """A gap just above 0 with a wide token CI is not a verdict of 'holds' (the old threshold was 0)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 1, 200)
+    out = torch.from_numpy(x - x.mean() + 0.01)
+    ids = torch.arange(200)
+    rows = [{"comparison": c, "pairing": "same seed", "seed_source": 0, "seed_target": 0, "n_tokens": 200,
+             "orthogonal": float(v.mean()), "per_token": {"orthogonal": v}, "token_ids": ids}
+            for c, v in (("untied output -> tied", out), ("untied input -> tied", torch.zeros(200, dtype=out.dtype)))]
+    c = comparisons.claim1(pd.DataFrame(rows), "orthogonal", n_boot=500)
+    assert c["gap"] == pytest.approx(0.01) and c["ci_low"] < 0 < c["ci_high"]
+    assert not c["holds"] and c["gap"] < c["threshold"]
+
+
+def test_several_seeds_keep_the_seed_threshold(two_seed_run) -> None:
+    df = comparisons.table1(comparisons.load_models(two_seed_run), ["orthogonal"], knn_k=None, noise_floor=False)
+    c = comparisons.claim1(df)
+    assert c["basis"] == "seeds" and c["threshold"] == pytest.approx(2 * c["gap_sd"])
+    assert c["holds"] == (c["gap"] > c["threshold"]) and "ci_low" not in c
+
+
+def test_external_pair_gets_its_own_folder(tmp_path: Path, two_seed_run) -> None:
+    t, u = two_seed_run.model_path("tied", 0), two_seed_run.model_path("untied", 0)
+    out = sources.external_dir(t, u, root=tmp_path)
+    assert out.path.parent == tmp_path / "external" and out.figures_dir.is_dir() and out.metrics_dir.is_dir()
+    assert out.path.name.startswith("tied-s0__untied-s0__")
+    assert sources.external_dir(t, u, root=tmp_path).path == out.path  # stable
+    assert sources.external_dir(u, t, root=tmp_path).path != out.path
+    assert sources.pair_slug("allenai/OLMo-1B-hf", "allenai/OLMo-1B-0724-hf").startswith(
+        "allenai--OLMo-1B-hf__allenai--OLMo-1B-0724-hf__")
+    mine = sources.external_dir(t, u, tmp_path / "mine")
+    assert mine.path == (tmp_path / "mine").resolve()
+    with pytest.raises(ValueError, match=r"run_dir: .* holds a run or a model"):
+        sources.external_dir(t, u, two_seed_run.path)
+
+
+@pytest.mark.slow
+def test_notebook_02_on_an_external_pair(tmp_path: Path) -> None:
+    """02_align by path on one tiny OLMo pair: a token-bootstrap verdict, saved in the pair's own folder."""
+    import json
+
+    import papermill as pm
+    from _families import corpus_tokenizer, save_tiny
+
+    nb_dir = Path(__file__).resolve().parents[1] / "notebooks"
+    tok = corpus_tokenizer()
+    tied = save_tiny("olmo", True, tmp_path / "tied", len(tok), seed=0, tokenizer=tok)
+    untied = save_tiny("olmo", False, tmp_path / "untied", len(tok), seed=1, tokenizer=tok)
+    out = tmp_path / "pair"
+    pm.execute_notebook(str(nb_dir / "02_align.ipynb"), str(tmp_path / "02.ipynb"), cwd=str(nb_dir),
+                        kernel_name="python3", progress_bar=False,
+                        parameters={"profile": "smoke", "run_dir": str(out), "tied_source": str(tied),
+                                    "untied_source": str(untied)})
+    assert (out / "figures" / "02_table1.html").is_file() and (out / "figures" / "02_cosine_histograms.html").is_file()
+    table = pd.read_csv(out / "metrics" / "alignment_table1.csv")
+    assert set(table.pairing) == {"within model", "same seed"}
+    rec = json.loads((out / "results" / "claim1_alignment.json").read_text())
+    d = rec["details"]
+    assert d["basis"] == "tokens" and d["note"] == "one pair: no seed noise floor"
+    assert rec["verdict"] == (d["ci_low"] > 0) and rec["threshold"] == pytest.approx(d["gap"] - d["ci_low"])
+    assert "one pair: no seed noise floor" in (tmp_path / "02.ipynb").read_text()
+    assert not list(tmp_path.glob("tied/figures")) and not list(tmp_path.glob("untied/figures"))

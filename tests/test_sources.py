@@ -1,0 +1,130 @@
+"""Config-first checks for external models: wrong or swapped pairs, headless families, memory and depth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+from _families import corpus_tokenizer, save_tiny, tiny_config
+
+from tiebias import alignment, comparisons, lens_study, sources
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A tiny tied and untied OLMo (2 layers) and a 3-layer untied one, each with a corpus tokenizer."""
+    root = tmp_path_factory.mktemp("sources")
+    tok = corpus_tokenizer()
+    return {
+        "tied": save_tiny("olmo", True, root / "tied", len(tok), seed=0, tokenizer=tok),
+        "untied": save_tiny("olmo", False, root / "untied", len(tok), seed=1, tokenizer=tok),
+        "deep": save_tiny("olmo", False, root / "deep", len(tok), seed=2, tokenizer=tok, num_hidden_layers=3),
+    }
+
+
+@pytest.fixture
+def no_weights(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record (and refuse) every weight load: AutoModelForCausalLM.from_pretrained and alignment.extract."""
+    calls: list[str] = []
+
+    def refuse(*args, **kwargs):
+        calls.append(str(args[-1] if args else kwargs))
+        raise AssertionError("weights were loaded before the config check")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+    monkeypatch.setattr(alignment, "extract", refuse)
+    return calls
+
+
+def test_swapped_pair_refused_before_weights_load(pair, no_weights) -> None:
+    swapped = {"tied": pair["untied"], "untied": pair["tied"]}
+    with pytest.raises(ValueError, match=r"tied_source: '.*untied' is untied \(its config has "
+                                         r"tie_word_embeddings=False, olmo\).*swapped"):
+        lens_study.load_sources(swapped)
+    with pytest.raises(ValueError, match=r"tied_source: .* is untied"):
+        comparisons.load_sources(pair["untied"], pair["tied"])
+    with pytest.raises(ValueError, match=r"untied_source: '.*tied' is tied \(its config has tie_word_embeddings=True"):
+        lens_study.load_sources({"tied": pair["tied"], "untied": pair["tied"]})
+    with pytest.raises(ValueError, match=r"untied_source: .* is tied"):
+        comparisons.load_sources(pair["tied"], pair["tied"])
+    assert no_weights == []
+
+
+def test_family_without_causal_lm_head_refused(tmp_path: Path, pair, no_weights) -> None:
+    t5 = tmp_path / "t5"
+    transformers.T5Config(vocab_size=300, d_model=32, num_layers=1, num_heads=2, d_ff=64).save_pretrained(t5)
+    with pytest.raises(ValueError, match=r"untied_source: '.*t5' is a 't5' model \(T5Config\) with no causal-LM head"):
+        lens_study.load_sources({"tied": pair["tied"], "untied": t5})
+    with pytest.raises(ValueError, match="untied_source: .* no causal-LM head"):
+        comparisons.load_sources(pair["tied"], t5)
+    with pytest.raises(ValueError, match=r"tied_source: '.*empty' is a folder without config.json"):
+        (tmp_path / "empty").mkdir()
+        lens_study.load_sources({"tied": tmp_path / "empty", "untied": pair["untied"]})
+    with pytest.raises(ValueError, match="untied_source: missing"):
+        lens_study.load_sources({"tied": pair["tied"], "untied": None})
+    assert no_weights == []
+
+
+def test_family_the_lens_cannot_follow_refused_from_config(tmp_path: Path, pair, no_weights) -> None:
+    """Gemma2 with logit soft-capping: the lens study refuses it from the config; alignment (02) does not need it."""
+    capped = tmp_path / "gemma2"
+    tiny_config("gemma2", False, 300, final_logit_softcapping=30.0).save_pretrained(capped)
+    with pytest.raises(ValueError, match=r"untied_source: '.*gemma2': model_type='gemma2' .*final_logit_softcapping"):
+        lens_study.load_sources({"tied": pair["tied"], "untied": capped})
+    info = sources.check_sources({"untied": capped}, need="embeddings")["untied"]
+    assert info.model_type == "gemma2" and not info.tied
+    assert no_weights == []
+
+
+def test_memory_estimate_matches_the_loaded_model(pair) -> None:
+    info = sources.inspect(pair["untied"], "untied")
+    model = transformers.AutoModelForCausalLM.from_pretrained(pair["untied"], dtype=torch.float32)
+    n = sum(p.numel() for p in model.parameters())
+    assert info.n_params == n and info.num_hidden_layers == 2 and info.local_safetensors
+    assert sources.estimate_bytes(info) == 4 * n
+    assert sources.estimate_bytes(info, torch.bfloat16) == 2 * n
+    emb = model.get_input_embeddings().weight
+    assert sources.estimate_bytes(info, need="embeddings") == 2 * emb.numel() * 4  # untied: two matrices
+    tied = sources.inspect(pair["tied"], "tied")
+    assert tied.tied and sources.estimate_bytes(tied, need="embeddings") == emb.numel() * 4
+    d = info.hidden_size
+    assert sources.estimate_bytes(info, lens=True) == 4 * n + 4 * 2 * d * (d + 1) * 4
+    with pytest.raises(ValueError, match="need: must be 'model' or 'embeddings'"):
+        sources.estimate_bytes(info, need="all")  # type: ignore[arg-type]
+
+
+def test_too_large_for_free_memory_refused_before_load(pair, no_weights, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sources, "free_memory", lambda device="cpu": 10_000)
+    with pytest.raises(ValueError, match=r"tied_source, untied_source: loading needs about .* GiB \(tied_source "
+                                         r"'.*tied' .*\) but only 0\.00 GiB is free on cpu"):
+        lens_study.load_sources({"tied": pair["tied"], "untied": pair["untied"]})
+    with pytest.raises(ValueError, match="but only 0.00 GiB is free"):
+        comparisons.load_sources(pair["tied"], pair["untied"])
+    assert no_weights == []
+
+
+def test_free_memory_reads_the_system() -> None:
+    total = next(int(x.split()[1]) * 1024 for x in Path("/proc/meminfo").read_text().splitlines()
+                 if x.startswith("MemTotal:"))
+    assert 0 < sources.free_memory("cpu") <= total
+
+
+def test_pair_loads_and_different_depths_warn(pair) -> None:
+    models = lens_study.load_sources({"tied": pair["tied"], "untied": pair["untied"]})
+    model, tok = models["tied"]
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    assert len(tok) == model.config.vocab_size and not model.training
+    with pytest.warns(UserWarning, match=r"tied_source '.*tied' has 2 layers and untied_source '.*deep' has 3 layers: "
+                                         r"layers are compared on relative depth"):
+        deep = lens_study.load_sources({"tied": pair["tied"], "untied": pair["deep"]})
+    assert deep["untied"][0].config.num_hidden_layers == 3
+
+
+def test_tokenizer_larger_than_the_head_refused(tmp_path: Path, pair, no_weights) -> None:
+    small = save_tiny("olmo", False, tmp_path / "small", 280, tokenizer=corpus_tokenizer())
+    with pytest.raises(ValueError, match=r"untied_source: the tokenizer of '.*small' has 320 tokens but the model's "
+                                         r"vocabulary only 280"):
+        lens_study.load_sources({"tied": pair["tied"], "untied": small})
+    assert no_weights == []
