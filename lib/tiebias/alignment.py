@@ -958,6 +958,18 @@ def evolution(checkpoints: Sequence[tuple[int, Matrix]]) -> pd.DataFrame:
 # --------------------------------------------------------------------------------------------------
 
 
+def check_knn_k(knn_k: Any, n_tokens: int | None = None, name: str = "knn_k") -> int | None:
+    """Validate a neighbourhood size: None (no KNN column) or an int in 1..n_tokens-1; errors name ``name``."""
+    if knn_k is None:
+        return None
+    top = f"{n_tokens - 1}" if n_tokens is not None else "n_tokens - 1"
+    if isinstance(knn_k, bool) or not isinstance(knn_k, (int, np.integer)) or knn_k < 1 or (
+            n_tokens is not None and knn_k > n_tokens - 1):
+        raise ValueError(f"{name}: {knn_k!r} is not allowed; need None (no KNN overlap) or an integer between 1 "
+                         f"and {top} (the shared tokens minus one)")
+    return int(knn_k)
+
+
 def compare(a: Embeddings, b: Embeddings, which_a: Which, which_b: Which, methods: Sequence[str] = METHODS,
             heldout_folds: int = 0, *, seed: int = 0, allow_vocab_mismatch: bool = True,
             knn_k: int | None = None, return_scores: bool = False) -> dict[str, Any]:
@@ -973,7 +985,9 @@ def compare(a: Embeddings, b: Embeddings, which_a: Which, which_b: Which, method
     methods = tuple(dict.fromkeys(methods))
     for m in methods:
         _check_method(m)
+    check_knn_k(knn_k)
     ia, ib, _ = match_vocab(a, b, allow=allow_vocab_mismatch)
+    check_knn_k(knn_k, int(ia.numel()))
     S = a.matrix(which_a)
     T = b.matrix(which_b)
     if ia.numel() != S.shape[0] or not bool((ia == torch.arange(S.shape[0])).all()):
