@@ -84,9 +84,6 @@ class TrainConfig:
         if self.seq_len < 2:
             raise ValueError(f"seq_len: {self.seq_len} is not allowed; need an integer >= 2 (each window predicts "
                              "its next tokens, so one token gives nothing to learn or evaluate)")
-        if self.eval_tokens < self.seq_len:
-            raise ValueError(f"eval_tokens: {self.eval_tokens} is shorter than seq_len={self.seq_len}; need "
-                             "eval_tokens >= seq_len (validation is measured on whole windows)")
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
             raise ValueError(f"warmup_steps: {self.warmup_steps!r} is not allowed; need an integer >= 0")
         for name in ("lr", "grad_clip"):
@@ -301,7 +298,10 @@ def val_steps(cfg: TrainConfig, upto: int) -> list[int]:
 
 
 def check_data(cfg: TrainConfig, n_train: int, n_val: int) -> None:
-    """Refuse a sequence length the run's token splits cannot serve, before anything is written."""
+    """Refuse a sequence length the run's token splits (or ``eval_tokens``) cannot serve, before anything is written."""
+    if cfg.eval_tokens < cfg.seq_len:
+        raise ValueError(f"eval_tokens: {cfg.eval_tokens} is shorter than seq_len={cfg.seq_len}; need "
+                         "eval_tokens >= seq_len (validation is measured on whole windows)")
     if n_train <= cfg.seq_len:
         raise ValueError(f"seq_len: {cfg.seq_len} is not shorter than the training split ({n_train} tokens); "
                          "use a shorter seq_len or a larger corpus")
@@ -363,8 +363,8 @@ def train(run: Run | str | Path, variant: str | Variant, seed: int, config: Trai
     tok = run.tokenizer()
     train_ids = run.tokens("train")
     val_ids = run.tokens("validation")
-    check_data(cfg, train_ids.numel(), val_ids.numel())
     check_memory(cfg, len(tok), acc.device, world)
+    check_data(cfg, train_ids.numel(), val_ids.numel())
     with _writer_lock(run, acc, f"training {model_key(v, seed)}"):
         return _train_locked(run, v, seed, cfg, acc, precision, tok, train_ids, val_ids, vocab,
                              resume=resume, overwrite=overwrite, progress=progress, stop_at=stop_at)
