@@ -25,7 +25,7 @@ import torch
 from conftest import TINY
 from safetensors.torch import load_file
 
-from tiebias import comparisons, report
+from tiebias import alignment, comparisons, report
 from tiebias.runs import (
     LOCK_HOLDER,
     DamagedFileError,
@@ -374,6 +374,13 @@ def test_truncated_checkpoint_weights(run: Run) -> None:
             "use another step (available: [0, 1, 2, 8])")
 
 
+def test_truncated_checkpoint_in_analysis(run: Run) -> None:
+    p = run.model_dir("tied", 0) / "checkpoints" / "step-1" / "model.safetensors"
+    truncate(p, 0.6)
+    refused(run, lambda: alignment.checkpoint_matrices(run.model_dir("tied", 0)), DamagedFileError, str(p),
+            "use another step")
+
+
 def test_truncated_checkpoint_config(run: Run) -> None:
     p = run.model_dir("tied", 0) / "checkpoints" / "step-2" / "config.json"
     truncate(p)
@@ -385,6 +392,9 @@ def test_missing_tokenizer(run: Run) -> None:
     refused(run, run.tokenizer, FileNotFoundError, f"tokenizer: {run.tokenizer_dir} is missing",
             "tied-s0", "Run.prepare")
     refused(run, lambda: train(run, "untied", 0, CFG, progress=False), FileNotFoundError, str(run.tokenizer_dir))
+    refused(run, lambda: comparisons.load_models(run, [0]), FileNotFoundError, str(run.tokenizer_dir))
+    refused(run, lambda: alignment.extract(run.model_dir("tied", 0) / "checkpoints" / "step-0", run.tokenizer_dir),
+            FileNotFoundError, f"tokenizer: folder '{run.tokenizer_dir}' does not exist")
 
 
 def test_truncated_token_stream(run: Run) -> None:

@@ -216,6 +216,13 @@ def _weights_from_folder(path: Path, dtype: torch.dtype, label: str) -> tuple[Te
     """Read only the embedding tensors when the folder has safetensors; else load the model."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from .runs import check_safetensors, read_json
+
+    todo = ("a checkpoint of a run: use another step or retrain the model; a final model: delete its complete.json "
+            "and train it again (it resumes from its newest good checkpoint)")
+    read_json(path / "config.json", todo)  # a damaged file is named, not reported by the loader
+    if (path / "model.safetensors").is_file():
+        check_safetensors(path / "model.safetensors", todo)
     config = AutoConfig.from_pretrained(path)
     try:
         with torch.device("meta"):
@@ -347,7 +354,11 @@ def _resolve_tokenizer(tokenizer: Any, local: Path | None, hub_id: str | None, r
             if found is None:
                 raise ValueError(f"tokenizer: no tokenizer files in {str(tokenizer)!r}")
             return AutoTokenizer.from_pretrained(found)
-        return AutoTokenizer.from_pretrained(str(tokenizer), revision=revision)
+        text = str(tokenizer)
+        if isinstance(tokenizer, Path) or p.is_absolute() or text.startswith((".", "~")) or text.count("/") > 1:
+            raise FileNotFoundError(f"tokenizer: folder {text!r} does not exist; for a run folder, rerun "
+                                    "Run.prepare (notebook 01_train) to rebuild its tokenizer/")
+        return AutoTokenizer.from_pretrained(text, revision=revision)
     if local is not None:
         found = _find_tokenizer_dir(local)
         if found is not None:

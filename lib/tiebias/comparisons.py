@@ -40,6 +40,7 @@ def load_models(run: Run, seeds: Sequence[int] | None = None, step: int | None =
     if not seeds:
         raise ValueError(f"run: {run.path} has no seed with both a complete 'tied' and 'untied' model; "
                          f"models present: {', '.join(run.models().key) or 'none'} (train them with 01_train)")
+    run.tokenizer()  # a missing or damaged tokenizer/ is named with how to restore it
     out = {}
     for s in seeds:
         for v in ("tied", "untied"):
