@@ -184,6 +184,12 @@ def test_update_config_refuses_unserialisable_value(run: Run) -> None:
     refused(run, lambda: run.update_config(study={"when": object()}), TypeError, "study.when: object")
 
 
+def test_update_config_without_a_run_creates_nothing(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="has no config.json"):
+        Run(tmp_path / "none").update_config(study={"steps": 8})
+    assert not (tmp_path / "none").exists()
+
+
 def test_record_study_bad_section(run: Run) -> None:
     refused(run, lambda: run.record_study({"steps": 8}, section="corpus"), ValueError, "section: 'corpus'")
 
@@ -353,6 +359,8 @@ def test_truncated_train_config(run: Run) -> None:
     p = run.model_dir("tied", 0) / "train_config.json"
     truncate(p)
     refused(run, lambda: train(run, "tied", 0, CFG, progress=False), DamagedFileError, str(p), HINT)
+    assert train(run, "tied", 0, CFG, progress=False, overwrite=True)["complete"]  # the named way out works
+    assert run.summary("tied", 0)["steps"] == 8
 
 
 def test_truncated_completion_marker(run: Run) -> None:

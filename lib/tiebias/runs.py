@@ -457,6 +457,7 @@ class Run:
             raise ValueError(f"update_config: {bad} describe the folder's data and are set by Run.prepare only; "
                              "record study parameters under another key (e.g. study=...)")
         sanitise_json(values)  # not serialisable: stop before taking the lock or touching the file
+        _ = self.config  # missing or damaged: stop before the lock creates anything
         with self.writing("updating config.json"):
             cfg = self.config
             cfg.update(values)
