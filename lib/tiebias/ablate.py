@@ -81,9 +81,9 @@ def _split_key(key: str) -> tuple[Variant, int]:
 
 
 def _same_shape(run: Run, key: str, cfg: TrainConfig) -> bool:
-    import json
+    from .runs import OVERWRITE_HINT, read_json
 
-    c = json.loads((run.path / "models" / key / "train_config.json").read_text())
+    c = read_json(run.path / "models" / key / "train_config.json", f"restore it, or retrain {key} ({OVERWRITE_HINT})")
     return all(c.get(k) == getattr(cfg, k) for k in ("preset", "family", "batch_size", "seq_len"))
 
 

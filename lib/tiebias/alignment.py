@@ -216,6 +216,13 @@ def _weights_from_folder(path: Path, dtype: torch.dtype, label: str) -> tuple[Te
     """Read only the embedding tensors when the folder has safetensors; else load the model."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from .runs import check_safetensors, read_json
+
+    todo = ("a checkpoint of a run: use another step or retrain the model; a final model: delete its complete.json "
+            "and train it again (it resumes from its newest good checkpoint)")
+    read_json(path / "config.json", todo)  # a damaged file is named, not reported by the loader
+    if (path / "model.safetensors").is_file():
+        check_safetensors(path / "model.safetensors", todo)
     config = AutoConfig.from_pretrained(path)
     try:
         with torch.device("meta"):
@@ -347,7 +354,11 @@ def _resolve_tokenizer(tokenizer: Any, local: Path | None, hub_id: str | None, r
             if found is None:
                 raise ValueError(f"tokenizer: no tokenizer files in {str(tokenizer)!r}")
             return AutoTokenizer.from_pretrained(found)
-        return AutoTokenizer.from_pretrained(str(tokenizer), revision=revision)
+        text = str(tokenizer)
+        if isinstance(tokenizer, Path) or p.is_absolute() or text.startswith((".", "~")) or text.count("/") > 1:
+            raise FileNotFoundError(f"tokenizer: folder {text!r} does not exist; for a run folder, rerun "
+                                    "Run.prepare (notebook 01_train) to rebuild its tokenizer/")
+        return AutoTokenizer.from_pretrained(text, revision=revision)
     if local is not None:
         found = _find_tokenizer_dir(local)
         if found is not None:
@@ -958,6 +969,18 @@ def evolution(checkpoints: Sequence[tuple[int, Matrix]]) -> pd.DataFrame:
 # --------------------------------------------------------------------------------------------------
 
 
+def check_knn_k(knn_k: Any, n_tokens: int | None = None, name: str = "knn_k") -> int | None:
+    """Validate a neighbourhood size: None (no KNN column) or an int in 1..n_tokens-1; errors name ``name``."""
+    if knn_k is None:
+        return None
+    top = f"{n_tokens - 1}" if n_tokens is not None else "n_tokens - 1"
+    if isinstance(knn_k, bool) or not isinstance(knn_k, (int, np.integer)) or knn_k < 1 or (
+            n_tokens is not None and knn_k > n_tokens - 1):
+        raise ValueError(f"{name}: {knn_k!r} is not allowed; need None (no KNN overlap) or an integer between 1 "
+                         f"and {top} (the shared tokens minus one)")
+    return int(knn_k)
+
+
 def compare(a: Embeddings, b: Embeddings, which_a: Which, which_b: Which, methods: Sequence[str] = METHODS,
             heldout_folds: int = 0, *, seed: int = 0, allow_vocab_mismatch: bool = True,
             knn_k: int | None = None, return_scores: bool = False) -> dict[str, Any]:
@@ -973,7 +996,9 @@ def compare(a: Embeddings, b: Embeddings, which_a: Which, which_b: Which, method
     methods = tuple(dict.fromkeys(methods))
     for m in methods:
         _check_method(m)
+    check_knn_k(knn_k)
     ia, ib, _ = match_vocab(a, b, allow=allow_vocab_mismatch)
+    check_knn_k(knn_k, int(ia.numel()))
     S = a.matrix(which_a)
     T = b.matrix(which_b)
     if ia.numel() != S.shape[0] or not bool((ia == torch.arange(S.shape[0])).all()):

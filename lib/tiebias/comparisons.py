@@ -41,6 +41,7 @@ def load_models(run: Run, seeds: Sequence[int] | None = None, step: int | None =
     if not seeds:
         raise ValueError(f"run: {run.path} has no seed with both a complete 'tied' and 'untied' model; "
                          f"models present: {', '.join(run.models().key) or 'none'} (train them with 01_train)")
+    run.tokenizer()  # a missing or damaged tokenizer/ is named with how to restore it
     out = {}
     for s in seeds:
         for v in ("tied", "untied"):
@@ -97,7 +98,10 @@ def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = al
     (different seeds, the headline), and noise-floor rows between two seeds of the same kind.
     ``keep_scores`` adds per-token linear scores (column ``per_token``) for histograms.
     """
+    alignment.check_knn_k(knn_k)
     seeds = sorted(models)
+    if not seeds:
+        raise ValueError("models: empty; give at least one seed's {'tied': ..., 'untied': ...} (see load_models)")
     rows = []
     specs = [(c, False) for c in COMPARISONS] + ([(c, True) for c in NOISE_FLOOR] if noise_floor else [])
     for (label, ka, wa, kb, wb), same_kind in specs:
@@ -235,6 +239,7 @@ def neighbours(emb: Embeddings, which: str, token_id: int, k: int = 10) -> pd.Da
     m = emb.matrix(which)
     if not 0 <= token_id < m.shape[0]:
         raise ValueError(f"token_id: {token_id} is outside the vocabulary (0..{m.shape[0] - 1})")
+    k = alignment.check_knn_k(k, m.shape[0], "k")
     x = torch.nn.functional.normalize(m.double(), dim=1)
     sims = x @ x[token_id]
     sims[token_id] = -math.inf

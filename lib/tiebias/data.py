@@ -9,6 +9,7 @@ model must beat. Nothing is cached on disk by this module.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import gzip
 import json
@@ -254,10 +255,34 @@ def _load_files(files: list[Path], text_column: str) -> datasets.Dataset:
     for builder in dict.fromkeys(_BUILDERS[f.suffix.lower()] for f in files):
         chosen = [str(f) for f in files if _BUILDERS[f.suffix.lower()] == builder]
         kwargs = {"sample_by": "document"} if builder == "text" else {}
+        if builder in ("text", "json"):
+            for f in chosen:
+                _check_utf8(Path(f))
         ds = datasets.load_dataset(builder, data_files={"data": chosen}, split="data", **kwargs)
         column = "text" if builder == "text" else text_column
         pieces.append(_text_only(ds, column, where=", ".join(chosen)))
     return pieces[0] if len(pieces) == 1 else datasets.concatenate_datasets(pieces)
+
+
+def _check_utf8(path: Path, block: int = 1 << 20) -> None:
+    """Refuse a text/json file that is not UTF-8, naming the file and the first bad byte's offset."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with path.open("rb") as handle:
+        while True:
+            chunk = handle.read(block)
+            try:
+                decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as err:
+                raise ValueError(
+                    f"source: file '{path}' is not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset "
+                    f"{offset + err.start - (len(err.object) - len(chunk))} does not decode); convert it to "
+                    "UTF-8, e.g. "
+                    f"`iconv -f latin1 -t utf-8 '{path.name}' > out{path.suffix}`"
+                ) from None
+            if not chunk:
+                return
+            offset += len(chunk)
 
 
 def _text_only(ds: datasets.Dataset, column: str, *, where: str) -> datasets.Dataset:

@@ -10,12 +10,13 @@ index page ``<run>/report.html`` with the summary table and the key figures.
 from __future__ import annotations
 
 import html
-import json
 import math
+import os
+import warnings
 from pathlib import Path
 from typing import Any
 
-from .runs import Run, write_json_atomic
+from .runs import DamagedFileError, Run, read_json, sanitise_json, write_json_atomic
 
 CLAIMS = {
     "claim1_alignment": "The tied matrix is closer to the untied output matrix than to the untied input matrix",
@@ -23,6 +24,8 @@ CLAIMS = {
     "claim3_tuned_lens": "Tied models' early layers have higher tuned-lens KL than untied models'",
     "claim4_causality": "Scaling the input-path gradient moves the tied matrix towards the input space",
 }
+NOTEBOOK_OF = {"claim1_alignment": "02_align", "claim2_gradient_flow": "01_train", "claim3_tuned_lens": "03_lens",
+               "claim4_causality": "04_ablate"}
 KEY_FIGURES = ["01_gradient_flow", "02_table1", "02_cosine_histograms", "03_tuned_lens_kl", "04_dose_response",
                "01_loss_curves"]
 
@@ -33,41 +36,77 @@ def _finite(x: Any) -> Any:
     return x
 
 
+def _number(name: str, x: Any) -> float:
+    """A finite float, else a ValueError naming the parameter."""
+    try:
+        if isinstance(x, bool):
+            raise TypeError
+        f = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: {x!r} is not a number") from None
+    if not math.isfinite(f):
+        raise ValueError(f"{name}: {x!r} is not a finite number")
+    return f
+
+
 def record(run: Run, claim: str, *, value: float, threshold: float, statement: str, unit: str = "",
            spread: float | None = None, noise_floor: float | None = None, paper: Any = None,
            n_seeds: int | None = None, details: dict | None = None) -> dict:
-    """Store one claim's headline; the verdict is ``value > threshold`` (both stored, so anyone can check)."""
+    """Store one claim's headline; the verdict is ``value > threshold`` (both stored, so anyone can check).
+
+    Everything is checked before the file is written (under the run's writer lock); a spread or
+    noise floor that is not a number is stored as ``null`` with its reason under ``null_reasons``.
+    """
     if claim not in CLAIMS:
         raise ValueError(f"claim: unknown value {claim!r}; allowed: {', '.join(CLAIMS)}")
-    if value is None or not math.isfinite(float(value)):
-        raise ValueError(f"value: {value!r} is not a finite number")
-    entry = {"claim": claim, "description": CLAIMS[claim], "value": float(value), "threshold": float(threshold),
-             "verdict": bool(float(value) > float(threshold)), "statement": statement, "unit": unit,
-             "spread": _finite(spread), "noise_floor": _finite(noise_floor), "paper": paper, "n_seeds": n_seeds,
+    value = _number("value", value)
+    threshold = _number("threshold", threshold)
+    if n_seeds is not None and (isinstance(n_seeds, bool) or not isinstance(n_seeds, int) or n_seeds < 1):
+        raise ValueError(f"n_seeds: {n_seeds!r} is not allowed; need None or an integer >= 1")
+    if details is not None and not isinstance(details, dict):
+        raise ValueError(f"details: {type(details).__name__} is not a dict")
+    entry = {"claim": claim, "description": CLAIMS[claim], "value": value, "threshold": threshold,
+             "verdict": bool(value > threshold), "statement": str(statement), "unit": unit,
+             "spread": spread, "noise_floor": noise_floor, "paper": paper, "n_seeds": n_seeds,
              "details": details or {}}
-    write_json_atomic(run.path / "results" / f"{claim}.json", entry)
-    return entry
+    one = "one seed: a spread needs two or more" if n_seeds == 1 else "not a number (fewer than two values?)"
+    reasons = {"spread": one, "noise_floor": "not a number (the noise floor needs two or more seeds)"}
+    sanitise_json(entry)  # not serialisable: stop before the file is touched
+    with run.writing(f"recording {claim}"):
+        write_json_atomic(run.path / "results" / f"{claim}.json", entry, reasons)
+    return {**entry, "spread": _finite(spread), "noise_floor": _finite(noise_floor)}
 
 
 def results(run: Run) -> dict[str, dict]:
-    """The claims recorded so far in a run."""
+    """The claims recorded so far in a run (a damaged file is named with the notebook that rewrites it)."""
     out = {}
     for p in sorted((run.path / "results").glob("*.json")):
-        out[p.stem] = json.loads(p.read_text())
+        nb = NOTEBOOK_OF.get(p.stem)
+        out[p.stem] = read_json(p, f"delete it and rerun {'notebook ' + nb if nb else 'the notebook that wrote it'}")
     return out
 
 
 def write_summary(run: Run, timings: dict[str, float] | None = None) -> Path:
     """``<run>/summary.json``: every headline number, its spread, noise floor, paper value and verdict."""
     cfg = run.config
-    prev = {}
-    if (run.path / "summary.json").exists():
-        prev = json.loads((run.path / "summary.json").read_text()).get("timings_seconds", {})
-    data = {"run": str(run.path), "profile": cfg.get("study", {}).get("profile"), "config": cfg,
-            "models": run.models().to_dict(orient="records"), "claims": results(run),
-            "timings_seconds": {**prev, **(timings or {})}}
-    write_json_atomic(run.path / "summary.json", data)
-    return run.path / "summary.json"
+    for k, t in (timings or {}).items():
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            raise ValueError(f"timings: {k!r} has {t!r}; need a finite number of seconds >= 0")
+    claims = results(run)
+    with run.writing("writing summary.json"):
+        prev = {}
+        path = run.path / "summary.json"
+        if path.exists():
+            try:
+                prev = read_json(path, "").get("timings_seconds", {})
+            except (DamagedFileError, AttributeError):
+                warnings.warn(f"{path}: damaged; rewritten from the run folder (timings of earlier notebooks are "
+                              "lost)", stacklevel=2)
+        data = {"run": str(run.path), "profile": cfg.get("study", {}).get("profile"), "config": cfg,
+                "models": run.models().to_dict(orient="records"), "claims": claims,
+                "timings_seconds": {**prev, **(timings or {})}}
+        write_json_atomic(path, data)
+    return path
 
 
 def _fmt(x: Any) -> str:
@@ -84,15 +123,16 @@ def write_report(run: Run) -> Path:
     """Convert the executed notebooks to HTML and write the index page ``<run>/report.html``."""
     from nbconvert import HTMLExporter
 
-    out = run.path / "report"
-    out.mkdir(exist_ok=True)
-    exporter = HTMLExporter()
-    pages = []
-    for nb in sorted((run.path / "notebooks").glob("*.ipynb")):
-        body, _ = exporter.from_filename(str(nb))
-        (out / f"{nb.stem}.html").write_text(body)
-        pages.append(nb.stem)
     claims = results(run)
+    cfg = run.config.get("study", {})
+    exporter = HTMLExporter()
+    bodies = {}
+    for nb in sorted((run.path / "notebooks").glob("*.ipynb")):
+        try:
+            bodies[nb.stem], _ = exporter.from_filename(str(nb))
+        except Exception as e:  # a damaged notebook: named, with what to do
+            raise DamagedFileError(f"{nb}: does not convert to HTML ({type(e).__name__}: {e}); delete it and "
+                                   f"rerun that notebook (python -m tiebias study --only {nb.stem})") from None
     rows = []
     for c, desc in CLAIMS.items():
         r = claims.get(c)
@@ -105,8 +145,7 @@ def write_report(run: Run) -> Path:
             _fmt(r["paper"]), f"<b>{verdict}</b> (value &gt; {_fmt(r['threshold'])})", html.escape(r["statement"]))) + "</tr>")
     figs = [f for f in KEY_FIGURES if (run.path / "figures" / f"{f}.html").exists()]
     fig_html = "\n".join(f'<h3>{html.escape(f)}</h3><iframe src="figures/{f}.html" loading="lazy"></iframe>' for f in figs)
-    links = " · ".join(f'<a href="report/{p}.html">{html.escape(p)}</a>' for p in pages)
-    cfg = run.config.get("study", {})
+    links = " · ".join(f'<a href="report/{p}.html">{html.escape(p)}</a>' for p in bodies)
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>tiebias report: {html.escape(run.path.name)}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}}
 table{{border-collapse:collapse;width:100%}}td,th{{border:1px solid #ccc;padding:6px;vertical-align:top;font-size:14px}}
@@ -120,5 +159,16 @@ Notebooks: {links or 'none executed'}</p>
 <th>statement</th></tr>{''.join(rows)}</table>
 <h2>Key figures</h2>{fig_html or '<p>No figures yet.</p>'}
 </body></html>"""
-    (run.path / "report.html").write_text(doc)
+    with run.writing("writing report.html"):
+        out = run.path / "report"
+        out.mkdir(exist_ok=True)
+        for stem, body in bodies.items():
+            _write_text_atomic(out / f"{stem}.html", body)
+        _write_text_atomic(run.path / "report.html", doc)
     return run.path / "report.html"
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

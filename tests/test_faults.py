@@ -1,0 +1,474 @@
+"""Bad inputs and faults against a run folder: each names the parameter or file, and leaves the folder as it was.
+
+A refused call must not edit the folder (every file's name, size, mtime and hash are compared before
+and after); a damaged file is named with what to do; a second writer is refused with the holder's PID.
+Recoveries (a damaged newest checkpoint, a half-written log row, a kill before the completion marker)
+end with the same weights and logs as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import TINY
+from safetensors.torch import load_file
+
+from tiebias import alignment, comparisons, report
+from tiebias.runs import (
+    LOCK_HOLDER,
+    DamagedFileError,
+    Run,
+    RunLockedError,
+    parse_variants,
+    write_json_atomic,
+)
+from tiebias.train import TrainConfig, train
+
+CFG = replace(TrainConfig(**TINY), steps=8)  # checkpoints 0, 1, 2, 4, 8; validation at 0, 4, 8
+HINT = "overwrite=True (notebook parameter / --set overwrite=true)"
+
+
+# -- fixtures -----------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def fault_base(prepared_run: Run, tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Run]:
+    """(run, ref): run has a finished tied-s0 and an untied-s0 stopped at step 5; ref a finished untied-s0."""
+    root = tmp_path_factory.mktemp("faults")
+    run, ref = Run(root / "run"), Run(root / "ref")
+    for r in (run, ref):
+        shutil.copytree(prepared_run.path, r.path, ignore=shutil.ignore_patterns("models", "metrics"))
+    train(run, "tied", 0, CFG, progress=False)
+    train(run, "untied", 0, CFG, progress=False, stop_at=5)
+    train(ref, "untied", 0, CFG, progress=False)
+    return run, ref
+
+
+@pytest.fixture
+def run(fault_base: tuple[Run, Run], tmp_path: Path) -> Run:
+    """A private copy of the fault run folder."""
+    dst = Run(tmp_path / "run")
+    shutil.copytree(fault_base[0].path, dst.path)
+    return dst
+
+
+@pytest.fixture
+def ref(fault_base: tuple[Run, Run]) -> Run:
+    return fault_base[1]
+
+
+def snapshot(path: Path) -> dict[str, tuple[int, int, str]]:
+    """Every file under ``path``: (size, mtime_ns, sha256)."""
+    out = {}
+    for p in sorted(path.rglob("*")):
+        if p.is_file():
+            st = p.stat()
+            out[str(p.relative_to(path))] = (st.st_size, st.st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+    return out
+
+
+def refused(run: Run, call: Callable[[], object], exc: type[BaseException], *names: str) -> str:
+    """Run ``call``, expect ``exc`` whose message contains every one of ``names``; the folder must not change."""
+    before = snapshot(run.path)
+    with pytest.raises(exc) as info:
+        call()
+    msg = str(info.value)
+    for n in names:
+        assert n in msg, f"{n!r} not in {msg!r}"
+    assert snapshot(run.path) == before, "a refused call changed the run folder"
+    return msg
+
+
+def truncate(path: Path, keep: float = 0.5) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+def weights(run: Run, variant: str, seed: int) -> dict[str, torch.Tensor]:
+    return load_file(str(run.model_dir(variant, seed) / "model.safetensors"))
+
+
+def same_weights(a: Run, b: Run, variant: str, seed: int) -> bool:
+    wa, wb = weights(a, variant, seed), weights(b, variant, seed)
+    return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def strict_json(path: Path) -> dict:
+    """Parse as a strict parser would (browsers' JSON.parse): NaN/Infinity are errors."""
+    def no_constants(c: str) -> None:
+        raise ValueError(f"{path.name} contains {c}")
+
+    return json.loads(path.read_text(), parse_constant=no_constants)
+
+
+# -- bad parameters: refused before anything is written -------------------------------------------------
+@pytest.mark.parametrize("field,value,name", [
+    ("seq_len", 1, "seq_len: 1"),
+    ("eval_tokens", 16, "eval_tokens: 16 is shorter than seq_len=32"),
+    ("warmup_steps", -1, "warmup_steps: -1"),
+    ("checkpoint_every", 0, "checkpoint_every: 0"),
+    ("batch_size", 0, "batch_size: 0"),
+    ("eval_every", 0, "eval_every: 0"),
+    ("lr", float("inf"), "lr: inf"),
+    ("precision", "fp8", "precision: unknown value 'fp8'"),
+])
+def test_bad_train_parameter(run: Run, field: str, value: object, name: str) -> None:
+    cfg = replace(CFG, **{field: value})
+    refused(run, lambda: train(run, "untied", 0, cfg, progress=False), ValueError, name)
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"seed": -1}, "seed: -1"),
+    ({"stop_at": -2}, "stop_at: -2"),
+    ({"variant": "tide"}, "variant: cannot parse 'tide'"),
+])
+def test_bad_train_argument(run: Run, kwargs: dict, name: str) -> None:
+    args = {"variant": "untied", "seed": 0, **kwargs}
+    stop = args.pop("stop_at", None)
+    refused(run, lambda: train(run, args["variant"], args["seed"], CFG, progress=False, stop_at=stop),
+            ValueError, name)
+
+
+def test_seq_len_longer_than_validation_split(run: Run) -> None:
+    np.save(run.path / "tokens" / "validation.npy", np.arange(20, dtype=np.uint16))
+    refused(run, lambda: train(run, "untied", 3, CFG, progress=False), ValueError,
+            "seq_len: 32 is longer than the validation tokens available (split 20")
+
+
+def test_different_config_refused_without_touching_config(run: Run) -> None:
+    msg = refused(run, lambda: train(run, "tied", 0, replace(CFG, lr=1e-3), progress=False), ValueError,
+                  "lr: folder has 0.003, asked 0.001", HINT)
+    assert "pass overwrite" not in msg
+
+
+def test_prepare_too_small_vocabulary_creates_nothing(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="vocab_size: 100 is not allowed"):
+        Run.prepare(tmp_path / "new", vocab_size=100)
+    assert not (tmp_path / "new").exists()
+
+
+def test_prepare_other_vocabulary_refused(run: Run) -> None:
+    refused(run, lambda: Run.prepare(run.path, vocab_size=1024), ValueError,
+            "vocab_size: folder has 512, asked 1024", HINT)
+
+
+def test_prepare_overwrite_with_missing_corpus_keeps_the_folder(run: Run, tmp_path: Path) -> None:
+    bad = tmp_path / "nope.txt"
+    refused(run, lambda: Run.prepare(run.path, corpus=str(bad), vocab_size=512, overwrite=True), ValueError,
+            "source:", str(bad), "does not exist")
+
+
+def test_non_utf8_corpus_named(tmp_path: Path) -> None:
+    corpus = tmp_path / "latin1.txt"
+    corpus.write_bytes(b"To be, or not to be\n" * 50 + "caf\xe9 cr\xe8me\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"source: file '.*latin1\.txt' is not UTF-8 text \(byte 0xe9 at offset 1003"):
+        Run.prepare(tmp_path / "new", corpus=str(corpus), vocab_size=512)
+    assert not (tmp_path / "new").exists()
+
+
+def test_update_config_refuses_data_keys(run: Run) -> None:
+    refused(run, lambda: run.update_config(vocab_size=9), ValueError, "update_config: ['vocab_size']")
+
+
+def test_update_config_refuses_unserialisable_value(run: Run) -> None:
+    refused(run, lambda: run.update_config(study={"when": object()}), TypeError, "study.when: object")
+
+
+def test_update_config_without_a_run_creates_nothing(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="has no config.json"):
+        Run(tmp_path / "none").update_config(study={"steps": 8})
+    assert not (tmp_path / "none").exists()
+
+
+def test_record_study_bad_section(run: Run) -> None:
+    refused(run, lambda: run.record_study({"steps": 8}, section="corpus"), ValueError, "section: 'corpus'")
+
+
+def test_record_study_writes_after_success(run: Run) -> None:
+    run.record_study({"steps": 8, "seeds": [0]})
+    assert run.config["study"] == {"steps": 8, "seeds": [0]} and run.config["vocab_size"] == 512
+
+
+def test_empty_variants_named() -> None:
+    with pytest.raises(ValueError, match="variants: empty"):
+        parse_variants([])
+    with pytest.raises(ValueError, match="variants: variant: cannot parse 'tide'"):
+        parse_variants("tied,tide")
+    with pytest.raises(ValueError, match="variants: .* repeats a variant"):
+        parse_variants(["tied", "tied_in1"])
+    assert [v.name for v in parse_variants("tied, untied")] == ["tied", "untied"]
+
+
+def test_knn_k_zero_named() -> None:
+    with pytest.raises(ValueError, match="knn_k: 0 is not allowed"):
+        comparisons.table1({}, knn_k=0)
+    with pytest.raises(ValueError, match="models: empty"):
+        comparisons.table1({}, knn_k=10)
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"claim": "claim9"}, "claim: unknown value 'claim9'"),
+    ({"value": float("nan")}, "value: nan"),
+    ({"value": "high"}, "value: 'high' is not a number"),
+    ({"threshold": float("inf")}, "threshold: inf"),
+    ({"n_seeds": 0}, "n_seeds: 0"),
+])
+def test_bad_record(run: Run, kwargs: dict, name: str) -> None:
+    args = {"claim": "claim2_gradient_flow", "value": 0.7, "threshold": 0.5, "statement": "s", **kwargs}
+    claim = args.pop("claim")
+    refused(run, lambda: report.record(run, claim, **args), ValueError, name)
+
+
+def test_bad_timings(run: Run) -> None:
+    refused(run, lambda: report.write_summary(run, {"01_train": float("nan")}), ValueError, "timings: '01_train'")
+
+
+# -- strict outputs ----------------------------------------------------------------------------------
+def test_json_outputs_are_strict(run: Run) -> None:
+    e = report.record(run, "claim3_tuned_lens", value=0.2, threshold=0.0, statement="s", spread=float("nan"),
+                      n_seeds=1, details={"sd": float("nan"), "per_layer": [{"gap": np.float64("inf")}]})
+    assert e["spread"] is None
+    data = strict_json(run.path / "results" / "claim3_tuned_lens.json")
+    assert data["spread"] is None and data["details"]["sd"] is None
+    assert data["null_reasons"]["spread"].startswith("one seed")
+    assert set(data["null_reasons"]) == {"spread", "details.sd", "details.per_layer[0].gap"}
+    summary = strict_json(report.write_summary(run, {"03_lens": 1.5}))
+    assert summary["claims"]["claim3_tuned_lens"]["details"]["sd"] is None
+    strict_json(run.model_dir("tied", 0) / "complete.json")
+
+
+def test_unserialisable_json_leaves_file_alone(tmp_path: Path) -> None:
+    p = tmp_path / "x.json"
+    write_json_atomic(p, {"a": 1})
+    before = snapshot(tmp_path)
+    with pytest.raises(TypeError, match="b: object"):
+        write_json_atomic(p, {"b": object()})
+    assert snapshot(tmp_path) == before
+
+
+def test_completion_marker_after_kill_has_real_numbers(run: Run) -> None:
+    first = run.summary("tied", 0)
+    (run.model_dir("tied", 0) / "complete.json").unlink()  # killed after the last step, before the marker
+    again = train(run, "tied", 0, CFG, progress=False)
+    for k in ("final_train_loss", "final_val_loss", "initial_val_loss", "steps"):
+        assert again[k] == first[k], k
+    assert again["tokens_per_second"] > 0 and math.isfinite(again["tokens_per_second"])
+    assert list(run.metrics("tied", 0).step) == list(range(1, 9))
+
+
+def test_two_optimiser_states_kept_until_finished(run: Run) -> None:
+    states = sorted(p.parent.name for p in run.model_dir("untied", 0).glob("checkpoints/*/trainer_state.pt"))
+    assert states == ["step-2", "step-4"]
+    assert [p.parent.name for p in run.model_dir("tied", 0).glob("checkpoints/*/trainer_state.pt")] == ["step-8"]
+
+
+# -- resume: logs checked, damaged checkpoints skipped -------------------------------------------------
+def test_resume_from_step0_writes_no_duplicate_rows(fresh_run: Run, ref: Run) -> None:
+    train(fresh_run, "untied", 0, CFG, progress=False, stop_at=0)
+    train(fresh_run, "untied", 0, CFG, progress=False)
+    assert list(fresh_run.metrics("untied", 0, kind="val").step) == [0, 4, 8]
+    assert list(fresh_run.metrics("untied", 0).step) == list(range(1, 9))
+    assert same_weights(fresh_run, ref, "untied", 0)
+
+
+def test_half_written_row_dropped_and_recomputed(run: Run, ref: Run) -> None:
+    log = run.metrics_dir / "untied-s0.csv"
+    with log.open("a") as f:
+        f.write("6,3.21")  # killed in the middle of a row
+    assert list(run.metrics("untied", 0).step) == [1, 2, 3, 4, 5]  # readers skip it too
+    with pytest.warns(UserWarning, match="untied-s0.csv: dropped a last row cut mid-write"):
+        train(run, "untied", 0, CFG, progress=False)
+    assert same_weights(run, ref, "untied", 0)
+    assert run.metrics("untied", 0).equals(ref.metrics("untied", 0).assign(
+        elapsed_s=run.metrics("untied", 0).elapsed_s))
+
+
+def test_damaged_newest_checkpoint_skipped(run: Run, ref: Run) -> None:
+    bad = run.model_dir("untied", 0) / "checkpoints" / "step-4" / "model.safetensors"
+    truncate(bad)
+    with pytest.warns(UserWarning, match=r"step-4: .*step-4/model.safetensors: damaged.*resuming from step-2"):
+        train(run, "untied", 0, CFG, progress=False)
+    assert same_weights(run, ref, "untied", 0)
+    assert list(run.metrics("untied", 0).step) == list(range(1, 9))
+
+
+def test_damaged_newest_optimiser_state_skipped(run: Run, ref: Run) -> None:
+    truncate(run.model_dir("untied", 0) / "checkpoints" / "step-4" / "trainer_state.pt")
+    with pytest.warns(UserWarning, match=r"step-4: .*trainer_state.pt does not load.*resuming from step-2"):
+        train(run, "untied", 0, CFG, progress=False)
+    assert same_weights(run, ref, "untied", 0)
+
+
+def test_no_optimiser_state_refuses_instead_of_restarting(run: Run) -> None:
+    for p in run.model_dir("untied", 0).glob("checkpoints/*/trainer_state.pt"):
+        p.unlink()
+    refused(run, lambda: train(run, "untied", 0, CFG, progress=False), ValueError,
+            "model untied-s0: no checkpoint in", "step-4: no optimiser state", "restart from step 0", HINT)
+
+
+def test_garbage_log_row_refused(run: Run) -> None:
+    log = run.metrics_dir / "untied-s0.csv"
+    lines = log.read_bytes().decode().split("\r\n")
+    lines[2] = "2,garbage,,"
+    log.write_bytes("\r\n".join(lines).encode())
+    refused(run, lambda: train(run, "untied", 0, CFG, progress=False), DamagedFileError,
+            str(log), "line 3", HINT)
+    refused(run, lambda: run.metrics("untied", 0), DamagedFileError, str(log), "line 3")
+
+
+def test_missing_log_rows_refused(run: Run) -> None:
+    log = run.metrics_dir / "untied-s0.csv"
+    lines = log.read_bytes().decode().split("\r\n")
+    del lines[3]  # step 3, before the checkpoint at step 4
+    log.write_bytes("\r\n".join(lines).encode())
+    refused(run, lambda: train(run, "untied", 0, CFG, progress=False), DamagedFileError,
+            str(log), "lacks the rows of steps [3]", HINT)
+
+
+def test_missing_validation_log_refused(run: Run) -> None:
+    (run.metrics_dir / "untied-s0_val.csv").unlink()
+    refused(run, lambda: train(run, "untied", 0, CFG, progress=False), DamagedFileError,
+            "untied-s0_val.csv: missing", "steps [0, 4]")
+
+
+def test_missing_train_config_with_checkpoints_refused(run: Run) -> None:
+    (run.model_dir("untied", 0) / "train_config.json").unlink()
+    refused(run, lambda: train(run, "untied", 0, CFG, progress=False), DamagedFileError,
+            "untied-s0/train_config.json: missing", HINT)
+
+
+# -- damaged files: named, with what to do ---------------------------------------------------------------
+def test_truncated_run_config(run: Run) -> None:
+    truncate(run.config_path)
+    refused(run, lambda: run.config, DamagedFileError, str(run.config_path), "JSONDecodeError", HINT)
+    refused(run, lambda: train(run, "untied", 0, CFG, progress=False), DamagedFileError, str(run.config_path))
+    refused(run, lambda: Run.prepare(run.path, vocab_size=512), DamagedFileError, str(run.config_path))
+
+
+def test_truncated_train_config(run: Run) -> None:
+    p = run.model_dir("tied", 0) / "train_config.json"
+    truncate(p)
+    refused(run, lambda: train(run, "tied", 0, CFG, progress=False), DamagedFileError, str(p), HINT)
+    assert train(run, "tied", 0, CFG, progress=False, overwrite=True)["complete"]  # the named way out works
+    assert run.summary("tied", 0)["steps"] == 8
+
+
+def test_truncated_completion_marker(run: Run) -> None:
+    p = run.model_dir("tied", 0) / "complete.json"
+    truncate(p)
+    refused(run, lambda: run.summary("tied", 0), DamagedFileError, str(p), "train tied-s0 again")
+
+
+def test_truncated_final_weights(run: Run) -> None:
+    p = run.model_dir("tied", 0) / "model.safetensors"
+    truncate(p, 0.9)
+    refused(run, lambda: run.load_model("tied", 0), DamagedFileError, str(p), "complete.json and train tied-s0")
+
+
+def test_truncated_checkpoint_weights(run: Run) -> None:
+    p = run.model_dir("tied", 0) / "checkpoints" / "step-4" / "model.safetensors"
+    truncate(p, 0.001)
+    refused(run, lambda: run.load_model("tied", 0, step=4), DamagedFileError, str(p),
+            "use another step (available: [0, 1, 2, 8])")
+
+
+def test_truncated_checkpoint_in_analysis(run: Run) -> None:
+    p = run.model_dir("tied", 0) / "checkpoints" / "step-1" / "model.safetensors"
+    truncate(p, 0.6)
+    refused(run, lambda: alignment.checkpoint_matrices(run.model_dir("tied", 0)), DamagedFileError, str(p),
+            "use another step")
+
+
+def test_truncated_checkpoint_config(run: Run) -> None:
+    p = run.model_dir("tied", 0) / "checkpoints" / "step-2" / "config.json"
+    truncate(p)
+    refused(run, lambda: run.load_model("tied", 0, step=2), DamagedFileError, str(p))
+
+
+def test_missing_tokenizer(run: Run) -> None:
+    shutil.rmtree(run.tokenizer_dir)
+    refused(run, run.tokenizer, FileNotFoundError, f"tokenizer: {run.tokenizer_dir} is missing",
+            "tied-s0", "Run.prepare")
+    refused(run, lambda: train(run, "untied", 0, CFG, progress=False), FileNotFoundError, str(run.tokenizer_dir))
+    refused(run, lambda: comparisons.load_models(run, [0]), FileNotFoundError, str(run.tokenizer_dir))
+    refused(run, lambda: alignment.extract(run.model_dir("tied", 0) / "checkpoints" / "step-0", run.tokenizer_dir),
+            FileNotFoundError, f"tokenizer: folder '{run.tokenizer_dir}' does not exist")
+
+
+def test_truncated_token_stream(run: Run) -> None:
+    p = run.path / "tokens" / "train.npy"
+    truncate(p, 0.3)
+    refused(run, lambda: train(run, "untied", 1, CFG, progress=False), DamagedFileError, str(p), "Run.prepare")
+
+
+def test_truncated_result(run: Run) -> None:
+    report.record(run, "claim1_alignment", value=0.2, threshold=0.0, statement="s")
+    p = run.path / "results" / "claim1_alignment.json"
+    truncate(p)
+    refused(run, lambda: report.write_summary(run), DamagedFileError, str(p), "rerun notebook 02_align")
+
+
+# -- the writer lock -----------------------------------------------------------------------------------
+HOLDER = """
+import sys, time
+from tiebias.runs import Run
+with Run(sys.argv[1]).writing("a test holder"):
+    print("locked", flush=True)
+    time.sleep(300)
+"""
+
+
+@pytest.fixture
+def holder(run: Run):
+    """Another process holding the run's writer lock; killed (SIGKILL) at the end if still alive."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(run.path)], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.stdout.readline().strip() == "locked"
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_second_writer_refused_with_holder_pid(run: Run, holder: subprocess.Popen) -> None:
+    pid = f"PID {holder.pid}"
+    refused(run, lambda: train(run, "untied", 0, CFG, progress=False), RunLockedError, pid, "training untied-s0",
+            "a test holder")
+    refused(run, lambda: report.record(run, "claim2_gradient_flow", value=0.7, threshold=0.5, statement="s"),
+            RunLockedError, pid)
+    refused(run, lambda: Run.prepare(run.path, vocab_size=512, overwrite=True), RunLockedError, pid)
+    refused(run, lambda: run.record_study({"steps": 8}), RunLockedError, pid)
+    # readers are not blocked
+    assert run.config["vocab_size"] == 512
+    assert list(run.metrics("tied", 0).step) == list(range(1, 9))
+    assert run.summary("tied", 0)["complete"]
+    run.load_model("tied", 0)
+
+
+def test_killed_holder_is_taken_over(run: Run, holder: subprocess.Popen) -> None:
+    holder.kill()  # SIGKILL: no cleanup; the OS releases the lock, the holder file stays behind
+    holder.wait()
+    stale = json.loads((run.path / LOCK_HOLDER).read_text())
+    assert stale["pid"] == holder.pid and run.lock_holder() is None
+    report.record(run, "claim2_gradient_flow", value=0.7, threshold=0.5, statement="s")
+    assert report.results(run)["claim2_gradient_flow"]["verdict"] is True
+    assert not (run.path / LOCK_HOLDER).exists()
+
+
+def test_lock_is_reentrant_in_one_process(run: Run) -> None:
+    with run.writing("01_train"):
+        assert run.lock_holder()["pid"] == os.getpid()
+        train(run, "tied", 0, CFG, progress=False)  # finished: returns its summary
+        report.record(run, "claim2_gradient_flow", value=0.7, threshold=0.5, statement="s")
+        run.record_study({"steps": 8})
+        assert (run.path / LOCK_HOLDER).exists()
+    assert not (run.path / LOCK_HOLDER).exists() and run.lock_holder() is None
