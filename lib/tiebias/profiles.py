@@ -113,6 +113,15 @@ def _vocab(v: int) -> str | None:
     return None if v >= minimum else f"byte-level BPE needs at least {minimum} ({BYTE_ALPHABET_SIZE} bytes + specials)"
 
 
+def _corpus(v: str) -> str | None:
+    from .data import EMBEDDED_CORPUS, _looks_like_hub_name  # the corpus loader's own rule for hub names
+
+    if v.strip().lower() == EMBEDDED_CORPUS or Path(v).expanduser().exists() or _looks_like_hub_name(v):
+        return None
+    return (f"need {EMBEDDED_CORPUS!r}, an existing file or folder, or a hub dataset name "
+            "('name' or 'user/name', optionally ':config')")
+
+
 def _choice(allowed: tuple[str, ...], empty_ok: bool = False) -> Callable[[Any], str | None]:
     """The value (or each list item) must be one of ``allowed``; lists must be non-empty and not repeat."""
     def rule(v: Any) -> str | None:
@@ -158,7 +167,7 @@ def _train(name: str, kind: str, help: str, check: Callable[[Any], str | None] |
 PARAM_LIST: tuple[Param, ...] = (
     # -- data -------------------------------------------------------------------------------------
     Param("corpus", "str", "'shakespeare' (embedded), a local .txt/.jsonl/.parquet file or folder, or a hub dataset",
-          ("01_train", "03_lens", "04_ablate"), "Run.prepare(corpus=): the run's data", check=_non_empty),
+          ("01_train", "03_lens", "04_ablate"), "Run.prepare(corpus=): the run's data", check=_corpus),
     Param("vocab_size", "int", "byte-level BPE vocabulary size", ("01_train", "04_ablate"),
           "Run.prepare(vocab_size=): the run's tokenizer", check=_vocab),
     # -- training (TrainConfig) ---------------------------------------------------------------------

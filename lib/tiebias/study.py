@@ -11,6 +11,7 @@ import papermill as pm
 from . import profiles
 
 NOTEBOOKS = profiles.NOTEBOOKS
+PATH_PARAMETERS = ("corpus", "tied_source", "untied_source")  # local paths or hub names
 
 
 def notebooks_dir() -> Path:
@@ -29,6 +30,9 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
         if k in ("profile", "run_dir"):
             raise ValueError(f"{k}: give it with --{k.replace('_', '-')}, not --set")
         out[k] = profiles.coerce(k, v)
+    for k in PATH_PARAMETERS:  # notebooks run in notebooks/: a path relative to here must not change meaning
+        if isinstance(out.get(k), str) and Path(out[k]).expanduser().exists():
+            out[k] = str(Path(out[k]).expanduser().resolve())
     return out
 
 
