@@ -9,6 +9,7 @@ from . import profiles
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run it; a bad parameter prints its error and returns 2."""
     ap = argparse.ArgumentParser(prog="tiebias", description="Weight-tying bias study kit (Lopardo et al., 2026).")
     sub = ap.add_subparsers(dest="cmd", required=True)
     st = sub.add_parser("study", help="run the notebooks in order with papermill into <run>/notebooks/")

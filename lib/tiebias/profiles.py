@@ -77,17 +77,20 @@ class Param:
 def _at_least(n: float) -> Callable[[Any], str | None]:
     """Every number (or every item of a list) must be >= n."""
     def rule(v: Any) -> str | None:
+        """What is allowed, when a value is below n."""
         items = v if isinstance(v, list) else [v]
         return None if all(x >= n for x in items) else f"need {'values' if isinstance(v, list) else 'a value'} >= {n:g}"
     return rule
 
 
 def _positive(v: Any) -> str | None:
+    """Numbers (or every item of a list) must be finite and > 0."""
     items = v if isinstance(v, list) else [v]
     return None if all(math.isfinite(x) and x > 0 for x in items) else "need finite numbers > 0"
 
 
 def _seed_list(v: list[int]) -> str | None:
+    """Seeds: one or more distinct integers >= 0."""
     if not v:
         return "need one or more integers >= 0 (e.g. [0, 1, 2] or '0,1,2')"
     if any(x < 0 for x in v):
@@ -96,6 +99,7 @@ def _seed_list(v: list[int]) -> str | None:
 
 
 def _variants(v: list[str]) -> str | None:
+    """Variants: one or more distinct names that Variant.parse accepts."""
     if not v:
         return "need one or more variants, e.g. ['tied', 'untied']"
     for name in v:
@@ -107,6 +111,7 @@ def _variants(v: list[str]) -> str | None:
 
 
 def _vocab(v: int) -> str | None:
+    """A vocabulary size the byte-level BPE tokenizer can be trained to."""
     from .data import BYTE_ALPHABET_SIZE, SPECIAL_TOKENS  # local import: data pulls in `datasets`, slow
 
     minimum = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
@@ -114,6 +119,7 @@ def _vocab(v: int) -> str | None:
 
 
 def _corpus(v: str) -> str | None:
+    """A corpus the loader can open: the embedded one, an existing path, or a hub name (checked before writing)."""
     from .data import EMBEDDED_CORPUS, _looks_like_hub_name  # the corpus loader's own rule for hub names
 
     if v.strip().lower() == EMBEDDED_CORPUS or Path(v).expanduser().exists() or _looks_like_hub_name(v):
@@ -125,6 +131,7 @@ def _corpus(v: str) -> str | None:
 def _choice(allowed: tuple[str, ...], empty_ok: bool = False) -> Callable[[Any], str | None]:
     """The value (or each list item) must be one of ``allowed``; lists must be non-empty and not repeat."""
     def rule(v: Any) -> str | None:
+        """What is allowed, when a value is not one of the choices."""
         items = v if isinstance(v, list) else [v]
         shown = ", ".join(repr(a) for a in allowed) + (" or ''" if empty_ok else "")
         if isinstance(v, list) and not v:
@@ -136,6 +143,7 @@ def _choice(allowed: tuple[str, ...], empty_ok: bool = False) -> Callable[[Any],
 
 
 def _factors(v: list[float]) -> str | None:
+    """Gradient factors: two or more distinct finite numbers > 0 (a dose-response needs two)."""
     if bad := _positive(v):
         return bad
     if len(set(v)) != len(v):
@@ -144,16 +152,19 @@ def _factors(v: list[float]) -> str | None:
 
 
 def _budgets(v: list[float]) -> str | None:
+    """Lens budgets: one or more numbers > 0, strictly increasing."""
     if not v or _positive(v):
         return "need one or more finite numbers > 0"
     return None if all(a < b for a, b in itertools.pairwise(v)) else "need strictly increasing numbers (e.g. [1, 4, 16])"
 
 
 def _folds(v: int) -> str | None:
+    """Held-out folds: 0 (in-sample) or k >= 2."""
     return None if v == 0 or v >= 2 else "need 0 (in-sample only) or an integer >= 2 (k-fold)"
 
 
 def _non_empty(v: str) -> str | None:
+    """Text with something in it."""
     return None if v.strip() else "need a non-empty text"
 
 
@@ -161,6 +172,7 @@ _TRAIN = ("01_train", "03_lens", "04_ablate")  # notebooks that train (03: the s
 
 
 def _train(name: str, kind: str, help: str, check: Callable[[Any], str | None] | None) -> Param:
+    """A TrainConfig field: used by every notebook that trains, and reaching train() through train_config()."""
     return Param(name, kind, help, _TRAIN, f"TrainConfig.{name} in train()", check=check)
 
 
