@@ -56,6 +56,8 @@ def test_bad_profile_and_parameter() -> None:
         parse_set(["steps"])
     with pytest.raises(ValueError, match="stepz: not a parameter"):
         run_study("smoke", "/tmp/never", {"stepz": 1})
+    with pytest.raises(ValueError, match="^run_dir: give it as the run_dir argument"):
+        run_study("smoke", "/tmp/never", {"run_dir": "/tmp/elsewhere"})
     assert not Path("/tmp/never").exists()
 
 
@@ -64,7 +66,7 @@ def test_bad_profile_and_parameter() -> None:
     ("seeds", "5", [5]), ("inverse_output", "true", True), ("overwrite", "0", False),
     ("ablate_factors", "1,5", [1.0, 5.0]), ("variants", "tied,tied_in5", ["tied", "tied_in5"]),
     ("methods", "orthogonal", ["orthogonal"]), ("lens_checkpoints", "", []), ("lens_depth_preset", "", ""),
-    ("tied_source", "none", None), ("corpus", "/data/x.txt", "/data/x.txt"), ("ablate_budget_minutes", "2", 2.0),
+    ("tied_source", "none", None), ("corpus", "user/texts", "user/texts"), ("ablate_budget_minutes", "2", 2.0),
 ])
 def test_text_values_are_typed(name: str, text: str, typed: object) -> None:
     assert profiles.coerce(name, text) == typed

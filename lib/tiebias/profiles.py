@@ -394,8 +394,6 @@ def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None
     name = profile or default_profile()
     params = load_profile(name)
     for k, v in overrides.items():
-        if k in ("profile", "run_dir"):
-            raise ValueError(f"{k}: give it as the {k} argument, not as an override")
         if k not in PARAMS:
             raise _unknown(k, [n for n in PARAMS if n not in ("profile", "run_dir")], "not a parameter")
         if v is None and PARAMS[k].profile:

@@ -49,6 +49,9 @@ def check_study(profile: str | Path | None = None, run_dir: str | Path | None = 
     accepted and then silently dropped.
     """
     overrides = dict(overrides or {})
+    for k in ("profile", "run_dir"):
+        if k in overrides:
+            raise ValueError(f"{k}: give it as the {k} argument (--{k.replace('_', '-')}), not as an override")
     names = list(only) if only else list(NOTEBOOKS)
     for name in names:
         if name not in NOTEBOOKS or not (notebooks_dir() / f"{name}.ipynb").exists():
