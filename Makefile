@@ -5,10 +5,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PROFILE ?= default
 RUN ?= runs/$(PROFILE)
-# optional overrides: make study PROFILE=default STEPS=200 SEEDS=0,1  (or SET="lr=1e-3 preset=mini")
+# optional overrides, named like the parameters (python -m tiebias profiles lists them all):
+#   make study PROFILE=default STEPS=200 SEEDS=0,1 OVERWRITE=1   (any parameter: SET="lr=1e-3 warmup_steps=10")
 OVERRIDES := $(if $(STEPS),--set steps=$(STEPS)) $(if $(SEEDS),--set seeds=$(SEEDS)) \
              $(if $(PRESET),--set preset=$(PRESET)) $(if $(CORPUS),--set corpus=$(CORPUS)) \
-             $(if $(VOCAB_SIZE),--set vocab_size=$(VOCAB_SIZE)) $(foreach s,$(SET),--set $(s))
+             $(if $(VOCAB_SIZE),--set vocab_size=$(VOCAB_SIZE)) \
+             $(if $(filter 1 true yes,$(OVERWRITE)),--set overwrite=true) $(foreach s,$(SET),--set $(s))
 TEST_RUN := $(shell mktemp -u /tmp/tiebias-nbval-XXXXXX)
 
 .PHONY: setup study test lab lint bench clean-runs

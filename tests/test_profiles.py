@@ -1,16 +1,27 @@
+from pathlib import Path
+
 import pytest
 
 from tiebias import profiles
 from tiebias.study import parse_set, run_study
 
+SMOKE = (profiles.PROFILE_DIR / "smoke.toml").read_text()
+
+
+def write_profile(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "mine.toml"
+    path.write_text(text)
+    return path
+
 
 def test_shipped_profiles_resolve_to_valid_train_configs() -> None:
-    assert {"smoke", "default", "gpu"} <= set(profiles.available())
+    assert {"smoke", "default", "gpu", "long"} <= set(profiles.available())
     for name in profiles.available():
         p = profiles.resolve(name, "/tmp/x")
         profiles.train_config(p)  # validates
         assert p["run_dir"] == "/tmp/x" and p["profile"] == name
         assert len(p["seeds"]) >= 2
+        assert set(profiles.PROFILE_KEYS) <= set(p)
 
 
 def test_default_profile_has_three_seeds_and_small_preset() -> None:
@@ -19,27 +30,72 @@ def test_default_profile_has_three_seeds_and_small_preset() -> None:
 
 
 def test_overrides_win_and_none_means_profile() -> None:
-    p = profiles.resolve("smoke", "/tmp/x", steps=7, lr=None, seeds="3,4", variants="tied, untied_x")
+    p = profiles.resolve("smoke", "/tmp/x", steps=7, lr=None, seeds="3,4", variants="tied, untied")
     assert p["steps"] == 7 and p["lr"] == profiles.load_profile("smoke")["lr"]
-    assert p["seeds"] == [3, 4] and p["variants"] == ["tied", "untied_x"]
+    assert p["seeds"] == [3, 4] and p["variants"] == ["tied", "untied"]
+
+
+def test_notebook_parameters_pass_through_resolve_checked() -> None:
+    p = profiles.resolve("smoke", "/tmp/x", overwrite="true", methods="linear", inverse_output=False,
+                         tied_source=None, prompt="To be")
+    assert p["overwrite"] is True and p["methods"] == ["linear"] and p["inverse_output"] is False
+    assert p["tied_source"] is None and p["prompt"] == "To be"
+    assert "untied_source" not in p  # only the notebook parameters given come back
 
 
 def test_bad_profile_and_parameter() -> None:
     with pytest.raises(ValueError, match="profile: unknown value 'fast'"):
         profiles.resolve("fast")
-    with pytest.raises(ValueError, match="stepz: not a parameter"):
+    with pytest.raises(ValueError, match=r"stepz: not a parameter \(did you mean 'steps'\?\); allowed: .*warmup_steps"):
         profiles.resolve("smoke", stepz=3)
-    with pytest.raises(ValueError, match="seeds"):
+    with pytest.raises(ValueError, match="seeds: 'a,b' is not a list of int"):
         profiles.resolve("smoke", seeds="a,b")
+    with pytest.raises(ValueError, match="seq_len: 4096 exceeds preset 'tiny'"):
+        profiles.resolve("smoke", seq_len=4096)  # the recipe as a whole is checked too
     with pytest.raises(ValueError, match="NAME=VALUE"):
         parse_set(["steps"])
-    with pytest.raises(ValueError, match="not known"):
+    with pytest.raises(ValueError, match="stepz: not a parameter"):
         run_study("smoke", "/tmp/never", {"stepz": 1})
+    with pytest.raises(ValueError, match="^run_dir: give it as the run_dir argument"):
+        run_study("smoke", "/tmp/never", {"run_dir": "/tmp/elsewhere"})
+    assert not Path("/tmp/never").exists()
+
+
+@pytest.mark.parametrize(("name", "text", "typed"), [
+    ("steps", "100", 100), ("lr", "1e-3", 1e-3), ("seeds", "0,1", [0, 1]), ("seeds", "[2, 3]", [2, 3]),
+    ("seeds", "5", [5]), ("inverse_output", "true", True), ("overwrite", "0", False),
+    ("ablate_factors", "1,5", [1.0, 5.0]), ("variants", "tied,tied_in5", ["tied", "tied_in5"]),
+    ("methods", "orthogonal", ["orthogonal"]), ("lens_checkpoints", "", []), ("lens_depth_preset", "", ""),
+    ("tied_source", "none", None), ("corpus", "user/texts", "user/texts"), ("ablate_budget_minutes", "2", 2.0),
+])
+def test_text_values_are_typed(name: str, text: str, typed: object) -> None:
+    assert profiles.coerce(name, text) == typed
+    assert type(profiles.coerce(name, text)) is type(typed)
+
+
+@pytest.mark.parametrize(("name", "value", "msg"), [
+    ("steps", 0, "need a value >= 1"), ("steps", True, "is not an int"), ("steps", 2.5, "is not an int"),
+    ("warmup_steps", -1, ">= 0"), ("lr", float("nan"), "is not a number"), ("lr", 0, "finite numbers > 0"),
+    ("family", "gpt", "allowed: 'llama', 'neox'"), ("preset", "huge", "allowed: 'tiny'"),
+    ("seeds", [], "one or more"), ("seeds", [1, 1], "repeated"), ("variants", ["tied", "bogus"], "cannot parse 'bogus'"),
+    ("heldout_folds", 1, "0 (in-sample only) or an integer >= 2"), ("ablate_factors", [5], "at least two factors"),
+    ("ablate_factors", [1, -2], "> 0"), ("lens_budgets", [4, 1], "increasing"), ("lens_recipes", ["gpu"], "'cpu'"),
+    ("lens_checkpoints", [-1], ">= 0"), ("methods", ["procrustes"], "'orthogonal'"), ("overwrite", "maybe", "true or false"),
+    ("prompt", " ", "non-empty"), ("vocab_size", 10, "at least 257"), ("lens_depth_preset", "deep", "allowed"),
+])
+def test_bad_values_name_the_parameter(name: str, value: object, msg: str) -> None:
+    with pytest.raises(ValueError, match=rf"^{name}: ") as e:
+        profiles.coerce(name, value)
+    assert msg in str(e.value)
 
 
 def test_parse_set() -> None:
-    assert parse_set(["steps=100", "lr=1e-3", "seeds=0,1", "inverse_output=true"]) == {
-        "steps": 100, "lr": 1e-3, "seeds": "0,1", "inverse_output": True}
+    assert parse_set(["steps=100", "lr=1e-3", "seeds=0,1", "inverse_output=true", "Methods=linear"]) == {
+        "steps": 100, "lr": 1e-3, "seeds": [0, 1], "inverse_output": True, "methods": ["linear"]}
+    with pytest.raises(ValueError, match="^profile: give it with --profile"):
+        parse_set(["profile=smoke"])
+    with pytest.raises(ValueError, match="^learning_rate: not a parameter"):
+        parse_set(["learning_rate=1"])
 
 
 def test_env_var_picks_profile(monkeypatch) -> None:
@@ -47,3 +103,71 @@ def test_env_var_picks_profile(monkeypatch) -> None:
     monkeypatch.setenv(profiles.RUN_DIR_ENV, "/tmp/from-env")
     p = profiles.resolve()
     assert p["profile"] == "smoke" and p["run_dir"] == "/tmp/from-env"
+
+
+def test_profile_file_with_unknown_key_names_it(tmp_path: Path) -> None:
+    path = write_profile(tmp_path, SMOKE + "learning_rate = 1e-3\n")
+    with pytest.raises(ValueError, match=r"^learning_rate: unknown key in profile .*mine.toml.*; allowed: corpus, "):
+        profiles.load_profile(path)
+
+
+def test_profile_file_with_misspelt_key_suggests_the_right_one(tmp_path: Path) -> None:
+    path = write_profile(tmp_path, SMOKE.replace("\nsteps = 40", "\nstep = 40"))
+    with pytest.raises(ValueError, match=r"^step: unknown key .*did you mean 'steps'"):
+        profiles.load_profile(path)
+
+
+def test_profile_file_missing_a_required_key_names_it(tmp_path: Path) -> None:
+    path = write_profile(tmp_path, SMOKE.replace("\nsteps = 40", "\n"))
+    with pytest.raises(ValueError, match=r"^steps: missing from profile .*mine.toml.*every profile needs: corpus"):
+        profiles.load_profile(path)
+
+
+def test_profile_file_with_notebook_parameter_or_bad_value_names_it(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"^methods: a notebook parameter \(02_align, 04_ablate\), not a profile key"):
+        profiles.load_profile(write_profile(tmp_path, SMOKE + "methods = ['linear']\n"))
+    with pytest.raises(ValueError, match=r"^steps: 'many' is not an int .*\(in profile .*mine.toml\)"):
+        profiles.load_profile(write_profile(tmp_path, SMOKE.replace("\nsteps = 40", '\nsteps = "many"')))
+    with pytest.raises(ValueError, match=r"^profile: .*mine.toml is not valid TOML"):
+        profiles.load_profile(write_profile(tmp_path, SMOKE + "steps = = 3\n"))
+
+
+def test_optional_profile_keys_get_their_defaults(tmp_path: Path) -> None:
+    p = profiles.load_profile(write_profile(tmp_path, SMOKE + "lens_budgets = [1, 4]\n"))
+    assert p["lens_budgets"] == [1.0, 4.0] and p["lens_recipes"] == ["cpu"] and p["lens_checkpoints"] == []
+    assert not profiles.PARAMS["lens_budgets"].required and profiles.PARAMS["steps"].required
+
+
+def test_resolve_notebook_reads_every_declared_parameter() -> None:
+    ns = {n: None for n in profiles.notebook_parameters("04_ablate")}
+    ns.update(profile="smoke", run_dir="/tmp/x", ablate_factors="1,3", steps=9, methods=["linear"],
+              inverse_output=True, overwrite=False)
+    p = profiles.resolve_notebook("04_ablate", ns)
+    assert p["ablate_factors"] == [1.0, 3.0] and p["steps"] == 9 and p["inverse_output"] is True
+    assert profiles.train_config(p).steps == 9
+    del ns["warmup_steps"]
+    with pytest.raises(ValueError, match="04_ablate: its parameters cell does not declare warmup_steps"):
+        profiles.resolve_notebook("04_ablate", ns)
+    with pytest.raises(ValueError, match="^notebook: unknown value '05_x'"):
+        profiles.notebook_parameters("05_x")
+
+
+def test_study_record_holds_every_profile_key() -> None:
+    p = profiles.resolve("smoke", "/tmp/x", warmup_steps=3, overwrite=True)
+    rec = profiles.study_record(p)
+    assert set(rec) == {"profile", *profiles.PROFILE_KEYS} and rec["warmup_steps"] == 3
+    assert "overwrite" not in rec and "run_dir" not in rec
+
+
+def test_listing_names_every_parameter_and_profile(capsys) -> None:
+    from tiebias.__main__ import main
+
+    assert main(["profiles"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"  {p.name} " in out for p in profiles.PARAM_LIST)
+    assert all(n in out for n in profiles.available())
+    assert main(["profiles", "smoke"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"  {k} " in out for k in profiles.PROFILE_KEYS) and "steps                 = 40" in out
+    assert main(["profiles", "nope"]) == 2
+    assert "profile: unknown value 'nope'" in capsys.readouterr().err

@@ -127,12 +127,15 @@ def plan(run: Run, variants: Sequence[Variant], seeds: Sequence[int], cfg: Train
 
 
 def run_sweep(run: Run, variants: Sequence[Variant], seeds: Sequence[int], cfg: TrainConfig,
-              progress: bool = True) -> list[dict]:
-    """Train every missing model of the sweep (tied variants and the untied reference per seed)."""
+              progress: bool = True, overwrite: bool = False) -> list[dict]:
+    """Train every missing model of the sweep (tied variants and the untied reference per seed).
+
+    ``overwrite=True`` retrains a model whose folder was made with a different config (see ``train``).
+    """
     out = []
     for seed in seeds:
         for v in [*variants, Variant(False)]:
-            out.append(train(run, v, seed, cfg, progress=progress))
+            out.append(train(run, v, seed, cfg, progress=progress, overwrite=overwrite))
     return out
 
 
@@ -242,7 +245,7 @@ def dose_response_verdict(table: pd.DataFrame, method: str = "orthogonal", step:
         d = d[d.step == d.step.max()]
     ks = sorted(d.k.unique())
     if len(ks) < 2:
-        raise ValueError(f"factors: need at least two different k for a dose-response verdict, got {ks}")
+        raise ValueError(f"ablate_factors: need at least two different k for a dose-response verdict, got {ks}")
     out: dict[str, Any] = {"method": method, "step": int(d.step.iloc[0]), "k": ks,
                            "seeds": int(d.seed.nunique())}
     for col, want in (("vs_untied_input", "rises"), ("vs_untied_output", "falls")):

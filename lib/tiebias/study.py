@@ -10,54 +10,79 @@ import papermill as pm
 
 from . import profiles
 
-NOTEBOOKS = ("01_train", "02_align", "03_lens", "04_ablate")
+NOTEBOOKS = profiles.NOTEBOOKS
+PATH_PARAMETERS = ("corpus", "tied_source", "untied_source")  # local paths or hub names
 
 
 def notebooks_dir() -> Path:
+    """The folder holding the study notebooks (in the checkout)."""
     return profiles.repo_root() / "notebooks"
 
 
 def parse_set(items: list[str] | None) -> dict[str, Any]:
-    """Turn ``["steps=100", "seeds=0,1"]`` into papermill parameters (numbers parsed, lists kept as text)."""
+    """Turn ``["steps=100", "seeds=0,1"]`` into typed parameters, checked against the vocabulary."""
     out: dict[str, Any] = {}
     for item in items or []:
         if "=" not in item:
             raise ValueError(f"--set: {item!r} is not NAME=VALUE (e.g. steps=100)")
         k, v = item.split("=", 1)
         k = k.strip().lower()
-        for cast in (int, float):
-            try:
-                out[k] = cast(v)
-                break
-            except ValueError:
-                continue
-        else:
-            out[k] = {"true": True, "false": False}.get(v.lower(), v)
+        if k in ("profile", "run_dir"):
+            raise ValueError(f"{k}: give it with --{k.replace('_', '-')}, not --set")
+        out[k] = profiles.coerce(k, v)
+    for k in PATH_PARAMETERS:  # notebooks run in notebooks/: a path relative to here must not change meaning
+        if isinstance(out.get(k), str) and Path(out[k]).expanduser().exists():
+            out[k] = str(Path(out[k]).expanduser().resolve())
     return out
 
 
-def run_study(profile: str | None = None, run_dir: str | Path | None = None, overrides: dict[str, Any] | None = None,
-              only: list[str] | None = None, progress: bool = True) -> dict[str, float]:
-    """Execute the notebooks in order into ``<run>/notebooks/``, then write summary.json and report.html."""
-    params = profiles.resolve(profile, run_dir)  # validates the profile name, fixes the run folder
+def declared_parameters(name: str) -> set[str]:
+    """The names a notebook's papermill parameters cell declares."""
+    return set(pm.inspect_notebook(str(notebooks_dir() / f"{name}.ipynb")))
+
+
+def check_study(profile: str | Path | None = None, run_dir: str | Path | None = None,
+                overrides: dict[str, Any] | None = None, only: list[str] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """Check everything a study would run with, writing nothing: the resolved parameters and the notebooks.
+
+    Every override must be a parameter of at least one notebook that will run; otherwise it would be
+    accepted and then silently dropped.
+    """
     overrides = dict(overrides or {})
-    profile_keys = set(params)
-    unknown = set(overrides) - profile_keys
-    if unknown:
-        raise ValueError(f"parameters {sorted(unknown)} are not known; known: {', '.join(sorted(profile_keys))}")
+    for k in ("profile", "run_dir"):
+        if k in overrides:
+            raise ValueError(f"{k}: give it as the {k} argument (--{k.replace('_', '-')}), not as an override")
+    names = list(only) if only else list(NOTEBOOKS)
+    for name in names:
+        if name not in NOTEBOOKS or not (notebooks_dir() / f"{name}.ipynb").exists():
+            raise ValueError(f"notebook: {name!r} not found; available: {', '.join(NOTEBOOKS)}")
+    params = profiles.resolve(profile, run_dir, **overrides)
+    declared = {name: declared_parameters(name) for name in names}
+    for k in overrides:
+        if not any(k in d for d in declared.values()):
+            users = ", ".join(profiles.PARAMS[k].notebooks)
+            raise ValueError(f"{k}: not a parameter of the notebooks run ({', '.join(names)}); used by {users}")
+    return params, names
+
+
+def run_study(profile: str | Path | None = None, run_dir: str | Path | None = None,
+              overrides: dict[str, Any] | None = None, only: list[str] | None = None,
+              progress: bool = True) -> dict[str, float]:
+    """Execute the notebooks in order into ``<run>/notebooks/``, then write summary.json and report.html.
+
+    All parameters are checked before anything is written; each override reaches every notebook that
+    declares it, as the checked (typed) value.
+    """
+    overrides = dict(overrides or {})
+    params, names = check_study(profile, run_dir, overrides, only)
     out_dir = Path(params["run_dir"]) / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
-    names = list(NOTEBOOKS) if not only else only
     times: dict[str, float] = {}
     for name in names:
         src = notebooks_dir() / f"{name}.ipynb"
-        if not src.exists():
-            if only:
-                raise ValueError(f"notebook: {name!r} not found; available: {', '.join(NOTEBOOKS)}")
-            continue
-        declared = set(pm.inspect_notebook(str(src)))
+        declared = declared_parameters(name)
         p = {"profile": params["profile"], "run_dir": params["run_dir"]}
-        p.update({k: v for k, v in overrides.items() if k in declared})
+        p.update({k: params[k] for k in overrides if k in declared})
         t0 = time.perf_counter()
         pm.execute_notebook(str(src), str(out_dir / f"{name}.ipynb"), parameters=p, cwd=str(src.parent),
                             progress_bar=progress, kernel_name="python3")
