@@ -110,8 +110,13 @@ def test_two_vocabularies_each_space_uses_its_own_tokenizer(tok_a, tok_b) -> Non
 
 def test_tokenizers_load_from_a_folder(tmp_path: Path, tok_a) -> None:
     tok_a.save_pretrained(tmp_path / "tokenizer")
-    spaces = explorers.neighbour_spaces({"tied": _emb(tok_a, True, 0), "untied": _emb(tok_a, False, 1)}, tmp_path)
-    assert explorers.resolve_token("king", spaces["tied"]).pieces == ["Ġking"]
+    pair = {"tied": _emb(tok_a, True, 0), "untied": _emb(tok_a, False, 1)}
+    for folder in (tmp_path, str(tmp_path)):  # a str has .encode too: it must still be read as a folder
+        spaces = explorers.neighbour_spaces(pair, folder)
+        assert explorers.resolve_token("king", spaces["untied output"]).pieces == ["Ġking"]
+    with pytest.raises(ValueError, match="untied_tokenizer: expected a transformers tokenizer, a folder or a hub id, "
+                                         "got int"):
+        explorers.neighbour_spaces(pair, tok_a, 42)
     with pytest.raises(ValueError, match="tied_tokenizer: .*got None"):
         explorers.neighbour_spaces({"tied": _emb(tok_a, True, 0), "untied": _emb(tok_a, False, 1)}, None)
     with pytest.raises(ValueError, match="pair: needs 'tied' and 'untied'.*missing \\['untied'\\]"):
@@ -196,3 +201,26 @@ def test_executed_notebook_has_figures_without_the_plotly_bundle_and_html_export
     assert text.count('src="plotly.min.js"') == 1
     assert (page.parent / "plotly.min.js").stat().st_size > 1_000_000
 
+
+
+def _save_model(tok: PreTrainedTokenizerFast, tied: bool, folder: Path) -> Path:
+    """A tiny untrained model saved with its own tokenizer, as an external source folder."""
+    tm.build("tiny", tied=tied, vocab_size=len(tok)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.slow
+def test_align_notebook_runs_on_an_external_pair_with_two_vocabularies(tmp_path: Path, tok_a, tok_b) -> None:
+    import papermill as pm
+
+    nb_dir = Path(__file__).resolve().parents[1] / "notebooks"
+    tied, untied = _save_model(tok_a, True, tmp_path / "tied"), _save_model(tok_b, False, tmp_path / "untied")
+    out = tmp_path / "02.ipynb"
+    pm.execute_notebook(str(nb_dir / "02_align.ipynb"), str(out), cwd=str(nb_dir), kernel_name="python3",
+                        progress_bar=False, parameters={"profile": "smoke", "run_dir": str(tmp_path / "run"),
+                                                        "tied_source": str(tied), "untied_source": str(untied),
+                                                        "heldout_folds": 0})
+    text = "".join(o.get("text", "") for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", []))
+    assert "'king' -> ['Ġking']: showing 'Ġking'" in text  # both vocabularies have the word, as different rows
+    assert "Claim 1 (tied closer to untied output" in text  # the cell after the explorer ran

@@ -55,8 +55,6 @@ class Space:
 
 def _encode(tokenizer: Any, text: str) -> list[int]:
     """Token ids of ``text`` without special tokens (bos/eos) around it."""
-    if not hasattr(tokenizer, "encode"):
-        raise ValueError(f"tokenizer: expected a transformers tokenizer, got {type(tokenizer).__name__}")
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
@@ -131,9 +129,12 @@ def _tokenizer(source: Any, label: str) -> Any:
     """A tokenizer object from a tokenizer, a model or tokenizer folder, or a hub id (as ``alignment.extract`` finds it)."""
     if source is None:
         raise ValueError(f"{label}: give a tokenizer, a folder holding one, or a hub id; got None")
-    if hasattr(source, "encode"):
+    if not isinstance(source, (str, Path)):
+        if not hasattr(source, "convert_ids_to_tokens"):
+            raise ValueError(f"{label}: expected a transformers tokenizer, a folder or a hub id, "
+                             f"got {type(source).__name__}")
         return source
-    path = Path(str(source)).expanduser()
+    path = Path(source).expanduser()
     if path.is_dir():
         return alignment._resolve_tokenizer(None, path, None, None, str(source))
     return alignment._resolve_tokenizer(None, None, str(source), None, str(source))
