@@ -7,6 +7,9 @@ carry it once.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -224,3 +227,35 @@ def test_align_notebook_runs_on_an_external_pair_with_two_vocabularies(tmp_path:
     text = "".join(o.get("text", "") for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", []))
     assert "'king' -> ['Ġking']: showing 'Ġking'" in text  # both vocabularies have the word, as different rows
     assert "Claim 1 (tied closer to untied output" in text  # the cell after the explorer ran
+
+
+@pytest.mark.skipif(shutil.which("git") is None or shutil.which("make") is None, reason="needs git and make")
+def test_make_setup_installs_a_filter_that_keeps_executed_notebooks_out_of_git(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    repo = tmp_path / "repo"
+    (repo / "notebooks").mkdir(parents=True)
+    for f in ("Makefile", ".gitattributes", "pyproject.toml", "notebooks/03_lens.ipynb"):
+        shutil.copy(root / f, repo / f)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                              capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "notebooks without outputs")
+    venv = Path(sys.prefix)  # the environment running the tests stands in for .venv (-o: do not reinstall it)
+    subprocess.run(["make", "-o", str(venv / ".installed"), "setup", f"VENV={venv}"], cwd=repo, check=True,
+                   capture_output=True)
+    assert "--keep-id" in git("config", "filter.nbstripout.clean")
+    path = repo / "notebooks" / "03_lens.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for i, cell in enumerate(code, 1):  # what running it in JupyterLab leaves behind
+        cell.execution_count = i
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="ran\n")]
+    nb.cells[0].metadata["collapsed"] = False
+    nbformat.write(nb, path)
+    assert git("diff") == ""  # outputs, counts and stripped metadata are invisible to git
+    git("add", "-A")  # (git status lists a file whose size changed until the index is refreshed, e.g. by add)
+    assert git("status", "--porcelain") == "" and git("diff", "--cached") == ""  # ids and sources as committed
