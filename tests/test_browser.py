@@ -72,7 +72,8 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def lab(trained_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """A JupyterLab server on copies of 02 and 03; yields (base URL with token, its root folder)."""
+    """A JupyterLab server on copies of 02 and 03; yields (URL template of a notebook in a fresh workspace of its
+    own, so no other notebook is open, and the server's root folder)."""
     home = tmp_path_factory.mktemp("lab")
     root = home / "notebooks"
     root.mkdir()
@@ -104,7 +105,7 @@ def lab(trained_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"jupyter lab did not start: {(home / 'lab.log').read_text()[-2000:]}") from None
                 time.sleep(0.5)
-        yield f"{base}/lab/tree/{{name}}?token={token}", root
+        yield f"{base}/lab/workspaces/{{name}}/tree/{{name}}.ipynb?reset&token={token}", root
     finally:
         proc.terminate()
         try:
@@ -219,7 +220,7 @@ def _n_code(name: str) -> int:
 
 def test_02_align_in_jupyterlab(page, lab) -> None:
     url, root = lab
-    _run_all(page, url.format(name="02_align.ipynb"), _n_code("02_align.ipynb"), root.parent)
+    _run_all(page, url.format(name="02_align"), _n_code("02_align.ipynb"), root.parent)
     _check(page, root, "02_align.ipynb", min_figures=5)
     _explore(page, "love", "'love' ->")
     sync_api.expect(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .tiebias-explorer table")).to_have_count(1)
@@ -230,7 +231,7 @@ def test_02_align_in_jupyterlab(page, lab) -> None:
 
 def test_03_lens_in_jupyterlab(page, lab) -> None:
     url, root = lab
-    _run_all(page, url.format(name="03_lens.ipynb"), _n_code("03_lens.ipynb"), root.parent)
+    _run_all(page, url.format(name="03_lens"), _n_code("03_lens.ipynb"), root.parent)
     _check(page, root, "03_lens.ipynb", min_figures=5)
     _explore(page, "", "Type a prompt")
     sync_api.expect(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .tiebias-explorer table")).to_have_count(0)
