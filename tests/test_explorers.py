@@ -59,7 +59,7 @@ def test_empty_input_gives_a_message_and_no_table(one_vocab, text) -> None:
     assert explorers.resolve_token(text, one_vocab["tied"]).shown is None
 
 
-@pytest.mark.parametrize("typed", ["king", " king", "Ġking"])
+@pytest.mark.parametrize("typed", ["king", " king", "Ġking", "king "])
 def test_plain_word_leading_space_and_token_string_all_reach_the_word_token(one_vocab, tok_a, typed) -> None:
     want = tok_a.convert_tokens_to_ids("Ġking")
     assert want != tok_a.unk_token_id

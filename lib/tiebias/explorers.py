@@ -67,6 +67,7 @@ def resolve_token(text: str, space: Space) -> Resolved:
     """
     if not isinstance(text, str) or not text.strip():
         return Resolved([], None, EMPTY_WORD)
+    text = text.rstrip()  # a trailing space is a slip of the keyboard; a leading one means "as in running text"
     tok = space.tokenizer
     forms = [text] if text[0].isspace() else [" " + text, text]
     encoded = min((_encode(tok, f) for f in forms), key=len)  # stable: the leading-space form wins ties
