@@ -59,7 +59,8 @@ def _free_port() -> int:
 def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A smoke run folder with a tied and an untied model of seed 0, trained by the 01 notebook.
 
-    ``TIEBIAS_BROWSER_RUN`` names such a folder to reuse instead (it is only read).
+    ``TIEBIAS_BROWSER_RUN`` names such a folder to use instead (02 and 03 then write their results into it,
+    as they do in a study).
     """
     if os.environ.get("TIEBIAS_BROWSER_RUN"):
         return Path(os.environ["TIEBIAS_BROWSER_RUN"])
