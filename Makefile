@@ -22,7 +22,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
+# the venv, plus the nbstripout git filter (.gitattributes): executed notebooks are committed without outputs
+# (cell ids kept), so running them never dirties git
 setup: $(STAMP)
+	@if git rev-parse --git-dir >/dev/null 2>&1; then \
+	  $(BIN)/nbstripout --install --attributes .gitattributes && \
+	  git config filter.nbstripout.clean '"$(abspath $(BIN))/python" -m nbstripout --keep-id' && \
+	  git config diff.ipynb.textconv '"$(abspath $(BIN))/python" -m nbstripout --keep-id -t' && \
+	  echo "nbstripout git filter installed: notebooks are committed without outputs"; \
+	else echo "not a git checkout: nbstripout git filter not installed"; fi
 
 study: $(STAMP)
 	$(BIN)/python -m tiebias study --profile $(PROFILE) --run-dir $(RUN) $(OVERRIDES)

@@ -943,10 +943,12 @@ def trajectory_figure(
     statistic: Literal["cross_entropy", "entropy", "forward_kl", "rank", "max_probability"] = "cross_entropy",
     title: str = "",
     token_width: int = 80,
+    max_width: int = 900,
 ) -> Any:
     """Plotly heatmap of one trajectory statistic (layers x tokens).
 
-    Re-implements ``TrajectoryStatistic.figure`` because the package sets
+    ``token_width`` pixels per token plus 200, capped at ``max_width`` so the figure fits a notebook
+    (about 950 px wide). Re-implements ``TrajectoryStatistic.figure`` because the package sets
     ``colorbar.titleside``, which plotly >= 6 rejects; the colorbar title is passed
     in the current ``colorbar.title.side`` form instead.
     """
@@ -956,12 +958,14 @@ def trajectory_figure(
         raise ValueError(
             f"statistic: must be one of cross_entropy, entropy, forward_kl, rank, max_probability; got {statistic!r}"
         )
+    if isinstance(max_width, bool) or not isinstance(max_width, int) or max_width < 300:
+        raise ValueError(f"max_width: must be an int >= 300 (pixels), got {max_width!r}")
     stat = getattr(traj, statistic)()
     heat = stat.heatmap(colorbar={"title": {"text": f"{stat.name} ({stat.units})", "side": "right"}})
     return go.Figure(heat).update_layout(
         title_text=title,
         title_x=0.5,
-        width=200 + token_width * stat.stats.shape[1],
+        width=min(max_width, 200 + token_width * stat.stats.shape[1]),
         xaxis_title="Input",
         yaxis_title="Layer",
     )

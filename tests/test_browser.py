@@ -1,0 +1,240 @@
+"""02_align and 03_lens in a real JupyterLab, driven in headless Chromium (smoke profile).
+
+A run folder is trained by the 01 notebook (smoke profile, seed 0), JupyterLab is started on copies of
+02 and 03 with ``TIEBIAS_PROFILE=smoke`` and ``TIEBIAS_RUN_DIR`` set, and each notebook is run with
+"Run All Cells". The test asserts: no error output (in the page and in the saved notebook), every plotly
+figure drawn and no wider than its output area, each explorer rendered and updating when typed into
+(empty input gives a message, not a traceback), and the saved notebook holds no plotly.js bundle.
+
+Needs Debian's ``chromium`` (apt-get install -y chromium) and ``playwright`` from PyPI; skipped when
+either is missing. ``.ci/run`` installs both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import nbformat
+import papermill as pm
+import pytest
+
+NB = Path(__file__).resolve().parents[1] / "notebooks"
+CHROMIUM = Path(os.environ.get("TIEBIAS_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+LAB_SETTINGS = {  # no autosave, no news or update checks, every cell kept in the page (plots drawn off-screen too)
+    "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
+                                                                         "checkForUpdates": False},
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+}
+RUN_TIMEOUT_S = 150  # per notebook, from "Run All Cells" to the last cell done
+MAX_SAVED_BYTES = 1_500_000  # a saved notebook with the plotly.js bundle is over 4.8 MB
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+if not CHROMIUM.is_file():
+    pytest.skip(f"chromium not found at {CHROMIUM} (apt-get install -y chromium)", allow_module_level=True)
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    """A TCP port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A smoke run folder with a tied and an untied model of seed 0, trained by the 01 notebook.
+
+    ``TIEBIAS_BROWSER_RUN`` names such a folder to use instead (02 and 03 then write their results into it,
+    as they do in a study).
+    """
+    if os.environ.get("TIEBIAS_BROWSER_RUN"):
+        return Path(os.environ["TIEBIAS_BROWSER_RUN"])
+    root = tmp_path_factory.mktemp("browser")
+    run_dir = root / "run"
+    pm.execute_notebook(str(NB / "01_train.ipynb"), str(root / "01_train.ipynb"), cwd=str(NB), kernel_name="python3",
+                        progress_bar=False, parameters={"profile": "smoke", "run_dir": str(run_dir), "seeds": [0]})
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def lab(trained_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A JupyterLab server on copies of 02 and 03; yields (URL template of a notebook in a fresh workspace of its
+    own, so no other notebook is open, and the server's root folder)."""
+    home = tmp_path_factory.mktemp("lab")
+    root = home / "notebooks"
+    root.mkdir()
+    for name in ("02_align.ipynb", "03_lens.ipynb"):
+        shutil.copy(NB / name, root / name)
+    settings = home / "settings"
+    for rel, value in LAB_SETTINGS.items():
+        (settings / rel).parent.mkdir(parents=True, exist_ok=True)
+        (settings / rel).write_text(json.dumps(value))
+    port, token = _free_port(), secrets.token_hex(16)
+    env = {**os.environ, "TIEBIAS_PROFILE": "smoke", "TIEBIAS_RUN_DIR": str(trained_run),
+           "JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
+           "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "JUPYTER_CONFIG_DIR": str(home / "config"),
+           "JUPYTER_DATA_DIR": str(home / "data")}
+    log = (home / "lab.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",
+                             f"--IdentityProvider.token={token}", f"--port={port}", "--ServerApp.port_retries=0",
+                             "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={root}", "--LabApp.news_url=",
+                             "--LabApp.extension_manager=readonly"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"jupyter lab did not start: {(home / 'lab.log').read_text()[-2000:]}") from None
+                time.sleep(0.5)
+        yield f"{base}/lab/workspaces/{{name}}/tree/{{name}}.ipynb?reset&token={token}", root
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def page(lab: tuple[str, Path]) -> Iterator[object]:
+    """One headless Chromium page."""
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        pg = browser.new_page(viewport={"width": 1280, "height": 1000})
+        pg.set_default_timeout(30_000)
+        yield pg
+        browser.close()
+
+
+def _run_all(page, url: str, n_code: int, shots: Path) -> None:
+    """Open a notebook, run all cells once its kernel is idle, and wait until every code cell has run."""
+    page.goto(url)
+    page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-CodeCell", timeout=60_000)
+    sync_api.expect(page.locator("#jp-main-statusbar")).to_contain_text("| Idle", timeout=60_000)
+    page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").first.click()
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    item = page.get_by_role("menuitem", name="Run All Cells", exact=True)
+    sync_api.expect(item).not_to_have_attribute("aria-disabled", "true")
+    item.click()
+    try:
+        page.wait_for_function(
+            """n => {
+                const prompts = [...document.querySelectorAll(
+                    '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt')];
+                return prompts.length === n && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
+            }""", arg=n_code, timeout=RUN_TIMEOUT_S * 1000, polling=500)
+    except sync_api.TimeoutError:
+        page.screenshot(path=str(shots / "timeout.png"), full_page=True)
+        prompts = page.evaluate("() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]"
+                                ".map(p => p.textContent)")
+        raise AssertionError(f"cells not all run after {RUN_TIMEOUT_S} s: prompts {prompts}; "
+                             f"screenshot {shots / 'timeout.png'}") from None
+
+
+def _save(page, root: Path, name: str) -> nbformat.NotebookNode:
+    """Save the open notebook (Ctrl+S) and read it back from disk."""
+    path = root / name
+    before = path.stat().st_mtime_ns
+    page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook").click(position={"x": 5, "y": 5})
+    page.keyboard.press("Control+s")
+    deadline = time.monotonic() + 30
+    while path.stat().st_mtime_ns == before:
+        assert time.monotonic() < deadline, f"{name} was not saved"
+        time.sleep(0.2)
+    time.sleep(0.5)
+    return nbformat.read(path, as_version=4)
+
+
+def _figures(page) -> list[dict]:
+    """Every plotly plot in the visible notebook: its size, its output area's width and whether it has drawn."""
+    return page.evaluate(
+        """() => [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .js-plotly-plot')].map(el => {
+            const area = el.closest('.jp-OutputArea-output') || el.parentElement;
+            const svg = el.querySelector('svg.main-svg');
+            return {width: el.getBoundingClientRect().width, area: area.getBoundingClientRect().width,
+                    svgs: el.querySelectorAll('svg.main-svg').length,
+                    drawn: !!svg && svg.getBoundingClientRect().height > 0 && !!el.querySelector('.draglayer, .cartesianlayer')};
+        })""")
+
+
+def _explore(page, text: str, expect: str) -> str:
+    """Type into the visible notebook's explorer, press Enter and wait for the message to contain ``expect``."""
+    exp = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .tiebias-explorer").first
+    box = exp.locator("input[type=text]").first
+    box.fill(text)
+    box.press("Enter")
+    msg = exp.locator(".tiebias-explorer-message")
+    sync_api.expect(msg).to_contain_text(expect, timeout=60_000)
+    out_text = exp.inner_text()
+    assert "Traceback" not in out_text, out_text
+    return out_text
+
+
+def _check(page, root: Path, name: str, min_figures: int) -> nbformat.NotebookNode:
+    """No error anywhere, every figure drawn within its output area, nothing bulky saved."""
+    body = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook").inner_text()
+    assert "Traceback (most recent call last)" not in body, body[body.find("Traceback") - 500:][:3000]
+    nb = _save(page, root, name)
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors, f"{name}: {errors[0].ename}: {errors[0].evalue}"
+    expected = sum("application/vnd.plotly.v1+json" in o.get("data", {})
+                   for c in nb.cells for o in c.get("outputs", []))
+    assert expected >= min_figures, f"{name}: {expected} plotly outputs, expected at least {min_figures}"
+    page.wait_for_function(
+        "n => document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .js-plotly-plot .main-svg').length >= n",
+        arg=expected, timeout=30_000)
+    figs = _figures(page)
+    assert len(figs) == expected, f"{name}: {len(figs)} plots drawn for {expected} figures"
+    for f in figs:
+        assert f["drawn"] and f["svgs"] >= 1, f"{name}: a figure did not draw: {f}"
+        assert f["width"] <= f["area"] + 1, f"{name}: a figure is wider ({f['width']} px) than the notebook ({f['area']} px)"
+    size = (root / name).stat().st_size
+    assert size < MAX_SAVED_BYTES, f"{name}: saved notebook is {size} bytes (plotly.js embedded?)"
+    return nb
+
+
+def _n_code(name: str) -> int:
+    """Number of code cells of a committed notebook."""
+    return sum(c.cell_type == "code" for c in nbformat.read(NB / name, as_version=4).cells)
+
+
+def test_02_align_in_jupyterlab(page, lab) -> None:
+    url, root = lab
+    _run_all(page, url.format(name="02_align"), _n_code("02_align.ipynb"), root.parent)
+    _check(page, root, "02_align.ipynb", min_figures=5)
+    _explore(page, "love", "'love' ->")
+    sync_api.expect(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .tiebias-explorer table")).to_have_count(1)
+    _explore(page, "", "Type a word")
+    sync_api.expect(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .tiebias-explorer table")).to_have_count(0)
+    _explore(page, "Ġking", "'Ġking'")
+
+
+def test_03_lens_in_jupyterlab(page, lab) -> None:
+    url, root = lab
+    _run_all(page, url.format(name="03_lens"), _n_code("03_lens.ipynb"), root.parent)
+    _check(page, root, "03_lens.ipynb", min_figures=5)
+    _explore(page, "", "Type a prompt")
+    sync_api.expect(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .tiebias-explorer table")).to_have_count(0)
+    _explore(page, "To be, or not to be", "after 'To be, or not to be'")
+    sync_api.expect(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .tiebias-explorer table")).to_have_count(1)

@@ -1,0 +1,261 @@
+"""Explorers forgive: plain words, several vocabularies, empty or unknown input give messages, not tracebacks.
+
+Also: figures fit the notebook width, and notebook figures carry no embedded plotly.js while HTML exports
+carry it once.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from nbclient import NotebookClient
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from tiebias import comparisons, data, explorers, notebook
+from tiebias import lens as tl
+from tiebias import models as tm
+from tiebias.alignment import Embeddings
+
+TEXT_A = ["the king and the queen rode to the kingdom of the king", "love is sweet, said the king to the queen"] * 40
+TEXT_B = ["a queen sang; the queen danced with the duke and the king", "blood and love, the duke said"] * 40
+
+
+def _emb(tok: PreTrainedTokenizerFast, tied: bool, seed: int) -> Embeddings:
+    """Random input/output matrices with one row per token of ``tok``."""
+    g = torch.Generator().manual_seed(seed)
+    n = len(tok)
+    inp = torch.randn(n, 8, generator=g)
+    out = inp if tied else torch.randn(n, 8, generator=g)
+    return Embeddings(inp, out, tied, tok.convert_ids_to_tokens(list(range(n))), f"test-{seed}")
+
+
+@pytest.fixture(scope="module")
+def tok_a() -> PreTrainedTokenizerFast:
+    return data.train_tokenizer(TEXT_A, vocab_size=300)
+
+
+@pytest.fixture(scope="module")
+def tok_b() -> PreTrainedTokenizerFast:
+    return data.train_tokenizer(TEXT_B, vocab_size=330)
+
+
+@pytest.fixture(scope="module")
+def one_vocab(tok_a) -> dict[str, explorers.Space]:
+    return explorers.neighbour_spaces({"tied": _emb(tok_a, True, 0), "untied": _emb(tok_a, False, 1)}, tok_a)
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n", None])
+def test_empty_input_gives_a_message_and_no_table(one_vocab, text) -> None:
+    view = explorers.neighbour_view(text, one_vocab)
+    assert view.table is None and view.message == explorers.EMPTY_WORD
+    assert explorers.resolve_token(text, one_vocab["tied"]).shown is None
+
+
+@pytest.mark.parametrize("typed", ["king", " king", "Ġking", "king "])
+def test_plain_word_leading_space_and_token_string_all_reach_the_word_token(one_vocab, tok_a, typed) -> None:
+    want = tok_a.convert_tokens_to_ids("Ġking")
+    assert want != tok_a.unk_token_id
+    r = explorers.resolve_token(typed, one_vocab["tied"])
+    assert r.shown == want and r.pieces == ["Ġking"]
+    assert "'Ġking'" in r.message and "showing" in r.message
+    view = explorers.neighbour_view(typed, one_vocab, k=4)
+    assert list(view.table.columns) == ["tied", "untied input", "untied output"]
+    expected = comparisons.neighbours(one_vocab["untied output"].emb, "output", want, 4)
+    assert view.table["untied output"].tolist() == [f"{t!r} {c:.2f}" for t, c in zip(expected.token, expected.cosine, strict=True)]
+
+
+def test_multi_token_word_shows_its_pieces_and_the_first(one_vocab, tok_a) -> None:
+    word = "kingqzx"
+    ids = tok_a.encode(" " + word, add_special_tokens=False)
+    assert len(ids) > 1
+    r = explorers.resolve_token(word, one_vocab["tied"])
+    assert r.shown == ids[0] and r.pieces == tok_a.convert_ids_to_tokens(ids)
+    assert f"first of {len(ids)} tokens" in r.message
+    view = explorers.neighbour_view(word, one_vocab, k=3)
+    assert view.table.shape == (3, 3)
+
+
+def test_unknown_word_gives_a_message_and_no_traceback(tok_a) -> None:
+    vocab = {"[UNK]": 0, "king": 1, "queen": 2, "love": 3}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    wl = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]")
+    spaces = explorers.neighbour_spaces({"tied": _emb(wl, True, 0), "untied": _emb(wl, False, 1)}, wl)
+    view = explorers.neighbour_view("zebra", spaces, k=2)
+    assert view.table is None and "'zebra' is not in this vocabulary" in view.message
+    assert explorers.neighbour_view("queen", spaces, k=2).table.shape == (2, 3)
+
+
+def test_two_vocabularies_each_space_uses_its_own_tokenizer(tok_a, tok_b) -> None:
+    tied, untied = _emb(tok_a, True, 0), _emb(tok_b, False, 1)
+    spaces = explorers.neighbour_spaces({"tied": tied, "untied": untied}, tok_a, tok_b)
+    id_a, id_b = tok_a.convert_tokens_to_ids("Ġking"), tok_b.convert_tokens_to_ids("Ġking")
+    assert id_a != id_b  # the same word is a different row in each vocabulary
+    view = explorers.neighbour_view("king", spaces, k=3)
+    for col, emb, which, i in (("tied", tied, "input", id_a), ("untied input", untied, "input", id_b),
+                               ("untied output", untied, "output", id_b)):
+        nb = comparisons.neighbours(emb, which, i, 3)
+        assert view.table[col].tolist() == [f"{t!r} {c:.2f}" for t, c in zip(nb.token, nb.cosine, strict=True)]
+    # a token string of one vocabulary only (the old "'Ġkingdom' is not in list" crash): no error, both explained
+    only_a = next(t for t in ("Ġkingdom", "Ġsweet", "Ġrode") if t in tok_a.get_vocab() and t not in tok_b.get_vocab())
+    view = explorers.neighbour_view(only_a, spaces, k=3)
+    assert view.table is not None and set(view.table.columns) == set(spaces)
+    assert f"tied: {only_a!r} is a token" in view.message and "untied input, untied output:" in view.message
+
+
+def test_tokenizers_load_from_a_folder(tmp_path: Path, tok_a) -> None:
+    tok_a.save_pretrained(tmp_path / "tokenizer")
+    pair = {"tied": _emb(tok_a, True, 0), "untied": _emb(tok_a, False, 1)}
+    for folder in (tmp_path, str(tmp_path)):  # a str has .encode too: it must still be read as a folder
+        spaces = explorers.neighbour_spaces(pair, folder)
+        assert explorers.resolve_token("king", spaces["untied output"]).pieces == ["Ġking"]
+    with pytest.raises(ValueError, match="untied_tokenizer: expected a transformers tokenizer, a folder or a hub id, "
+                                         "got int"):
+        explorers.neighbour_spaces(pair, tok_a, 42)
+    with pytest.raises(ValueError, match="tied_tokenizer: .*got None"):
+        explorers.neighbour_spaces({"tied": _emb(tok_a, True, 0), "untied": _emb(tok_a, False, 1)}, None)
+    with pytest.raises(ValueError, match="pair: needs 'tied' and 'untied'.*missing \\['untied'\\]"):
+        explorers.neighbour_spaces({"tied": _emb(tok_a, True, 0)}, tok_a)
+
+
+@pytest.mark.parametrize("k", [0, -1, 2.5, True, "3"])
+def test_bad_k_names_k(one_vocab, k) -> None:
+    with pytest.raises(ValueError, match=f"k: must be an int >= 1, got {k!r}"):
+        explorers.neighbour_view("king", one_vocab, k=k)
+
+
+@pytest.fixture(scope="module")
+def loaded(tok_a, tok_b) -> dict:
+    torch.set_num_threads(1)
+    out = {}
+    for label, tok, tied in (("tied", tok_a, True), ("untied", tok_b, False)):
+        model = tm.build("tiny", tied=tied, vocab_size=len(tok)).eval()
+        out[label] = (model, tl.new_lens(model), tok)
+    return out
+
+
+@pytest.mark.parametrize("text", ["", "  ", None])
+def test_prompt_view_empty_gives_a_message(loaded, text) -> None:
+    view = explorers.prompt_view(text, loaded)
+    assert view.table is None and view.message == explorers.EMPTY_PROMPT
+
+
+def test_prompt_view_tabulates_each_model_with_its_tokenizer(loaded) -> None:
+    view = explorers.prompt_view("the king", loaded, k=2)
+    assert list(view.table.columns) == ["tied", "untied"] and view.table.index.name == "layer"
+    model, lens, tok = loaded["untied"]
+    t = tl.top_tokens_by_layer(model, lens, tok, "the king", k=2)
+    t = t[(t.lens == "tuned") & (t.layer == 0)]
+    assert view.table.loc[0, "untied"] == "  ".join(f"{x!r} {p:.2f}" for x, p in zip(t.token, t.prob, strict=True))
+    assert len(view.table) == model.config.num_hidden_layers + 1
+
+
+def test_explorer_ui_updates_on_typing_and_never_raises(one_vocab) -> None:
+    ui = explorers.explorer(lambda s: explorers.neighbour_view(s, one_vocab, k=2), description="token")
+    box, msg, out = ui.children
+    assert explorers.EMPTY_WORD.split(",")[0] in msg.value
+    box.value = "king"
+    assert "Ġking" in msg.value
+    box.value = ""
+    assert "Type a word" in msg.value
+
+
+def test_trajectory_figure_fits_the_notebook_width(loaded) -> None:
+    model, lens, tok = loaded["tied"]
+    long = tl.trajectory(model, lens, tok, "the king and the queen rode to the kingdom " * 3)
+    short = tl.trajectory(model, lens, tok, "the king")
+    assert tl.trajectory_figure(long).layout.width <= 900
+    n_short = len(short.input_ids)
+    assert tl.trajectory_figure(short).layout.width == 200 + 80 * n_short
+    assert tl.trajectory_figure(long, max_width=700).layout.width == 700
+    with pytest.raises(ValueError, match="max_width: must be an int >= 300 \\(pixels\\), got 10"):
+        tl.trajectory_figure(short, max_width=10)
+
+
+def _execute(cells: list[str], tmp_path: Path) -> nbformat.NotebookNode:
+    """Run a small notebook in a kernel of this environment and return it with outputs."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    return nb
+
+
+def test_executed_notebook_has_figures_without_the_plotly_bundle_and_html_export_has_it_once(tmp_path: Path) -> None:
+    cells = ["from tiebias import notebook\nimport plotly.graph_objects as go\nnotebook.setup()",
+             "go.Figure(go.Bar(x=[1, 2], y=[3, 4]))",
+             "display(go.Figure(go.Scatter(x=[1, 2], y=[3, 1])))"]
+    nb = _execute(cells, tmp_path)
+    outputs = [o for c in nb.cells for o in c.outputs]
+    assert sum("application/vnd.plotly.v1+json" in o.get("data", {}) for o in outputs) == 2
+    size = len(json.dumps(nb))
+    assert size < 50_000, f"executed notebook is {size} bytes: plotly.js embedded?"
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, path)
+    page = notebook.export_html(path, tmp_path / "html" / "nb.html")
+    text = page.read_text()
+    assert text.count('class="plotly-graph-div"') == 2
+    assert text.count('src="plotly.min.js"') == 1
+    assert (page.parent / "plotly.min.js").stat().st_size > 1_000_000
+
+
+
+def _save_model(tok: PreTrainedTokenizerFast, tied: bool, folder: Path) -> Path:
+    """A tiny untrained model saved with its own tokenizer, as an external source folder."""
+    tm.build("tiny", tied=tied, vocab_size=len(tok)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.slow
+def test_align_notebook_runs_on_an_external_pair_with_two_vocabularies(tmp_path: Path, tok_a, tok_b) -> None:
+    import papermill as pm
+
+    nb_dir = Path(__file__).resolve().parents[1] / "notebooks"
+    tied, untied = _save_model(tok_a, True, tmp_path / "tied"), _save_model(tok_b, False, tmp_path / "untied")
+    out = tmp_path / "02.ipynb"
+    pm.execute_notebook(str(nb_dir / "02_align.ipynb"), str(out), cwd=str(nb_dir), kernel_name="python3",
+                        progress_bar=False, parameters={"profile": "smoke", "run_dir": str(tmp_path / "run"),
+                                                        "tied_source": str(tied), "untied_source": str(untied),
+                                                        "heldout_folds": 0})
+    text = "".join(o.get("text", "") for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", []))
+    assert "'king' -> ['Ġking']: showing 'Ġking'" in text  # both vocabularies have the word, as different rows
+    assert "Claim 1 (tied closer to untied output" in text  # the cell after the explorer ran
+
+
+@pytest.mark.skipif(shutil.which("git") is None or shutil.which("make") is None, reason="needs git and make")
+def test_make_setup_installs_a_filter_that_keeps_executed_notebooks_out_of_git(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    repo = tmp_path / "repo"
+    (repo / "notebooks").mkdir(parents=True)
+    for f in ("Makefile", ".gitattributes", "pyproject.toml", "notebooks/03_lens.ipynb"):
+        shutil.copy(root / f, repo / f)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                              capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "notebooks without outputs")
+    venv = Path(sys.prefix)  # the environment running the tests stands in for .venv (-o: do not reinstall it)
+    subprocess.run(["make", "-o", str(venv / ".installed"), "setup", f"VENV={venv}"], cwd=repo, check=True,
+                   capture_output=True)
+    assert "--keep-id" in git("config", "filter.nbstripout.clean")
+    path = repo / "notebooks" / "03_lens.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for i, cell in enumerate(code, 1):  # what running it in JupyterLab leaves behind
+        cell.execution_count = i
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="ran\n")]
+    nb.cells[0].metadata["collapsed"] = False
+    nbformat.write(nb, path)
+    assert git("diff") == ""  # outputs, counts and stripped metadata are invisible to git
+    git("add", "-A")  # (git status lists a file whose size changed until the index is refreshed, e.g. by add)
+    assert git("status", "--porcelain") == "" and git("diff", "--cached") == ""  # ids and sources as committed
