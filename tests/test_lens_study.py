@@ -339,7 +339,3 @@ def test_summaries_and_figures(two_seed_run: Run, tmp_path: Path) -> None:
     np.testing.assert_allclose(fig.data[0].error_y.arrayminus, np.nan_to_num(g.gap - g.ci_low))
 
 
-def test_external_dir() -> None:
-    assert lens_study.external_dir("x", "y", "/tmp/somewhere") == Path("/tmp/somewhere")
-    d = lens_study.external_dir("allenai/OLMo-1B-hf", "/models/OLMo-1B-0724-hf/")
-    assert d.parts[-3:] == ("runs", "external", "OLMo-1B-hf--OLMo-1B-0724-hf")

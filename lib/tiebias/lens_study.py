@@ -630,7 +630,7 @@ def record_claim3(run: Run, verdict: dict[str, Any], paper: Any = None) -> dict[
                                        "convergence", "ladder", "early_layers")}
     return record(run, "claim3_tuned_lens", value=verdict["value"], threshold=verdict["threshold"],
                   unit="bits (early layers)", spread=verdict["sd"], n_seeds=verdict["n_seeds"], paper=paper,
-                  statement=verdict["text"], details=details)
+                  statement=verdict["text"], details=details, status=verdict["verdict"])
 
 
 def claim3(gaps: pd.DataFrame) -> dict[str, Any]:
@@ -689,18 +689,6 @@ def kl_table_models(models: dict[str, tuple[Any, Any]], corpus: Any = None, *, s
         lenses[label] = tl.load_lens(model, sub)
     out = pd.concat(frames, ignore_index=True)
     return (out if per_sequence else per_layer(out)), lenses
-
-
-def external_dir(tied_source: Any, untied_source: Any, run_dir: str | Path | None = None) -> Path:
-    """Folder for an external pair's lenses, tables and figures: ``run_dir`` if given, else runs/external/<slug>."""
-    if run_dir:
-        return Path(run_dir).expanduser().resolve()
-    from .profiles import repo_root
-
-    def slug(src: Any) -> str:
-        return re.sub(r"[^A-Za-z0-9._-]+", "-", Path(str(src)).name or str(src)).strip("-") or "model"
-
-    return repo_root() / "runs" / "external" / f"{slug(tied_source)}--{slug(untied_source)}"
 
 
 # --------------------------------------------------------------------------- scale axis

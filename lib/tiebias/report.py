@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import math
 import os
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -51,8 +52,11 @@ def _number(name: str, x: Any) -> float:
 
 def record(run: Run, claim: str, *, value: float, threshold: float, statement: str, unit: str = "",
            spread: float | None = None, noise_floor: float | None = None, paper: Any = None,
-           n_seeds: int | None = None, details: dict | None = None) -> dict:
+           n_seeds: int | None = None, details: dict | None = None, status: str | None = None) -> dict:
     """Store one claim's headline; the verdict is ``value > threshold`` (both stored, so anyone can check).
+
+    ``status`` is the verdict in words; by default "holds" / "does not hold" from the comparison, or a
+    rule's own outcome when the comparison is not enough (e.g. claim 3's "not converged").
 
     Everything is checked before the file is written (under the run's writer lock); a spread or
     noise floor that is not a number is stored as ``null`` with its reason under ``null_reasons``.
@@ -63,10 +67,13 @@ def record(run: Run, claim: str, *, value: float, threshold: float, statement: s
     threshold = _number("threshold", threshold)
     if n_seeds is not None and (isinstance(n_seeds, bool) or not isinstance(n_seeds, int) or n_seeds < 1):
         raise ValueError(f"n_seeds: {n_seeds!r} is not allowed; need None or an integer >= 1")
+    if status is not None and (not isinstance(status, str) or not status.strip()):
+        raise ValueError(f"status: {status!r} is not allowed; need None or a non-empty string")
     if details is not None and not isinstance(details, dict):
         raise ValueError(f"details: {type(details).__name__} is not a dict")
     entry = {"claim": claim, "description": CLAIMS[claim], "value": value, "threshold": threshold,
-             "verdict": bool(value > threshold), "statement": str(statement), "unit": unit,
+             "verdict": bool(value > threshold),
+             "status": status or ("holds" if value > threshold else "does not hold"), "statement": str(statement), "unit": unit,
              "spread": spread, "noise_floor": noise_floor, "paper": paper, "n_seeds": n_seeds,
              "details": details or {}}
     one = "one seed: a spread needs two or more" if n_seeds == 1 else "not a number (fewer than two values?)"
@@ -121,15 +128,17 @@ def _fmt(x: Any) -> str:
 
 def write_report(run: Run) -> Path:
     """Convert the executed notebooks to HTML and write the index page ``<run>/report.html``."""
-    from nbconvert import HTMLExporter
+    import tempfile
+
+    from .notebook import PLOTLY_JS, export_html
 
     claims = results(run)
     cfg = run.config.get("study", {})
-    exporter = HTMLExporter()
     bodies = {}
+    scratch = Path(tempfile.mkdtemp(prefix="tiebias-report-"))
     for nb in sorted((run.path / "notebooks").glob("*.ipynb")):
-        try:
-            bodies[nb.stem], _ = exporter.from_filename(str(nb))
+        try:  # plotly figures are drawn from their mimetype; plotly.min.js is written once, beside the pages
+            bodies[nb.stem] = export_html(nb, scratch / f"{nb.stem}.html").read_text(encoding="utf-8")
         except Exception as e:  # a damaged notebook: named, with what to do
             raise DamagedFileError(f"{nb}: does not convert to HTML ({type(e).__name__}: {e}); delete it and "
                                    f"rerun that notebook (python -m tiebias study --only {nb.stem})") from None
@@ -139,7 +148,7 @@ def write_report(run: Run) -> Path:
         if r is None:
             rows.append(f"<tr><td>{html.escape(desc)}</td><td colspan=6>not run</td></tr>")
             continue
-        verdict = "holds" if r["verdict"] else "does not hold"
+        verdict = r.get("status") or ("holds" if r["verdict"] else "does not hold")
         rows.append("<tr>" + "".join(f"<td>{v}</td>" for v in (
             html.escape(desc), f"{_fmt(r['value'])} {html.escape(r['unit'])}", _fmt(r["spread"]), _fmt(r["noise_floor"]),
             _fmt(r["paper"]), f"<b>{verdict}</b> (value &gt; {_fmt(r['threshold'])})", html.escape(r["statement"]))) + "</tr>")
@@ -164,7 +173,10 @@ Notebooks: {links or 'none executed'}</p>
         out.mkdir(exist_ok=True)
         for stem, body in bodies.items():
             _write_text_atomic(out / f"{stem}.html", body)
+        if bodies and (scratch / PLOTLY_JS).exists():
+            _write_text_atomic(out / PLOTLY_JS, (scratch / PLOTLY_JS).read_text(encoding="utf-8"))
         _write_text_atomic(run.path / "report.html", doc)
+    shutil.rmtree(scratch, ignore_errors=True)
     return run.path / "report.html"
 
 
