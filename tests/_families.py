@@ -72,3 +72,14 @@ def corpus_tokenizer(vocab_size: int = 320) -> Any:
         texts = data.load_corpus(None)["train"]["text"][:4]  # a few works are plenty for 320 tokens
         _TOKENIZER.append(data.train_tokenizer(texts, vocab_size=vocab_size))
     return _TOKENIZER[0]
+
+
+def char_tokenizer() -> tr.PreTrainedTokenizerFast:
+    """Character-level tokenizer whose ids fit the tiny vocabulary."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz .")}
+    vocab["<eos>"] = len(vocab)
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<eos>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    return tr.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>")

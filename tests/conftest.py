@@ -45,3 +45,14 @@ def two_seed_run(prepared_run: Run, tmp_path_factory: pytest.TempPathFactory) ->
         for v in ("tied", "untied"):
             train(run, v, seed, cfg, progress=False)
     return run
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny tensors: one intra-op thread is faster, and far faster on a busy 2-core machine."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -219,14 +219,19 @@ def _n_code(name: str) -> int:
     return sum(c.cell_type == "code" for c in nbformat.read(NB / name, as_version=4).cells)
 
 
+def _tables(page, n: int) -> None:
+    """The visible notebook's explorer shows ``n`` tables."""
+    sync_api.expect(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .tiebias-explorer table")).to_have_count(n)
+
+
 def test_02_align_in_jupyterlab(page, lab) -> None:
     url, root = lab
     _run_all(page, url.format(name="02_align"), _n_code("02_align.ipynb"), root.parent)
     _check(page, root, "02_align.ipynb", min_figures=5)
     _explore(page, "love", "'love' ->")
-    sync_api.expect(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .tiebias-explorer table")).to_have_count(1)
+    _tables(page, 1)
     _explore(page, "", "Type a word")
-    sync_api.expect(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .tiebias-explorer table")).to_have_count(0)
+    _tables(page, 0)
     _explore(page, "Ġking", "'Ġking'")
 
 
@@ -235,6 +240,6 @@ def test_03_lens_in_jupyterlab(page, lab) -> None:
     _run_all(page, url.format(name="03_lens"), _n_code("03_lens.ipynb"), root.parent)
     _check(page, root, "03_lens.ipynb", min_figures=5)
     _explore(page, "", "Type a prompt")
-    sync_api.expect(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .tiebias-explorer table")).to_have_count(0)
+    _tables(page, 0)
     _explore(page, "To be, or not to be", "after 'To be, or not to be'")
-    sync_api.expect(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .tiebias-explorer table")).to_have_count(1)
+    _tables(page, 1)

@@ -9,13 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from _families import char_tokenizer
 from transformers import (
     GPTNeoXConfig,
     GPTNeoXForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     PreTrainedModel,
-    PreTrainedTokenizerFast,
 )
 from tuned_lens import TunedLens
 
@@ -69,13 +69,7 @@ TRAIN = _stream(24_000, 0)
 EVAL = _stream(4_096, 1)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny tensors: one intra-op thread is faster, and far faster on a busy 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -348,20 +342,10 @@ def test_unsupported_family_names_model_type() -> None:
 # --------------------------------------------------------------------------- notebook helpers
 
 
-def _char_tokenizer() -> PreTrainedTokenizerFast:
-    """Character-level tokenizer whose ids fit the tiny vocabulary."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    vocab = {c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz .")}
-    vocab["<eos>"] = len(vocab)
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<eos>"))
-    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>")
-
 
 def test_top_tokens_and_trajectory(models, lenses) -> None:
     model, lens = models[("gpt_neox", True)], lenses[("gpt_neox", True)]
-    tok = _char_tokenizer()
+    tok = char_tokenizer()
     df = L.top_tokens_by_layer(model, lens, tok, "the cat", k=3)
     n = model.config.num_hidden_layers
     assert len(df) == (n + 1) * 2 * 3

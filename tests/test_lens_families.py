@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from _families import FAMILIES, PACKAGE_FAMILIES, save_tiny, tiny_config
-from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
+from _families import FAMILIES, PACKAGE_FAMILIES, char_tokenizer, save_tiny, tiny_config
+from transformers import AutoModelForCausalLM, PreTrainedModel
 from tuned_lens import TunedLens
 
 from tiebias import lens as tl
@@ -27,13 +27,7 @@ IDS = [f"{f}-{'tied' if t else 'untied'}" for f, t in KEYS]
 TOKENS = torch.from_numpy(np.random.default_rng(0).integers(0, VOCAB, 1024))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny tensors: one intra-op thread is fastest on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -92,23 +86,13 @@ def test_family_lensed_by_layout(saved, key, tmp_path: Path) -> None:
         pd.testing.assert_frame_equal(before, tl.evaluate(model, TOKENS, pkg, seq_len=SEQ, max_tokens=256))
 
 
-def _char_tokenizer() -> PreTrainedTokenizerFast:
-    """Character-level tokenizer whose ids fit the tiny vocabulary."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    vocab = {c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz .")}
-    vocab["<eos>"] = len(vocab)
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<eos>"))
-    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>")
-
 
 @pytest.mark.parametrize("family", ["olmo", "qwen3", "gemma", "opt"])
 def test_trajectory_and_top_tokens(saved, family: str) -> None:
     """The package's PredictionTrajectory and the top-token table work for families it does not know."""
     model = _load(saved[(family, False)])
     lens = tl.new_lens(model)
-    tok = _char_tokenizer()
+    tok = char_tokenizer()
     traj = tl.trajectory(model, lens, tok, "the cat sat")
     n = model.config.num_hidden_layers
     assert traj.log_probs.shape[0] == n + 1
@@ -126,7 +110,7 @@ def test_trajectory_of_a_bf16_model() -> None:
     """bf16 models (GPU lens training) get a trajectory too: logits reach numpy in float32."""
     model = AutoModelForCausalLM.from_config(tiny_config("olmo", False, VOCAB)).to(torch.bfloat16).eval()
     lens = tl.new_lens(model)
-    tok = _char_tokenizer()
+    tok = char_tokenizer()
     traj = tl.trajectory(model, lens, tok, "the cat")
     with torch.no_grad():
         want = model(input_ids=torch.tensor([tok.encode("the cat")])).logits.float().log_softmax(-1)[0].numpy()

@@ -185,14 +185,19 @@ def write_json_atomic(path: Path, data: Any, reasons: dict[str, str] | None = No
     os.replace(tmp, path)
 
 
-def read_json(path: Path, todo: str) -> Any:
-    """Load a JSON file the kit wrote; a missing file raises FileNotFoundError, a damaged one names it and ``todo``."""
+def _read_text(path: Path, todo: str) -> str:
+    """A file's text; a missing file raises FileNotFoundError, an unreadable one names it and ``todo``."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise
     except (OSError, UnicodeDecodeError) as e:
         raise damaged(path, e, todo) from None
+
+
+def read_json(path: Path, todo: str) -> Any:
+    """Load a JSON file the kit wrote; a missing file raises FileNotFoundError, a damaged one names it and ``todo``."""
+    text = _read_text(path, todo)
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
@@ -210,12 +215,7 @@ def read_log_lines(path: Path, header: list[str] | None = None, *,
     number (empty means missing) with an integer ``step``, else :class:`DamagedFileError` names the
     file, the line and ``todo``. ``header`` (if given) must match the file's.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise
-    except (OSError, UnicodeDecodeError) as e:
-        raise damaged(path, e, todo) from None
+    text = _read_text(path, todo)
     lines = text.split("\n")
     dropped = 0
     if lines[-1] == "":
