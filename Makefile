@@ -41,7 +41,7 @@ test: $(STAMP)
 	TIEBIAS_PROFILE=smoke TIEBIAS_RUN_DIR=$(TEST_RUN) $(BIN)/python -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider notebooks
 	rm -rf $(TEST_RUN)
 
-lab: $(STAMP)
+lab: setup
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (tiebias)"
 	$(BIN)/jupyter lab notebooks/
 
