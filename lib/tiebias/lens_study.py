@@ -294,9 +294,10 @@ def ensure_lens(run: Run, variant: str | Variant, seed: int, *, steps: int, toke
                 progress: bool = True, device: str = "cpu") -> tuple[Any, Any]:
     """(model, lens at the largest budget) of one model of a run (or one checkpoint), trained if not yet saved."""
     model = run.load_model(variant, seed, step, device=device)
-    lenses = train_ladder(model, run.tokens("validation"), lens_dir(run, variant, seed, step), steps=steps,
-                          tokens_per_step=tokens_per_step, seq_len=seq_len, budgets=budgets, recipe=recipe,
-                          progress=progress)
+    with run.writing(f"lens of {Variant.parse(variant).name}-s{seed}"):
+        lenses = train_ladder(model, run.tokens("validation"), lens_dir(run, variant, seed, step), steps=steps,
+                              tokens_per_step=tokens_per_step, seq_len=seq_len, budgets=budgets, recipe=recipe,
+                              progress=progress)
     return model, lenses[max(lenses)]
 
 
@@ -318,9 +319,10 @@ def kl_table(run: Run, variants: Sequence[str], seeds: Sequence[int], *, steps: 
             final = _final_step(run, v, seed)
             at = None if step is None or step == final else step
             model = run.load_model(v, seed, at, device=device)
-            df = ladder_table(model, val, test, lens_dir(run, v, seed, at), steps=steps,
-                              tokens_per_step=tokens_per_step, seq_len=seq_len, eval_tokens=eval_tokens,
-                              budgets=budgets, recipes=recipes, progress=progress)
+            with run.writing(f"lenses of {Variant.parse(v).name}-s{seed}"):  # one writer of lens folders
+                df = ladder_table(model, val, test, lens_dir(run, v, seed, at), steps=steps,
+                                  tokens_per_step=tokens_per_step, seq_len=seq_len, eval_tokens=eval_tokens,
+                                  budgets=budgets, recipes=recipes, progress=progress)
             df.insert(0, "variant", Variant.parse(v).name)
             df.insert(1, "seed", seed)
             df.insert(2, "step", step if step is not None else final)
