@@ -163,6 +163,8 @@ NB = Path(__file__).resolve().parents[1] / "notebooks"
 EXTERNAL_FAMILIES = [f for f in ("olmo", "olmo2", "qwen3", "mistral", "gpt2", "gpt_neo", "gpt_neox") if f in FAMILIES]
 PAPER_PAIRS = [("olmo", "olmo"), ("gpt_neo", "gpt_neox"), ("qwen3", "qwen3")]
 """Families of the paper's pairs: OLMo-1B / OLMo-1B-0724, GPT-Neo-2.7B / Pythia-2.8B, Qwen3-4B / Qwen3-8B."""
+NOTEBOOK_PAIRS = PAPER_PAIRS + [(f, f) for f in ("olmo2", "mistral", "gpt2") if f in FAMILIES]
+"""Every family the claim-3 work names, through notebook 03 by path."""
 
 
 def test_lens_study_on_external_pairs_by_path(tmp_path: Path) -> None:
@@ -202,7 +204,7 @@ def lens_notebook(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pair", PAPER_PAIRS, ids=lambda p: "-".join(p))
+@pytest.mark.parametrize("pair", NOTEBOOK_PAIRS, ids=lambda p: "-".join(p))
 def test_notebook_03_runs_on_external_pair(pair: tuple[str, str], lens_notebook: Path, tmp_path: Path) -> None:
     """03_lens by path on a tiny tied / untied pair of the paper's families: the last-layer KL in its table is 0."""
     import json
@@ -217,7 +219,7 @@ def test_notebook_03_runs_on_external_pair(pair: tuple[str, str], lens_notebook:
                         progress_bar=False,
                         parameters={"profile": "smoke", "run_dir": str(tmp_path / "run"), "tied_source": str(tied),
                                     "untied_source": str(untied), "lens_steps": 2, "lens_tokens_per_step": 64,
-                                    "lens_eval_tokens": 128})
+                                    "lens_eval_tokens": 128, "lens_budgets": [1], "lens_recipes": ["cpu"]})
     rows = json.loads((tmp_path / "kl_last.json").read_text())
     assert sorted(r["variant"] for r in rows) == ["tied", "untied"]
     for r in rows:
