@@ -33,7 +33,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from . import lens as tl
+from . import profiles
 from .runs import Run, Variant, write_json_atomic
 
 RECIPES: dict[str, dict[str, Any]] = {
@@ -61,73 +61,30 @@ _TOP_RECIPE = "recipe.json"
 # --------------------------------------------------------------------------- parameters
 
 
-def _as_list(name: str, value: Any) -> list[Any]:
-    """A list from a list, a scalar or a command-line string such as "1,2,4" or "[1, 2, 4]"."""
-    if isinstance(value, str):
-        value = [v for v in re.split(r"[,\s]+", value.strip().strip("[]")) if v]
-        value = [v.strip("'\"") for v in value]
-    if isinstance(value, (int, float, str)):
-        value = [value]
-    if not isinstance(value, (list, tuple)):
-        raise ValueError(f"{name}: {value!r} is not a list")
-    return list(value)
-
-
 def check_budgets(lens_budgets: Any) -> list[int]:
-    """Validate the ladder: positive, strictly increasing integer multiples of lens_steps (e.g. [1, 2, 4])."""
-    try:
-        out = [int(v) for v in _as_list("lens_budgets", lens_budgets)]
-        ok = all(float(v) == int(v) for v in _as_list("lens_budgets", lens_budgets))
-    except (TypeError, ValueError):
-        out, ok = [], False
-    if not ok or not out or out[0] <= 0 or any(b <= a for a, b in zip(out, out[1:], strict=False)):
-        raise ValueError(f"lens_budgets: {lens_budgets!r} is not allowed; need one or more positive, strictly "
-                         "increasing integers (multiples of lens_steps), e.g. [1, 2, 4]")
-    return out
+    """The ladder: positive, strictly increasing integer multiples of lens_steps (the schema's rule, e.g. [1, 2, 4])."""
+    return profiles.coerce("lens_budgets", lens_budgets)
 
 
 def check_recipes(lens_recipes: Any) -> list[str]:
-    """Validate the lens recipes: names from :data:`RECIPES`, no repeats; the first one carries the verdict."""
-    out = [str(v) for v in _as_list("lens_recipes", lens_recipes)]
-    bad = [v for v in out if v not in RECIPES]
-    if not out or bad or len(set(out)) != len(out):
-        raise ValueError(f"lens_recipes: {lens_recipes!r} is not allowed; need distinct names from "
-                         f"{', '.join(RECIPES)} (the first carries the verdict), e.g. ['cpu'] or ['cpu', 'package']")
-    return out
+    """The lens recipes: distinct names from :data:`RECIPES`; the first one carries the verdict (the schema's rule)."""
+    return profiles.coerce("lens_recipes", lens_recipes)
 
 
 def check_checkpoints(lens_checkpoints: Any) -> list[int]:
-    """Validate the scale-axis checkpoints: training steps >= 1, increasing ([] = final models only)."""
-    raw = _as_list("lens_checkpoints", lens_checkpoints) if lens_checkpoints not in (None, "") else []
-    try:
-        out = [int(v) for v in raw]
-    except (TypeError, ValueError):
-        out = [-1]
-    if any(v < 1 for v in out) or any(b <= a for a, b in zip(out, out[1:], strict=False)):
-        raise ValueError(f"lens_checkpoints: {lens_checkpoints!r} is not allowed; need increasing training steps "
-                         ">= 1 at which the run saved checkpoints (e.g. [128, 256, 512, 1024]) or [] for none")
-    return out
+    """Scale-axis checkpoints: increasing training steps >= 0, [] (or None) for none (the schema's rule)."""
+    return [] if lens_checkpoints in (None, "") else profiles.coerce("lens_checkpoints", lens_checkpoints)
 
 
 def check_params(params: dict[str, Any]) -> dict[str, Any]:
-    """Validate notebook 03's lens parameters up front, each error naming the parameter; returns them normalised."""
-    from .models import get_preset
-
+    """Validate notebook 03's lens parameters up front against the schema, each error naming the parameter."""
     out = dict(params)
-    for name in ("lens_steps", "lens_tokens_per_step", "lens_eval_tokens"):
-        v = out.get(name)
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise ValueError(f"{name}: {v!r} is not allowed; need an integer > 0")
+    for name in ("lens_steps", "lens_tokens_per_step", "lens_eval_tokens", "lens_depth_preset"):
+        out[name] = profiles.coerce(name, out.get(name))
     out["lens_budgets"] = check_budgets(out.get("lens_budgets", [1]))
     out["lens_recipes"] = check_recipes(out.get("lens_recipes", ["cpu"]))
     out["lens_checkpoints"] = check_checkpoints(out.get("lens_checkpoints", []))
-    preset = out.get("lens_depth_preset") or ""
-    if preset:
-        try:
-            get_preset(str(preset))
-        except ValueError as e:
-            raise ValueError(f"lens_depth_preset: {e}") from None
-    out["lens_depth_preset"] = preset
+    out["lens_depth_preset"] = out["lens_depth_preset"] or ""
     return out
 
 

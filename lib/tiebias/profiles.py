@@ -158,6 +158,13 @@ def _budgets(v: list[float]) -> str | None:
     return None if all(a < b for a, b in itertools.pairwise(v)) else "need strictly increasing numbers (e.g. [1, 4, 16])"
 
 
+def _steps(v: list[int]) -> str | None:
+    """Checkpoint steps: integers >= 0 (0 = the initialisation), strictly increasing ([] = none)."""
+    if any(x < 0 for x in v):
+        return "need training steps >= 0 at which the run saved checkpoints (e.g. [128, 1024]), or [] for none"
+    return None if all(a < b for a, b in itertools.pairwise(v)) else "need strictly increasing steps"
+
+
 def _folds(v: int) -> str | None:
     """Held-out folds: 0 (in-sample) or k >= 2."""
     return None if v == 0 or v >= 2 else "need 0 (in-sample only) or an integer >= 2 (k-fold)"
@@ -217,7 +224,7 @@ PARAM_LIST: tuple[Param, ...] = (
     Param("lens_recipes", "strs", f"lens training recipes, from {', '.join(LENS_RECIPES)}", ("03_lens",),
           "03 lens recipe comparison", default=["cpu"], check=_choice(LENS_RECIPES)),
     Param("lens_checkpoints", "ints", "training steps whose checkpoints also get a lens ([] = final models only)",
-          ("03_lens",), "03 lens over training", default=[], check=_at_least(0)),
+          ("03_lens",), "03 lens over training", default=[], check=_steps),
     # -- 04_ablate --------------------------------------------------------------------------------
     Param("ablate_factors", "floats", "input-gradient factors k (tied_in<k>); 1 is the plain tied model",
           ("04_ablate",), "ablate.sweep_variants(factors)", check=_factors),
