@@ -30,3 +30,17 @@ def test_summary_and_report_files(fresh_run: Run) -> None:
     assert json.loads(path.read_text())["timings_seconds"] == {"01_train": 12.0, "02_align": 3.0}
     html = report.write_report(fresh_run).read_text()
     assert "tied looks like output" in html and "not run" in html and "<b>holds</b>" in html
+
+
+def test_status_words_the_verdict_and_is_checked(fresh_run: Run) -> None:
+    e = report.record(fresh_run, "claim2_gradient_flow", value=0.8, threshold=0.5, statement="s")
+    assert e["status"] == "holds"
+    e = report.record(fresh_run, "claim3_tuned_lens", value=0.3, threshold=0.1, statement="s", status="not converged")
+    assert e["status"] == "not converged" and e["verdict"] is True  # the comparison stays, the words say why not
+    before = (fresh_run.path / "results" / "claim3_tuned_lens.json").read_bytes()
+    for bad in ("", "  ", 3):
+        with pytest.raises(ValueError, match="^status: "):
+            report.record(fresh_run, "claim3_tuned_lens", value=0.3, threshold=0.1, statement="s", status=bad)
+    assert (fresh_run.path / "results" / "claim3_tuned_lens.json").read_bytes() == before
+    page = report.write_report(fresh_run).read_text()
+    assert "<b>not converged</b>" in page and "<b>holds</b>" in page
