@@ -41,8 +41,8 @@ from tiebias.alignment import (
     norm_frequency,
     require_untied,
     row_norms,
-    summarise,
 )
+from tiebias.stats import summarise
 
 CORPUS_A = ["the cat sat on the mat", "a dog ran far away from the cat", "embeddings tie input and output"]
 CORPUS_B = ["weights are shared between the layers", "the dog and the cat", "output space bias"]

@@ -10,19 +10,19 @@ import pandas as pd
 import pytest
 import torch
 
-from tiebias import alignment, comparisons, sources
+from tiebias import comparisons, sources, stats
 from tiebias.alignment import Embeddings
 
 
 def test_bootstrap_mean_matches_the_normal_interval() -> None:
     x = np.random.default_rng(1).normal(0.3, 2.0, 4000)
-    ci = alignment.bootstrap_mean(x, n_boot=1000, seed=0)
+    ci = stats.bootstrap_mean(x, n_boot=1000, seed=0)
     half = 1.96 * x.std(ddof=1) / math.sqrt(x.size)
     assert ci.mean == pytest.approx(x.mean()) and ci.n == 4000 and ci.n_boot == 1000
     assert ci.ci_low < ci.mean < ci.ci_high
     assert (ci.ci_high - ci.ci_low) / 2 == pytest.approx(half, rel=0.15)
-    assert alignment.bootstrap_mean(x, n_boot=1000, seed=0) == ci  # deterministic for a seed
-    narrow = alignment.bootstrap_mean(x, n_boot=1000, level=0.5, seed=0)
+    assert stats.bootstrap_mean(x, n_boot=1000, seed=0) == ci  # deterministic for a seed
+    narrow = stats.bootstrap_mean(x, n_boot=1000, level=0.5, seed=0)
     assert ci.ci_low < narrow.ci_low < narrow.ci_high < ci.ci_high
 
 
@@ -34,7 +34,7 @@ def test_bootstrap_mean_matches_the_normal_interval() -> None:
 ])
 def test_bootstrap_mean_bad_input(values, kw, match) -> None:
     with pytest.raises(ValueError, match=match):
-        alignment.bootstrap_mean(values, **kw)
+        stats.bootstrap_mean(values, **kw)
 
 
 def _pair(out_noise: float, in_noise: float, n: int = 400, d: int = 16, seed: int = 0) -> dict[int, dict[str, Embeddings]]:

@@ -5,7 +5,7 @@ saved model (``extract``), matching two vocabularies by token string (``match_vo
 alignment score under an identity, orthogonal or linear map (``align``/``align_all``/``compare``), the
 Table-5 neighbourhood overlap (``knn_overlap``), the Figure-3 drift of a matrix over checkpoints
 (``evolution``), the Figure-5 norm-against-frequency view (``norm_frequency``) and frequency-stratified
-summaries (``by_frequency``, ``summarise``).
+summaries (``by_frequency``; intervals live in ``tiebias.stats``).
 
 Numerics: the statistics a map is fitted from (column means, Gram and cross-covariance matrices) are
 accumulated in float64 over row chunks, so a 50k x 2048 float32 pair never needs a full float64 copy;
@@ -83,9 +83,6 @@ class Embeddings:
     def __repr__(self) -> str:
         return (f"Embeddings(source={self.source!r}, vocab={self.vocab_size}, width={self.width}, "
                 f"tied={self.tied}, dtype={self.input.dtype})")
-
-
-EmbeddingPair = Embeddings
 
 
 def extract(source: Any, tokenizer: Any = None, *, revision: str | None = None,
@@ -1021,77 +1018,9 @@ def compare(a: Embeddings, b: Embeddings, which_a: Which, which_b: Which, method
     return row
 
 
-class Summary(NamedTuple):
-    """Mean, sample std, n and a two-sided t confidence interval for the mean."""
-
-    mean: float
-    std: float
-    n: int
-    ci_low: float
-    ci_high: float
-
-
-def summarise(values: Any, *, level: float = 0.95) -> Summary:
-    """Mean +- t-interval of repeated measurements (e.g. one score over seeds: the noise floor)."""
-    from scipy.stats import t as student_t
-
-    v = values.detach().cpu().numpy() if isinstance(values, Tensor) else np.asarray(values, dtype=np.float64)
-    v = v.astype(np.float64).reshape(-1)
-    if v.size == 0:
-        raise ValueError("values is empty")
-    if not np.isfinite(v).all():
-        raise ValueError("values contains NaN or infinite entries")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    mean = float(v.mean())
-    if v.size == 1:
-        return Summary(mean, math.nan, 1, math.nan, math.nan)
-    std = float(v.std(ddof=1))
-    half = float(student_t.ppf(0.5 + level / 2, df=v.size - 1)) * std / math.sqrt(v.size)
-    return Summary(mean, std, int(v.size), mean - half, mean + half)
-
-
-class BootstrapCI(NamedTuple):
-    """Mean of per-item values with a percentile bootstrap confidence interval (items resampled)."""
-
-    mean: float
-    ci_low: float
-    ci_high: float
-    n: int
-    n_boot: int
-    level: float
-
-
-def bootstrap_mean(values: Any, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> BootstrapCI:
-    """Percentile bootstrap CI for the mean of per-item values (e.g. per-token score differences of one pair).
-
-    Items are resampled with replacement ``n_boot`` times (deterministic for ``seed``), in chunks of a
-    few million draws so 150k tokens x 2000 resamples stays small in memory. With one model pair there
-    is no seed spread; this says how much the mean depends on which tokens happen to be scored.
-    """
-    v = values.detach().cpu().numpy() if isinstance(values, Tensor) else np.asarray(values, dtype=np.float64)
-    v = v.astype(np.float64).reshape(-1)
-    if v.size < 2:
-        raise ValueError(f"values: need at least 2 items to bootstrap, got {v.size}")
-    if not np.isfinite(v).all():
-        raise ValueError("values contains NaN or infinite entries")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 100:
-        raise ValueError(f"n_boot: must be an int >= 100, got {n_boot!r}")
-    rng = np.random.default_rng(seed)
-    per_chunk = max(1, (1 << 22) // v.size)
-    means = np.empty(n_boot)
-    for start in range(0, n_boot, per_chunk):
-        b = min(per_chunk, n_boot - start)
-        means[start:start + b] = v[rng.integers(0, v.size, (b, v.size))].mean(axis=1)
-    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
-    return BootstrapCI(float(v.mean()), float(lo), float(hi), int(v.size), n_boot, float(level))
-
-
 __all__ = [
-    "METHODS", "WHICH", "AlignResult", "BootstrapCI", "bootstrap_mean", "EmbeddingPair", "Embeddings", "NormFrequency", "Summary",
+    "METHODS", "WHICH", "AlignResult", "Embeddings", "NormFrequency",
     "VocabMatch", "align", "align_all", "by_frequency", "checkpoint_matrices", "compare", "evolution",
     "extract", "knn_overlap", "load_counts", "match_vocab", "neighbour_overlap", "neighbours",
-    "norm_frequency", "require_untied", "row_norms", "summarise",
+    "norm_frequency", "require_untied", "row_norms",
 ]

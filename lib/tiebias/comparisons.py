@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import alignment
+from . import alignment, stats
 from .alignment import Embeddings
 from .runs import Run, Variant
 
@@ -178,7 +178,7 @@ def claim1(df: pd.DataFrame, method: str = "orthogonal", *, n_boot: int = 2000, 
 
 
 def token_gap(df: pd.DataFrame, method: str = "orthogonal", *, pairing: str = "same seed", seed_target: int | None = None,
-              n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> alignment.BootstrapCI:
+              n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> stats.BootstrapCI:
     """Paired bootstrap over tokens of one tied model's gap (untied output -> tied) - (untied input -> tied).
 
     Both rows score the same untied model's tokens against the same tied matrix, so each token gives one
@@ -202,7 +202,7 @@ def token_gap(df: pd.DataFrame, method: str = "orthogonal", *, pairing: str = "s
     ids_a, ids_b = a.token_ids.cpu().numpy(), b.token_ids.cpu().numpy()
     _, ia, ib = np.intersect1d(ids_a, ids_b, assume_unique=True, return_indices=True)
     diff = a.per_token[method].double().cpu().numpy()[ia] - b.per_token[method].double().cpu().numpy()[ib]
-    return alignment.bootstrap_mean(diff, n_boot=n_boot, level=level, seed=seed)
+    return stats.bootstrap_mean(diff, n_boot=n_boot, level=level, seed=seed)
 
 
 def moved_from_init(run: Run, seeds: Sequence[int]) -> pd.DataFrame:

@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from . import lens as tl
-from . import profiles
+from . import profiles, stats
 from .runs import Run, Variant, write_json_atomic
 
 RECIPES: dict[str, dict[str, Any]] = {
@@ -325,8 +325,6 @@ def gap_table(df: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied", 
     :func:`gaps` for one pair). The table must hold one lens per model (select a rung with
     :func:`at_budget` first); repeated (layer, seed, variant) rows are refused rather than averaged.
     """
-    from scipy import stats
-
     df = per_layer(df)
     if df.duplicated(["layer", "seed", "variant"]).any():
         raise ValueError("df: several rows per (layer, seed, variant), e.g. several lens budgets or recipes; "
@@ -343,8 +341,7 @@ def gap_table(df: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied", 
         mean = float(x.mean()) if n else math.nan
         sd = float(x.std(ddof=1)) if n > 1 else math.nan
         if n > 1 and sd > 0:
-            half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
-            p = float(stats.ttest_1samp(x, 0.0).pvalue)
+            half, p = stats.t_half_width(sd, n, level), stats.one_sample_p(x)
         else:
             half, p = math.nan, math.nan
         lo, hi = mean - half, mean + half
@@ -352,30 +349,6 @@ def gap_table(df: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied", 
                      "gap": mean, "gap_sd": sd, "ci_low": lo, "ci_high": hi, "p_value": p, "n_seeds": n,
                      "significant": bool(n > 1 and (lo > 0 or hi < 0)), "ci_method": "seeds (t)"})
     return pd.DataFrame(rows)
-
-
-def bootstrap_ci(a: np.ndarray, b: np.ndarray, *, paired: bool, n_boot: int = 2000, level: float = 0.95,
-                 seed: int = 0) -> tuple[float, float, float]:
-    """(mean(a) - mean(b), low, high): percentile bootstrap CI, resampling evaluation sequences.
-
-    ``paired``: a[i] and b[i] come from the same text (one run's tokenizer), so sequences are resampled
-    jointly; otherwise (two tokenizers) each side is resampled on its own.
-    """
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if len(a) < 2 or len(b) < 2:
-        raise ValueError(f"sequences: a bootstrap needs at least 2 evaluation sequences per model, got "
-                         f"{len(a)} and {len(b)}; raise lens_eval_tokens")
-    if paired and len(a) != len(b):
-        raise ValueError(f"paired: sequences differ in number ({len(a)} vs {len(b)}); pass paired=False")
-    rng = np.random.default_rng(seed)
-    if paired:
-        d = a - b
-        boot = d[rng.integers(0, len(d), (n_boot, len(d)))].mean(1)
-    else:
-        boot = (a[rng.integers(0, len(a), (n_boot, len(a)))].mean(1)
-                - b[rng.integers(0, len(b), (n_boot, len(b)))].mean(1))
-    lo, hi = np.quantile(boot, [0.5 - level / 2, 0.5 + level / 2])
-    return float(a.mean() - b.mean()), float(lo), float(hi)
 
 
 def _n_seeds(df: pd.DataFrame, a: str, b: str) -> int:
@@ -400,7 +373,7 @@ def gaps(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied"
     for layer, g in seq_table.groupby("layer"):
         xa = g[g.variant == a].sort_values("sequence")[column].to_numpy()
         xb = g[g.variant == b].sort_values("sequence")[column].to_numpy()
-        mean, lo, hi = bootstrap_ci(xa, xb, paired=paired, n_boot=n_boot, level=level)
+        mean, lo, hi = stats.bootstrap_diff(xa, xb, paired=paired, n_boot=n_boot, level=level)
         rows.append({"layer": int(layer), a: float(xa.mean()), b: float(xb.mean()), "gap": mean, "gap_sd": math.nan,
                      "ci_low": lo, "ci_high": hi, "p_value": math.nan, "n_seeds": 1,
                      "significant": bool(lo > 0 or hi < 0), "ci_method": "bootstrap over sequences"})
@@ -421,8 +394,6 @@ def early_gap(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "
     use their own early layers (the first third on relative depth). Keys: value, ci_low, ci_high,
     half_width, n_seeds, method, early_layers (per variant), per_seed.
     """
-    from scipy import stats
-
     df = seq_table[seq_table.variant.isin([a, b])]
     if df.duplicated([c for c in ("layer", "seed", "variant", "sequence") if c in df]).any():
         raise ValueError("seq_table: several rows per model and layer (several budgets or recipes); select one "
@@ -445,12 +416,12 @@ def early_gap(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "
         x = (per_seed[a] - per_seed[b]).dropna().to_numpy(dtype=float)
         mean = float(x.mean())
         sd = float(x.std(ddof=1)) if len(x) > 1 else math.nan
-        half = float(stats.t.ppf(0.5 + level / 2, len(x) - 1)) * sd / math.sqrt(len(x)) if len(x) > 1 else math.nan
+        half = stats.t_half_width(sd, len(x), level)
         out.update(value=mean, ci_low=mean - half, ci_high=mean + half, half_width=half, sd=sd,
                    method=f"t-interval over {len(x)} seeds", per_seed=x.tolist())
         return out
     per_seq = e.groupby(["variant", "sequence"])[column].mean()
-    mean, lo, hi = bootstrap_ci(per_seq[a].to_numpy(), per_seq[b].to_numpy(),
+    mean, lo, hi = stats.bootstrap_diff(per_seq[a].to_numpy(), per_seq[b].to_numpy(),
                                 paired=paired and depth[a] == depth[b], n_boot=n_boot, level=level)
     out.update(value=mean, ci_low=lo, ci_high=hi, half_width=(hi - lo) / 2, sd=math.nan,
                method="one pair: no seed noise floor; bootstrap over evaluation sequences", per_seed=[mean])

@@ -1,0 +1,149 @@
+"""Statistics shared by every claim: t-intervals over seeds, seed summaries and bootstrap intervals.
+
+One rule each, used by alignment (claims 1, 2, 4) and the lens study (claim 3): a claim module never
+computes an interval itself.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+from torch import Tensor
+
+
+class Summary(NamedTuple):
+    """Mean, sample std, n and a two-sided t confidence interval for the mean."""
+
+    mean: float
+    std: float
+    n: int
+    ci_low: float
+    ci_high: float
+
+
+def _floats(values: Any) -> np.ndarray:
+    """A flat float64 array from a tensor, array or sequence."""
+    v = values.detach().cpu().numpy() if isinstance(values, Tensor) else np.asarray(values, dtype=np.float64)
+    return v.astype(np.float64).reshape(-1)
+
+
+def _check_level(level: float) -> None:
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+
+
+def t_half_width(sd: float, n: int, level: float = 0.95) -> float:
+    """Half-width of the two-sided t-interval of a mean of ``n`` values with sample sd ``sd`` (NaN for n < 2)."""
+    from scipy.stats import t as student_t
+
+    if n < 2 or not math.isfinite(sd):
+        return math.nan
+    return float(student_t.ppf(0.5 + level / 2, df=n - 1)) * sd / math.sqrt(n)
+
+
+def summarise(values: Any, *, level: float = 0.95) -> Summary:
+    """Mean +- t-interval of repeated measurements (e.g. one score over seeds: the noise floor)."""
+    v = _floats(values)
+    if v.size == 0:
+        raise ValueError("values is empty")
+    if not np.isfinite(v).all():
+        raise ValueError("values contains NaN or infinite entries")
+    _check_level(level)
+    mean = float(v.mean())
+    if v.size == 1:
+        return Summary(mean, math.nan, 1, math.nan, math.nan)
+    std = float(v.std(ddof=1))
+    half = t_half_width(std, int(v.size), level)
+    return Summary(mean, std, int(v.size), mean - half, mean + half)
+
+
+def one_sample_p(x: np.ndarray) -> float:
+    """Two-sided p-value of a one-sample t-test of mean 0 (NaN with fewer than 2 values or zero spread)."""
+    from scipy import stats
+
+    x = np.asarray(x, dtype=float)
+    if len(x) < 2 or not float(x.std(ddof=1)) > 0:
+        return math.nan
+    return float(stats.ttest_1samp(x, 0.0).pvalue)
+
+
+def over_seeds(df: pd.DataFrame, value_cols: Sequence[str], by: Sequence[str], *,
+               sd_name: str = "sd") -> pd.DataFrame:
+    """Mean, sample sd and n over seeds of each value column, grouped by ``by`` (columns: (value, stat))."""
+    g = df.groupby(list(by), sort=False)
+    out = {}
+    for c in value_cols:
+        out[(c, "mean")] = g[c].mean()
+        out[(c, sd_name)] = g[c].std(ddof=1)
+        out[(c, "n")] = g[c].count()
+    res = pd.DataFrame(out)
+    res.columns = pd.MultiIndex.from_tuples(res.columns)
+    return res
+
+
+class BootstrapCI(NamedTuple):
+    """Mean of per-item values with a percentile bootstrap confidence interval (items resampled)."""
+
+    mean: float
+    ci_low: float
+    ci_high: float
+    n: int
+    n_boot: int
+    level: float
+
+
+def bootstrap_mean(values: Any, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> BootstrapCI:
+    """Percentile bootstrap CI for the mean of per-item values (e.g. per-token score differences of one pair).
+
+    Items are resampled with replacement ``n_boot`` times (deterministic for ``seed``), in chunks of a
+    few million draws so 150k tokens x 2000 resamples stays small in memory. With one model pair there
+    is no seed spread; this says how much the mean depends on which tokens happen to be scored.
+    """
+    v = _floats(values)
+    if v.size < 2:
+        raise ValueError(f"values: need at least 2 items to bootstrap, got {v.size}")
+    if not np.isfinite(v).all():
+        raise ValueError("values contains NaN or infinite entries")
+    _check_level(level)
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 100:
+        raise ValueError(f"n_boot: must be an int >= 100, got {n_boot!r}")
+    rng = np.random.default_rng(seed)
+    per_chunk = max(1, (1 << 22) // v.size)
+    means = np.empty(n_boot)
+    for start in range(0, n_boot, per_chunk):
+        b = min(per_chunk, n_boot - start)
+        means[start:start + b] = v[rng.integers(0, v.size, (b, v.size))].mean(axis=1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return BootstrapCI(float(v.mean()), float(lo), float(hi), int(v.size), n_boot, float(level))
+
+
+def bootstrap_diff(a: np.ndarray, b: np.ndarray, *, paired: bool, n_boot: int = 2000, level: float = 0.95,
+                   seed: int = 0) -> tuple[float, float, float]:
+    """(mean(a) - mean(b), low, high): percentile bootstrap CI, resampling evaluation sequences.
+
+    ``paired``: a[i] and b[i] come from the same text (one run's tokenizer), so sequences are resampled
+    jointly; otherwise (two tokenizers) each side is resampled on its own.
+    """
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"sequences: a bootstrap needs at least 2 evaluation sequences per model, got "
+                         f"{len(a)} and {len(b)}; raise lens_eval_tokens")
+    if paired and len(a) != len(b):
+        raise ValueError(f"paired: sequences differ in number ({len(a)} vs {len(b)}); pass paired=False")
+    rng = np.random.default_rng(seed)
+    if paired:
+        d = a - b
+        boot = d[rng.integers(0, len(d), (n_boot, len(d)))].mean(1)
+    else:
+        boot = (a[rng.integers(0, len(a), (n_boot, len(a)))].mean(1)
+                - b[rng.integers(0, len(b), (n_boot, len(b)))].mean(1))
+    lo, hi = np.quantile(boot, [0.5 - level / 2, 0.5 + level / 2])
+    return float(a.mean() - b.mean()), float(lo), float(hi)
+
+
+__all__ = ["BootstrapCI", "Summary", "bootstrap_diff", "bootstrap_mean", "one_sample_p", "over_seeds",
+           "summarise", "t_half_width"]
