@@ -3,7 +3,7 @@ from dataclasses import replace
 
 import pytest
 
-from tiebias import ablate
+from tiebias import ablate, claims, stats
 from tiebias.runs import Run, Variant
 
 
@@ -47,9 +47,9 @@ def test_sweep_end_to_end(fresh_run: Run, tiny_config) -> None:
     assert (cross.reference_seed != cross.seed).all() and cross.vs_untied_input.max() < 0.99
     with pytest.raises(ValueError, match="reference: 'cross' needs at least two seeds"):
         ablate.alignment_table(fresh_run, variants, [0], reference="cross")
-    summ = ablate.summarise_over_seeds(table, ["vs_untied_input"], ["k", "step", "method"])
+    summ = stats.over_seeds(table, ["vs_untied_input"], ["k", "step", "method"])
     assert (summ[("vs_untied_input", "n")] == 2).all()
-    verdict = ablate.dose_response_verdict(table, "orthogonal")
+    verdict = claims.dose_response(table, "orthogonal")
     assert verdict["step"] == 8 and verdict["seeds"] == 2
     assert isinstance(verdict["claim4_holds"], bool)
     ppl = ablate.perplexities(fresh_run, variants, [0], seq_len=cfg.seq_len, max_tokens=512)
@@ -64,5 +64,5 @@ def test_verdict_needs_two_factors(fresh_run: Run) -> None:
     t = pd.DataFrame({"k": [1.0, 1.0], "seed": [0, 1], "step": [4, 4], "method": ["orthogonal"] * 2,
                       "vs_untied_input": [0.1, 0.2], "vs_untied_output": [0.3, 0.4]})
     with pytest.raises(ValueError, match="at least two different k"):
-        ablate.dose_response_verdict(t)
+        claims.dose_response(t)
     assert Variant.parse("tied_in1") == Variant(True)

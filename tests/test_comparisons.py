@@ -1,6 +1,6 @@
 import pytest
 
-from tiebias import comparisons
+from tiebias import claims, comparisons, stats
 from tiebias.runs import Run
 
 
@@ -17,10 +17,10 @@ def test_table1_rows_pairings_and_claim(two_seed_run: Run) -> None:
     cross = df[(df.comparison == "untied input -> tied") & (df.pairing == "cross seed")]
     assert same.orthogonal.mean() > cross.orthogonal.mean() + 0.3
     assert (df["linear (held-out)"] <= df.linear + 1e-9).mean() > 0.8
-    c = comparisons.claim1(df)
+    c = claims.alignment_gap(df)
     assert c["pairing"] == "cross seed" and c["n"] == 2
     assert c["gap"] == pytest.approx(c["out_to_tied"] - c["in_to_tied"])
-    s = comparisons.summarise(df)
+    s = stats.over_seeds(df, comparisons.score_columns(df), ["comparison", "pairing"])
     assert s.loc[("untied output -> tied", "cross seed"), ("orthogonal", "n")] == 2
 
 

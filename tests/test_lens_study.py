@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 import torch
 
+from tiebias import claims, lens_study, stats
 from tiebias import lens as tl
-from tiebias import lens_study, stats
 from tiebias.runs import Run
 
 RECIPE = dict(steps=6, tokens_per_step=256, seq_len=32)
@@ -25,7 +25,7 @@ def test_kl_table_gap_and_claim(two_seed_run: Run) -> None:
     assert list(g.layer) == [0, 1, 2] and (g.n_seeds == 2).all()
     wide = df.pivot_table(index=["layer", "seed"], columns="variant", values="kl_tuned_bits")
     assert g.gap.iloc[0] == pytest.approx((wide.tied - wide.untied).loc[0].mean())
-    c = lens_study.claim3(g)
+    c = lens_study.layer_summary(g)
     assert c["early_layers"] == [0, 1] and c["value"] == pytest.approx(g[g.layer <= 1].gap.mean())
 
 
@@ -215,32 +215,32 @@ def test_convergence_rule() -> None:
 
 def test_claim3_verdict_on_synthetic_tables() -> None:
     # three seeds with sd 0.05 of the gap: CI half-width about 0.12
-    held = lens_study.claim3_verdict(_synthetic({1: 0.55, 2: 0.52, 4: 0.5}))
-    assert held["verdict"] == "holds" and held["converged"] is True and held["budget"] == 4
-    assert held["value"] == pytest.approx(0.5, abs=0.01) and held["ci_low"] > 0
-    assert held["value"] > held["threshold"] > 0 and "HOLDS" in held["text"]
-    assert held["method"] == "t-interval over 3 seeds"
-    moving = lens_study.claim3_verdict(_synthetic({1: 1.5, 2: 1.0, 4: 0.5}))
-    assert moving["verdict"] == "not converged" and "NOT CONVERGED" in moving["text"]
-    null = lens_study.claim3_verdict(_synthetic({1: 0.0, 2: 0.01, 4: 0.0}))
-    assert null["verdict"] == "does not hold" and not null["value"] > null["threshold"]
-    single = lens_study.claim3_verdict(_synthetic({4: 0.5}))
-    assert single["converged"] is None and "not checked" in single["text"] and single["verdict"] == "holds"
+    held = claims.claim3(_synthetic({1: 0.55, 2: 0.52, 4: 0.5}))
+    assert held.status == "holds" and held.details["converged"] is True and held.details["budget"] == 4
+    assert held.value == pytest.approx(0.5, abs=0.01) and held.details["ci_low"] > 0
+    assert held.value > held.threshold > 0 and "HOLDS" in held.text
+    assert held.details["method"] == "t-interval over 3 seeds"
+    moving = claims.claim3(_synthetic({1: 1.5, 2: 1.0, 4: 0.5}))
+    assert moving.status == "not converged" and "NOT CONVERGED" in moving.text
+    null = claims.claim3(_synthetic({1: 0.0, 2: 0.01, 4: 0.0}))
+    assert null.status == "does not hold" and not null.value > null.threshold
+    single = claims.claim3(_synthetic({4: 0.5}))
+    assert single.details["converged"] is None and "not checked" in single.text and single.status == "holds"
     # the first recipe carries the verdict, the second is reported beside it
     both = pd.concat([_synthetic({1: 0.5, 2: 0.5}), _synthetic({1: 2.0, 2: 2.0}, recipe="package")])
-    v = lens_study.claim3_verdict(both)
-    assert v["recipe"] == "cpu" and v["value"] == pytest.approx(0.5, abs=0.02) and "'package'" in v["text"]
+    v = claims.claim3(both)
+    assert v.details["recipe"] == "cpu" and v.value == pytest.approx(0.5, abs=0.02) and "'package'" in v.text
 
 
 def test_one_pair_uses_bootstrap_never_zero() -> None:
     pair = _synthetic({1: 0.3, 2: 0.3}, seeds=(0,))
-    v = lens_study.claim3_verdict(pair)
-    assert v["n_seeds"] == 1 and "one pair: no seed noise floor" in v["text"]
-    assert v["threshold"] > 0 and v["verdict"] == "holds"
+    v = claims.claim3(pair)
+    assert v.n_seeds == 1 and "one pair: no seed noise floor" in v.text
+    assert v.threshold > 0 and v.status == "holds"
     flat = _synthetic({1: 0.0, 2: 0.0}, seeds=(0,))
-    f = lens_study.claim3_verdict(flat)
+    f = claims.claim3(flat)
     # a gap of pure noise does not "hold" just by being positive
-    assert f["verdict"] == "does not hold" and f["converged"] is True and f["threshold"] > 0
+    assert f.status == "does not hold" and f.details["converged"] is True and f.threshold > 0
     g = lens_study.gaps(lens_study.at_budget(pair))
     assert (g.ci_method[:3] == "bootstrap over sequences").all() and g.significant[:3].all()
     assert g.ci_low[3] == pytest.approx(0.0, abs=1e-12)
@@ -319,14 +319,14 @@ def test_summaries_and_figures(two_seed_run: Run, tmp_path: Path) -> None:
     s = lens_study.describe_scale(scale)
     assert "step 4 (val loss 6.00): +0 bits" in s and "CI includes 0" in s and "lens not converged" in s
     assert s.endswith("at steps [8].")
-    v = lens_study.claim3_verdict(seq)
+    v = claims.claim3(seq)
     pt = lens_study.final_point(two_seed_run, ["tied", "untied"], [0, 1], v)
     want = np.mean([two_seed_run.summary(x, s)["final_val_loss"] for x in ("tied", "untied") for s in (0, 1)])
-    assert pt["val_loss"] == pytest.approx(want) and pt["gap"] == v["value"]
+    assert pt["val_loss"] == pytest.approx(want) and pt["gap"] == v.value
     run = Run(tmp_path / "ext")
-    entry = lens_study.record_claim3(run, v)
-    assert entry["verdict"] == (v["value"] > v["threshold"]) and entry["details"]["converged"] == v["converged"]
-    assert report.results(run)["claim3_tuned_lens"]["statement"] == v["text"]
+    entry = claims.record(run, v)
+    assert entry["verdict"] == (v.value > v.threshold) and entry["details"]["converged"] == v.details["converged"]
+    assert report.results(run)["claim3_tuned_lens"]["statement"] == v.text
     # figures: one panel per layer below the output, a trace per variant; CI bars from the table
     fig = lplot.ladder(kl)
     assert len(fig.data) == 3 * 2 and list(fig.data[0].x) == [10, 20]

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from tiebias import comparisons, sources, stats
+from tiebias import claims, comparisons, sources, stats
 from tiebias.alignment import Embeddings
 
 
@@ -51,7 +51,7 @@ def _pair(out_noise: float, in_noise: float, n: int = 400, d: int = 16, seed: in
 
 def test_one_pair_claim_uses_a_token_bootstrap() -> None:
     df = comparisons.table1(_pair(0.3, 3.0), ["orthogonal"], knn_k=None, keep_scores=True)
-    c = comparisons.claim1(df, "orthogonal", n_boot=500)
+    c = claims.alignment_gap(df, "orthogonal", n_boot=500)
     assert c["n"] == 1 and c["basis"] == "tokens" and c["note"] == "one pair: no seed noise floor"
     assert c["ci_low"] < c["gap"] < c["ci_high"] and c["ci_low"] > 0 and c["holds"]
     assert c["threshold"] == pytest.approx(c["gap"] - c["ci_low"]) and c["gap"] > c["threshold"]
@@ -59,7 +59,7 @@ def test_one_pair_claim_uses_a_token_bootstrap() -> None:
     ci = comparisons.token_gap(df, "orthogonal", n_boot=500)
     assert ci.mean == pytest.approx(c["gap"])
     with pytest.raises(ValueError, match=r"keep_scores=True"):
-        comparisons.claim1(df.drop(columns=["per_token", "token_ids"]), "orthogonal")
+        claims.alignment_gap(df.drop(columns=["per_token", "token_ids"]), "orthogonal")
 
 
 def test_small_positive_gap_inside_its_ci_does_not_hold() -> None:
@@ -71,14 +71,14 @@ def test_small_positive_gap_inside_its_ci_does_not_hold() -> None:
     rows = [{"comparison": c, "pairing": "same seed", "seed_source": 0, "seed_target": 0, "n_tokens": 200,
              "orthogonal": float(v.mean()), "per_token": {"orthogonal": v}, "token_ids": ids}
             for c, v in (("untied output -> tied", out), ("untied input -> tied", torch.zeros(200, dtype=out.dtype)))]
-    c = comparisons.claim1(pd.DataFrame(rows), "orthogonal", n_boot=500)
+    c = claims.alignment_gap(pd.DataFrame(rows), "orthogonal", n_boot=500)
     assert c["gap"] == pytest.approx(0.01) and c["ci_low"] < 0 < c["ci_high"]
     assert not c["holds"] and c["gap"] < c["threshold"]
 
 
 def test_several_seeds_keep_the_seed_threshold(two_seed_run) -> None:
     df = comparisons.table1(comparisons.load_models(two_seed_run), ["orthogonal"], knn_k=None, noise_floor=False)
-    c = comparisons.claim1(df)
+    c = claims.alignment_gap(df)
     assert c["basis"] == "seeds" and c["threshold"] == pytest.approx(2 * c["gap_sd"])
     assert c["holds"] == (c["gap"] > c["threshold"]) and "ci_low" not in c
 

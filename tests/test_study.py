@@ -22,6 +22,7 @@ def test_smoke_study_end_to_end_and_rerun_is_cheap(tmp_path: Path) -> None:
             assert key in c, (name, key)
         assert c["verdict"] == (c["value"] > c["threshold"]), name
     assert (run_dir / "report.html").exists()
+    _same_claims_as_reference(summary["claims"])
     html = (run_dir / "report.html").read_text()
     assert all(f"report/{nb}.html" in html for nb in NOTEBOOKS)
     for nb in NOTEBOOKS:
@@ -35,3 +36,23 @@ def test_smoke_study_end_to_end_and_rerun_is_cheap(tmp_path: Path) -> None:
     assert sorted((run_dir / "models").glob("*/model.safetensors")) == weights
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items()), "a second study retrained something"
     assert len(list((run_dir / "models").glob("*/checkpoints/step-*"))) == n_ckpt
+
+
+REFERENCE = Path(__file__).with_name("data") / "smoke_claims.json"
+
+
+def _same_claims_as_reference(claims: dict) -> None:
+    """Structure-only changes must not move a claim: values as recorded before the architecture pass.
+
+    Same seeds, same code path, same torch: the numbers are bit-identical on one machine; the tolerance
+    only absorbs last-bit differences between CPUs (a real change moves them by far more).
+    """
+    ref = {k: v for k, v in json.loads(REFERENCE.read_text()).items() if not k.startswith("_")}
+    assert set(claims) == set(ref)
+    for name, want in ref.items():
+        got = claims[name]
+        for key, w in want.items():
+            if isinstance(w, float):
+                assert got[key] == pytest.approx(w, rel=1e-6, abs=1e-9), (name, key)
+            else:
+                assert got[key] == w, (name, key)

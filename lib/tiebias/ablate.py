@@ -145,6 +145,25 @@ def common_steps(run: Run, variants: Sequence[Variant], seeds: Sequence[int]) ->
     return sorted(set.intersection(*sets)) if sets else []
 
 
+def compared_steps(steps: Sequence[int], most: int = 4) -> list[int]:
+    """The checkpoints compared: the final step and up to ``most - 1`` earlier ones in its last 7/8.
+
+    The paper compares step 1k and 10k; early checkpoints (before 1/8 of training) are mostly the
+    shared initialisation and say little about the trend.
+    """
+    steps = sorted(steps)
+    picked = sorted({s for s in steps if s > 0 and s >= steps[-1] // 8}) if steps else []
+    return picked[-most:]
+
+
+def reference_for(seeds: Sequence[int]) -> str:
+    """The headline reference: another seed's untied model when there are two or more seeds.
+
+    Same seed shares the starting matrix, which inflates the input cosine; with one seed it is all there is.
+    """
+    return "cross" if len(seeds) > 1 else "same"
+
+
 def alignment_table(run: Run, variants: Sequence[Variant], seeds: Sequence[int], *,
                     steps: Sequence[int | None] = (None,), methods: Sequence[str] = ("orthogonal", "linear"),
                     heldout_folds: int = 0, reference: str = "same") -> pd.DataFrame:
@@ -186,19 +205,6 @@ def _final_step(run: Run, v: Variant, seed: int) -> int:
     return int(run.summary(v, seed)["steps"])
 
 
-def summarise_over_seeds(df: pd.DataFrame, value_cols: Sequence[str], by: Sequence[str]) -> pd.DataFrame:
-    """Mean, sample std and n over seeds of each value column, grouped by ``by``."""
-    g = df.groupby(list(by))
-    out = {}
-    for c in value_cols:
-        out[(c, "mean")] = g[c].mean()
-        out[(c, "std")] = g[c].std(ddof=1)
-        out[(c, "n")] = g[c].count()
-    res = pd.DataFrame(out)
-    res.columns = pd.MultiIndex.from_tuples(res.columns)
-    return res
-
-
 def perplexities(run: Run, variants: Sequence[Variant], seeds: Sequence[int], *, seq_len: int,
                  max_tokens: int = 32768, splits: Sequence[str] = ("validation", "test")) -> pd.DataFrame:
     """Perplexity of every final model (tied variants and untied) on held-out splits (Table 7 analog)."""
@@ -227,39 +233,3 @@ def gradient_shares(run: Run, variants: Sequence[Variant], seeds: Sequence[int])
                          "output_share": float(m.output_share.mean()),
                          "median_out_in_ratio": float((m.output_norm / m.input_norm).median())})
     return pd.DataFrame(rows)
-
-
-def dose_response_verdict(table: pd.DataFrame, method: str = "orthogonal", step: int | None = None) -> dict:
-    """Claim 4 from the numbers: trend of both cosines in log k, and the k_max - k_min change vs seed noise.
-
-    The trend is the Spearman rank correlation between k and the per-seed cosine; "exceeds noise" means
-    the change of the seed-mean from the smallest to the largest k is larger than twice the pooled
-    seed standard deviation (and, with one seed, cannot be judged).
-    """
-    from scipy.stats import spearmanr
-
-    d = table[table.method == method]
-    if step is not None:
-        d = d[d.step == step]
-    else:
-        d = d[d.step == d.step.max()]
-    ks = sorted(d.k.unique())
-    if len(ks) < 2:
-        raise ValueError(f"ablate_factors: need at least two different k for a dose-response verdict, got {ks}")
-    out: dict[str, Any] = {"method": method, "step": int(d.step.iloc[0]), "k": ks,
-                           "seeds": int(d.seed.nunique())}
-    for col, want in (("vs_untied_input", "rises"), ("vs_untied_output", "falls")):
-        means = d.groupby("k")[col].mean()
-        stds = d.groupby("k")[col].std(ddof=1)
-        rho = float(spearmanr(d.k, d[col]).statistic) if d[col].nunique() > 1 else 0.0
-        change = float(means.iloc[-1] - means.iloc[0])
-        noise = float(np.sqrt(np.nanmean(stds.values**2))) if d.seed.nunique() > 1 else math.nan
-        monotone = bool(np.all(np.diff(means.values) > 0) if want == "rises" else np.all(np.diff(means.values) < 0))
-        direction_ok = change > 0 if want == "rises" else change < 0
-        out[col] = {"expected": want, "means": means.round(4).to_dict(), "change": change, "spearman": rho,
-                    "seed_std": noise, "monotone": monotone, "direction_as_claimed": bool(direction_ok),
-                    "exceeds_noise": bool(abs(change) > 2 * noise) if math.isfinite(noise) else None}
-    a, b = out["vs_untied_input"], out["vs_untied_output"]
-    out["claim4_holds"] = bool(a["direction_as_claimed"] and b["direction_as_claimed"]
-                               and a["exceeds_noise"] and b["exceeds_noise"])
-    return out

@@ -126,55 +126,10 @@ def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = al
     return pd.DataFrame(rows)
 
 
-def summarise(df: pd.DataFrame, value_cols: Sequence[str] | None = None) -> pd.DataFrame:
-    """Mean, sd and n over seed pairs for every (comparison, pairing)."""
-    if value_cols is None:
-        skip = {"comparison", "pairing", "seed_source", "seed_target", "n_tokens", "per_token", "token_ids"}
-        value_cols = [c for c in df.columns if c not in skip]
-    g = df.groupby(["comparison", "pairing"], sort=False)[list(value_cols)]
-    res = pd.concat({"mean": g.mean(), "sd": g.std(ddof=1), "n": g.count()}, axis=1)
-    return res.swaplevel(axis=1).sort_index(axis=1, level=0, sort_remaining=False)
-
-
-def claim1(df: pd.DataFrame, method: str = "orthogonal", *, n_boot: int = 2000, level: float = 0.95,
-           seed: int = 0) -> dict[str, Any]:
-    """Claim 1 from the numbers: gap = (untied output -> tied) - (untied input -> tied) on the headline pairing.
-
-    Headline pairing is ``cross seed`` when present, else ``same seed``. The gap is computed per
-    tied model (target seed) so its spread over seeds is meaningful.
-
-    - Two or more tied models: "beyond noise" means gap > ``threshold`` = 2 sd over seeds.
-    - One pair (an external pair, or a run with one seed): there is no seed noise floor. The CI comes
-      from a paired bootstrap over tokens (:func:`token_gap`); the map is fitted once on all tokens and
-      only the scoring is resampled. ``threshold`` is the CI's lower half-width (gap - ci_low), so
-      gap > threshold exactly when the whole CI lies above 0. Needs ``table1(..., keep_scores=True)``.
-
-    ``holds`` and ``rule`` state the verdict and how it was reached; the same-kind noise floor is
-    reported beside it when the table has one.
-    """
-    pairing = "cross seed" if (df.pairing == "cross seed").any() else "same seed"
-    d = df[df.pairing == pairing]
-    out_t = d[d.comparison == "untied output -> tied"].groupby("seed_target")[method].mean()
-    in_t = d[d.comparison == "untied input -> tied"].groupby("seed_target")[method].mean()
-    gap = (out_t - in_t).dropna()
-    if gap.empty:
-        raise ValueError(f"method: no {method!r} scores for both 'untied output -> tied' and 'untied input -> tied'")
-    sd = float(gap.std(ddof=1)) if len(gap) > 1 else math.nan
-    floor = df[df.comparison.str.endswith("(noise floor)")].groupby("comparison")[method].mean().to_dict()
-    out = {"method": method, "pairing": pairing, "out_to_tied": float(out_t.mean()), "in_to_tied": float(in_t.mean()),
-           "gap": float(gap.mean()), "gap_sd": sd, "n": int(len(gap)), "noise_floor": floor}
-    if len(gap) > 1:
-        threshold = 2 * sd
-        out.update(basis="seeds", threshold=threshold, holds=bool(out["gap"] > threshold),
-                   rule=f"holds if gap > 2 sd over {len(gap)} tied models = {threshold:.3f}", note="")
-        return out
-    ci = token_gap(df, method, pairing=pairing, n_boot=n_boot, level=level, seed=seed)
-    out.update(basis="tokens", ci_low=ci.ci_low, ci_high=ci.ci_high, ci_level=level, n_boot=n_boot,
-               n_tokens=ci.n, threshold=out["gap"] - ci.ci_low, holds=bool(ci.ci_low > 0),
-               note="one pair: no seed noise floor",
-               rule=f"holds if the {level:.0%} bootstrap CI over {ci.n} tokens, [{ci.ci_low:+.3f}, {ci.ci_high:+.3f}], lies "
-                    f"above 0 (map fitted once on all tokens; only the scored tokens are resampled)")
-    return out
+def score_columns(df: pd.DataFrame) -> list[str]:
+    """The score columns of a Table-1 frame (every column that is not an identifier or per-token data)."""
+    skip = {"comparison", "pairing", "seed_source", "seed_target", "n_tokens", "per_token", "token_ids"}
+    return [c for c in df.columns if c not in skip]
 
 
 def token_gap(df: pd.DataFrame, method: str = "orthogonal", *, pairing: str = "same seed", seed_target: int | None = None,

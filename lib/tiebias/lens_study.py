@@ -36,7 +36,7 @@ import math
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -44,6 +44,9 @@ import pandas as pd
 from . import lens as tl
 from . import profiles, stats
 from .runs import Run, Variant, write_json_atomic
+
+if TYPE_CHECKING:
+    from .claims import Verdict
 
 RECIPES: dict[str, dict[str, Any]] = {
     "cpu": {"optimizer": "adam", "lr": 1e-2, "momentum": 0.9, "weight_decay": 1e-3},
@@ -458,57 +461,6 @@ def convergence(ladder: pd.DataFrame) -> dict[str, Any]:
             "budgets": lad.budget.tolist()}
 
 
-def claim3_verdict(seq_table: pd.DataFrame, *, paired: bool = True, level: float = 0.95) -> dict[str, Any]:
-    """Claim 3 at the largest budget of the first recipe: value, CI, convergence and the verdict text.
-
-    ``verdict`` is "holds" (the CI of the early-layer gap lies above 0), "does not hold", or
-    "not converged" (the last rung of the ladder moved the gap by its CI half-width or more).
-    ``threshold`` is the distance from the value down to the CI's lower end, so ``value > threshold``
-    is "CI above 0" (what :func:`tiebias.report.record` checks). Other recipes are summarised in
-    ``text`` for comparison only.
-    """
-    recipes = list(dict.fromkeys(seq_table.recipe))
-    ladder = ladder_gaps(seq_table, recipes[0], paired=paired, level=level)
-    conv = convergence(ladder)
-    top = at_budget(seq_table, None, recipes[0])
-    g = early_gap(top, paired=paired, level=level)
-    budget = int(ladder.budget.max())
-    ci_ok = math.isfinite(g["ci_low"])
-    if conv["converged"] is False:
-        verdict = "not converged"
-    elif not ci_ok:
-        verdict = "undetermined (no confidence interval)"
-    else:
-        verdict = "holds" if g["ci_low"] > 0 else "does not hold"
-    lines = [f"Early-layer gap (tied - untied tuned-lens KL, layers {g['early_layers']['tied']}), recipe "
-             f"{recipes[0]!r} at {budget}x lens_steps: {g['value']:+.3g} bits, {int(level * 100)}% CI "
-             f"[{g['ci_low']:+.3g}, {g['ci_high']:+.3g}] ({g['method']})."]
-    if g["depth_note"]:
-        lines.append(f"Note: {g['depth_note']}.")
-    if conv["converged"] is None:
-        lines.append("Lens convergence not checked: one lens budget (give lens_budgets two or more rungs).")
-    else:
-        lines.append(f"Lens convergence: the last rung ({conv['budgets'][-2]}x -> {conv['budgets'][-1]}x) moved the "
-                     f"gap by {conv['change']:+.3g} bits, {'less' if conv['converged'] else 'not less'} than the CI "
-                     f"half-width {conv['half_width']:.3g}: {'converged' if conv['converged'] else 'NOT converged'}.")
-    for r in recipes[1:]:
-        o = early_gap(at_budget(seq_table, None, r), paired=paired, level=level)
-        lines.append(f"For comparison, recipe {r!r} at its largest budget: {o['value']:+.3g} bits "
-                     f"[{o['ci_low']:+.3g}, {o['ci_high']:+.3g}].")
-    if verdict == "not converged":
-        lines.append("Claim 3: NOT CONVERGED at this lens budget (raise lens_budgets or lens_steps); no verdict.")
-    elif verdict.startswith("undetermined"):
-        lines.append("Claim 3: undetermined (no confidence interval for the gap).")
-    else:
-        lines.append(f"Claim 3 (tied early layers read worse: CI of the gap above 0) "
-                     f"{'HOLDS' if verdict == 'holds' else 'does NOT hold'} here.")
-    threshold = g["value"] - g["ci_low"] if ci_ok else math.inf
-    return {"verdict": verdict, "text": "\n".join(lines), "value": g["value"], "threshold": threshold, "sd": g["sd"],
-            "ci_low": g["ci_low"], "ci_high": g["ci_high"], "method": g["method"], "n_seeds": g["n_seeds"],
-            "early_layers": g["early_layers"], "budget": budget, "recipe": recipes[0], "converged": conv["converged"],
-            "convergence": conv, "ladder": ladder.to_dict(orient="records")}
-
-
 def same_depth(table: pd.DataFrame) -> bool:
     """Whether every model in the table has the same number of layers (per-layer gaps need that)."""
     return table.groupby("variant").layer.max().nunique() == 1
@@ -539,31 +491,20 @@ def describe_scale(scale: pd.DataFrame, level: float = 0.95) -> str:
 
 def describe_gaps(gaps: pd.DataFrame) -> str:
     """One sentence on a per-layer gap table: where tied reads worse, and where the CI excludes 0."""
-    c = claim3(gaps)
+    c = layer_summary(gaps)
     return (f"Tied - untied tuned-lens KL: {c['input_layer_gap']:+.3g} bits at the input layer, {c['value']:+.3g} on "
             f"average over the early layers {c['early_layers']}; tied > untied at layers {c['positive_layers'] or 'none'}; "
             f"the 95% CI ({gaps.ci_method.iloc[0]}) excludes 0 at layers {c['significant_layers'] or 'none'}.")
 
 
-def final_point(run: Run, variants: Sequence[str], seeds: Sequence[int], verdict: dict[str, Any]) -> dict[str, float]:
-    """A run's final models as one scale-axis point: mean final validation loss and the verdict's gap and CI."""
+def final_point(run: Run, variants: Sequence[str], seeds: Sequence[int], verdict: Verdict) -> dict[str, float]:
+    """A run's final models as one scale-axis point: mean final validation loss and the claim-3 gap and CI."""
     losses = [run.summary(v, s).get("final_val_loss", math.nan) for v in variants for s in seeds]
-    return {"val_loss": float(np.mean(losses)), "gap": verdict["value"], "ci_low": verdict["ci_low"],
-            "ci_high": verdict["ci_high"]}
+    return {"val_loss": float(np.mean(losses)), "gap": verdict.value, "ci_low": verdict.details["ci_low"],
+            "ci_high": verdict.details["ci_high"]}
 
 
-def record_claim3(run: Run, verdict: dict[str, Any], paper: Any = None) -> dict[str, Any]:
-    """Store a :func:`claim3_verdict` as the run's claim-3 headline (value, CI distance as threshold, convergence)."""
-    from .report import record
-
-    details = {k: verdict[k] for k in ("verdict", "ci_low", "ci_high", "method", "budget", "recipe", "converged",
-                                       "convergence", "ladder", "early_layers")}
-    return record(run, "claim3_tuned_lens", value=verdict["value"], threshold=verdict["threshold"],
-                  unit="bits (early layers)", spread=verdict["sd"], n_seeds=verdict["n_seeds"], paper=paper,
-                  statement=verdict["text"], details=details, status=verdict["verdict"])
-
-
-def claim3(gaps: pd.DataFrame) -> dict[str, Any]:
+def layer_summary(gaps: pd.DataFrame) -> dict[str, Any]:
     """Per-layer summary of a gap table: early-layer mean gap, RMS seed sd, significant and positive layers."""
     n_layers = int(gaps.layer.max())
     early = early_layers(n_layers)
