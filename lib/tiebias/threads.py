@@ -1,0 +1,131 @@
+"""CPU threads that degrade gracefully when other processes want the same cores.
+
+Two settings, both overridable:
+
+- idle OpenMP workers sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``), set when ``tiebias`` is
+  imported before torch and the variable is unset: spinning workers on a core another process needs
+  turn contention into collapse;
+- :class:`ThreadTuner` re-chooses the intra-op thread count during long loops from measured step
+  times: all cores on a quiet machine, fewer when another process holds one. ``TIEBIAS_THREADS=N``
+  fixes the count instead (``auto``, the default, tunes).
+
+Only speed depends on the thread count, never the numbers: a test trains the same model with one and
+with two threads and gets the same weights bit for bit.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+THREADS_ENV = "TIEBIAS_THREADS"
+WAIT_POLICY_ENV = "OMP_WAIT_POLICY"
+
+
+def apply_openmp_defaults() -> bool:
+    """Ask OpenMP for sleeping idle workers unless the user chose; True if it can still take effect."""
+    os.environ.setdefault(WAIT_POLICY_ENV, "PASSIVE")
+    return "torch" not in sys.modules
+
+
+def fixed_threads() -> int | None:
+    """The thread count fixed by ``TIEBIAS_THREADS`` (None for ``auto`` or unset)."""
+    raw = os.environ.get(THREADS_ENV, "auto").strip().lower()
+    if raw in ("", "auto"):
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{THREADS_ENV}: {raw!r} is not allowed; use 'auto' or a whole number of threads >= 1")
+    return int(raw)
+
+
+class ThreadTuner:
+    """Keeps the fastest intra-op thread count for a loop of similar steps, re-checking as load changes.
+
+    Wrap the compute of each step in :meth:`step`. It times ``probe`` steps at each candidate count
+    (the first step after a switch is not timed), keeps the fastest, and probes again after ``every``
+    steps; the interval doubles (up to ``max_every``) while the choice holds and resets when it changes
+    or a step takes ``jump`` times the chosen count's time (another process started).
+    """
+
+    def __init__(self, candidates: Sequence[int] | None = None, *, every: int = 25, max_every: int = 400,
+                 probe: int = 2, jump: float = 1.6) -> None:
+        import torch
+
+        self._torch = torch
+        fixed = fixed_threads()
+        top = torch.get_num_threads()
+        self.candidates = [fixed] if fixed else sorted(set(candidates or range(1, max(top, 1) + 1)), reverse=True)
+        if not self.candidates or min(self.candidates) < 1:
+            raise ValueError(f"candidates: {candidates!r} is not allowed; need thread counts >= 1")
+        self.every, self.max_every, self.probe, self.jump = every, max_every, probe, jump
+        self.interval = every
+        self.chosen = self.candidates[0]
+        self.choices: list[tuple[int, int]] = []  # (step index, threads) each time the choice was made
+        self._queue: list[int] = []
+        self._times: dict[int, list[float]] = {}
+        self._warm: set[int] = set()
+        self._baseline = float("nan")
+        self._since = 0
+        self._n = 0
+        self._start_probe()
+
+    @property
+    def tuning(self) -> bool:
+        return len(self.candidates) > 1
+
+    def _start_probe(self) -> None:
+        if not self.tuning:
+            self._set(self.candidates[0])
+            return
+        self._times = {c: [] for c in self.candidates}
+        self._warm: set[int] = set()
+        self._queue = [c for c in self.candidates for _ in range(self.probe + 1)]
+
+    def _set(self, n: int) -> None:
+        if self._torch.get_num_threads() != n:
+            self._torch.set_num_threads(n)
+
+    @contextmanager
+    def step(self) -> Iterator[None]:
+        """Time one step's compute at the thread count the tuner picks for it."""
+        probing = bool(self._queue)
+        n = self._queue.pop(0) if probing else self.chosen
+        self._set(n)
+        t0 = time.perf_counter()
+        yield
+        dt = time.perf_counter() - t0
+        self._n += 1
+        if probing:
+            self._record_probe(n, dt)
+        else:
+            self._watch(dt)
+
+    def _record_probe(self, n: int, dt: float) -> None:
+        if n in self._warm:
+            self._times[n].append(dt)
+        else:
+            self._warm.add(n)  # the first step after a switch pays for the new thread team: not timed
+        if self._queue:
+            return
+        best = min(self._times, key=lambda c: statistics.median(self._times[c]) if self._times[c] else float("inf"))
+        self.interval = min(self.interval * 2, self.max_every) if best == self.chosen and self.choices else self.every
+        self.chosen = best
+        self._baseline = statistics.median(self._times[best]) if self._times[best] else float("nan")
+        self.choices.append((self._n, best))
+        self._since = 0
+        self._set(best)
+
+    def _watch(self, dt: float) -> None:
+        self._since += 1
+        if dt > self.jump * self._baseline:
+            self.interval = self.every  # the load changed: look again soon
+            self._start_probe()
+        elif self._since >= self.interval:
+            self._start_probe()
+
+
+__all__ = ["THREADS_ENV", "ThreadTuner", "apply_openmp_defaults", "fixed_threads"]
