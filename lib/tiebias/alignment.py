@@ -177,6 +177,7 @@ def _accumulate(S: Tensor, T: Tensor, rows: Tensor | None, ref_s: Tensor, ref_t:
 def _combine(parts: list[_Stats]) -> _Stats:
     """Sums over several folds' rows: the fitting set of one held-out fold."""
     def total(xs: list[Tensor | None]) -> Tensor | None:
+        """Sum of optional matrices (None when they were not accumulated)."""
         return None if xs[0] is None else torch.stack(xs).sum(0)  # type: ignore[arg-type]
 
     return _Stats(sum(p.n for p in parts), torch.stack([p.sum_s for p in parts]).sum(0),

@@ -247,6 +247,7 @@ def _read_embeddings(path: Path, skeleton: Any, config: Any) -> tuple[Tensor, Te
     keys = _checkpoint_keys(skeleton, list(weight_map))
 
     def read(names: list[str]) -> Tensor | None:
+        """The first of ``names`` found in the checkpoint, read from its file (None if none is)."""
         for n in names:
             if n in keys:
                 with safe_open(str(weight_map[keys[n]]), "pt") as f:
