@@ -32,10 +32,10 @@ def test_moved_and_evolution_and_neighbours(two_seed_run: Run) -> None:
     assert ev.groupby("matrix").step.min().eq(0).all()
     assert ev[ev.step == 0].cos_to_init.min() > 0.9999
     models = comparisons.load_models(two_seed_run, [0])
-    nb = comparisons.neighbours(models[0]["tied"], "input", 5, k=4)
+    nb = comparisons.neighbour_table(models[0]["tied"], "input", 5, k=4)
     assert len(nb) == 4 and models[0]["tied"].tokens[5] not in nb.token.tolist()
     with pytest.raises(ValueError, match="token_id"):
-        comparisons.neighbours(models[0]["tied"], "input", 10**6)
+        comparisons.neighbour_table(models[0]["tied"], "input", 10**6)
 
 
 def test_missing_models_and_wrong_sides(two_seed_run: Run, tmp_path) -> None:

@@ -22,7 +22,7 @@ from transformers import PreTrainedTokenizerFast
 from tiebias import comparisons, data, explorers, notebook
 from tiebias import lens as tl
 from tiebias import models as tm
-from tiebias.alignment import Embeddings
+from tiebias.embeddings import Embeddings
 
 TEXT_A = ["the king and the queen rode to the kingdom of the king", "love is sweet, said the king to the queen"] * 40
 TEXT_B = ["a queen sang; the queen danced with the duke and the king", "blood and love, the duke said"] * 40
@@ -68,7 +68,7 @@ def test_plain_word_leading_space_and_token_string_all_reach_the_word_token(one_
     assert "'Ġking'" in r.message and "showing" in r.message
     view = explorers.neighbour_view(typed, one_vocab, k=4)
     assert list(view.table.columns) == ["tied", "untied input", "untied output"]
-    expected = comparisons.neighbours(one_vocab["untied output"].emb, "output", want, 4)
+    expected = comparisons.neighbour_table(one_vocab["untied output"].emb, "output", want, 4)
     assert view.table["untied output"].tolist() == [f"{t!r} {c:.2f}" for t, c in zip(expected.token, expected.cosine, strict=True)]
 
 
@@ -102,7 +102,7 @@ def test_two_vocabularies_each_space_uses_its_own_tokenizer(tok_a, tok_b) -> Non
     view = explorers.neighbour_view("king", spaces, k=3)
     for col, emb, which, i in (("tied", tied, "input", id_a), ("untied input", untied, "input", id_b),
                                ("untied output", untied, "output", id_b)):
-        nb = comparisons.neighbours(emb, which, i, 3)
+        nb = comparisons.neighbour_table(emb, which, i, 3)
         assert view.table[col].tolist() == [f"{t!r} {c:.2f}" for t, c in zip(nb.token, nb.cosine, strict=True)]
     # a token string of one vocabulary only (the old "'Ġkingdom' is not in list" crash): no error, both explained
     only_a = next(t for t in ("Ġkingdom", "Ġsweet", "Ġrode") if t in tok_a.get_vocab() and t not in tok_b.get_vocab())

@@ -25,7 +25,7 @@ import torch
 from conftest import TINY
 from safetensors.torch import load_file
 
-from tiebias import alignment, comparisons, lens_study, report
+from tiebias import comparisons, embeddings, lens_study, report
 from tiebias.runs import (
     LOCK_HOLDER,
     DamagedFileError,
@@ -385,7 +385,7 @@ def test_truncated_checkpoint_weights(run: Run) -> None:
 def test_truncated_checkpoint_in_analysis(run: Run) -> None:
     p = run.model_dir("tied", 0) / "checkpoints" / "step-1" / "model.safetensors"
     truncate(p, 0.6)
-    refused(run, lambda: alignment.checkpoint_matrices(run.model_dir("tied", 0)), DamagedFileError, str(p),
+    refused(run, lambda: embeddings.checkpoint_matrices(run.model_dir("tied", 0)), DamagedFileError, str(p),
             "use another step")
 
 
@@ -401,7 +401,7 @@ def test_missing_tokenizer(run: Run) -> None:
             "tied-s0", "Run.prepare")
     refused(run, lambda: train(run, "untied", 0, CFG, progress=False), FileNotFoundError, str(run.tokenizer_dir))
     refused(run, lambda: comparisons.load_models(run, [0]), FileNotFoundError, str(run.tokenizer_dir))
-    refused(run, lambda: alignment.extract(run.model_dir("tied", 0) / "checkpoints" / "step-0", run.tokenizer_dir),
+    refused(run, lambda: embeddings.extract(run.model_dir("tied", 0) / "checkpoints" / "step-0", run.tokenizer_dir),
             FileNotFoundError, f"tokenizer: folder '{run.tokenizer_dir}' does not exist")
 
 

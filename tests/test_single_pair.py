@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tiebias import claims, comparisons, sources, stats
-from tiebias.alignment import Embeddings
+from tiebias.embeddings import Embeddings
 
 
 def test_bootstrap_mean_matches_the_normal_interval() -> None:

@@ -9,7 +9,7 @@ import torch
 import transformers
 from _families import corpus_tokenizer, save_tiny, tiny_config
 
-from tiebias import alignment, comparisons, lens_study, sources
+from tiebias import comparisons, embeddings, lens_study, sources
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture
 def no_weights(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Record (and refuse) every weight load: AutoModelForCausalLM.from_pretrained and alignment.extract."""
+    """Record (and refuse) every weight load: AutoModelForCausalLM.from_pretrained and embeddings.extract."""
     calls: list[str] = []
 
     def refuse(*args, **kwargs):
@@ -34,7 +34,7 @@ def no_weights(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         raise AssertionError("weights were loaded before the config check")
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
-    monkeypatch.setattr(alignment, "extract", refuse)
+    monkeypatch.setattr(embeddings, "extract", refuse)
     return calls
 
 

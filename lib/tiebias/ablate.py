@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import alignment
+from . import alignment, embeddings
 from .runs import Run, Variant
 from .train import TrainConfig, evaluate_loss, train
 
@@ -184,10 +184,10 @@ def alignment_table(run: Run, variants: Sequence[Variant], seeds: Sequence[int],
     for i, seed in enumerate(seeds):
         ref_seed = seed if reference == "same" else seeds[(i + 1) % len(seeds)]
         for step in steps:
-            ref = alignment.extract(run.model_path(Variant(False), ref_seed, step), run.tokenizer_dir)
-            alignment.require_untied(ref, "the ablation's reference")
+            ref = embeddings.extract(run.model_path(Variant(False), ref_seed, step), run.tokenizer_dir)
+            embeddings.require_untied(ref, "the ablation's reference")
             for v in variants:
-                tied = alignment.extract(run.model_path(v, seed, step), run.tokenizer_dir)
+                tied = embeddings.extract(run.model_path(v, seed, step), run.tokenizer_dir)
                 if not tied.tied:
                     raise ValueError(f"variant: {v.name!r} is not a tied model")
                 res_in = alignment.align_all(ref.input, tied.input, methods, heldout_folds=heldout_folds)

@@ -1,6 +1,7 @@
 """Table-level alignment comparisons for notebook 02: Table 1 and 5 analogs with seeds and noise floors.
 
-Built on :mod:`tiebias.alignment`. Tied and untied models of one seed start from the same input
+Built on :mod:`tiebias.alignment` (scores), :mod:`tiebias.embeddings` (loading) and
+:mod:`tiebias.token_stats` (drift). Tied and untied models of one seed start from the same input
 matrix (by design, see :mod:`tiebias.models`), so a same-seed "untied input -> tied" score is inflated by
 that shared start; cross-seed pairs (tied of seed i against untied of seed j != i) are the headline.
 The noise floor is how alike two independently trained matrices *of the same kind* are.
@@ -17,8 +18,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import alignment, stats
-from .alignment import Embeddings
+from . import alignment, embeddings, stats, token_stats
+from .embeddings import Embeddings
+from .neighbours import check_knn_k
 from .runs import Run, Variant
 
 # (label, source model kind, source matrix, target model kind, target matrix)
@@ -47,9 +49,9 @@ def load_models(run: Run, seeds: Sequence[int] | None = None, step: int | None =
         for v in ("tied", "untied"):
             if not run.is_complete(v, s):
                 raise ValueError(f"seeds: seed {s} has no complete {v!r} model in {run.path}")
-        tied = alignment.extract(run.model_path("tied", s, step), run.tokenizer_dir)
-        untied = alignment.extract(run.model_path("untied", s, step), run.tokenizer_dir)
-        out[s] = {"tied": _require(tied, True), "untied": alignment.require_untied(untied, "the untied side")}
+        tied = embeddings.extract(run.model_path("tied", s, step), run.tokenizer_dir)
+        untied = embeddings.extract(run.model_path("untied", s, step), run.tokenizer_dir)
+        out[s] = {"tied": _require(tied, True), "untied": embeddings.require_untied(untied, "the untied side")}
     return out
 
 
@@ -59,7 +61,8 @@ def load_sources(tied_source: Any, untied_source: Any, *, tied_tokenizer: Any = 
 
     Folders and hub ids are checked from their configs first (:func:`tiebias.sources.check_sources`: the
     tied side tied, the untied side untied, a causal-LM head, the embeddings fit in free memory), so a
-    swapped pair is refused before any weights are read. Loaded models skip that check.
+    swapped pair is refused before any weights are read. Loaded models skip that check. Unlike
+    :func:`tiebias.sources.load_models` (whole models for the lens), only the two embedding matrices are read.
     """
     from transformers import PreTrainedModel
 
@@ -68,18 +71,20 @@ def load_sources(tied_source: Any, untied_source: Any, *, tied_tokenizer: Any = 
     named = {k: v for k, v in (("tied", tied_source), ("untied", untied_source)) if not isinstance(v, PreTrainedModel)}
     if named:
         sources.check_sources(named, need="embeddings")
-    tied = _require(alignment.extract(tied_source, tied_tokenizer), True)
-    untied = alignment.require_untied(alignment.extract(untied_source, untied_tokenizer), "untied_source")
+    tied = _require(embeddings.extract(tied_source, tied_tokenizer), True)
+    untied = embeddings.require_untied(embeddings.extract(untied_source, untied_tokenizer), "untied_source")
     return {0: {"tied": tied, "untied": untied}}
 
 
 def _require(emb: Embeddings, tied: bool) -> Embeddings:
+    """Return ``emb``, or refuse an untied model offered as the tied side."""
     if tied and not emb.tied:
         raise ValueError(f"tied_source: {emb.source!r} is an untied model; the tied side needs one shared matrix")
     return emb
 
 
 def _pairs(seeds: list[int], same_kind: bool, within: bool) -> list[tuple[int, int, str]]:
+    """(source seed, target seed, pairing label) for one comparison."""
     if within:
         return [(s, s, "within model") for s in seeds]
     if same_kind:
@@ -98,7 +103,7 @@ def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = al
     (different seeds, the headline), and noise-floor rows between two seeds of the same kind.
     ``keep_scores`` adds per-token linear scores (column ``per_token``) for histograms.
     """
-    alignment.check_knn_k(knn_k)
+    check_knn_k(knn_k)
     seeds = sorted(models)
     if not seeds:
         raise ValueError("models: empty; give at least one seed's {'tied': ..., 'untied': ...} (see load_models)")
@@ -166,9 +171,9 @@ def moved_from_init(run: Run, seeds: Sequence[int]) -> pd.DataFrame:
     for s in seeds:
         for variant, which in (("tied", "input"), ("untied", "input"), ("untied", "output")):
             v = Variant.parse(variant)
-            start = alignment.extract(run.model_path(v, s, 0), run.tokenizer_dir).matrix(which)
-            end = alignment.extract(run.model_path(v, s), run.tokenizer_dir).matrix(which)
-            ev = alignment.evolution([(0, start), (1, end)])
+            start = embeddings.extract(run.model_path(v, s, 0), run.tokenizer_dir).matrix(which)
+            end = embeddings.extract(run.model_path(v, s), run.tokenizer_dir).matrix(which)
+            ev = token_stats.evolution([(0, start), (1, end)])
             last = ev.iloc[-1]
             rows.append({"matrix": f"{variant} {which}" if variant == "untied" else "tied", "seed": s,
                          "cos_to_init": float(last["cos_to_init"]),
@@ -181,20 +186,20 @@ def evolution_table(run: Run, seeds: Sequence[int]) -> pd.DataFrame:
     frames = []
     for s in seeds:
         for variant, which in (("untied", "input"), ("untied", "output"), ("tied", "input")):
-            mats = alignment.checkpoint_matrices(run.model_dir(variant, s), which)
-            ev = alignment.evolution(mats)
+            mats = embeddings.checkpoint_matrices(run.model_dir(variant, s), which)
+            ev = token_stats.evolution(mats)
             ev.insert(0, "matrix", f"{variant} {which}" if variant == "untied" else "tied")
             ev.insert(1, "seed", s)
             frames.append(ev)
     return pd.concat(frames, ignore_index=True)
 
 
-def neighbours(emb: Embeddings, which: str, token_id: int, k: int = 10) -> pd.DataFrame:
-    """The k nearest tokens (cosine, self excluded) of one token in one matrix."""
+def neighbour_table(emb: Embeddings, which: str, token_id: int, k: int = 10) -> pd.DataFrame:
+    """The k nearest tokens (cosine, self excluded) of one token in one matrix, as a token/cosine table."""
     m = emb.matrix(which)
     if not 0 <= token_id < m.shape[0]:
         raise ValueError(f"token_id: {token_id} is outside the vocabulary (0..{m.shape[0] - 1})")
-    k = alignment.check_knn_k(k, m.shape[0], "k")
+    k = check_knn_k(k, m.shape[0], "k")
     x = torch.nn.functional.normalize(m.double(), dim=1)
     sims = x @ x[token_id]
     sims[token_id] = -math.inf

@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
-from . import alignment, comparisons
-from .alignment import Embeddings
+from . import comparisons, embeddings
+from .embeddings import Embeddings
 
 EMPTY_WORD = "Type a word (e.g. king) or a token string (e.g. Ġking), then Enter."
 EMPTY_PROMPT = "Type a prompt, then Enter, to see the top next tokens layer by layer."
@@ -120,14 +120,14 @@ def neighbour_view(text: str, spaces: Mapping[str, Space], k: int = 10) -> View:
         if r.shown is None:
             continue
         sp = spaces[name]
-        nb = comparisons.neighbours(sp.emb, sp.which, r.shown, min(k, len(sp.emb.tokens) - 1))
+        nb = comparisons.neighbour_table(sp.emb, sp.which, r.shown, min(k, len(sp.emb.tokens) - 1))
         cols[name] = pd.Series([f"{t!r} {c:.2f}" for t, c in zip(nb.token, nb.cosine, strict=True)],
                                index=pd.RangeIndex(1, len(nb) + 1, name="rank"))
     return View(message, pd.DataFrame(cols) if cols else None)
 
 
 def _tokenizer(source: Any, label: str) -> Any:
-    """A tokenizer object from a tokenizer, a model or tokenizer folder, or a hub id (as ``alignment.extract`` finds it)."""
+    """A tokenizer object from a tokenizer, a model or tokenizer folder, or a hub id (as ``embeddings.extract`` finds it)."""
     if source is None:
         raise ValueError(f"{label}: give a tokenizer, a folder holding one, or a hub id; got None")
     if not isinstance(source, (str, Path)):
@@ -137,8 +137,8 @@ def _tokenizer(source: Any, label: str) -> Any:
         return source
     path = Path(source).expanduser()
     if path.is_dir():
-        return alignment._resolve_tokenizer(None, path, None, None, str(source))
-    return alignment._resolve_tokenizer(None, None, str(source), None, str(source))
+        return embeddings._resolve_tokenizer(None, path, None, None, str(source))
+    return embeddings._resolve_tokenizer(None, None, str(source), None, str(source))
 
 
 def neighbour_spaces(pair: Mapping[str, Embeddings], tied_tokenizer: Any,

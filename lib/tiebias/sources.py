@@ -150,7 +150,7 @@ def estimate_bytes(info: SourceInfo, dtype: torch.dtype = torch.float32, *, need
                    lens: bool = False) -> int:
     """Memory to load a source: all weights, or only its embedding matrices (``need="embeddings"``).
 
-    Embeddings alone are read straight from local safetensors files (see :func:`tiebias.alignment.extract`);
+    Embeddings alone are read straight from local safetensors files (see :func:`tiebias.embeddings.extract`);
     a hub id or a folder without safetensors loads the whole model. ``lens`` adds a tuned lens with
     Adam state (one width x width translator per layer: weights, gradients, two moments, float32).
     """
