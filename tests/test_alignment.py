@@ -10,13 +10,11 @@ import pytest
 import torch
 from _embedding_helpers import CORPUS_A, CORPUS_B, centre, cos_rows, llama, make_tokenizer, related, rotation
 from scipy.linalg import orthogonal_procrustes
-from scipy.stats import t as student_t
 from transformers import PreTrainedTokenizerFast
 
 from tiebias import alignment as al
 from tiebias.alignment import METHODS, align, align_all, compare
 from tiebias.embeddings import Embeddings, extract, match_vocab
-from tiebias.stats import summarise
 
 
 @pytest.fixture(scope="module")
@@ -252,7 +250,6 @@ def test_compare_row_matches_align() -> None:
     (lambda s, t: align(s, t, "linear", heldout_folds=21), "heldout_folds"),
     (lambda s, t: align(s[:3], t[:3], "linear", heldout_folds=2), "fewer than 2"),
     (lambda s, t: align_all(s, t, ()), "methods"),
-    (lambda s, t: summarise([]), "values is empty"),
 ])
 def test_bad_inputs_raise(call: Callable[[np.ndarray, np.ndarray], object], pattern: str) -> None:
     rng = np.random.default_rng(17)
@@ -269,17 +266,4 @@ def test_compare_rejects_bad_which() -> None:
         compare(a, a, "input", "logits")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="method"):
         compare(a, a, "input", "output", methods=("procrustes",))
-
-
-
-def test_summarise_t_interval() -> None:
-    v = [0.216, 0.222, 0.219, 0.214, 0.225]
-    s = summarise(v)
-    lo, hi = student_t.interval(0.95, df=4, loc=np.mean(v), scale=np.std(v, ddof=1) / np.sqrt(5))
-    assert (s.n, s.mean, s.std) == (5, pytest.approx(np.mean(v)), pytest.approx(np.std(v, ddof=1)))
-    assert s.ci_low == pytest.approx(lo) and s.ci_high == pytest.approx(hi)
-    one = summarise([0.3])
-    assert one.n == 1 and np.isnan(one.std) and np.isnan(one.ci_low)
-    with pytest.raises(ValueError, match="NaN"):
-        summarise([0.1, np.nan])
 

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from tiebias import claims, lens_study, stats
+from tiebias import claims, lens_study
 from tiebias import lens as tl
 from tiebias.runs import Run
 
@@ -244,23 +244,6 @@ def test_one_pair_uses_bootstrap_never_zero() -> None:
     g = lens_study.gaps(lens_study.at_budget(pair))
     assert (g.ci_method[:3] == "bootstrap over sequences").all() and g.significant[:3].all()
     assert g.ci_low[3] == pytest.approx(0.0, abs=1e-12)
-
-
-def test_bootstrap_ci() -> None:
-    rng = np.random.default_rng(1)
-    a, b = rng.normal(1.0, 1.0, 400), rng.normal(0.0, 1.0, 400)
-    mean, lo, hi = stats.bootstrap_diff(a, b, paired=False)
-    assert lo < 1.0 < hi and mean == pytest.approx(a.mean() - b.mean())
-    assert (hi - lo) == pytest.approx(2 * 1.96 * math.sqrt(2 / 400), rel=0.15)
-    shared = rng.normal(0.0, 5.0, 400)
-    pa, pb = shared + 0.1 + rng.normal(0, 0.05, 400), shared
-    _, plo, phi = stats.bootstrap_diff(pa, pb, paired=True)
-    _, ulo, uhi = stats.bootstrap_diff(pa, pb, paired=False)
-    assert plo > 0 and phi < 0.2 and ulo < 0 < uhi  # pairing removes the shared per-sequence variation
-    with pytest.raises(ValueError, match="at least 2 evaluation sequences"):
-        stats.bootstrap_diff(a[:1], b[:1], paired=True)
-    with pytest.raises(ValueError, match="paired"):
-        stats.bootstrap_diff(a[:5], b[:6], paired=True)
 
 
 def test_early_gap_different_depths_uses_relative_depth() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -10,31 +9,8 @@ import pandas as pd
 import pytest
 import torch
 
-from tiebias import claims, comparisons, sources, stats
+from tiebias import claims, comparisons, sources
 from tiebias.embeddings import Embeddings
-
-
-def test_bootstrap_mean_matches_the_normal_interval() -> None:
-    x = np.random.default_rng(1).normal(0.3, 2.0, 4000)
-    ci = stats.bootstrap_mean(x, n_boot=1000, seed=0)
-    half = 1.96 * x.std(ddof=1) / math.sqrt(x.size)
-    assert ci.mean == pytest.approx(x.mean()) and ci.n == 4000 and ci.n_boot == 1000
-    assert ci.ci_low < ci.mean < ci.ci_high
-    assert (ci.ci_high - ci.ci_low) / 2 == pytest.approx(half, rel=0.15)
-    assert stats.bootstrap_mean(x, n_boot=1000, seed=0) == ci  # deterministic for a seed
-    narrow = stats.bootstrap_mean(x, n_boot=1000, level=0.5, seed=0)
-    assert ci.ci_low < narrow.ci_low < narrow.ci_high < ci.ci_high
-
-
-@pytest.mark.parametrize(("values", "kw", "match"), [
-    ([1.0], {}, "at least 2 items"),
-    ([1.0, math.nan], {}, "NaN"),
-    ([1.0, 2.0], {"level": 1.0}, "level must be in"),
-    ([1.0, 2.0], {"n_boot": 10}, "n_boot: must be an int >= 100"),
-])
-def test_bootstrap_mean_bad_input(values, kw, match) -> None:
-    with pytest.raises(ValueError, match=match):
-        stats.bootstrap_mean(values, **kw)
 
 
 def _pair(out_noise: float, in_noise: float, n: int = 400, d: int = 16, seed: int = 0) -> dict[int, dict[str, Embeddings]]:
