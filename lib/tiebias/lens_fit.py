@@ -177,8 +177,8 @@ def train_lens(
     was_training = model.training
     model.eval()
     params = [p for p in lens.parameters() if p.requires_grad]
-    opt, base_lr, feed = _start(params, tokens, seq_len, seed, resume, optimizer=optimizer, lr=lr,
-                                momentum=momentum, weight_decay=weight_decay)
+    opt, base_lr, feed = _start(params, tokens, seq_len, seed, resume, optimizer=optimizer, lr=lr, momentum=momentum,
+                                weight_decay=weight_decay)
     target = _Target.of(lens, low_precision)
     per_step = tokens_per_step // seq_len
     with _intra_op_threads(num_threads):
@@ -199,9 +199,7 @@ def train_lens(
             model.train(was_training)
     lens.zero_grad(set_to_none=True)
     if state is not None:
-        state.clear()
-        state.update(optimizer=opt.state_dict(), optimizer_name=optimizer, generator=feed.gen.get_state(),
-                     order=feed.order, cursor=feed.cursor, steps_done=feed.steps_done + steps, seq_len=seq_len)
+        _fill_state(state, opt, optimizer, feed, steps, seq_len)
     return lens
 
 
@@ -295,12 +293,16 @@ def _start(
     seq_len: int,
     seed: int,
     resume: dict[str, Any] | None,
-    **opt_kw: Any,
+    *,
+    optimizer: str,
+    lr: float,
+    momentum: float,
+    weight_decay: float,
 ) -> tuple[torch.optim.Optimizer, list[float], _Feed]:
     """Optimiser, its base learning rates and the data feed, fresh or restored from ``resume``.
 
     The base rates are read before a resumed optimiser state overwrites them with its last scheduled ones."""
-    opt = _new_optimizer(params, opt_kw["optimizer"], opt_kw["lr"], opt_kw["momentum"], opt_kw["weight_decay"])
+    opt = _new_optimizer(params, optimizer, lr, momentum, weight_decay)
     base_lr = [g["lr"] for g in opt.param_groups]
     seqs = _sequences(tokens, seq_len)
     gen = torch.Generator().manual_seed(seed)
@@ -372,3 +374,12 @@ def _record(bar: Any, log: list[dict[str, float]] | None, layer_loss: list[float
         entry = {f"kl_bits_{i}": v / LN2 for i, v in enumerate(layer_loss)}
         entry["lr"] = lr
         log.append(entry)
+
+
+def _fill_state(
+    state: dict[str, Any], opt: torch.optim.Optimizer, optimizer: str, feed: _Feed, steps: int, seq_len: int
+) -> None:
+    """Replace ``state``'s contents with what a later call needs to continue exactly where this one stopped."""
+    state.clear()
+    state.update(optimizer=opt.state_dict(), optimizer_name=optimizer, generator=feed.gen.get_state(),
+                 order=feed.order, cursor=feed.cursor, steps_done=feed.steps_done + steps, seq_len=seq_len)
