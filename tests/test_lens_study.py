@@ -100,7 +100,7 @@ def test_ladder_resumes_after_interruption(two_seed_run: Run, tmp_path: Path, mo
     first = lens_study.rung_dir(tmp_path / "cut", "cpu", 1)
     assert (first / "trainer.pt").is_file() and not lens_study.rung_dir(tmp_path / "cut", "cpu", 2).exists()
     calls.clear()
-    monkeypatch.setattr(tl, "train_lens", lambda *a, **k: (calls.append(k["steps"]), real(*a, **k))[1])
+    monkeypatch.setattr(lens_fit, "train_lens", lambda *a, **k: (calls.append(k["steps"]), real(*a, **k))[1])
     resumed = lens_study.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 2, 3], **kw)
     assert calls == [4, 4]  # rung 1 is not retrained; rungs 2 and 3 are 4 new steps each
     for b in (1, 2, 3):
