@@ -19,10 +19,11 @@ from nbclient import NotebookClient
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from tiebias import comparisons, data, explorers, notebook
+from tiebias import comparisons, data, explorers, lens_eval, notebook
 from tiebias import lens as tl
 from tiebias import models as tm
 from tiebias.embeddings import Embeddings
+from tiebias.plotting import lens as lplot
 
 TEXT_A = ["the king and the queen rode to the kingdom of the king", "love is sweet, said the king to the queen"] * 40
 TEXT_B = ["a queen sang; the queen danced with the duke and the king", "blood and love, the duke said"] * 40
@@ -152,7 +153,7 @@ def test_prompt_view_tabulates_each_model_with_its_tokenizer(loaded) -> None:
     view = explorers.prompt_view("the king", loaded, k=2)
     assert list(view.table.columns) == ["tied", "untied"] and view.table.index.name == "layer"
     model, lens, tok = loaded["untied"]
-    t = tl.top_tokens_by_layer(model, lens, tok, "the king", k=2)
+    t = lens_eval.top_tokens_by_layer(model, lens, tok, "the king", k=2)
     t = t[(t.lens == "tuned") & (t.layer == 0)]
     assert view.table.loc[0, "untied"] == "  ".join(f"{x!r} {p:.2f}" for x, p in zip(t.token, t.prob, strict=True))
     assert len(view.table) == model.config.num_hidden_layers + 1
@@ -170,14 +171,14 @@ def test_explorer_ui_updates_on_typing_and_never_raises(one_vocab) -> None:
 
 def test_trajectory_figure_fits_the_notebook_width(loaded) -> None:
     model, lens, tok = loaded["tied"]
-    long = tl.trajectory(model, lens, tok, "the king and the queen rode to the kingdom " * 3)
-    short = tl.trajectory(model, lens, tok, "the king")
-    assert tl.trajectory_figure(long).layout.width <= 900
+    long = lens_eval.trajectory(model, lens, tok, "the king and the queen rode to the kingdom " * 3)
+    short = lens_eval.trajectory(model, lens, tok, "the king")
+    assert lplot.trajectory_figure(long).layout.width <= 900
     n_short = len(short.input_ids)
-    assert tl.trajectory_figure(short).layout.width == 200 + 80 * n_short
-    assert tl.trajectory_figure(long, max_width=700).layout.width == 700
+    assert lplot.trajectory_figure(short).layout.width == 200 + 80 * n_short
+    assert lplot.trajectory_figure(long, max_width=700).layout.width == 700
     with pytest.raises(ValueError, match="max_width: must be an int >= 300 \\(pixels\\), got 10"):
-        tl.trajectory_figure(short, max_width=10)
+        lplot.trajectory_figure(short, max_width=10)
 
 
 def _execute(cells: list[str], tmp_path: Path) -> nbformat.NotebookNode:

@@ -1,4 +1,4 @@
-"""Tests for tiebias.lens: indexing, KL units, training, save/load and input checks on tiny models."""
+"""Tests for tiebias.lens, lens_fit and lens_eval: indexing, KL units, training, save/load and input checks on tiny models."""
 
 from __future__ import annotations
 
@@ -20,6 +20,9 @@ from transformers import (
 from tuned_lens import TunedLens
 
 from tiebias import lens as L
+from tiebias import lens_eval as E
+from tiebias import lens_fit as F
+from tiebias.plotting import lens as lplot
 
 VOCAB = 256
 SEQ = 64
@@ -95,7 +98,7 @@ def models() -> dict[tuple[str, bool], PreTrainedModel]:
 def lenses(models: dict[tuple[str, bool], PreTrainedModel]) -> dict[tuple[str, bool], TunedLens]:
     """A short-trained lens per model."""
     return {
-        key: L.train_lens(
+        key: F.train_lens(
             m, TRAIN, steps=40, seq_len=SEQ, tokens_per_step=512, warmup_steps=4, lr=1e-2, progress=False
         )
         for key, m in models.items()
@@ -103,7 +106,7 @@ def lenses(models: dict[tuple[str, bool], PreTrainedModel]) -> dict[tuple[str, b
 
 
 def _eval(model: PreTrainedModel, lens: TunedLens | None) -> pd.DataFrame:
-    return L.evaluate(model, EVAL, lens, seq_len=SEQ, max_tokens=1024, batch_size=8)
+    return E.evaluate(model, EVAL, lens, seq_len=SEQ, max_tokens=1024, batch_size=8)
 
 
 # --------------------------------------------------------------------------- indexing
@@ -149,12 +152,12 @@ def test_translator_i_reads_hidden_state_i(models, lenses) -> None:
     """Evaluation row i equals the package lens applied to hidden_states[i] by hand."""
     model, lens = models[("llama", True)], lenses[("llama", True)]
     x = EVAL[: 8 * SEQ].view(8, SEQ)
-    df = L.evaluate(model, EVAL[: 8 * SEQ], lens, seq_len=SEQ, max_tokens=8 * SEQ)
+    df = E.evaluate(model, EVAL[: 8 * SEQ], lens, seq_len=SEQ, max_tokens=8 * SEQ)
     with torch.no_grad():
         out = model(input_ids=x, output_hidden_states=True)
         for i in range(model.config.num_hidden_layers):
             logits = lens(out.hidden_states[i], i)
-            manual = L.kl_bits(out.logits, logits).mean().item()
+            manual = E.kl_bits(out.logits, logits).mean().item()
             assert df.kl_tuned_bits.iloc[i] == pytest.approx(manual, rel=1e-4, abs=1e-7)
             ce = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), x[:, 1:].reshape(-1))
             assert df.ce_tuned_nats.iloc[i] == pytest.approx(ce.item(), rel=1e-5)
@@ -173,10 +176,10 @@ def test_kl_bits_hand_made_pair() -> None:
     nats = 0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.75)
     expected = nats / math.log(2)
     assert expected == pytest.approx(0.5 + 0.5 * math.log2(2 / 3))
-    assert L.kl_bits(p.log(), q.log()).item() == pytest.approx(expected, rel=1e-6)
+    assert E.kl_bits(p.log(), q.log()).item() == pytest.approx(expected, rel=1e-6)
     # Logits up to an additive constant give the same answer.
-    assert L.kl_bits(p.log() + 3.0, q.log() - 1.0).item() == pytest.approx(expected, rel=1e-6)
-    assert L.kl_bits(q.log(), q.log()).item() == pytest.approx(0.0, abs=1e-7)
+    assert E.kl_bits(p.log() + 3.0, q.log() - 1.0).item() == pytest.approx(expected, rel=1e-6)
+    assert E.kl_bits(q.log(), q.log()).item() == pytest.approx(0.0, abs=1e-7)
 
 
 def test_fused_training_loss_equals_kl() -> None:
@@ -188,17 +191,17 @@ def test_fused_training_loss_equals_kl() -> None:
     log_p = final.log_softmax(-1)
     p = log_p.exp()
     stats = (p @ w, p @ b, (p * log_p).sum(-1))
-    for mine, ref in zip(L._target_stats(final, w, b), stats, strict=True):
+    for mine, ref in zip(F._target_stats(final, w, b), stats, strict=True):
         torch.testing.assert_close(mine, ref, rtol=1e-5, atol=1e-5)
     n = torch.randn(5, 7, 16, generator=gen, requires_grad=True)
-    fused = L._kl_nats_fused(n, w, b, *stats)
-    plain = L.kl_bits(final, n @ w.T + b) * L.LN2
+    fused = F._kl_nats_fused(n, w, b, *stats)
+    plain = E.kl_bits(final, n @ w.T + b) * L.LN2
     torch.testing.assert_close(fused, plain, rtol=1e-4, atol=1e-5)
     (g_fused,) = torch.autograd.grad(fused.sum(), n)
     (g_plain,) = torch.autograd.grad(plain.sum(), n)
     torch.testing.assert_close(g_fused, g_plain, rtol=1e-4, atol=1e-5)
     # bf16 logits (the package's autocast precision) stay close.
-    low = L._kl_nats_fused(n, w.bfloat16(), b, *stats)
+    low = F._kl_nats_fused(n, w.bfloat16(), b, *stats)
     torch.testing.assert_close(low, plain, rtol=5e-2, atol=5e-2)
 
 
@@ -220,7 +223,7 @@ def test_save_load_round_trip(models, lenses, tmp_path: Path) -> None:
 def test_training_is_deterministic(models) -> None:
     model = models[("llama", False)]
     kw = dict(steps=3, seq_len=SEQ, tokens_per_step=256, warmup_steps=1, progress=False, seed=3)
-    a, b = L.train_lens(model, TRAIN, **kw), L.train_lens(model, TRAIN, **kw)
+    a, b = F.train_lens(model, TRAIN, **kw), F.train_lens(model, TRAIN, **kw)
     for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
         assert torch.equal(pa, pb)
 
@@ -231,38 +234,38 @@ def test_continued_training_through_disk_matches_in_memory(models, tmp_path: Pat
     kw = dict(seq_len=SEQ, tokens_per_step=256, warmup_steps=1, progress=False, seed=2)
     state: dict = {}
     log: list[dict[str, float]] = []
-    a = L.train_lens(model, TRAIN, steps=3, state=state, **kw)
+    a = F.train_lens(model, TRAIN, steps=3, state=state, **kw)
     assert state["steps_done"] == 3 and state["optimizer_name"] == "adam"
     L.save_lens(a, tmp_path / "lens")
     torch.save(state, tmp_path / "state.pt")
-    a = L.train_lens(model, TRAIN, steps=4, lens=a, state=state, log=log, **kw)
+    a = F.train_lens(model, TRAIN, steps=4, lens=a, state=state, log=log, **kw)
     assert state["steps_done"] == 7
     # each call runs its own warmup and decay to 0
     assert log[0]["lr"] == pytest.approx(1e-2) and log[-1]["lr"] == pytest.approx(1e-2 / 3)
     b = L.load_lens(model, tmp_path / "lens")
     b_state = torch.load(tmp_path / "state.pt", weights_only=True)
-    b = L.train_lens(model, TRAIN, steps=4, lens=b, state=b_state, **kw)
+    b = F.train_lens(model, TRAIN, steps=4, lens=b, state=b_state, **kw)
     for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
         assert torch.equal(pa, pb)
-    fresh = L.train_lens(model, TRAIN, steps=4, **kw)
+    fresh = F.train_lens(model, TRAIN, steps=4, **kw)
     assert not torch.equal(fresh.layer_translators[0].weight, a.layer_translators[0].weight)
     with pytest.raises(ValueError, match="optimizer: 'sgd' cannot continue a lens trained with 'adam'"):
-        L.train_lens(model, TRAIN, steps=2, lens=b, state=dict(b_state), optimizer="sgd", **kw)
+        F.train_lens(model, TRAIN, steps=2, lens=b, state=dict(b_state), optimizer="sgd", **kw)
     with pytest.raises(ValueError, match="lens: its unembedding"):
-        L.train_lens(models[("llama", False)], TRAIN, steps=2, lens=b, **kw)
+        F.train_lens(models[("llama", False)], TRAIN, steps=2, lens=b, **kw)
 
 
 def test_per_sequence_evaluation_averages_to_the_table(models, lenses) -> None:
     model, lens = models[("gpt_neox", True)], lenses[("gpt_neox", True)]
     table = _eval(model, lens)
-    seq = L.evaluate(model, EVAL, lens, seq_len=SEQ, max_tokens=1024, batch_size=3, per_sequence=True)
+    seq = E.evaluate(model, EVAL, lens, seq_len=SEQ, max_tokens=1024, batch_size=3, per_sequence=True)
     assert list(seq.columns) == ["sequence", *table.columns]
     assert seq.sequence.nunique() == 1024 // SEQ and len(seq) == len(table) * (1024 // SEQ)
     assert seq.sequence.std() > 0 and seq.groupby("layer").kl_tuned_bits.std().iloc[0] > 0
     mean = seq.groupby("layer").mean(numeric_only=True).reset_index()
     for col in ("kl_tuned_bits", "kl_logit_bits", "ce_tuned_nats", "ce_logit_nats", "ce_model_nats"):
         np.testing.assert_allclose(mean[col].to_numpy(), table[col].to_numpy(), rtol=1e-6, atol=1e-9)
-    no_logit = L.evaluate(model, EVAL, lens, seq_len=SEQ, max_tokens=1024, logit_lens=False)
+    no_logit = E.evaluate(model, EVAL, lens, seq_len=SEQ, max_tokens=1024, logit_lens=False)
     assert no_logit.kl_logit_bits.isna().all() and no_logit.ce_logit_nats.isna().all()
     np.testing.assert_allclose(no_logit.kl_tuned_bits, table.kl_tuned_bits, rtol=1e-6)
 
@@ -293,35 +296,35 @@ def test_load_rejects_other_model_of_same_shape(lenses, tmp_path: Path) -> None:
 def test_bad_inputs_raise(models, lenses) -> None:
     model = models[("llama", True)]
     with pytest.raises(ValueError, match=r"steps: .*got 0"):
-        L.train_lens(model, TRAIN, steps=0)
+        F.train_lens(model, TRAIN, steps=0)
     with pytest.raises(ValueError, match=r"tokens: .*100 tokens.*seq_len=128"):
-        L.evaluate(model, EVAL[:100])
+        E.evaluate(model, EVAL[:100])
     with pytest.raises(ValueError, match=r"tokens: .*100 tokens.*seq_len=128"):
-        L.train_lens(model, EVAL[:100], steps=1)
+        F.train_lens(model, EVAL[:100], steps=1)
     with pytest.raises(ValueError, match=r"tokens: .*1-D"):
-        L.evaluate(model, EVAL[:256].view(2, 128))
+        E.evaluate(model, EVAL[:256].view(2, 128))
     with pytest.raises(ValueError, match=r"tokens: .*\[0, 255\]"):
-        L.evaluate(model, EVAL[:256] + VOCAB)
+        E.evaluate(model, EVAL[:256] + VOCAB)
     with pytest.raises(ValueError, match="tokens_per_step: .*seq_len=64"):
-        L.train_lens(model, TRAIN, seq_len=64, tokens_per_step=100)
+        F.train_lens(model, TRAIN, seq_len=64, tokens_per_step=100)
     with pytest.raises(ValueError, match="lens: shape mismatch: lens has 3 translators.*num_hidden_layers=4"):
-        L.evaluate(_build("llama", True, layers=4), EVAL, lenses[("llama", True)], seq_len=SEQ)
+        E.evaluate(_build("llama", True, layers=4), EVAL, lenses[("llama", True)], seq_len=SEQ)
     with pytest.raises(ValueError, match="lens: its unembedding"):
-        L.evaluate(models[("llama", False)], EVAL, lenses[("llama", True)], seq_len=SEQ)
+        E.evaluate(models[("llama", False)], EVAL, lenses[("llama", True)], seq_len=SEQ)
 
 
 def test_thread_setting_is_restored(models) -> None:
     model = models[("llama", True)]
     torch.set_num_threads(2)
     try:
-        L.evaluate(model, EVAL, seq_len=SEQ, max_tokens=SEQ, num_threads=1)
+        E.evaluate(model, EVAL, seq_len=SEQ, max_tokens=SEQ, num_threads=1)
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(1)
     with pytest.raises(ValueError, match=r"num_threads: .*got 0"):
-        L.evaluate(model, EVAL, seq_len=SEQ, num_threads=0)
+        E.evaluate(model, EVAL, seq_len=SEQ, num_threads=0)
     with pytest.raises(ValueError, match=r"num_threads: .*got 0"):
-        L.train_lens(model, TRAIN, seq_len=SEQ, num_threads=0)
+        F.train_lens(model, TRAIN, seq_len=SEQ, num_threads=0)
 
 
 def test_unsupported_family_names_model_type() -> None:
@@ -332,11 +335,11 @@ def test_unsupported_family_names_model_type() -> None:
                     word_embed_proj_dim=32, do_layer_norm_before=False)
     model = OPTForCausalLM(cfg)
     with pytest.raises(ValueError, match=r"model: model_type='opt' \(OPTForCausalLM\) has no final norm"):
-        L.train_lens(model, TRAIN, steps=1, warmup_steps=0)
+        F.train_lens(model, TRAIN, steps=1, warmup_steps=0)
     with pytest.raises(ValueError, match="model_type='opt'"):
-        L.evaluate(model, EVAL)
+        E.evaluate(model, EVAL)
     with pytest.raises(ValueError, match="model: expected a transformers PreTrainedModel"):
-        L.evaluate(torch.nn.Linear(2, 2), EVAL)  # type: ignore[arg-type]
+        E.evaluate(torch.nn.Linear(2, 2), EVAL)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- notebook helpers
@@ -346,16 +349,16 @@ def test_unsupported_family_names_model_type() -> None:
 def test_top_tokens_and_trajectory(models, lenses) -> None:
     model, lens = models[("gpt_neox", True)], lenses[("gpt_neox", True)]
     tok = char_tokenizer()
-    df = L.top_tokens_by_layer(model, lens, tok, "the cat", k=3)
+    df = E.top_tokens_by_layer(model, lens, tok, "the cat", k=3)
     n = model.config.num_hidden_layers
     assert len(df) == (n + 1) * 2 * 3
     assert set(df.lens) == {"tuned", "logit"}
     last = df[df.layer == n]
     # At the output both lenses are the model itself.
     assert list(last[last.lens == "tuned"].token_id) == list(last[last.lens == "logit"].token_id)
-    traj = L.trajectory(model, lens, tok, "the cat sat.")
+    traj = E.trajectory(model, lens, tok, "the cat sat.")
     assert traj.log_probs.shape == (n + 1, 12, VOCAB)
-    fig = L.trajectory_figure(traj, "cross_entropy", title="ce")
+    fig = lplot.trajectory_figure(traj, "cross_entropy", title="ce")
     assert fig.data[0].type == "heatmap"
     with pytest.raises(ValueError, match="k: "):
-        L.top_tokens_by_layer(model, lens, tok, "the", k=0)
+        E.top_tokens_by_layer(model, lens, tok, "the", k=0)

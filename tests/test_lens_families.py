@@ -19,6 +19,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 from tuned_lens import TunedLens
 
 from tiebias import lens as tl
+from tiebias import lens_eval, lens_fit
 
 VOCAB = 300
 SEQ = 32
@@ -64,7 +65,7 @@ def test_family_lensed_by_layout(saved, key, tmp_path: Path) -> None:
         torch.testing.assert_close(model.get_output_embeddings()(out.hidden_states[-1]), out.logits)
 
     # Identity tuned lens = logit lens at every layer; both are the model's head at the last layer.
-    df = tl.evaluate(model, TOKENS, tl.new_lens(model), seq_len=SEQ, max_tokens=256)
+    df = lens_eval.evaluate(model, TOKENS, tl.new_lens(model), seq_len=SEQ, max_tokens=256)
     assert list(df.layer) == list(range(n + 1))
     last = df[df.layer == n].iloc[0]
     assert abs(last.kl_logit_bits) < 1e-6 and abs(last.kl_tuned_bits) < 1e-6
@@ -72,18 +73,18 @@ def test_family_lensed_by_layout(saved, key, tmp_path: Path) -> None:
     assert df.kl_logit_bits.iloc[0] > 1e-5  # layer 0 is not the output
 
     # A briefly trained lens moves, saves in the package's format, loads and scores the same.
-    lens = tl.train_lens(model, TOKENS, steps=3, seq_len=SEQ, tokens_per_step=2 * SEQ, warmup_steps=0,
+    lens = lens_fit.train_lens(model, TOKENS, steps=3, seq_len=SEQ, tokens_per_step=2 * SEQ, warmup_steps=0,
                          progress=False)
     assert any(float(t.weight.detach().abs().sum()) > 0 for t in lens.layer_translators)
     path = tl.save_lens(lens, tmp_path / "lens")
     assert {"config.json", "params.pt"} <= {p.name for p in path.iterdir()}
-    before = tl.evaluate(model, TOKENS, lens, seq_len=SEQ, max_tokens=256)
-    again = tl.evaluate(model, TOKENS, tl.load_lens(model, path), seq_len=SEQ, max_tokens=256)
+    before = lens_eval.evaluate(model, TOKENS, lens, seq_len=SEQ, max_tokens=256)
+    again = lens_eval.evaluate(model, TOKENS, tl.load_lens(model, path), seq_len=SEQ, max_tokens=256)
     pd.testing.assert_frame_equal(before, again)
     assert abs(before.kl_tuned_bits.iloc[-1]) < 1e-6
     if family in PACKAGE_FAMILIES:  # the package's own loader reads the same files
         pkg = TunedLens.from_model_and_pretrained(model, str(path), map_location="cpu", weights_only=True)
-        pd.testing.assert_frame_equal(before, tl.evaluate(model, TOKENS, pkg, seq_len=SEQ, max_tokens=256))
+        pd.testing.assert_frame_equal(before, lens_eval.evaluate(model, TOKENS, pkg, seq_len=SEQ, max_tokens=256))
 
 
 
@@ -93,14 +94,14 @@ def test_trajectory_and_top_tokens(saved, family: str) -> None:
     model = _load(saved[(family, False)])
     lens = tl.new_lens(model)
     tok = char_tokenizer()
-    traj = tl.trajectory(model, lens, tok, "the cat sat")
+    traj = lens_eval.trajectory(model, lens, tok, "the cat sat")
     n = model.config.num_hidden_layers
     assert traj.log_probs.shape[0] == n + 1
     with torch.no_grad():
         ids = torch.tensor([tok.encode("the cat sat")])
         want = model(input_ids=ids).logits.log_softmax(-1)[0].numpy()
     np.testing.assert_allclose(traj.log_probs[-1], want, rtol=1e-5, atol=1e-5)
-    top = tl.top_tokens_by_layer(model, lens, tok, "the cat", k=2)
+    top = lens_eval.top_tokens_by_layer(model, lens, tok, "the cat", k=2)
     assert set(top.layer) == set(range(n + 1)) and set(top.lens) == {"tuned", "logit"}
     ll = tl.new_logit_lens(model)
     assert isinstance(ll, tl.LogitLens)
@@ -111,7 +112,7 @@ def test_trajectory_of_a_bf16_model() -> None:
     model = AutoModelForCausalLM.from_config(tiny_config("olmo", False, VOCAB)).to(torch.bfloat16).eval()
     lens = tl.new_lens(model)
     tok = char_tokenizer()
-    traj = tl.trajectory(model, lens, tok, "the cat")
+    traj = lens_eval.trajectory(model, lens, tok, "the cat")
     with torch.no_grad():
         want = model(input_ids=torch.tensor([tok.encode("the cat")])).logits.float().log_softmax(-1)[0].numpy()
     assert traj.log_probs.shape == (model.config.num_hidden_layers + 1, 7, VOCAB)
@@ -123,7 +124,7 @@ def test_opt_with_projection_after_the_norm(tmp_path: Path) -> None:
     model = _load(save_tiny("opt", False, tmp_path / "opt", VOCAB, word_embed_proj_dim=16))
     layout = tl.find_layout(model)
     assert layout.project_out is not None and layout.norm_path == "decoder.final_layer_norm"
-    df = tl.evaluate(model, TOKENS, tl.new_lens(model), seq_len=SEQ, max_tokens=256)
+    df = lens_eval.evaluate(model, TOKENS, tl.new_lens(model), seq_len=SEQ, max_tokens=256)
     assert df.kl_logit_bits.abs().iloc[-1] < 1e-6 and df.kl_tuned_bits.abs().iloc[-1] < 1e-6
 
 

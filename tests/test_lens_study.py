@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from tiebias import claims, lens_study
+from tiebias import claims, lens_eval, lens_fit, lens_study
 from tiebias import lens as tl
 from tiebias.runs import Run
 
@@ -85,7 +85,7 @@ def test_ladder_resumes_after_interruption(two_seed_run: Run, tmp_path: Path, mo
     kw = dict(steps=4, tokens_per_step=64, seq_len=32, progress=False)
     whole = lens_study.train_ladder(model, tokens, tmp_path / "whole", budgets=[1, 2, 3], **kw)
 
-    real = tl.train_lens
+    real = lens_fit.train_lens
     calls: list[int] = []
 
     def killed_in_rung_2(*args, **kwargs):
@@ -94,13 +94,13 @@ def test_ladder_resumes_after_interruption(two_seed_run: Run, tmp_path: Path, mo
             raise KeyboardInterrupt("killed")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(tl, "train_lens", killed_in_rung_2)
+    monkeypatch.setattr(lens_fit, "train_lens", killed_in_rung_2)
     with pytest.raises(KeyboardInterrupt):
         lens_study.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 2, 3], **kw)
     first = lens_study.rung_dir(tmp_path / "cut", "cpu", 1)
     assert (first / "trainer.pt").is_file() and not lens_study.rung_dir(tmp_path / "cut", "cpu", 2).exists()
     calls.clear()
-    monkeypatch.setattr(tl, "train_lens", lambda *a, **k: (calls.append(k["steps"]), real(*a, **k))[1])
+    monkeypatch.setattr(lens_fit, "train_lens", lambda *a, **k: (calls.append(k["steps"]), real(*a, **k))[1])
     resumed = lens_study.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 2, 3], **kw)
     assert calls == [4, 4]  # rung 1 is not retrained; rungs 2 and 3 are 4 new steps each
     for b in (1, 2, 3):
@@ -137,8 +137,8 @@ def test_ladder_table_layout_and_rungs(two_seed_run: Run) -> None:
     assert all(torch.equal(same[k], rung[k]) for k in same)
     kl = lens_study.per_layer(seq)
     # the aggregated table equals evaluate's per-layer table for that rung
-    ref = tl.evaluate(model, two_seed_run.tokens("test"), tl.load_lens(model, lens_study.rung_dir(folder, "package", 1)),
-                      seq_len=32, max_tokens=256)
+    ref = lens_eval.evaluate(model, two_seed_run.tokens("test"),
+                             tl.load_lens(model, lens_study.rung_dir(folder, "package", 1)), seq_len=32, max_tokens=256)
     got = kl[(kl.variant == "tied") & (kl.recipe == "package") & (kl.budget == 1)].reset_index(drop=True)
     for col in ("kl_tuned_bits", "kl_logit_bits", "ce_tuned_nats", "ce_logit_nats", "ce_model_nats", "n_tokens"):
         np.testing.assert_allclose(got[col].to_numpy(), ref[col].to_numpy(), rtol=1e-5, atol=1e-7)

@@ -163,7 +163,7 @@ def prompt_view(text: str, loaded: Mapping[str, tuple[Any, Any, Any]], k: int = 
     ``loaded`` maps a label to ``(model, lens, tokenizer)``. An empty prompt, or one a model's tokenizer
     turns into no token, gives a message instead of an error.
     """
-    from . import lens as tl
+    from . import lens_eval
 
     _check_k(k)
     if not isinstance(text, str) or not text.strip():
@@ -174,7 +174,7 @@ def prompt_view(text: str, loaded: Mapping[str, tuple[Any, Any, Any]], k: int = 
             notes.append(f"{label}: {text!r} gives no token in its vocabulary")
             continue
         try:
-            t = tl.top_tokens_by_layer(model, lens, tok, text, k=k)
+            t = lens_eval.top_tokens_by_layer(model, lens, tok, text, k=k)
         except ValueError as exc:  # the library's bad-input errors name the parameter; show them as text
             notes.append(f"{label}: {exc}")
             continue

@@ -17,7 +17,7 @@ ladder. Layout, in the tuned_lens package format::
 interrupted ladder resumes from there and a finished rung is never retrained.
 
 **Recipes.** ``cpu``: Adam (amsgrad) at 1e-2 with a short warmup, the kit's CPU-sized default (see
-:func:`tiebias.lens.train_lens`). ``package``: the tuned-lens package's own recipe (SGD with Nesterov
+:func:`tiebias.lens_fit.train_lens`). ``package``: the tuned-lens package's own recipe (SGD with Nesterov
 momentum 0.9, its ``lr_scale`` 1.0 applied as ``1.0 * (1 - 0.9)``, weight decay 1e-3, no warmup),
 at the profile's tokens per step (the package uses 2**18).
 
@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from . import lens as tl
-from . import profiles, stats
+from . import lens_eval, lens_fit, profiles, stats
 from .runs import Run, Variant, write_json_atomic
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     "cpu": {"optimizer": "adam", "lr": 1e-2, "momentum": 0.9, "weight_decay": 1e-3},
     "package": {"optimizer": "sgd", "lr": 1.0, "momentum": 0.9, "weight_decay": 1e-3, "warmup_steps": 0},
 }
-"""Named lens-training recipes (keyword arguments of :func:`tiebias.lens.train_lens`)."""
+"""Named lens-training recipes (keyword arguments of :func:`tiebias.lens_fit.train_lens`)."""
 
 METRICS = ["kl_tuned_bits", "kl_logit_bits", "ce_tuned_nats", "ce_logit_nats", "ce_model_nats"]
 _ID_COLUMNS = ["variant", "seed", "step", "recipe", "budget", "lens_steps"]
@@ -167,8 +167,8 @@ def train_ladder(model: Any, tokens: Any, folder: str | Path, *, steps: int, tok
     for k in range(start + 1, len(budgets)):
         seg = (budgets[k] - (budgets[k - 1] if k else 0)) * steps
         kw = recipe_kwargs(recipe, seg)
-        lens = tl.train_lens(model, tokens, steps=seg, tokens_per_step=tokens_per_step, seq_len=seq_len,
-                             progress=progress, lens=lens, state=state, **kw)
+        lens = lens_fit.train_lens(model, tokens, steps=seg, tokens_per_step=tokens_per_step, seq_len=seq_len,
+                                   progress=progress, lens=lens, state=state, **kw)
         if dirs[k].exists():
             shutil.rmtree(dirs[k])
         tl.save_lens(lens, dirs[k])
@@ -197,8 +197,8 @@ def _evaluate_cached(model: Any, tokens: Any, lens: Any, path: Path, *, seq_len:
     """Per-sequence evaluation of one lens (or the logit lens alone), cached as ``path`` next to the lens."""
     if path.is_file():
         return pd.read_csv(path)
-    df = tl.evaluate(model, tokens, lens, seq_len=seq_len, max_tokens=eval_tokens, per_sequence=True,
-                     logit_lens=logit_lens)
+    df = lens_eval.evaluate(model, tokens, lens, seq_len=seq_len, max_tokens=eval_tokens, per_sequence=True,
+                            logit_lens=logit_lens)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     df.to_csv(tmp, index=False)
@@ -212,7 +212,7 @@ def ladder_table(model: Any, train_tokens: Any, test_tokens: Any, folder: str | 
     """Train (or load) every recipe's ladder for one model and evaluate each rung, per evaluation sequence.
 
     Columns: ``recipe``, ``budget``, ``lens_steps`` (total steps of that rung), ``sequence``, ``layer`` and
-    the :func:`tiebias.lens.evaluate` columns. The logit lens is evaluated once and shared by all rungs.
+    the :func:`tiebias.lens_eval.evaluate` columns. The logit lens is evaluated once and shared by all rungs.
     Evaluations are cached in the rung folders, so a rerun costs only loading. The first recipe's
     largest rung is also written to the top of ``folder``.
     """

@@ -1,12 +1,17 @@
-"""Lens figures: per-layer KL (paper Figure 2) and cross-entropy, tied vs untied, the gap, the lens-budget ladder
-and the scale axis (gap against validation loss and relative depth)."""
+"""Lens figures: per-layer KL (paper Figure 2) and cross-entropy, tied vs untied, the gap, the lens-budget ladder,
+the scale axis (gap against validation loss and relative depth) and one prompt's prediction trajectory."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+
+if TYPE_CHECKING:
+    from tuned_lens.plotting import PredictionTrajectory
 
 COLORS = {"tied": "#d62728", "untied": "#1f77b4"}
 
@@ -121,3 +126,34 @@ def gap_vs_loss(scale: pd.DataFrame, extra: dict[str, dict] | None = None) -> go
                       xaxis_title="validation loss (nats; lower = better trained)", yaxis_title="KL gap (bits)",
                       xaxis=dict(autorange="reversed"))
     return fig
+
+
+def trajectory_figure(
+    traj: PredictionTrajectory,
+    statistic: Literal["cross_entropy", "entropy", "forward_kl", "rank", "max_probability"] = "cross_entropy",
+    title: str = "",
+    token_width: int = 80,
+    max_width: int = 900,
+) -> Any:
+    """Plotly heatmap of one trajectory statistic (layers x tokens).
+
+    ``token_width`` pixels per token plus 200, capped at ``max_width`` so the figure fits a notebook
+    (about 950 px wide). Re-implements ``TrajectoryStatistic.figure`` because the package sets
+    ``colorbar.titleside``, which plotly >= 6 rejects; the colorbar title is passed
+    in the current ``colorbar.title.side`` form instead.
+    """
+    if statistic not in ("cross_entropy", "entropy", "forward_kl", "rank", "max_probability"):
+        raise ValueError(
+            f"statistic: must be one of cross_entropy, entropy, forward_kl, rank, max_probability; got {statistic!r}"
+        )
+    if isinstance(max_width, bool) or not isinstance(max_width, int) or max_width < 300:
+        raise ValueError(f"max_width: must be an int >= 300 (pixels), got {max_width!r}")
+    stat = getattr(traj, statistic)()
+    heat = stat.heatmap(colorbar={"title": {"text": f"{stat.name} ({stat.units})", "side": "right"}})
+    return go.Figure(heat).update_layout(
+        title_text=title,
+        title_x=0.5,
+        width=min(max_width, 200 + token_width * stat.stats.shape[1]),
+        xaxis_title="Input",
+        yaxis_title="Layer",
+    )
