@@ -172,16 +172,16 @@ def test_lens_study_on_external_pairs_by_path(tmp_path: Path) -> None:
     """03's library path for every family: load_sources by path (own tokenizer), kl_table_models, last-layer KL 0."""
     from _families import corpus_tokenizer
 
-    from tiebias import lens_study
+    from tiebias import lens_ladder, sources
 
     tok = corpus_tokenizer()
     models = {}
     for f in EXTERNAL_FAMILIES:
-        pair = lens_study.load_sources({
+        pair = sources.load_models({
             "tied": save_tiny(f, True, tmp_path / f / "tied", len(tok), seed=0, tokenizer=tok),
             "untied": save_tiny(f, False, tmp_path / f / "untied", len(tok), seed=1, tokenizer=tok)})
         models.update({f"{f}-{role}": m for role, m in pair.items()})
-    df, lenses = lens_study.kl_table_models(models, None, steps=2, tokens_per_step=64, seq_len=32, eval_tokens=128,
+    df, lenses = lens_ladder.kl_table_models(models, None, steps=2, tokens_per_step=64, seq_len=32, eval_tokens=128,
                                             folder=tmp_path / "lenses", progress=False)
     assert set(df.variant) == set(models) == set(lenses)
     last = df[df.layer == df.groupby("variant").layer.transform("max")]

@@ -9,7 +9,7 @@ import torch
 import transformers
 from _families import corpus_tokenizer, save_tiny, tiny_config
 
-from tiebias import comparisons, embeddings, lens_study, sources
+from tiebias import comparisons, embeddings, sources
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +42,11 @@ def test_swapped_pair_refused_before_weights_load(pair, no_weights) -> None:
     swapped = {"tied": pair["untied"], "untied": pair["tied"]}
     with pytest.raises(ValueError, match=r"tied_source: '.*untied' is untied \(its config has "
                                          r"tie_word_embeddings=False, olmo\).*swapped"):
-        lens_study.load_sources(swapped)
+        sources.load_models(swapped)
     with pytest.raises(ValueError, match=r"tied_source: .* is untied"):
         comparisons.load_sources(pair["untied"], pair["tied"])
     with pytest.raises(ValueError, match=r"untied_source: '.*tied' is tied \(its config has tie_word_embeddings=True"):
-        lens_study.load_sources({"tied": pair["tied"], "untied": pair["tied"]})
+        sources.load_models({"tied": pair["tied"], "untied": pair["tied"]})
     with pytest.raises(ValueError, match=r"untied_source: .* is tied"):
         comparisons.load_sources(pair["tied"], pair["tied"])
     assert no_weights == []
@@ -56,14 +56,14 @@ def test_family_without_causal_lm_head_refused(tmp_path: Path, pair, no_weights)
     t5 = tmp_path / "t5"
     transformers.T5Config(vocab_size=300, d_model=32, num_layers=1, num_heads=2, d_ff=64).save_pretrained(t5)
     with pytest.raises(ValueError, match=r"untied_source: '.*t5' is a 't5' model \(T5Config\) with no causal-LM head"):
-        lens_study.load_sources({"tied": pair["tied"], "untied": t5})
+        sources.load_models({"tied": pair["tied"], "untied": t5})
     with pytest.raises(ValueError, match="untied_source: .* no causal-LM head"):
         comparisons.load_sources(pair["tied"], t5)
     with pytest.raises(ValueError, match=r"tied_source: '.*empty' is a folder without config.json"):
         (tmp_path / "empty").mkdir()
-        lens_study.load_sources({"tied": tmp_path / "empty", "untied": pair["untied"]})
+        sources.load_models({"tied": tmp_path / "empty", "untied": pair["untied"]})
     with pytest.raises(ValueError, match="untied_source: missing"):
-        lens_study.load_sources({"tied": pair["tied"], "untied": None})
+        sources.load_models({"tied": pair["tied"], "untied": None})
     assert no_weights == []
 
 
@@ -72,7 +72,7 @@ def test_family_the_lens_cannot_follow_refused_from_config(tmp_path: Path, pair,
     capped = tmp_path / "gemma2"
     tiny_config("gemma2", False, 300, final_logit_softcapping=30.0).save_pretrained(capped)
     with pytest.raises(ValueError, match=r"untied_source: '.*gemma2': model_type='gemma2' .*final_logit_softcapping"):
-        lens_study.load_sources({"tied": pair["tied"], "untied": capped})
+        sources.load_models({"tied": pair["tied"], "untied": capped})
     info = sources.check_sources({"untied": capped}, need="embeddings")["untied"]
     assert info.model_type == "gemma2" and not info.tied
     assert no_weights == []
@@ -99,7 +99,7 @@ def test_too_large_for_free_memory_refused_before_load(pair, no_weights, monkeyp
     monkeypatch.setattr(sources, "free_memory", lambda device="cpu": 10_000)
     with pytest.raises(ValueError, match=r"tied_source, untied_source: loading needs about .* GiB \(tied_source "
                                          r"'.*tied' .*\) but only 0\.00 GiB is free on cpu"):
-        lens_study.load_sources({"tied": pair["tied"], "untied": pair["untied"]})
+        sources.load_models({"tied": pair["tied"], "untied": pair["untied"]})
     with pytest.raises(ValueError, match="but only 0.00 GiB is free"):
         comparisons.load_sources(pair["tied"], pair["untied"])
     assert no_weights == []
@@ -112,13 +112,13 @@ def test_free_memory_reads_the_system() -> None:
 
 
 def test_pair_loads_and_different_depths_warn(pair) -> None:
-    models = lens_study.load_sources({"tied": pair["tied"], "untied": pair["untied"]})
+    models = sources.load_models({"tied": pair["tied"], "untied": pair["untied"]})
     model, tok = models["tied"]
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
     assert len(tok) == model.config.vocab_size and not model.training
     with pytest.warns(UserWarning, match=r"tied_source '.*tied' has 2 layers and untied_source '.*deep' has 3 layers: "
                                          r"layers are compared on relative depth"):
-        deep = lens_study.load_sources({"tied": pair["tied"], "untied": pair["deep"]})
+        deep = sources.load_models({"tied": pair["tied"], "untied": pair["deep"]})
     assert deep["untied"][0].config.num_hidden_layers == 3
 
 
@@ -126,5 +126,5 @@ def test_tokenizer_larger_than_the_head_refused(tmp_path: Path, pair, no_weights
     small = save_tiny("olmo", False, tmp_path / "small", 280, tokenizer=corpus_tokenizer())
     with pytest.raises(ValueError, match=r"untied_source: the tokenizer of '.*small' has 320 tokens but the model's "
                                          r"vocabulary only 280"):
-        lens_study.load_sources({"tied": pair["tied"], "untied": small})
+        sources.load_models({"tied": pair["tied"], "untied": small})
     assert no_weights == []

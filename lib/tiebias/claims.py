@@ -218,7 +218,7 @@ def _claim3_closing(status: str) -> str:
 
 def claim3(seq_table: pd.DataFrame, *, paired: bool = True, level: float = 0.95,
            paper: Any = None) -> Verdict:
-    """Claim 3 at the largest budget of the first recipe of a lens-ladder table (``lens_study.kl_table``).
+    """Claim 3 at the largest budget of the first recipe of a lens-ladder table (``lens_ladder.kl_table``).
 
     ``status`` is "holds" (the CI of the early-layer gap lies above 0), "does not hold", or "not
     converged" (the last rung moved the gap by its CI half-width or more). ``threshold`` is the
