@@ -19,7 +19,8 @@ import torch
 
 from . import alignment
 from .alignment import Embeddings
-from .runs import Run, Variant
+from .runs import Run
+from .variants import Variant
 
 # (label, source model kind, source matrix, target model kind, target matrix)
 COMPARISONS = [

@@ -43,7 +43,9 @@ import pandas as pd
 
 from . import lens as tl
 from . import profiles
-from .runs import Run, Variant, write_json_atomic
+from .files import write_json_atomic
+from .runs import Run
+from .variants import Variant
 
 RECIPES: dict[str, dict[str, Any]] = {
     "cpu": {"optimizer": "adam", "lr": 1e-2, "momentum": 0.9, "weight_decay": 1e-3},

@@ -28,8 +28,8 @@ import tomllib
 
 from .alignment import METHODS
 from .models import PRESETS
-from .runs import Variant
 from .train import TrainConfig
+from .variants import Variant
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
 PROFILE_ENV = "TIEBIAS_PROFILE"

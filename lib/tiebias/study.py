@@ -9,6 +9,7 @@ from typing import Any
 import papermill as pm
 
 from . import profiles
+from .runs import Run
 
 NOTEBOOKS = profiles.NOTEBOOKS
 PATH_PARAMETERS = ("corpus", "tied_source", "untied_source")  # local paths or hub names
@@ -75,7 +76,7 @@ def run_study(profile: str | Path | None = None, run_dir: str | Path | None = No
     """
     overrides = dict(overrides or {})
     params, names = check_study(profile, run_dir, overrides, only)
-    out_dir = Path(params["run_dir"]) / "notebooks"
+    out_dir = Run(params["run_dir"]).notebooks_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     times: dict[str, float] = {}
     for name in names:
@@ -89,7 +90,6 @@ def run_study(profile: str | Path | None = None, run_dir: str | Path | None = No
         times[name] = time.perf_counter() - t0
         print(f"{name}: {times[name]:.0f} s -> {out_dir / (name + '.ipynb')}")
     from .report import write_report, write_summary
-    from .runs import Run
 
     run = Run(params["run_dir"])
     if run.config_path.exists():
