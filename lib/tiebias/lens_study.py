@@ -633,13 +633,13 @@ def kl_table_models(models: dict[str, tuple[Any, Any]], corpus: Any = None, *, s
     label, ``seed`` = 0; per layer, or per sequence with ``per_sequence``) and the largest-budget
     lens of the first recipe by label.
     """
-    from . import data
+    from . import data, tokens
 
     ds = data.load_corpus(corpus)
     frames, lenses = [], {}
     for label, (model, tok) in models.items():
-        val = data.encode(tok, ds["validation"]["text"])
-        test = data.encode(tok, ds["test"]["text"])
+        val = tokens.encode(tok, ds["validation"]["text"])
+        test = tokens.encode(tok, ds["test"]["text"])
         sub = Path(folder) / tl.LENS_SUBDIR / label
         df = ladder_table(model, val, test, sub, steps=steps, tokens_per_step=tokens_per_step, seq_len=seq_len,
                           eval_tokens=eval_tokens, budgets=budgets, recipes=recipes, progress=progress)

@@ -112,7 +112,7 @@ def _variants(v: list[str]) -> str | None:
 
 def _vocab(v: int) -> str | None:
     """A vocabulary size the byte-level BPE tokenizer can be trained to."""
-    from .data import BYTE_ALPHABET_SIZE, SPECIAL_TOKENS  # local import: data pulls in `datasets`, slow
+    from .tokens import BYTE_ALPHABET_SIZE, SPECIAL_TOKENS  # local import: keeps `python -m tiebias` quick
 
     minimum = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
     return None if v >= minimum else f"byte-level BPE needs at least {minimum} ({BYTE_ALPHABET_SIZE} bytes + specials)"

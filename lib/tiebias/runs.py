@@ -37,6 +37,15 @@ from .files import (
     write_json_atomic,
 )
 from .layout import COMPLETE_NAME, LENS_SUBDIR, LOCK_HOLDER, LOCK_NAME, RunLayout
+from .tokens import (
+    BYTE_ALPHABET_SIZE,
+    SPECIAL_TOKENS,
+    encode,
+    load_frequencies,
+    save_frequencies,
+    token_frequencies,
+    train_tokenizer,
+)
 from .variants import Variant, model_key, parse_key, step_of
 
 SPLITS = ("train", "validation", "test")
@@ -158,7 +167,7 @@ class Run(RunLayout):
 
         run = cls(path)
         corpus_name = "shakespeare" if corpus in (None, "", "shakespeare") else str(corpus)
-        minimum = data.BYTE_ALPHABET_SIZE + len(data.SPECIAL_TOKENS)
+        minimum = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < minimum:
             raise ValueError(f"vocab_size: {vocab_size!r} is not allowed; give an integer >= {minimum} "
                              "(byte-level BPE: 256 byte tokens + 1 special token), such as 4096")
@@ -180,7 +189,7 @@ class Run(RunLayout):
         with run.writing("preparing the run folder"):
             if overwrite and run.config_path.exists():
                 _empty_folder(run.path)
-            tok = data.train_tokenizer(ds["train"]["text"], vocab_size=vocab_size)
+            tok = train_tokenizer(ds["train"]["text"], vocab_size=vocab_size)
             tmp_tok = run.path / ".tokenizer.tmp"
             if tmp_tok.exists():
                 shutil.rmtree(tmp_tok)
@@ -191,14 +200,14 @@ class Run(RunLayout):
             run.tokens_dir.mkdir(exist_ok=True)
             n_tokens = {}
             for split in SPLITS:
-                ids = data.encode(tok, ds[split]["text"])
+                ids = encode(tok, ds[split]["text"])
                 dtype = np.uint16 if len(tok) <= 65535 else np.int32
                 tmp = run.tokens_dir / f".{split}.tmp.npy"
                 np.save(tmp, ids.numpy().astype(dtype))
                 os.replace(tmp, run.tokens_path(split))
                 n_tokens[split] = int(ids.numel())
-            counts = data.token_frequencies(tok, ds["train"]["text"])
-            data.save_frequencies(run.frequencies_path, tok, counts)
+            counts = token_frequencies(tok, ds["train"]["text"])
+            save_frequencies(run.frequencies_path, tok, counts)
             cfg = {**keep, **wanted, "n_documents": {s: len(ds[s]) for s in SPLITS}, "n_tokens": n_tokens,
                    "tokenizer_size": len(tok), **(extra or {})}
             write_json_atomic(run.config_path, cfg)
@@ -278,8 +287,6 @@ class Run(RunLayout):
 
     def frequencies(self) -> np.ndarray:
         """Token counts over the training split, indexed by token id."""
-        from .data import load_frequencies
-
         return load_frequencies(self.frequencies_path)
 
     def models(self) -> pd.DataFrame:
