@@ -48,6 +48,7 @@ def sanitise_json(data: Any, reasons: dict[str, str] | None = None) -> tuple[Any
     given = reasons or {}
 
     def walk(x: Any, where: str) -> Any:
+        """The strict-JSON copy of ``x`` found at json path ``where``."""
         if isinstance(x, dict):
             return {str(k): walk(v, f"{where}.{k}" if where else str(k)) for k, v in x.items()}
         if isinstance(x, (list, tuple)):

@@ -91,6 +91,7 @@ def make_config(preset: str, *, family: str = "llama", vocab_size: int = 4096, t
 
 
 def _model_class(family: str) -> type[PreTrainedModel]:
+    """The transformers causal-LM class of a family."""
     return LlamaForCausalLM if family == "llama" else GPTNeoXForCausalLM
 
 

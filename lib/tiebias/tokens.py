@@ -117,6 +117,7 @@ def _id_batches(
     batch: list[str] = []
 
     def run(items: list[str]) -> list[np.ndarray]:
+        """One batched call: the ids of each item."""
         encodings = backend.encode_batch_fast(items, add_special_tokens=False)
         return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
 
