@@ -19,7 +19,8 @@ import torch
 
 from tiebias.models import build, count_parameters, get_preset
 from tiebias.runs import Run
-from tiebias.train import TrainConfig, batch_for_step, checkpoint_steps, lr_at, train
+from tiebias.steploop import batch_for_step, checkpoint_steps, lr_at
+from tiebias.train import TrainConfig, train
 
 
 def bare_loop(run: Run, cfg: TrainConfig, seed: int = 0) -> float:

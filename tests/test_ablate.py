@@ -4,7 +4,8 @@ from dataclasses import replace
 import pytest
 
 from tiebias import ablate, claims, stats
-from tiebias.runs import Run, Variant
+from tiebias.runs import Run
+from tiebias.variants import Variant
 
 
 @pytest.mark.parametrize("bad,msg", [

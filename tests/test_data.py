@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from tiebias import data
+from tiebias import data, tokens
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -34,7 +34,7 @@ def sample(corpus) -> list[str]:
 @pytest.fixture(scope="module")
 def tok(sample):
     """A small tokenizer trained on the sample."""
-    return data.train_tokenizer(sample, vocab_size=400)
+    return tokens.train_tokenizer(sample, vocab_size=400)
 
 
 # ---------------------------------------------------------------- embedded corpus
@@ -174,20 +174,20 @@ def test_empty_corpus_and_bad_fractions(tmp_path):
 
 def test_vocab_size_too_small_names_parameter(sample):
     with pytest.raises(ValueError, match=r"vocab_size: 200 .* at least 257"):
-        data.train_tokenizer(sample, vocab_size=200)
+        tokens.train_tokenizer(sample, vocab_size=200)
 
 
 def test_tokenizer_round_trip_and_specials(tok, corpus):
     assert len(tok) == 400
-    assert tok.eos_token == tok.bos_token == tok.pad_token == tok.unk_token == data.EOS_TOKEN
+    assert tok.eos_token == tok.bos_token == tok.pad_token == tok.unk_token == tokens.EOS_TOKEN
     unseen = corpus["test"]["text"][0][:3000] + "  naïve — 東京 \t\n  end"
     ids = tok(unseen, add_special_tokens=False)["input_ids"]
     assert tok.decode(ids) == unseen
-    assert data.EOS_TOKEN not in tok.decode(ids)
+    assert tokens.EOS_TOKEN not in tok.decode(ids)
 
 
 def test_tokenizer_is_deterministic(sample, tok):
-    again = data.train_tokenizer(sample, vocab_size=400)
+    again = tokens.train_tokenizer(sample, vocab_size=400)
     assert again.get_vocab() == tok.get_vocab()
     assert again.backend_tokenizer.to_str() == tok.backend_tokenizer.to_str()
 
@@ -205,7 +205,7 @@ def test_tokenizer_save_and_reload(tok, tmp_path):
 
 
 def test_frequencies_sum_to_token_count(tok, sample):
-    counts = data.token_frequencies(tok, sample)
+    counts = tokens.token_frequencies(tok, sample)
     assert counts.dtype == np.int64 and counts.shape == (len(tok),)
     n_tokens = sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in sample)
     assert counts.sum() == n_tokens
@@ -213,41 +213,41 @@ def test_frequencies_sum_to_token_count(tok, sample):
 
 def test_encode_puts_eos_between_documents(tok):
     docs = ["Good morrow.", "", "Farewell, sweet prince."]
-    stream = data.encode(tok, docs)
+    stream = tokens.encode(tok, docs)
     assert stream.dtype == torch.long and stream.ndim == 1
     eos = tok.eos_token_id
     assert (stream == eos).sum().item() == len(docs) - 1
     pieces = [tok(d, add_special_tokens=False)["input_ids"] for d in docs]
     expected = pieces[0] + [eos] + pieces[1] + [eos] + pieces[2]
     assert stream.tolist() == expected
-    assert data.encode(tok, []).numel() == 0
+    assert tokens.encode(tok, []).numel() == 0
 
 
 def test_frequencies_csv_round_trip(tok, sample, tmp_path):
-    counts = data.token_frequencies(tok, sample)
-    path = data.save_frequencies(tmp_path / "freq" / "train.csv", tok, counts)
+    counts = tokens.token_frequencies(tok, sample)
+    path = tokens.save_frequencies(tmp_path / "freq" / "train.csv", tok, counts)
     frame = pd.read_csv(path, keep_default_na=False)
     assert list(frame.columns) == ["id", "token", "count"]
-    assert frame["token"].iloc[0] == data.EOS_TOKEN
-    np.testing.assert_array_equal(data.load_frequencies(path), counts)
+    assert frame["token"].iloc[0] == tokens.EOS_TOKEN
+    np.testing.assert_array_equal(tokens.load_frequencies(path), counts)
     with pytest.raises(ValueError, match="counts"):
-        data.save_frequencies(tmp_path / "bad.csv", tok, counts[:-1])
+        tokens.save_frequencies(tmp_path / "bad.csv", tok, counts[:-1])
 
 
 def test_unigram_loss_uniform_is_log_vocab():
     vocab = 1000
     counts = np.full(vocab, 50)
     ids = torch.randint(0, vocab, (5000,), generator=torch.Generator().manual_seed(0))
-    assert data.unigram_loss(counts, ids) == pytest.approx(math.log(vocab))
+    assert tokens.unigram_loss(counts, ids) == pytest.approx(math.log(vocab))
 
 
 def test_unigram_loss_rewards_frequent_tokens_and_checks_range(tok, sample, corpus):
-    counts = data.token_frequencies(tok, sample)
-    val = data.encode(tok, [corpus["validation"]["text"][0][:5000]])
-    loss = data.unigram_loss(counts, val)
+    counts = tokens.token_frequencies(tok, sample)
+    val = tokens.encode(tok, [corpus["validation"]["text"][0][:5000]])
+    loss = tokens.unigram_loss(counts, val)
     assert 0 < loss < math.log(len(tok))
     with pytest.raises(ValueError, match="val_ids"):
-        data.unigram_loss(counts, [len(tok)])
+        tokens.unigram_loss(counts, [len(tok)])
 
 
 # ---------------------------------------------------------------- corpus builder

@@ -19,7 +19,7 @@ from nbclient import NotebookClient
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from tiebias import comparisons, data, explorers, lens_eval, notebook
+from tiebias import comparisons, explorers, lens_eval, notebook, tokens
 from tiebias import lens as tl
 from tiebias import models as tm
 from tiebias.embeddings import Embeddings
@@ -40,12 +40,12 @@ def _emb(tok: PreTrainedTokenizerFast, tied: bool, seed: int) -> Embeddings:
 
 @pytest.fixture(scope="module")
 def tok_a() -> PreTrainedTokenizerFast:
-    return data.train_tokenizer(TEXT_A, vocab_size=300)
+    return tokens.train_tokenizer(TEXT_A, vocab_size=300)
 
 
 @pytest.fixture(scope="module")
 def tok_b() -> PreTrainedTokenizerFast:
-    return data.train_tokenizer(TEXT_B, vocab_size=330)
+    return tokens.train_tokenizer(TEXT_B, vocab_size=330)
 
 
 @pytest.fixture(scope="module")

@@ -26,15 +26,11 @@ from conftest import TINY
 from safetensors.torch import load_file
 
 from tiebias import comparisons, embeddings, lens_ladder, report
-from tiebias.runs import (
-    LOCK_HOLDER,
-    DamagedFileError,
-    Run,
-    RunLockedError,
-    parse_variants,
-    write_json_atomic,
-)
+from tiebias.files import DamagedFileError, write_json_atomic
+from tiebias.layout import LOCK_HOLDER
+from tiebias.runs import Run, RunLockedError
 from tiebias.train import TrainConfig, train
+from tiebias.variants import parse_variants
 
 CFG = replace(TrainConfig(**TINY), steps=8)  # checkpoints 0, 1, 2, 4, 8; validation at 0, 4, 8
 HINT = "overwrite=True (notebook parameter / --set overwrite=true)"

@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 
 from tiebias import profiles
+from tiebias.params import PARAM_LIST, PARAMS, PROFILE_KEYS, coerce, notebook_parameters
 from tiebias.study import parse_set, run_study
 
 SMOKE = (profiles.PROFILE_DIR / "smoke.toml").read_text()
@@ -21,7 +22,7 @@ def test_shipped_profiles_resolve_to_valid_train_configs() -> None:
         profiles.train_config(p)  # validates
         assert p["run_dir"] == "/tmp/x" and p["profile"] == name
         assert len(p["seeds"]) >= 2
-        assert set(profiles.PROFILE_KEYS) <= set(p)
+        assert set(PROFILE_KEYS) <= set(p)
 
 
 def test_default_profile_has_three_seeds_and_small_preset() -> None:
@@ -69,8 +70,8 @@ def test_bad_profile_and_parameter() -> None:
     ("tied_source", "none", None), ("corpus", "user/texts", "user/texts"), ("ablate_budget_minutes", "2", 2.0),
 ])
 def test_text_values_are_typed(name: str, text: str, typed: object) -> None:
-    assert profiles.coerce(name, text) == typed
-    assert type(profiles.coerce(name, text)) is type(typed)
+    assert coerce(name, text) == typed
+    assert type(coerce(name, text)) is type(typed)
 
 
 @pytest.mark.parametrize(("name", "value", "msg"), [
@@ -85,7 +86,7 @@ def test_text_values_are_typed(name: str, text: str, typed: object) -> None:
 ])
 def test_bad_values_name_the_parameter(name: str, value: object, msg: str) -> None:
     with pytest.raises(ValueError, match=rf"^{name}: ") as e:
-        profiles.coerce(name, value)
+        coerce(name, value)
     assert msg in str(e.value)
 
 
@@ -137,11 +138,11 @@ def test_optional_profile_keys_get_their_defaults(tmp_path: Path) -> None:
                    if not line.startswith(("lens_budgets", "lens_recipes", "lens_checkpoints")))
     p = profiles.load_profile(write_profile(tmp_path, base + "lens_budgets = [1, 4]\n"))
     assert p["lens_budgets"] == [1, 4] and p["lens_recipes"] == ["cpu"] and p["lens_checkpoints"] == []
-    assert not profiles.PARAMS["lens_budgets"].required and profiles.PARAMS["steps"].required
+    assert not PARAMS["lens_budgets"].required and PARAMS["steps"].required
 
 
 def test_resolve_notebook_reads_every_declared_parameter() -> None:
-    ns = {n: None for n in profiles.notebook_parameters("04_ablate")}
+    ns = {n: None for n in notebook_parameters("04_ablate")}
     ns.update(profile="smoke", run_dir="/tmp/x", ablate_factors="1,3", steps=9, methods=["linear"],
               inverse_output=True, overwrite=False)
     p = profiles.resolve_notebook("04_ablate", ns)
@@ -151,13 +152,13 @@ def test_resolve_notebook_reads_every_declared_parameter() -> None:
     with pytest.raises(ValueError, match="04_ablate: its parameters cell does not declare warmup_steps"):
         profiles.resolve_notebook("04_ablate", ns)
     with pytest.raises(ValueError, match="^notebook: unknown value '05_x'"):
-        profiles.notebook_parameters("05_x")
+        notebook_parameters("05_x")
 
 
 def test_study_record_holds_every_profile_key() -> None:
     p = profiles.resolve("smoke", "/tmp/x", warmup_steps=3, overwrite=True)
     rec = profiles.study_record(p)
-    assert set(rec) == {"profile", *profiles.PROFILE_KEYS} and rec["warmup_steps"] == 3
+    assert set(rec) == {"profile", *PROFILE_KEYS} and rec["warmup_steps"] == 3
     assert "overwrite" not in rec and "run_dir" not in rec
 
 
@@ -166,10 +167,10 @@ def test_listing_names_every_parameter_and_profile(capsys) -> None:
 
     assert main(["profiles"]) == 0
     out = capsys.readouterr().out
-    assert all(f"  {p.name} " in out for p in profiles.PARAM_LIST)
+    assert all(f"  {p.name} " in out for p in PARAM_LIST)
     assert all(n in out for n in profiles.available())
     assert main(["profiles", "smoke"]) == 0
     out = capsys.readouterr().out
-    assert all(f"  {k} " in out for k in profiles.PROFILE_KEYS) and "steps                 = 40" in out
+    assert all(f"  {k} " in out for k in PROFILE_KEYS) and "steps                 = 40" in out
     assert main(["profiles", "nope"]) == 2
     assert "profile: unknown value 'nope'" in capsys.readouterr().err

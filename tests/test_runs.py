@@ -1,9 +1,11 @@
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tiebias.runs import Run, Variant, model_key, parse_key
+from tiebias.runs import Run
+from tiebias.variants import Variant, model_key, parse_key
 
 
 @pytest.mark.parametrize("name,tied,fin,fout", [
@@ -66,3 +68,51 @@ def test_models_table_and_missing_model(fresh_run: Run, tiny_config) -> None:
     with pytest.raises(ValueError, match="step: no checkpoint 3"):
         fresh_run.model_path("untied", 4, step=3)
     assert json.loads((fresh_run.model_dir("untied", 4) / "train_config.json").read_text())["seed"] == 4
+
+
+def test_step_folder_names() -> None:
+    from tiebias.variants import step_dir, step_of
+
+    assert step_dir(0) == "step-0" and step_dir(128) == "step-128"
+    assert step_of("step-128") == 128 and step_of(Path("/x/checkpoints/step-7")) == 7
+    for name in ("step-", "step-1a", ".tmp-step-3", "step-3.tmp", "lens"):
+        assert step_of(name) is None, name
+    assert all(step_of(step_dir(s)) == s for s in (0, 1, 2, 4, 1000))
+
+
+def test_run_paths(tmp_path) -> None:
+    run = Run(tmp_path / "r")
+    m = tmp_path / "r" / "models" / "tied_in5-s3"
+    assert run.model_dir("tied_in5", 3) == m
+    assert run.checkpoints_dir("tied_in5", 3) == m / "checkpoints"
+    assert run.checkpoint_dir("tied_in5", 3, 8) == m / "checkpoints" / "step-8"
+    assert run.train_config_path("tied_in5", 3) == m / "train_config.json"
+    assert run.complete_path("tied_in5", 3) == m / "complete.json"
+    assert run.lens_dir("tied_in5", 3) == m / "lens"
+    assert run.metrics_path("untied", 0) == tmp_path / "r" / "metrics" / "untied-s0.csv"
+    assert run.metrics_path("untied", 0, "val") == tmp_path / "r" / "metrics" / "untied-s0_val.csv"
+    with pytest.raises(ValueError, match="kind: unknown value 'x'"):
+        run.metrics_path("untied", 0, "x")
+    assert run.table_path("ablation_alignment") == tmp_path / "r" / "metrics" / "ablation_alignment.csv"
+    assert run.result_path("claim1_alignment") == tmp_path / "r" / "results" / "claim1_alignment.json"
+    assert run.tokens_path("test") == tmp_path / "r" / "tokens" / "test.npy"
+    assert run.frequencies_path == tmp_path / "r" / "token_frequencies.csv"
+    assert (run.notebooks_dir, run.report_dir, run.report_path, run.summary_path) == (
+        tmp_path / "r" / "notebooks", tmp_path / "r" / "report", tmp_path / "r" / "report.html",
+        tmp_path / "r" / "summary.json")
+    assert run.figure_path("fig1") == tmp_path / "r" / "figures" / "fig1.html"
+    assert not (tmp_path / "r").exists()  # paths only: nothing is created (figures_dir does create)
+    assert run.depth_dir("small-deep") == tmp_path / "r" / "depth" / "small-deep"
+    with pytest.raises(ValueError, match="step: no checkpoint 4"):
+        run.lens_dir("tied", 0, step=4)  # a checkpoint's lens needs the checkpoint
+
+
+def test_checkpoint_paths_match_training(fresh_run: Run, tiny_config) -> None:
+    from tiebias.train import train
+
+    train(fresh_run, "tied", 0, tiny_config, progress=False)
+    steps = [s for s, _ in fresh_run.checkpoints("tied", 0)]
+    assert steps == [0, 1, 2, 4, 8, 12]
+    assert all(d == fresh_run.checkpoint_dir("tied", 0, s) for s, d in fresh_run.checkpoints("tied", 0))
+    assert fresh_run.lens_dir("tied", 0, step=4) == fresh_run.checkpoint_dir("tied", 0, 4) / "lens"
+    assert fresh_run.train_config_path("tied", 0).is_file() and fresh_run.complete_path("tied", 0).is_file()

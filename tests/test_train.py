@@ -7,7 +7,8 @@ import torch
 from safetensors.torch import load_file
 
 from tiebias.runs import Run
-from tiebias.train import TrainConfig, checkpoint_steps, lr_at, train
+from tiebias.steploop import checkpoint_steps, lr_at
+from tiebias.train import TrainConfig, train
 
 
 def _weights(run: Run, variant: str, seed: int) -> dict[str, torch.Tensor]:

@@ -20,7 +20,16 @@ import pytest
 
 from tiebias import ablate, profiles, study
 from tiebias.__main__ import main
-from tiebias.profiles import PARAMS, PROFILE_KEYS, TRAIN_KEYS
+from tiebias.params import (
+    KINDS,
+    NOTEBOOKS,
+    PARAM_LIST,
+    PARAMS,
+    PROFILE_KEYS,
+    TRAIN_KEYS,
+    coerce,
+    notebook_parameters,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 NB = ROOT / "notebooks"
@@ -101,15 +110,15 @@ def injected(executed: Path) -> dict:
 def test_every_name_has_a_distinct_test_value() -> None:
     assert set(DISTINCT) == set(PARAMS) - {"profile", "run_dir"}
     for k, text in DISTINCT.items():
-        value = profiles.coerce(k, text)
+        value = coerce(k, text)
         if k in PROFILE_KEYS:
             assert value != SMOKE[k], k
 
 
-@pytest.mark.parametrize("name", profiles.NOTEBOOKS)
+@pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_parameters_are_the_vocabulary(name: str) -> None:
     declared = pm.inspect_notebook(str(NB / f"{name}.ipynb"))
-    assert set(declared) == set(profiles.notebook_parameters(name)), name
+    assert set(declared) == set(notebook_parameters(name)), name
     for k, d in declared.items():
         if k in ("profile", "run_dir"):
             continue
@@ -117,15 +126,15 @@ def test_notebook_parameters_are_the_vocabulary(name: str) -> None:
 
 
 def test_every_name_is_used_by_a_notebook() -> None:
-    for p in profiles.PARAM_LIST:
-        assert p.notebooks and set(p.notebooks) <= set(profiles.NOTEBOOKS), p.name
-        assert p.kind in profiles.KINDS, p.name
+    for p in PARAM_LIST:
+        assert p.notebooks and set(p.notebooks) <= set(NOTEBOOKS), p.name
+        assert p.kind in KINDS, p.name
 
 
-@pytest.mark.parametrize("name", profiles.NOTEBOOKS)
+@pytest.mark.parametrize("name", NOTEBOOKS)
 def test_every_notebook_parameter_is_read_after_resolution(name: str) -> None:
     used = used_names(name)
-    for k in profiles.notebook_parameters(name):
+    for k in notebook_parameters(name):
         if k in ("profile", "run_dir"):
             continue
         if PARAMS[k].profile and (name, k) not in RAW:
@@ -145,7 +154,7 @@ def test_methods_are_the_alignment_methods() -> None:
 # -- every key reaches its target (library level: cheap, all keys) -----------------------------------
 @pytest.mark.parametrize("key", PROFILE_KEYS)
 def test_profile_key_reaches_resolution_and_the_train_config(key: str, tmp_path: Path) -> None:
-    value = profiles.coerce(key, DISTINCT[key])
+    value = coerce(key, DISTINCT[key])
     p = profiles.resolve("smoke", tmp_path, **{key: value})
     assert p[key] == value
     assert profiles.study_record(p)[key] == value
@@ -164,10 +173,10 @@ def test_set_reaches_exactly_the_notebooks_that_declare_it(tmp_path: Path, monke
                         lambda src, out, parameters, **kw: calls.__setitem__(Path(src).stem, parameters))
     overrides = study.parse_set([f"{k}={v}" for k, v in DISTINCT.items()])
     study.run_study("smoke", tmp_path / "run", overrides, progress=False)
-    assert list(calls) == list(profiles.NOTEBOOKS)
+    assert list(calls) == list(NOTEBOOKS)
     for nb, params in calls.items():
         assert params.pop("profile") == "smoke" and params.pop("run_dir") == str(tmp_path / "run")
-        want = {k: profiles.coerce(k, v) for k, v in DISTINCT.items() if nb in PARAMS[k].notebooks}
+        want = {k: coerce(k, v) for k, v in DISTINCT.items() if nb in PARAMS[k].notebooks}
         assert params == want, nb
 
 

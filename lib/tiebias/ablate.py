@@ -19,8 +19,10 @@ import pandas as pd
 import torch
 
 from . import alignment, embeddings
-from .runs import Run, Variant
-from .train import TrainConfig, evaluate_loss, train
+from .runs import Run
+from .steploop import evaluate_loss
+from .train import TrainConfig, train
+from .variants import Variant
 
 
 def check_factors(factors: Any, name: str = "factors") -> list[float]:
@@ -75,13 +77,13 @@ def estimate_seconds(run: Run, cfg: TrainConfig, n_models: int) -> float:
 
 
 def _split_key(key: str) -> tuple[Variant, int]:
-    from .runs import parse_key
+    from .variants import parse_key
 
     return parse_key(key)
 
 
 def _same_shape(run: Run, key: str, cfg: TrainConfig) -> bool:
-    from .runs import OVERWRITE_HINT, read_json
+    from .files import OVERWRITE_HINT, read_json
 
     c = read_json(run.path / "models" / key / "train_config.json", f"restore it, or retrain {key} ({OVERWRITE_HINT})")
     return all(c.get(k) == getattr(cfg, k) for k in ("preset", "family", "batch_size", "seq_len"))
@@ -89,7 +91,7 @@ def _same_shape(run: Run, key: str, cfg: TrainConfig) -> bool:
 
 def _probe_tokens_per_second(run: Run, cfg: TrainConfig, steps: int = 3) -> float:
     from .models import build
-    from .train import batch_for_step
+    from .steploop import batch_for_step
 
     ids = run.tokens("train")
     model = build(cfg.preset, family=cfg.family, vocab_size=run.config["tokenizer_size"])

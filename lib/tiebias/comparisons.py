@@ -21,7 +21,8 @@ import torch
 from . import alignment, embeddings, stats, token_stats
 from .embeddings import Embeddings
 from .neighbours import check_knn_k
-from .runs import Run, Variant
+from .runs import Run
+from .variants import Variant
 
 # (label, source model kind, source matrix, target model kind, target matrix)
 COMPARISONS = [

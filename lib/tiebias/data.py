@@ -1,50 +1,34 @@
-"""Corpora, tokenizers and token statistics for the weight-tying study.
+"""Corpora for the weight-tying study: a text corpus split into train/validation/test.
 
-Everything a notebook needs before training: a text corpus split into train/validation/test
-(the embedded Shakespeare corpus by default, or local files, or a hub dataset), a small byte-level
-BPE tokenizer trained on the training split, token frequencies (the paper relates embedding norms to
-them), the token stream a language model is trained on, and the unigram baseline loss a trained
-model must beat. Nothing is cached on disk by this module.
+The embedded Shakespeare corpus by default, or local files, or a hub dataset; documents are split
+deterministically when the source does not name its splits. Tokenizers and token statistics are in
+:mod:`tiebias.tokens`. Nothing is cached on disk by this module.
 """
 
 from __future__ import annotations
 
 import codecs
-import csv
 import gzip
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import datasets
 import numpy as np
-import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast
 
 __all__ = [
     "DATA_ENV_VAR",
     "EMBEDDED_CORPUS",
-    "EOS_TOKEN",
     "SPLITS",
     "data_dir",
-    "encode",
     "load_corpus",
-    "load_frequencies",
-    "save_frequencies",
-    "token_frequencies",
-    "train_tokenizer",
-    "unigram_loss",
 ]
 
 SPLITS: tuple[str, str, str] = ("train", "validation", "test")
 EMBEDDED_CORPUS = "shakespeare"
 DATA_ENV_VAR = "TIEBIAS_DATA_DIR"
-EOS_TOKEN = "<|endoftext|>"
-SPECIAL_TOKENS: tuple[str, ...] = (EOS_TOKEN,)
-BYTE_ALPHABET_SIZE = 256
 
 # Local file extension -> `datasets` builder.
 _BUILDERS: dict[str, str] = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
@@ -65,7 +49,6 @@ _SPLIT_WORDS: dict[str, str] = {
     "testing": "test",
 }
 _SNAP_WINDOW = 2000  # characters to look ahead for a line break when cutting a document
-_ENCODE_BATCH = 256  # documents per batched tokenizer call
 
 Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None
 
@@ -398,213 +381,3 @@ def _snap(text: str, pos: int) -> int:
         return max(0, min(pos, len(text)))
     newline = text.find("\n", pos, pos + _SNAP_WINDOW)
     return newline + 1 if newline >= 0 else pos
-
-
-# ----------------------------------------------------------------------------------------------
-# Tokenizer
-# ----------------------------------------------------------------------------------------------
-
-
-def train_tokenizer(
-    texts: Iterable[str], vocab_size: int = 4096, *, min_frequency: int = 2
-) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE tokenizer (GPT-2 style) and wrap it for ``transformers``.
-
-    ``<|endoftext|>`` (id 0) is the bos/eos/unk/pad token; the 256 byte symbols follow, then merges.
-    No prefix space is added and decoding is lossless, so ``decode(encode(x)) == x`` for any text.
-    The vocabulary can come out smaller than ``vocab_size`` when the texts support fewer merges
-    with ``min_frequency``. Training is deterministic for the same texts and settings.
-    """
-    minimum = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < minimum:
-        raise ValueError(
-            f"vocab_size: {vocab_size!r} is too small; byte-level BPE needs at least {minimum} "
-            f"({BYTE_ALPHABET_SIZE} byte tokens + {len(SPECIAL_TOKENS)} special token)"
-        )
-    if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
-        raise ValueError(f"min_frequency: {min_frequency!r} is not allowed; give an integer >= 1")
-
-    backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    backend.train_from_iterator(_strings(texts), trainer=trainer)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        bos_token=EOS_TOKEN,
-        eos_token=EOS_TOKEN,
-        unk_token=EOS_TOKEN,
-        pad_token=EOS_TOKEN,
-        clean_up_tokenization_spaces=False,
-    )
-
-
-def _strings(texts: Iterable[str]) -> Iterator[str]:
-    """Yield the non-empty texts, rejecting a bare string (which would iterate per character)."""
-    if isinstance(texts, str):
-        raise TypeError("texts: got a single string; give an iterable of documents, e.g. [text]")
-    for text in texts:
-        if not isinstance(text, str):
-            raise TypeError(f"texts: items must be str, got {type(text).__name__}")
-        if text:
-            yield text
-
-
-def _backend(tokenizer: PreTrainedTokenizerFast | Tokenizer) -> Tokenizer:
-    """The ``tokenizers.Tokenizer`` behind a transformers fast tokenizer (or the tokenizer itself)."""
-    if isinstance(tokenizer, Tokenizer):
-        return tokenizer
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if not isinstance(backend, Tokenizer):
-        raise TypeError(f"tokenizer: {type(tokenizer).__name__} has no fast (tokenizers) backend")
-    return backend
-
-
-def _vocab_len(tokenizer: PreTrainedTokenizerFast | Tokenizer) -> int:
-    """Number of token ids, added tokens included."""
-    if isinstance(tokenizer, Tokenizer):
-        return tokenizer.get_vocab_size(with_added_tokens=True)
-    return len(tokenizer)
-
-
-def _id_batches(
-    tokenizer: PreTrainedTokenizerFast | Tokenizer, texts: Iterable[str]
-) -> Iterator[list[np.ndarray]]:
-    """Token ids per document (no special tokens added), in batched calls to the Rust tokenizer."""
-    backend = _backend(tokenizer)
-    if isinstance(texts, str):
-        raise TypeError("texts: got a single string; give an iterable of documents, e.g. [text]")
-    batch: list[str] = []
-
-    def run(items: list[str]) -> list[np.ndarray]:
-        encodings = backend.encode_batch_fast(items, add_special_tokens=False)
-        return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
-
-    for text in texts:
-        if not isinstance(text, str):
-            raise TypeError(f"texts: items must be str, got {type(text).__name__}")
-        batch.append(text)
-        if len(batch) == _ENCODE_BATCH:
-            yield run(batch)
-            batch = []
-    if batch:
-        yield run(batch)
-
-
-def token_frequencies(tokenizer: PreTrainedTokenizerFast | Tokenizer, texts: Iterable[str]) -> np.ndarray:
-    """Count every token id over ``texts``: int64 array of length ``len(tokenizer)``.
-
-    Only the documents' own tokens are counted (no eos separators), so the total equals the
-    summed per-document token counts.
-    """
-    size = _vocab_len(tokenizer)
-    counts = np.zeros(size, dtype=np.int64)
-    for batch in _id_batches(tokenizer, texts):
-        for ids in batch:
-            if ids.size:
-                counts += np.bincount(ids, minlength=size)[:size]
-    return counts
-
-
-def encode(tokenizer: PreTrainedTokenizerFast | Tokenizer, texts: Iterable[str]) -> torch.Tensor:
-    """Tokenize documents into one 1-D ``torch.long`` stream, with the eos id between documents.
-
-    The separator goes between documents only (none before the first or after the last), matching
-    how a model sees document boundaries in a packed training stream.
-    """
-    eos = _eos_id(tokenizer)
-    sep = np.array([eos], dtype=np.int64)
-    pieces: list[np.ndarray] = []
-    for batch in _id_batches(tokenizer, texts):
-        for ids in batch:
-            if pieces:
-                pieces.append(sep)
-            pieces.append(ids)
-    if not pieces:
-        return torch.zeros(0, dtype=torch.long)
-    return torch.from_numpy(np.concatenate(pieces))
-
-
-def _eos_id(tokenizer: PreTrainedTokenizerFast | Tokenizer) -> int:
-    """Id of the end-of-text token used as document separator."""
-    if isinstance(tokenizer, Tokenizer):
-        found = tokenizer.token_to_id(EOS_TOKEN)
-    else:
-        found = tokenizer.eos_token_id
-    if found is None:
-        raise ValueError(f"tokenizer: has no eos token (expected '{EOS_TOKEN}') to separate documents")
-    return int(found)
-
-
-# ----------------------------------------------------------------------------------------------
-# Frequencies and the unigram baseline
-# ----------------------------------------------------------------------------------------------
-
-
-def save_frequencies(
-    path: str | os.PathLike[str], tokenizer: PreTrainedTokenizerFast | Tokenizer, counts: np.ndarray
-) -> Path:
-    """Write counts as CSV with columns id, token, count (token in the tokenizer's string form)."""
-    counts = np.asarray(counts)
-    size = _vocab_len(tokenizer)
-    if counts.ndim != 1 or len(counts) != size:
-        raise ValueError(f"counts: shape {counts.shape} does not match the tokenizer's {size} ids")
-    backend = _backend(tokenizer)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["id", "token", "count"])
-        for i, count in enumerate(counts.tolist()):
-            writer.writerow([i, backend.id_to_token(i) or "", int(count)])
-    return out
-
-
-def load_frequencies(path: str | os.PathLike[str]) -> np.ndarray:
-    """Read a CSV written by ``save_frequencies`` back into an int64 array indexed by token id."""
-    source = Path(path)
-    if not source.is_file():
-        raise FileNotFoundError(f"path: frequency file '{source}' does not exist")
-    with source.open(encoding="utf-8", newline="") as handle:
-        reader = csv.DictReader(handle)
-        if reader.fieldnames is None or not {"id", "count"} <= set(reader.fieldnames):
-            raise ValueError(f"path: '{source}' lacks the id and count columns (has {reader.fieldnames})")
-        pairs = [(int(row["id"]), int(row["count"])) for row in reader]
-    ids = np.array([p[0] for p in pairs], dtype=np.int64)
-    if not np.array_equal(np.sort(ids), np.arange(len(ids))):
-        raise ValueError(f"path: ids in '{source}' are not exactly 0..{len(ids) - 1}")
-    counts = np.zeros(len(ids), dtype=np.int64)
-    counts[ids] = [p[1] for p in pairs]
-    return counts
-
-
-def unigram_loss(
-    train_counts: np.ndarray | Sequence[int], val_ids: torch.Tensor | np.ndarray | Sequence[int]
-) -> float:
-    """Cross-entropy (nats per token) of an add-one smoothed unigram model on a validation stream.
-
-    The unigram model ``p(t) = (count(t) + 1) / (N + V)`` ignores all context, so any language
-    model that learned something must reach a lower validation loss than this.
-    """
-    counts = np.asarray(train_counts, dtype=np.float64)
-    if counts.ndim != 1 or counts.size == 0:
-        raise ValueError(f"train_counts: need a 1-D array of per-token counts, got shape {counts.shape}")
-    if (counts < 0).any():
-        raise ValueError("train_counts: counts must be >= 0")
-    if isinstance(val_ids, torch.Tensor):
-        ids = val_ids.detach().cpu().reshape(-1).numpy().astype(np.int64)
-    else:
-        ids = np.asarray(val_ids, dtype=np.int64).reshape(-1)
-    if ids.size == 0:
-        raise ValueError("val_ids: empty token stream; give at least one token id")
-    vocab = counts.size
-    if ids.min() < 0 or ids.max() >= vocab:
-        raise ValueError(f"val_ids: ids must lie in [0, {vocab}), got range [{ids.min()}, {ids.max()}]")
-    log_probs = np.log(counts + 1.0) - np.log(counts.sum() + vocab)
-    return float(-log_probs[ids].mean())

@@ -195,7 +195,7 @@ def _weights_from_folder(path: Path, dtype: torch.dtype, label: str) -> tuple[Te
     """Read only the embedding tensors when the folder has safetensors; else load the model."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from .runs import check_safetensors, read_json
+    from .files import check_safetensors, read_json
 
     todo = ("a checkpoint of a run: use another step or retrain the model; a final model: delete its complete.json "
             "and train it again (it resumes from its newest good checkpoint)")

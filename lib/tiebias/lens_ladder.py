@@ -38,9 +38,11 @@ import numpy as np
 import pandas as pd
 
 from . import lens as tl
-from . import lens_eval, lens_fit, profiles
+from . import lens_eval, lens_fit, params
+from .files import write_json_atomic
 from .lens_study import convergence, ladder_gaps, per_layer
-from .runs import Run, Variant, write_json_atomic
+from .runs import Run
+from .variants import Variant
 
 RECIPES: dict[str, dict[str, Any]] = {
     "cpu": {"optimizer": "adam", "lr": 1e-2, "momentum": 0.9, "weight_decay": 1e-3},
@@ -62,24 +64,24 @@ _TOP_RECIPE = "recipe.json"
 
 def check_budgets(lens_budgets: Any) -> list[int]:
     """The ladder: positive, strictly increasing integer multiples of lens_steps (the schema's rule, e.g. [1, 2, 4])."""
-    return profiles.coerce("lens_budgets", lens_budgets)
+    return params.coerce("lens_budgets", lens_budgets)
 
 
 def check_recipes(lens_recipes: Any) -> list[str]:
     """The lens recipes: distinct names from :data:`RECIPES`; the first one carries the verdict (the schema's rule)."""
-    return profiles.coerce("lens_recipes", lens_recipes)
+    return params.coerce("lens_recipes", lens_recipes)
 
 
 def check_checkpoints(lens_checkpoints: Any) -> list[int]:
     """Scale-axis checkpoints: increasing training steps >= 0, [] (or None) for none (the schema's rule)."""
-    return [] if lens_checkpoints in (None, "") else profiles.coerce("lens_checkpoints", lens_checkpoints)
+    return [] if lens_checkpoints in (None, "") else params.coerce("lens_checkpoints", lens_checkpoints)
 
 
 def check_params(params: dict[str, Any]) -> dict[str, Any]:
     """Validate notebook 03's lens parameters up front against the schema, each error naming the parameter."""
     out = dict(params)
     for name in ("lens_steps", "lens_tokens_per_step", "lens_eval_tokens", "lens_depth_preset"):
-        out[name] = profiles.coerce(name, out.get(name))
+        out[name] = params.coerce(name, out.get(name))
     out["lens_budgets"] = check_budgets(out.get("lens_budgets", [1]))
     out["lens_recipes"] = check_recipes(out.get("lens_recipes", ["cpu"]))
     out["lens_checkpoints"] = check_checkpoints(out.get("lens_checkpoints", []))
@@ -295,13 +297,13 @@ def kl_table_models(models: dict[str, tuple[Any, Any]], corpus: Any = None, *, s
     label, ``seed`` = 0; per layer, or per sequence with ``per_sequence``) and the largest-budget
     lens of the first recipe by label.
     """
-    from . import data
+    from . import data, tokens
 
     ds = data.load_corpus(corpus)
     frames, lenses = [], {}
     for label, (model, tok) in models.items():
-        val = data.encode(tok, ds["validation"]["text"])
-        test = data.encode(tok, ds["test"]["text"])
+        val = tokens.encode(tok, ds["validation"]["text"])
+        test = tokens.encode(tok, ds["test"]["text"])
         sub = Path(folder) / tl.LENS_SUBDIR / label
         df = ladder_table(model, val, test, sub, steps=steps, tokens_per_step=tokens_per_step, seq_len=seq_len,
                           eval_tokens=eval_tokens, budgets=budgets, recipes=recipes, progress=progress)

@@ -8,7 +8,7 @@ output matrix gets its own initialisation from a generator derived from the seed
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from transformers import (
@@ -91,6 +91,7 @@ def make_config(preset: str, *, family: str = "llama", vocab_size: int = 4096, t
 
 
 def _model_class(family: str) -> type[PreTrainedModel]:
+    """The transformers causal-LM class of a family."""
     return LlamaForCausalLM if family == "llama" else GPTNeoXForCausalLM
 
 
@@ -152,8 +153,3 @@ def count_parameters(model: PreTrainedModel) -> dict[str, int]:
         if p.data_ptr() in emb_ptrs:
             emb += p.numel()
     return {"total": total, "embedding": emb, "non_embedding": total - emb}
-
-
-def describe_presets() -> list[dict]:
-    """One row per preset for tables and ``--help`` text."""
-    return [{"name": k, **asdict(v), "intermediate_llama": v.intermediate("llama")} for k, v in PRESETS.items()]

@@ -17,7 +17,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .runs import DamagedFileError, Run, read_json, sanitise_json, write_json_atomic
+from .files import DamagedFileError, read_json, sanitise_json, write_json_atomic
+from .runs import Run
 
 CLAIMS = {
     "claim1_alignment": "The tied matrix is closer to the untied output matrix than to the untied input matrix",

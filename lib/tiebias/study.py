@@ -9,8 +9,9 @@ from typing import Any
 import papermill as pm
 
 from . import profiles
+from .params import NOTEBOOKS, PARAMS, coerce
+from .runs import Run
 
-NOTEBOOKS = profiles.NOTEBOOKS
 PATH_PARAMETERS = ("corpus", "tied_source", "untied_source")  # local paths or hub names
 
 
@@ -29,7 +30,7 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
         k = k.strip().lower()
         if k in ("profile", "run_dir"):
             raise ValueError(f"{k}: give it with --{k.replace('_', '-')}, not --set")
-        out[k] = profiles.coerce(k, v)
+        out[k] = coerce(k, v)
     for k in PATH_PARAMETERS:  # notebooks run in notebooks/: a path relative to here must not change meaning
         if isinstance(out.get(k), str) and Path(out[k]).expanduser().exists():
             out[k] = str(Path(out[k]).expanduser().resolve())
@@ -60,7 +61,7 @@ def check_study(profile: str | Path | None = None, run_dir: str | Path | None = 
     declared = {name: declared_parameters(name) for name in names}
     for k in overrides:
         if not any(k in d for d in declared.values()):
-            users = ", ".join(profiles.PARAMS[k].notebooks)
+            users = ", ".join(PARAMS[k].notebooks)
             raise ValueError(f"{k}: not a parameter of the notebooks run ({', '.join(names)}); used by {users}")
     return params, names
 
@@ -75,7 +76,7 @@ def run_study(profile: str | Path | None = None, run_dir: str | Path | None = No
     """
     overrides = dict(overrides or {})
     params, names = check_study(profile, run_dir, overrides, only)
-    out_dir = Path(params["run_dir"]) / "notebooks"
+    out_dir = Run(params["run_dir"]).notebooks_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     times: dict[str, float] = {}
     for name in names:
@@ -89,7 +90,6 @@ def run_study(profile: str | Path | None = None, run_dir: str | Path | None = No
         times[name] = time.perf_counter() - t0
         print(f"{name}: {times[name]:.0f} s -> {out_dir / (name + '.ipynb')}")
     from .report import write_report, write_summary
-    from .runs import Run
 
     run = Run(params["run_dir"])
     if run.config_path.exists():

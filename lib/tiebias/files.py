@@ -1,0 +1,203 @@
+"""Files of a run folder that are not about the Run itself: strict JSON, metrics logs, saved models.
+
+Every JSON file the kit writes is strict JSON (no NaN/Infinity: ``null`` plus a reason), written
+through a temporary file and a rename; every file a reader finds damaged is named in the error
+together with what to do about it (:class:`DamagedFileError`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+OVERWRITE_HINT = "set overwrite=True (notebook parameter / --set overwrite=true)"
+_NULL_REASONS = "null_reasons"
+
+
+class RunFolderError(ValueError):
+    """A run folder cannot be used as asked (locked by another writer, or a damaged file)."""
+
+
+class DamagedFileError(RunFolderError):
+    """A file of the run folder does not load; the message names it and says what to do."""
+
+
+def damaged(path: Path, err: BaseException | str, todo: str) -> DamagedFileError:
+    """The error for a file that does not load: the file, the reason, and what to do."""
+    why = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
+    return DamagedFileError(f"{path}: damaged or unreadable ({why}); {todo}")
+
+
+def sanitise_json(data: Any, reasons: dict[str, str] | None = None) -> tuple[Any, dict[str, str]]:
+    """Strict-JSON copy of ``data``: NaN/Infinity become None; returns it and {json path: reason} for each.
+
+    ``reasons`` gives the reason to record for a path (e.g. ``{"spread": "one seed: no spread"}``);
+    other non-finite numbers get a generic reason naming the value. numpy scalars and arrays and
+    paths are converted to plain JSON types.
+    """
+    found: dict[str, str] = {}
+    given = reasons or {}
+
+    def walk(x: Any, where: str) -> Any:
+        """The strict-JSON copy of ``x`` found at json path ``where``."""
+        if isinstance(x, dict):
+            return {str(k): walk(v, f"{where}.{k}" if where else str(k)) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [walk(v, f"{where}[{i}]") for i, v in enumerate(x)]
+        if isinstance(x, np.ndarray):
+            return walk(x.tolist(), where)
+        if isinstance(x, (bool, np.bool_)):
+            return bool(x)
+        if isinstance(x, (np.integer,)):
+            return int(x)
+        if isinstance(x, (float, np.floating)):
+            f = float(x)
+            if math.isfinite(f):
+                return f
+            found[where] = given.get(where, f"{f!r} is not a JSON number")
+            return None
+        if isinstance(x, Path):
+            return str(x)
+        if x is None or isinstance(x, (str, int)):
+            return x
+        if isinstance(x, torch.Tensor) and x.numel() == 1:
+            return walk(x.item(), where)
+        raise TypeError(f"{where or 'value'}: {type(x).__name__} is not JSON serialisable")
+
+    return walk(data, ""), found
+
+
+def write_json_atomic(path: Path, data: Any, reasons: dict[str, str] | None = None) -> None:
+    """Write strict JSON through a temporary file and a rename, so readers never see half a file.
+
+    Non-finite numbers are written as ``null``; for a dict, a ``null_reasons`` entry maps each such
+    field (a dotted path) to why it is null. Serialisation happens before anything touches the disk.
+    """
+    clean, nulls = sanitise_json(data, reasons)
+    if nulls:
+        if not isinstance(clean, dict):
+            raise ValueError(f"{path.name}: non-finite values at {sorted(nulls)} and no place to say why")
+        clean[_NULL_REASONS] = {**clean.get(_NULL_REASONS, {}), **nulls}
+    text = json.dumps(clean, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _read_text(path: Path, todo: str) -> str:
+    """A file's text; a missing file raises FileNotFoundError, an unreadable one names it and ``todo``."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError) as e:
+        raise damaged(path, e, todo) from None
+
+
+def read_json(path: Path, todo: str) -> Any:
+    """Load a JSON file the kit wrote; a missing file raises FileNotFoundError, a damaged one names it and ``todo``."""
+    text = _read_text(path, todo)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise damaged(path, e, todo) from None
+
+
+_NUMERIC = re.compile(r"^\s*$|^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^[-+]?(nan|inf|infinity)$", re.I)
+
+
+def read_log_lines(path: Path, header: list[str] | None = None, *,
+                   todo: str) -> tuple[list[str], list[tuple[int, str]], int]:
+    """Check a metrics CSV line by line: (columns, [(step, line)], dropped), lines kept verbatim.
+
+    A last row cut mid-write (no line end) is dropped and counted; every other field must be a
+    number (empty means missing) with an integer ``step``, else :class:`DamagedFileError` names the
+    file, the line and ``todo``. ``header`` (if given) must match the file's.
+    """
+    text = _read_text(path, todo)
+    lines = text.split("\n")
+    dropped = 0
+    if lines[-1] == "":
+        lines.pop()
+    else:
+        lines.pop()  # no final newline: the writer was stopped in the middle of this row
+        dropped = 1
+    lines = [line.rstrip("\r") for line in lines]  # the csv module ends rows with \r\n
+    if not lines:
+        if header is None:
+            raise damaged(path, "no header line", todo)
+        return list(header), [], dropped
+    cols = lines[0].split(",")
+    if header is not None and cols != header:
+        raise damaged(path, f"header is {cols}, expected {header}", todo)
+    if "step" not in cols:
+        raise damaged(path, f"no 'step' column in header {cols}", todo)
+    at = cols.index("step")
+    rows = []
+    for i, line in enumerate(lines[1:], start=2):
+        fields = line.split(",")
+        if len(fields) != len(cols) or not all(_NUMERIC.match(f) for f in fields) \
+                or not re.fullmatch(r"\d+", fields[at].strip()):
+            raise damaged(path, f"line {i} is not a row of {len(cols)} numbers with an integer step: {line[:80]!r}",
+                          todo)
+        rows.append((int(fields[at]), line))
+    return cols, rows, dropped
+
+
+def read_log(path: Path, header: list[str] | None = None, *, todo: str) -> pd.DataFrame:
+    """A metrics CSV as a DataFrame, checked by :func:`read_log_lines` (a half-written last row left out)."""
+    cols, rows, _ = read_log_lines(path, header, todo=todo)
+    text = ",".join(cols) + "\n" + "".join(line + "\n" for _, line in rows)
+    return pd.read_csv(io.StringIO(text))
+
+
+def check_model_folder(path: Path, todo: str) -> None:
+    """Check that a saved model's config.json parses and its model.safetensors header and size are whole."""
+    read_json(path / "config.json", todo)
+    weights = path / "model.safetensors"
+    if not weights.exists():
+        if (path / "model.safetensors.index.json").exists():
+            return
+        raise damaged(weights, "missing", todo)
+    check_safetensors(weights, todo)
+
+
+def check_safetensors(path: Path, todo: str) -> None:
+    """Raise :class:`DamagedFileError` naming ``path`` when its header does not parse or the file is cut short."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise ValueError("shorter than its 8-byte header length")
+            n = int.from_bytes(head, "little")
+            if n > size - 8:
+                raise ValueError(f"header of {n} bytes does not fit in {size} bytes")
+            header = json.loads(f.read(n))
+        end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+        if 8 + n + end != size:
+            raise ValueError(f"file has {size} bytes, its header describes {8 + n + end}")
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+        raise damaged(path, e, todo) from None
+
+
+def diff_config(old: dict, new: dict, keys: list[str] | None = None) -> dict[str, tuple[Any, Any]]:
+    """Keys whose values differ between two configs (floats compared with a relative tolerance)."""
+    out = {}
+    for k in keys if keys is not None else sorted(set(old) | set(new)):
+        a, b = old.get(k), new.get(k)
+        if isinstance(a, float) and isinstance(b, (int, float)) and math.isclose(a, b, rel_tol=1e-9):
+            continue
+        if a != b:
+            out[k] = (a, b)
+    return out
