@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from conftest import TINY
@@ -446,6 +447,8 @@ def test_second_writer_refused_with_holder_pid(run: Run, holder: subprocess.Pope
     refused(run, lambda: lens_ladder.kl_table(run, ["tied"], [0], steps=2, tokens_per_step=2 * CFG.seq_len,
                                              seq_len=CFG.seq_len, eval_tokens=2 * CFG.seq_len, progress=False),
             RunLockedError, pid, "lenses of tied-s0")
+    refused(run, lambda: run.save_table(pd.DataFrame({"a": [1]}), "lens_gap"), RunLockedError, pid,
+            "saving table lens_gap")
     # readers are not blocked
     assert run.config["vocab_size"] == 512
     assert list(run.metrics("tied", 0).step) == list(range(1, 9))

@@ -210,7 +210,7 @@ def test_fused_training_loss_equals_kl() -> None:
 
 def test_save_load_round_trip(models, lenses, tmp_path: Path) -> None:
     model, lens = models[("gpt_neox", False)], lenses[("gpt_neox", False)]
-    path = L.save_lens(lens, L.lens_path(tmp_path / "tiny-s0"))
+    path = L.save_lens(lens, tmp_path / "tiny-s0" / "lens")
     assert path == tmp_path / "tiny-s0" / "lens"
     assert (path / "config.json").is_file() and (path / "params.pt").is_file()
     before = _eval(model, lens)

@@ -20,7 +20,7 @@ def test_kl_table_gap_and_claim(two_seed_run: Run) -> None:
     assert len(df) == 2 * 2 * (n_layers + 1)
     last = df[df.layer == n_layers]
     assert last.kl_tuned_bits.abs().max() < 1e-3 and last.kl_logit_bits.abs().max() < 1e-3
-    assert (lens_ladder.lens_dir(two_seed_run, "tied", 0) / "params.pt").exists()
+    assert (two_seed_run.lens_dir("tied", 0) / "params.pt").exists()
     g = lens_study.gap_table(df)
     assert list(g.layer) == [0, 1, 2] and (g.n_seeds == 2).all()
     wide = df.pivot_table(index=["layer", "seed"], columns="variant", values="kl_tuned_bits")
@@ -31,7 +31,7 @@ def test_kl_table_gap_and_claim(two_seed_run: Run) -> None:
 
 def test_lens_reused_when_recipe_matches(two_seed_run: Run) -> None:
     lens_ladder.ensure_lens(two_seed_run, "tied", 1, progress=False, **RECIPE)
-    p = lens_ladder.rung_dir(lens_ladder.lens_dir(two_seed_run, "tied", 1), "cpu", 1) / "params.pt"
+    p = lens_ladder.rung_dir(two_seed_run.lens_dir("tied", 1), "cpu", 1) / "params.pt"
     t = p.stat().st_mtime_ns
     lens_ladder.ensure_lens(two_seed_run, "tied", 1, progress=False, **RECIPE)
     assert p.stat().st_mtime_ns == t
@@ -128,7 +128,7 @@ def test_ladder_table_layout_and_rungs(two_seed_run: Run) -> None:
                               budgets=[1, 2], recipes=["cpu", "package"], per_sequence=True, **RECIPE)
     assert set(seq.recipe) == {"cpu", "package"} and set(seq.budget) == {1, 2}
     assert set(seq.lens_steps) == {6, 12} and seq.sequence.nunique() == 256 // 32
-    folder = lens_ladder.lens_dir(two_seed_run, "tied", 0)
+    folder = two_seed_run.lens_dir("tied", 0)
     top = json.loads((folder / "recipe.json").read_text())
     assert top["recipe"] == "cpu" and top["budget"] == 2
     model = two_seed_run.load_model("tied", 0)
@@ -270,8 +270,8 @@ def test_scale_table_on_checkpoints(two_seed_run: Run) -> None:
     assert scale.val_loss[0] == pytest.approx(want) and scale.val_step[0] == 4 and val[4] > val[8]
     assert (scale.ci_low <= scale.gap).all() and (scale.gap <= scale.ci_high).all() and (scale.budget == 2).all()
     # checkpoint lenses live next to the checkpoint; the final step is the final model's lens
-    assert (lens_ladder.lens_dir(two_seed_run, "tied", 0, 4) / "cpu-x2" / "params.pt").is_file()
-    assert (lens_ladder.lens_dir(two_seed_run, "tied", 0) / "cpu-x2" / "params.pt").is_file()
+    assert (two_seed_run.lens_dir("tied", 0, 4) / "cpu-x2" / "params.pt").is_file()
+    assert (two_seed_run.lens_dir("tied", 0) / "cpu-x2" / "params.pt").is_file()
     assert not (two_seed_run.model_path("tied", 0, 8) / "lens").exists()
     at4 = lens_study.at_budget(table[table.step == 4])
     assert scale.gap[0] == pytest.approx(lens_study.early_gap(at4)["value"])

@@ -116,3 +116,13 @@ def test_checkpoint_paths_match_training(fresh_run: Run, tiny_config) -> None:
     assert all(d == fresh_run.checkpoint_dir("tied", 0, s) for s, d in fresh_run.checkpoints("tied", 0))
     assert fresh_run.lens_dir("tied", 0, step=4) == fresh_run.checkpoint_dir("tied", 0, 4) / "lens"
     assert fresh_run.train_config_path("tied", 0).is_file() and fresh_run.complete_path("tied", 0).is_file()
+
+
+def test_save_table_writes_atomically(tmp_path) -> None:
+    import pandas as pd
+
+    run = Run(tmp_path / "r")
+    df = pd.DataFrame({"layer": [0, 1], "kl": [0.5, 0.25]})
+    path = run.save_table(df, "lens_gap")
+    assert path == run.table_path("lens_gap") and pd.read_csv(path).equals(df)
+    assert [p.name for p in run.metrics_dir.iterdir()] == ["lens_gap.csv"]  # no temporary file left

@@ -85,7 +85,7 @@ def _split_key(key: str) -> tuple[Variant, int]:
 def _same_shape(run: Run, key: str, cfg: TrainConfig) -> bool:
     from .files import OVERWRITE_HINT, read_json
 
-    c = read_json(run.path / "models" / key / "train_config.json", f"restore it, or retrain {key} ({OVERWRITE_HINT})")
+    c = read_json(run.train_config_path(*_split_key(key)), f"restore it, or retrain {key} ({OVERWRITE_HINT})")
     return all(c.get(k) == getattr(cfg, k) for k in ("preset", "family", "batch_size", "seq_len"))
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,9 @@ from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor
+
+from .layout import CHECKPOINTS_SUBDIR
+from .variants import step_of
 
 log = logging.getLogger(__name__)
 
@@ -142,12 +144,8 @@ def checkpoint_matrices(model_dir: str | Path, which: Which = "input", *,
     """
     check_which(which, "which")
     root = Path(model_dir)
-    ck = root / "checkpoints" if (root / "checkpoints").is_dir() else root
-    found: list[tuple[int, Path]] = []
-    for p in ck.iterdir() if ck.is_dir() else []:
-        m = re.fullmatch(r"step-(\d+)", p.name)
-        if m and p.is_dir():
-            found.append((int(m.group(1)), p))
+    ck = root / CHECKPOINTS_SUBDIR if (root / CHECKPOINTS_SUBDIR).is_dir() else root
+    found = [(step_of(p), p) for p in (ck.iterdir() if ck.is_dir() else []) if p.is_dir() and step_of(p) is not None]
     if not found:
         raise ValueError(f"model_dir: no checkpoints/step-<N> folders under {str(root)!r}")
     out: list[tuple[int, Tensor]] = []

@@ -31,6 +31,7 @@ from .variants import Variant, model_key, step_dir
 LOCK_NAME = ".lock"
 LOCK_HOLDER = ".lock-holder.json"
 LENS_SUBDIR = "lens"  # a model's (or checkpoint's) lens folder
+CHECKPOINTS_SUBDIR = "checkpoints"  # a model's checkpoint folders
 COMPLETE_NAME = "complete.json"  # a finished model's marker
 METRIC_KINDS = ("train", "val")
 
@@ -96,7 +97,7 @@ class RunLayout:
 
     def checkpoints_dir(self, variant: str | Variant, seed: int) -> Path:
         """``models/<key>/checkpoints/``: the model's checkpoint folders."""
-        return self.model_dir(variant, seed) / "checkpoints"
+        return self.model_dir(variant, seed) / CHECKPOINTS_SUBDIR
 
     def checkpoint_dir(self, variant: str | Variant, seed: int, step: int) -> Path:
         """``models/<key>/checkpoints/step-<N>/`` (whether it exists or not)."""
@@ -159,6 +160,10 @@ class RunLayout:
     def summary_path(self) -> Path:
         """``summary.json``: the headline numbers of the study."""
         return self.path / "summary.json"
+
+    def pair_lens_dir(self, label: str) -> Path:
+        """``lens/<label>/``: a lens ladder of one model of an external pair (its folder is not a run's)."""
+        return self.path / LENS_SUBDIR / label
 
     def depth_dir(self, preset: str) -> Path:
         """``depth/<preset>/``: the run folder of another model depth sharing this run's data."""

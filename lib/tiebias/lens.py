@@ -60,13 +60,11 @@ from tuned_lens.nn.lenses import TunedLensConfig
 
 __all__ = [
     "FINAL_NORM_NAMES",
-    "LENS_SUBDIR",
     "LN2",
     "VERIFIED_MODEL_TYPES",
     "Layout",
     "check_model",
     "find_layout",
-    "lens_path",
     "load_lens",
     "new_logit_lens",
     "new_lens",
@@ -74,7 +72,6 @@ __all__ = [
 ]
 
 LN2 = math.log(2.0)
-LENS_SUBDIR = "lens"
 """A model's lens lives in ``<model dir>/lens/`` (package format: config.json + params.pt)."""
 
 VERIFIED_MODEL_TYPES = (
@@ -296,11 +293,6 @@ def _unembed_sha256(model: PreTrainedModel) -> str:
 
 
 # --------------------------------------------------------------------------- lens construction / io
-
-
-def lens_path(model_dir: str | os.PathLike[str]) -> Path:
-    """Where the lens of a saved model lives: ``<model_dir>/lens``."""
-    return Path(model_dir) / LENS_SUBDIR
 
 
 def _unembed(model: PreTrainedModel) -> Unembed:

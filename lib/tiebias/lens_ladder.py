@@ -98,13 +98,6 @@ def recipe_kwargs(recipe: str, steps: int) -> dict[str, Any]:
     return kw
 
 
-def lens_dir(run: Run, variant: str | Variant, seed: int, step: int | None = None) -> Path:
-    """Where a model's lens lives: ``models/<variant>-s<seed>/lens/`` (or ``.../checkpoints/step-N/lens/``)."""
-    if step is None:
-        return run.model_dir(variant, seed) / tl.LENS_SUBDIR
-    return run.model_path(variant, seed, step) / tl.LENS_SUBDIR
-
-
 def rung_dir(folder: str | Path, recipe: str, budget: int) -> Path:
     """Folder of one rung of a ladder: ``<lens folder>/<recipe>-x<budget>``."""
     return Path(folder) / f"{recipe}-x{int(budget)}"
@@ -250,7 +243,7 @@ def ensure_lens(run: Run, variant: str | Variant, seed: int, *, steps: int, toke
     """(model, lens at the largest budget) of one model of a run (or one checkpoint), trained if not yet saved."""
     model = run.load_model(variant, seed, step, device=device)
     with run.writing(f"lens of {Variant.parse(variant).name}-s{seed}"):
-        lenses = train_ladder(model, run.tokens("validation"), lens_dir(run, variant, seed, step), steps=steps,
+        lenses = train_ladder(model, run.tokens("validation"), run.lens_dir(variant, seed, step), steps=steps,
                               tokens_per_step=tokens_per_step, seq_len=seq_len, budgets=budgets, recipe=recipe,
                               progress=progress)
     return model, lenses[max(lenses)]
@@ -275,7 +268,7 @@ def kl_table(run: Run, variants: Sequence[str], seeds: Sequence[int], *, steps: 
             at = None if step is None or step == final else step
             model = run.load_model(v, seed, at, device=device)
             with run.writing(f"lenses of {Variant.parse(v).name}-s{seed}"):  # one writer of lens folders
-                df = ladder_table(model, val, test, lens_dir(run, v, seed, at), steps=steps,
+                df = ladder_table(model, val, test, run.lens_dir(v, seed, at), steps=steps,
                                   tokens_per_step=tokens_per_step, seq_len=seq_len, eval_tokens=eval_tokens,
                                   budgets=budgets, recipes=recipes, progress=progress)
             df.insert(0, "variant", Variant.parse(v).name)
@@ -304,7 +297,7 @@ def kl_table_models(models: dict[str, tuple[Any, Any]], corpus: Any = None, *, s
     for label, (model, tok) in models.items():
         val = tokens.encode(tok, ds["validation"]["text"])
         test = tokens.encode(tok, ds["test"]["text"])
-        sub = Path(folder) / tl.LENS_SUBDIR / label
+        sub = Run(folder).pair_lens_dir(label)
         df = ladder_table(model, val, test, sub, steps=steps, tokens_per_step=tokens_per_step, seq_len=seq_len,
                           eval_tokens=eval_tokens, budgets=budgets, recipes=recipes, progress=progress)
         df.insert(0, "variant", label)
@@ -378,13 +371,13 @@ def depth_run(run: Run, preset: str, seeds: Sequence[int], config: Any, progress
     from .train import train
 
     get_preset(preset)
-    sub = Run(run.path / "depth" / preset)
+    sub = Run(run.depth_dir(preset))
     if not sub.config_path.exists():
         sub.path.mkdir(parents=True, exist_ok=True)
-        for name in ("tokenizer", "tokens"):
-            if not (sub.path / name).exists():
-                shutil.copytree(run.path / name, sub.path / name)
-        shutil.copy2(run.path / "token_frequencies.csv", sub.path / "token_frequencies.csv")
+        for src, dst in ((run.tokenizer_dir, sub.tokenizer_dir), (run.tokens_dir, sub.tokens_dir)):
+            if not dst.exists():
+                shutil.copytree(src, dst)
+        shutil.copy2(run.frequencies_path, sub.frequencies_path)
         shutil.copy2(run.config_path, sub.config_path)  # last: marks the sub-run as ready
     cfg = replace(config, preset=preset)
     for seed in seeds:

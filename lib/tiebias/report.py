@@ -81,14 +81,14 @@ def record(run: Run, claim: str, *, value: float, threshold: float, statement: s
     reasons = {"spread": one, "noise_floor": "not a number (the noise floor needs two or more seeds)"}
     sanitise_json(entry)  # not serialisable: stop before the file is touched
     with run.writing(f"recording {claim}"):
-        write_json_atomic(run.path / "results" / f"{claim}.json", entry, reasons)
+        write_json_atomic(run.result_path(claim), entry, reasons)
     return {**entry, "spread": _finite(spread), "noise_floor": _finite(noise_floor)}
 
 
 def results(run: Run) -> dict[str, dict]:
     """The claims recorded so far in a run (a damaged file is named with the notebook that rewrites it)."""
     out = {}
-    for p in sorted((run.path / "results").glob("*.json")):
+    for p in sorted(run.results_dir.glob("*.json")):
         nb = NOTEBOOK_OF.get(p.stem)
         out[p.stem] = read_json(p, f"delete it and rerun {'notebook ' + nb if nb else 'the notebook that wrote it'}")
     return out
@@ -103,7 +103,7 @@ def write_summary(run: Run, timings: dict[str, float] | None = None) -> Path:
     claims = results(run)
     with run.writing("writing summary.json"):
         prev = {}
-        path = run.path / "summary.json"
+        path = run.summary_path
         if path.exists():
             try:
                 prev = read_json(path, "").get("timings_seconds", {})
@@ -137,7 +137,7 @@ def write_report(run: Run) -> Path:
     cfg = run.config.get("study", {})
     bodies = {}
     scratch = Path(tempfile.mkdtemp(prefix="tiebias-report-"))
-    for nb in sorted((run.path / "notebooks").glob("*.ipynb")):
+    for nb in sorted(run.notebooks_dir.glob("*.ipynb")):
         try:  # plotly figures are drawn from their mimetype; plotly.min.js is written once, beside the pages
             bodies[nb.stem] = export_html(nb, scratch / f"{nb.stem}.html").read_text(encoding="utf-8")
         except Exception as e:  # a damaged notebook: named, with what to do
@@ -153,7 +153,7 @@ def write_report(run: Run) -> Path:
         rows.append("<tr>" + "".join(f"<td>{v}</td>" for v in (
             html.escape(desc), f"{_fmt(r['value'])} {html.escape(r['unit'])}", _fmt(r["spread"]), _fmt(r["noise_floor"]),
             _fmt(r["paper"]), f"<b>{verdict}</b> (value &gt; {_fmt(r['threshold'])})", html.escape(r["statement"]))) + "</tr>")
-    figs = [f for f in KEY_FIGURES if (run.path / "figures" / f"{f}.html").exists()]
+    figs = [f for f in KEY_FIGURES if run.figure_path(f).exists()]
     fig_html = "\n".join(f'<h3>{html.escape(f)}</h3><iframe src="figures/{f}.html" loading="lazy"></iframe>' for f in figs)
     links = " · ".join(f'<a href="report/{p}.html">{html.escape(p)}</a>' for p in bodies)
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>tiebias report: {html.escape(run.path.name)}</title>
@@ -170,15 +170,15 @@ Notebooks: {links or 'none executed'}</p>
 <h2>Key figures</h2>{fig_html or '<p>No figures yet.</p>'}
 </body></html>"""
     with run.writing("writing report.html"):
-        out = run.path / "report"
+        out = run.report_dir
         out.mkdir(exist_ok=True)
         for stem, body in bodies.items():
             _write_text_atomic(out / f"{stem}.html", body)
         if bodies and (scratch / PLOTLY_JS).exists():
             _write_text_atomic(out / PLOTLY_JS, (scratch / PLOTLY_JS).read_text(encoding="utf-8"))
-        _write_text_atomic(run.path / "report.html", doc)
+        _write_text_atomic(run.report_path, doc)
     shutil.rmtree(scratch, ignore_errors=True)
-    return run.path / "report.html"
+    return run.report_path
 
 
 def _write_text_atomic(path: Path, text: str) -> None:

@@ -235,6 +235,16 @@ class Run(RunLayout):
             cfg.update(values)
             write_json_atomic(self.config_path, cfg)
 
+    def save_table(self, table: pd.DataFrame, name: str) -> Path:
+        """Write a notebook's table to ``metrics/<name>.csv`` atomically, under the writer lock."""
+        path = self.table_path(name)
+        with self.writing(f"saving table {name}"):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp")
+            table.to_csv(tmp, index=False)
+            os.replace(tmp, path)
+        return path
+
     def record_study(self, values: dict[str, Any], section: str = "study") -> None:
         """Record the parameters of work that has just succeeded under ``config.json[section]``."""
         if not isinstance(section, str) or not section or section in _DATA_KEYS:
