@@ -38,9 +38,10 @@ import numpy as np
 import pandas as pd
 
 from . import lens as tl
-from . import lens_eval, lens_fit, params
+from . import lens_eval, lens_fit
 from .files import write_json_atomic
 from .lens_study import convergence, ladder_gaps, per_layer
+from .params import coerce
 from .runs import Run
 from .variants import Variant
 
@@ -64,24 +65,24 @@ _TOP_RECIPE = "recipe.json"
 
 def check_budgets(lens_budgets: Any) -> list[int]:
     """The ladder: positive, strictly increasing integer multiples of lens_steps (the schema's rule, e.g. [1, 2, 4])."""
-    return params.coerce("lens_budgets", lens_budgets)
+    return coerce("lens_budgets", lens_budgets)
 
 
 def check_recipes(lens_recipes: Any) -> list[str]:
     """The lens recipes: distinct names from :data:`RECIPES`; the first one carries the verdict (the schema's rule)."""
-    return params.coerce("lens_recipes", lens_recipes)
+    return coerce("lens_recipes", lens_recipes)
 
 
 def check_checkpoints(lens_checkpoints: Any) -> list[int]:
     """Scale-axis checkpoints: increasing training steps >= 0, [] (or None) for none (the schema's rule)."""
-    return [] if lens_checkpoints in (None, "") else params.coerce("lens_checkpoints", lens_checkpoints)
+    return [] if lens_checkpoints in (None, "") else coerce("lens_checkpoints", lens_checkpoints)
 
 
 def check_params(params: dict[str, Any]) -> dict[str, Any]:
     """Validate notebook 03's lens parameters up front against the schema, each error naming the parameter."""
     out = dict(params)
     for name in ("lens_steps", "lens_tokens_per_step", "lens_eval_tokens", "lens_depth_preset"):
-        out[name] = params.coerce(name, out.get(name))
+        out[name] = coerce(name, out.get(name))
     out["lens_budgets"] = check_budgets(out.get("lens_budgets", [1]))
     out["lens_recipes"] = check_recipes(out.get("lens_recipes", ["cpu"]))
     out["lens_checkpoints"] = check_checkpoints(out.get("lens_checkpoints", []))
