@@ -3,9 +3,10 @@
 Each measurement runs in a fresh process (OpenMP settings only take effect at start-up), for two
 thread policies:
 
-- ``fixed``: all cores, OpenMP's default (spinning) wait policy: what torch does out of the box;
-- ``tiebias``: what the kit sets: sleeping idle workers (``OMP_WAIT_POLICY=PASSIVE``) and a
-  :class:`tiebias.threads.ThreadTuner` choosing the thread count from measured steps.
+- ``fixed``: all cores (``TIEBIAS_THREADS`` = cores): what torch does out of the box;
+- ``tiebias``: what the kit does: a :class:`tiebias.threads.ThreadTuner` choosing the thread count
+  from measured steps;
+- ``passive``: the tuner plus sleeping idle OpenMP workers (``OMP_WAIT_POLICY=PASSIVE``), for comparison.
 
 and four conditions: quiet, next to one busy loop, next to two busy loops, and two trainings side by
 side. Reported: median step time and its ratio to the same policy's quiet step. Usage::
@@ -39,7 +40,7 @@ def worker(preset: str, steps: int, policy: str, batch: int, seq: int) -> dict:
     vocab = 8192
     model = build(preset, family="llama", tied=True, vocab_size=vocab, seed=0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
-    tuner = ThreadTuner() if policy == "tiebias" else None
+    tuner = ThreadTuner() if policy in ("tiebias", "passive") else None
     g = torch.Generator().manual_seed(0)
     times = []
     for _ in range(steps):
@@ -67,9 +68,12 @@ class _null:
 def _env(policy: str) -> dict:
     env = dict(os.environ)
     env.pop("OMP_NUM_THREADS", None)
-    if policy == "tiebias":
-        env["OMP_WAIT_POLICY"] = "PASSIVE"
-        env.setdefault("TIEBIAS_THREADS", "auto")
+    if policy in ("tiebias", "passive"):
+        env["TIEBIAS_THREADS"] = "auto"
+        if policy == "passive":
+            env["OMP_WAIT_POLICY"] = "PASSIVE"
+        else:
+            env.pop("OMP_WAIT_POLICY", None)
     else:
         env.pop("OMP_WAIT_POLICY", None)
         env["TIEBIAS_THREADS"] = str(os.cpu_count() or 1)

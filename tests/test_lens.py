@@ -228,6 +228,21 @@ def test_training_is_deterministic(models) -> None:
         assert torch.equal(pa, pb)
 
 
+def test_lens_does_not_depend_on_threads(models) -> None:
+    """The thread tuner may switch counts mid-run: the trained lens must not change."""
+    model = models[("llama", True)]
+    kw = dict(steps=8, seq_len=SEQ, tokens_per_step=256, warmup_steps=1, progress=False, seed=4)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        one, two, auto = (F.train_lens(model, TRAIN, num_threads=n, **kw) for n in (1, 2, "auto"))
+        assert torch.get_num_threads() == 2  # restored
+    finally:
+        torch.set_num_threads(before)
+    for pa, pb, pc in zip(one.parameters(), two.parameters(), auto.parameters(), strict=True):
+        assert torch.equal(pa, pb) and torch.equal(pa, pc)
+
+
 def test_continued_training_through_disk_matches_in_memory(models, tmp_path: Path) -> None:
     """Two chained calls give the same lens whether the lens and its state went through disk or not."""
     model = models[("llama", True)]

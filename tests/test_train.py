@@ -133,3 +133,22 @@ def test_schedule() -> None:
     lrs = [lr_at(s, cfg) for s in range(10, 100)]
     assert lrs == sorted(lrs, reverse=True)
     assert checkpoint_steps(100, 25) == [0, 1, 2, 4, 8, 16, 25, 32, 50, 64, 75, 100]
+
+
+def test_thread_count_does_not_change_the_weights(fresh_run: Run, tiny_config: TrainConfig, tmp_path,
+                                                  monkeypatch) -> None:
+    """The thread tuner may switch counts mid-run: only speed may depend on it, never the weights."""
+    before = torch.get_num_threads()
+    runs = {}
+    try:
+        for n in ("1", "2"):
+            monkeypatch.setenv("TIEBIAS_THREADS", n)
+            runs[n] = Run(tmp_path / f"threads-{n}")
+            shutil.copytree(fresh_run.path, runs[n].path)
+            torch.set_num_threads(2)
+            train(runs[n], "tied", 3, tiny_config, progress=False)
+    finally:
+        torch.set_num_threads(before)
+    wa, wb = _weights(runs["1"], "tied", 3), _weights(runs["2"], "tied", 3)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert runs["1"].metrics("tied", 3).loss.tolist() == runs["2"].metrics("tied", 3).loss.tolist()

@@ -20,9 +20,9 @@ default / reference of 600 steps x 1024 tokens at Adam 1e-2): trained tied Llama
 under-trained lens inflates early-layer KL, the quantity claim 3 compares, hence Adam at 1e-2
 with 25 warmup steps. Adam follows the package's Adam branch (amsgrad, beta1 = ``momentum``).
 
-``num_threads`` defaults to 1: on the kit's 2-core machine, with other processes running, two
-threads took 190-260 s for the default run against 29 s for one thread, and were at best about
-1.3x faster when the machine was quiet.
+``num_threads`` defaults to ``"auto"``: a :class:`tiebias.threads.ThreadTuner` chooses the intra-op
+threads from measured steps (two threads were about 1.3x faster on the kit's quiet 2-core machine, and
+several times slower than one when another process held a core). The lens does not depend on it.
 
 Continuing (the lens-budget ladder of :mod:`tiebias.lens_study`): :func:`train_lens` can train a
 given lens in place and fill or resume from a ``state`` dict (optimiser moments, the data
@@ -34,6 +34,7 @@ disk in between (``torch.save`` of ``state``).
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -46,6 +47,7 @@ from tuned_lens.nn import Unembed
 
 from .lens import LN2, _check_lens, check_model, new_lens
 from .lens_eval import _check_tokens, _intra_op_threads, _sequences
+from .threads import ThreadTuner
 
 __all__ = ["train_lens"]
 
@@ -149,7 +151,7 @@ def train_lens(
     max_grad_norm: float = 1.0,
     batch_size: int = 8,
     low_precision: bool | None = None,
-    num_threads: int | None = 1,
+    num_threads: int | Literal["auto"] | None = "auto",
     log: list[dict[str, float]] | None = None,
     lens: TunedLens | None = None,
     state: dict[str, Any] | None = None,
@@ -160,7 +162,8 @@ def train_lens(
     sequences, shuffled with ``seed`` and cycled, ``batch_size`` sequences per forward pass.
     ``low_precision`` (default: when bf16 matmuls are supported) computes the lens logits in bf16 like
     the package's autocast. ``log`` receives one dict per step (``kl_bits_<i>`` per layer, ``lr``).
-    ``num_threads`` sets torch's intra-op CPU threads for the call (None: keep). ``lens`` is trained in
+    ``num_threads`` sets torch's intra-op CPU threads for the call (None: keep; ``"auto"``: a
+    :class:`tiebias.threads.ThreadTuner` picks them from step times, restored after). ``lens`` is trained in
     place instead of a new identity lens; ``state`` (empty: filled on return) resumes where a call stopped.
     """
     model_type = check_model(model)
@@ -181,7 +184,9 @@ def train_lens(
                                 weight_decay=weight_decay)
     target = _Target.of(lens, low_precision)
     per_step = tokens_per_step // seq_len
-    with _intra_op_threads(num_threads):
+    auto = num_threads == "auto" and model.device.type == "cpu"
+    tuner = ThreadTuner() if auto else None
+    with _intra_op_threads(torch.get_num_threads() if num_threads == "auto" else num_threads):
         bar = tqdm(range(steps), desc=f"tuned lens ({model_type})", disable=not progress)
         try:
             for step in bar:
@@ -189,10 +194,11 @@ def train_lens(
                 for g, base in zip(opt.param_groups, base_lr, strict=True):
                     g["lr"] = base * factor
                 batch = feed.take(per_step).to(model.device)
-                layer_loss = _accumulate_gradients(model, lens, target, batch, per_step, batch_size)
-                torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-                opt.step()
-                opt.zero_grad(set_to_none=False)
+                with tuner.step() if tuner is not None else nullcontext():
+                    layer_loss = _accumulate_gradients(model, lens, target, batch, per_step, batch_size)
+                    torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+                    opt.step()
+                    opt.zero_grad(set_to_none=False)
                 _record(bar, log, layer_loss, opt.param_groups[0]["lr"])
         finally:
             bar.close()
@@ -214,13 +220,14 @@ def _check_train_args(
     lr: float,
     optimizer: str,
     batch_size: int,
-    num_threads: int | None,
+    num_threads: int | str | None,
 ) -> Tensor:
     """Validate :func:`train_lens`'s arguments (ValueError naming the first bad one); return the token stream."""
     if not isinstance(steps, int) or steps <= 0:
         raise ValueError(f"steps: must be a positive int, got {steps!r}")
-    if num_threads is not None and (not isinstance(num_threads, int) or num_threads <= 0):
-        raise ValueError(f"num_threads: must be a positive int or None, got {num_threads!r}")
+    if num_threads not in (None, "auto") and (isinstance(num_threads, bool) or not isinstance(num_threads, int)
+                                              or num_threads <= 0):
+        raise ValueError(f"num_threads: must be a positive int, 'auto' or None, got {num_threads!r}")
     tokens = _check_tokens(tokens, seq_len, model.config.vocab_size)
     if not isinstance(tokens_per_step, int) or tokens_per_step < seq_len or tokens_per_step % seq_len:
         raise ValueError(

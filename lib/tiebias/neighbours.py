@@ -42,6 +42,61 @@ def knn_overlap(a: Matrix, b: Matrix, k: int = 10, *, chunk: int = 4096) -> tupl
     return neighbour_overlap(nearest(A, k, chunk=chunk), nearest(B, k, chunk=chunk))
 
 
+def _fold_dense(vals: Tensor, idx: Tensor, r0: int, sims: Tensor, c0: int) -> None:
+    """Fold ``sims[r, c] = cos(r0 + r, c0 + c)`` into the running top-k of rows r0.. (kept sorted, best first)."""
+    k = vals.shape[1]
+    bv, bi = sims.topk(min(k, sims.shape[1]), dim=1)
+    r1 = r0 + sims.shape[0]
+    top, pos = torch.cat([vals[r0:r1], bv], 1).topk(k, dim=1)
+    idx[r0:r1] = torch.cat([idx[r0:r1], bi + c0], 1).gather(1, pos)
+    vals[r0:r1] = top
+
+
+def _fold_candidates(vals: Tensor, idx: Tensor, rows: Tensor, ids: Tensor, v: Tensor) -> None:
+    """Fold a few candidates (row ``rows[i]`` gets neighbour ``ids[i]`` at cosine ``v[i]``; rows sorted) into the top-k."""
+    if rows.numel() == 0:
+        return
+    k = vals.shape[1]
+    touched, counts = torch.unique_consecutive(rows, return_counts=True)
+    first = torch.cumsum(counts, 0) - counts
+    slot = torch.repeat_interleave(torch.arange(touched.numel(), device=rows.device), counts)
+    pos = torch.arange(rows.numel(), device=rows.device) - first[slot]
+    width = int(counts.max())
+    pv = torch.full((touched.numel(), width), -math.inf, dtype=vals.dtype, device=vals.device)
+    pi = torch.full((touched.numel(), width), -1, dtype=torch.long, device=vals.device)
+    pv[slot, pos] = v
+    pi[slot, pos] = ids
+    top, p = torch.cat([vals[touched], pv], 1).topk(k, dim=1)
+    idx[touched] = torch.cat([idx[touched], pi], 1).gather(1, p)
+    vals[touched] = top
+
+
+def _fold_block(vals: Tensor, idx: Tensor, i0: int, j0: int, sims: Tensor) -> None:
+    """Fold one block of similarities into the top-k of its rows (and, off the diagonal, of its columns).
+
+    Once rows have k neighbours, only entries above a row's current k-th best can enter: those few are
+    picked with one comparison pass instead of a top-k over the whole block (ties at the k-th value keep
+    the earlier neighbour). Rows still short of k neighbours take the dense path.
+    """
+    ri, rj = slice(i0, i0 + sims.shape[0]), slice(j0, j0 + sims.shape[1])
+    thr_r = vals[ri, -1]
+    if bool(torch.isfinite(thr_r).all()):
+        r, c = (sims > thr_r[:, None]).nonzero(as_tuple=True)
+        _fold_candidates(vals, idx, r + i0, c + j0, sims[r, c])
+    else:
+        _fold_dense(vals, idx, i0, sims, j0)
+    if i0 == j0:
+        return
+    thr_c = vals[rj, -1]
+    if bool(torch.isfinite(thr_c).all()):
+        r, c = (sims > thr_c[None, :]).nonzero(as_tuple=True)
+        order = torch.argsort(c, stable=True)
+        r, c = r[order], c[order]
+        _fold_candidates(vals, idx, c + j0, r + i0, sims[r, c])
+    else:
+        _fold_dense(vals, idx, j0, sims.T.contiguous(), i0)  # topk along contiguous rows is ~2x faster
+
+
 def nearest(m: Matrix, k: int = 10, *, chunk: int = 4096) -> Tensor:
     """Ids of each row's k most cosine-similar other rows, [V, k] (order within a row not meaningful).
 
@@ -62,15 +117,6 @@ def nearest(m: Matrix, k: int = 10, *, chunk: int = 4096) -> Tensor:
     inv = torch.where(norms > 0, 1 / norms.clamp_min(torch.finfo(x.dtype).tiny), torch.zeros_like(norms))
     vals = torch.full((n, k), -math.inf, dtype=x.dtype, device=x.device)
     idx = torch.full((n, k), -1, dtype=torch.long, device=x.device)
-
-    def merge(r0: int, sims: Tensor, c0: int) -> None:
-        """Fold ``sims[r, c] = cos(r0 + r, c0 + c)`` into the running top-k of rows r0.."""
-        bv, bi = sims.topk(min(k, sims.shape[1]), dim=1)
-        r1 = r0 + sims.shape[0]
-        top, pos = torch.cat([vals[r0:r1], bv], 1).topk(k, dim=1)
-        idx[r0:r1] = torch.cat([idx[r0:r1], bi + c0], 1).gather(1, pos)
-        vals[r0:r1] = top
-
     for i0 in range(0, n, chunk):
         xi = x[i0:i0 + chunk] * inv[i0:i0 + chunk, None]
         for j0 in range(i0, n, chunk):
@@ -78,9 +124,7 @@ def nearest(m: Matrix, k: int = 10, *, chunk: int = 4096) -> Tensor:
             sims = xi @ xj.T
             if j0 == i0:
                 sims.fill_diagonal_(-math.inf)
-            merge(i0, sims, j0)
-            if j0 != i0:
-                merge(j0, sims.T.contiguous(), i0)  # topk along contiguous rows is ~2x faster
+            _fold_block(vals, idx, i0, j0, sims)
     return idx
 
 

@@ -21,6 +21,7 @@ from transformers import PreTrainedModel
 from .checkpoints import TRAIN_FIELDS, save_checkpoint
 from .gradients import GradientProvenance
 from .models import count_parameters
+from .threads import ThreadTuner
 
 if TYPE_CHECKING:
     from .train import TrainConfig, TrainJob
@@ -108,6 +109,8 @@ class StepLoop:
         self.rows = job.cfg.batch_size // job.world
         self.lo = job.acc.process_index * self.rows
         self.t0 = time.perf_counter() - elapsed
+        # one CPU process: the thread count follows the load (results do not depend on it, only speed)
+        self.tuner = ThreadTuner() if job.dev.type == "cpu" and job.world == 1 else None
 
     def val_loss(self) -> float:
         """Validation loss of the model as it is now."""
@@ -139,6 +142,7 @@ class StepLoop:
                                                      output_factor=job.v.output_factor, record=cfg.record_provenance)
         bar = tqdm(total=cfg.steps, initial=start, desc=job.key, disable=not progress or not job.main,
                    dynamic_ncols=True)
+        threads = torch.get_num_threads()
         try:
             with prov if prov is not None else contextlib.nullcontext():
                 self.ddp.train()
@@ -151,6 +155,7 @@ class StepLoop:
         finally:
             bar.close()
             logs.close()
+            torch.set_num_threads(threads)
         return None
 
     def _step(self, step: int, prov: GradientProvenance | None, logs: Logs) -> float:
@@ -161,13 +166,14 @@ class StepLoop:
             g["lr"] = lr
         x = batch_for_step(job.train_ids, step, job.seed, cfg.batch_size, cfg.seq_len)[
             self.lo:self.lo + self.rows].to(job.dev)
-        with self.autocast():
-            loss = self.ddp(input_ids=x, labels=x).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        stats = prov.pop() if prov is not None else None
-        gnorm = torch.nn.utils.clip_grad_norm_(self.core.parameters(), cfg.grad_clip)
-        opt.step()
+        with self.tuner.step() if self.tuner is not None else contextlib.nullcontext():
+            with self.autocast():
+                loss = self.ddp(input_ids=x, labels=x).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            stats = prov.pop() if prov is not None else None
+            gnorm = torch.nn.utils.clip_grad_norm_(self.core.parameters(), cfg.grad_clip)
+            opt.step()
         done = step + 1
         if job.world > 1:
             loss = job.acc.reduce(loss.detach(), reduction="mean")

@@ -1,13 +1,11 @@
 """CPU threads that degrade gracefully when other processes want the same cores.
 
-Two settings, both overridable:
-
-- idle OpenMP workers sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``), set when ``tiebias`` is
-  imported before torch and the variable is unset: spinning workers on a core another process needs
-  turn contention into collapse;
-- :class:`ThreadTuner` re-chooses the intra-op thread count during long loops from measured step
-  times: all cores on a quiet machine, fewer when another process holds one. ``TIEBIAS_THREADS=N``
-  fixes the count instead (``auto``, the default, tunes).
+:class:`ThreadTuner` re-chooses the intra-op thread count during long loops (training steps, lens
+training) from measured step times: all cores on a quiet machine, fewer when another process holds
+one. ``TIEBIAS_THREADS=N`` fixes the count instead (``auto``, the default, tunes); OpenMP's own
+settings (``OMP_WAIT_POLICY``, ``OMP_NUM_THREADS``) are left to the user. Measured on the kit's
+2-core machine (``bench/contention.py``): sleeping idle workers (``OMP_WAIT_POLICY=PASSIVE``) made the
+quiet step 16% slower and did not help under load, so the kit does not set it.
 
 Only speed depends on the thread count, never the numbers: a test trains the same model with one and
 with two threads and gets the same weights bit for bit.
@@ -17,19 +15,11 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 THREADS_ENV = "TIEBIAS_THREADS"
-WAIT_POLICY_ENV = "OMP_WAIT_POLICY"
-
-
-def apply_openmp_defaults() -> bool:
-    """Ask OpenMP for sleeping idle workers unless the user chose; True if it can still take effect."""
-    os.environ.setdefault(WAIT_POLICY_ENV, "PASSIVE")
-    return "torch" not in sys.modules
 
 
 def fixed_threads() -> int | None:
@@ -128,4 +118,4 @@ class ThreadTuner:
             self._start_probe()
 
 
-__all__ = ["THREADS_ENV", "ThreadTuner", "apply_openmp_defaults", "fixed_threads"]
+__all__ = ["THREADS_ENV", "ThreadTuner", "fixed_threads"]
