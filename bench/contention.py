@@ -37,7 +37,7 @@ def worker(preset: str, steps: int, policy: str, batch: int, seq: int) -> dict:
     from tiebias.models import build
     from tiebias.threads import ThreadTuner
 
-    vocab = 8192
+    vocab = 4096  # the default profile's vocabulary
     model = build(preset, family="llama", tied=True, vocab_size=vocab, seed=0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
     tuner = ThreadTuner() if policy in ("tiebias", "passive") else None

@@ -1,9 +1,10 @@
-"""Training throughput: tiebias.train vs a bare PyTorch loop, provenance on vs off, and FLOP/s vs peak.
+"""Training throughput: tiebias.train vs a bare PyTorch loop, provenance on vs off, FLOP/s vs peak,
+eager vs torch.compile, where a step's time goes, and step time alone vs next to other processes.
 
-Ratios are measured in one process, interleaving the contenders over several rounds and taking the
+Ratios are measured in one run, interleaving the contenders over several rounds and taking the
 median, so machine noise hits all of them alike. Usage::
 
-    python bench/train_throughput.py [--preset small] [--steps 100] [--rounds 3]
+    python bench/train_throughput.py [--preset small] [--steps 100] [--rounds 3] [--no-compile] [--no-load]
 """
 
 from __future__ import annotations
@@ -23,29 +24,71 @@ from tiebias.steploop import batch_for_step, checkpoint_steps, lr_at
 from tiebias.train import TrainConfig, train
 
 
-def bare_loop(run: Run, cfg: TrainConfig, seed: int = 0) -> float:
-    """The same model, batches, optimiser and schedule with nothing else: tokens per second."""
+def bare_loop(run: Run, cfg: TrainConfig, seed: int = 0, compiled: bool = False) -> float:
+    """The same model, batches, optimiser and schedule with nothing else: tokens per second.
+
+    ``compiled``: the model goes through ``torch.compile`` (inductor); the rate is taken over the steps
+    after the first two (which pay for compilation), and the compile time is printed.
+    """
     tok = run.tokenizer()
     ids = run.tokens("train")
     model = build(cfg.preset, family=cfg.family, tied=True, vocab_size=len(tok), seed=seed)
+    fwd = torch.compile(model) if compiled else model
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), foreach=True)
     model.train()
-    t0 = time.perf_counter()
-    for step in range(cfg.steps):
+    skip = 2 if compiled else 0
+    t_start = t0 = time.perf_counter()
+    for step in range(cfg.steps + skip):
+        if step == skip:
+            if compiled:
+                print(f"    torch.compile: first {skip} steps (compilation) took {time.perf_counter() - t_start:.0f} s",
+                      flush=True)
+            t0 = time.perf_counter()
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
         x = batch_for_step(ids, step, seed, cfg.batch_size, cfg.seq_len)
-        loss = model(input_ids=x, labels=x).loss
+        loss = fwd(input_ids=x, labels=x).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
         loss.item()
     return cfg.steps * cfg.batch_size * cfg.seq_len / (time.perf_counter() - t0)
+
+
+MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+
+
+def profile_split(run: Run, cfg: TrainConfig, steps: int = 3) -> list[tuple[str, float]]:
+    """Share of a training step's CPU time per operator (torch profiler, self time), matmuls first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model = build(cfg.preset, family=cfg.family, tied=True, vocab_size=len(run.tokenizer()), seed=0)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, foreach=True)
+    ids = run.tokens("train")
+
+    def step(i: int) -> None:
+        x = batch_for_step(ids, i, 0, cfg.batch_size, cfg.seq_len)
+        loss = model(input_ids=x, labels=x).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+
+    for i in range(2):
+        step(i)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for i in range(steps):
+            step(2 + i)
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    shares = sorted(((e.key, e.self_cpu_time_total / total) for e in events), key=lambda kv: -kv[1])
+    return [("matmuls (" + ", ".join(MATMULS) + ")", sum(v for k, v in shares if k in MATMULS))] + [
+        kv for kv in shares if kv[0] not in MATMULS]
 
 
 def lib_loop(run: Run, cfg: TrainConfig) -> tuple[float, float]:
@@ -82,6 +125,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile comparison")
+    ap.add_argument("--no-load", action="store_true", help="skip the step times next to other processes")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         run = Run.prepare(Path(tmp) / "bench", vocab_size=args.vocab)
@@ -90,13 +135,15 @@ def main() -> None:
                            checkpoint_every=50, warmup_steps=min(20, args.steps // 4))
         cfgs = {"bare loop": None, "tiebias.train, provenance off": replace(base, record_provenance=False),
                 "tiebias.train, provenance on": base}
+        if not args.no_compile:
+            cfgs["bare loop, torch.compile"] = "compiled"
         results: dict[str, list[float]] = {k: [] for k in cfgs}
-        results.update({f"{k}, steps only": [] for k, c in cfgs.items() if c is not None})
+        results.update({f"{k}, steps only": [] for k, c in cfgs.items() if isinstance(c, TrainConfig)})
         bare_loop(run, replace(base, steps=5))  # warm-up
         for r in range(args.rounds):
             for name, cfg in cfgs.items():
-                if cfg is None:
-                    results[name].append(bare_loop(run, base))
+                if cfg is None or cfg == "compiled":
+                    results[name].append(bare_loop(run, base, compiled=cfg == "compiled"))
                 else:
                     end_to_end, steps_only = lib_loop(run, cfg)
                     results[name].append(end_to_end)
@@ -108,6 +155,7 @@ def main() -> None:
         p = get_preset(args.preset)
         flops_per_token = 6 * (n["non_embedding"] + n["embedding"]) + 12 * p.layers * p.hidden * base.seq_len
         peak = matmul_peak()
+        split = profile_split(run, base)
     print()
     print(f"preset {args.preset}, batch {base.batch_size} x {base.seq_len}, {args.steps} steps, "
           f"median of {args.rounds} rounds, torch threads {torch.get_num_threads()}")
@@ -122,6 +170,31 @@ def main() -> None:
     print(f"  provenance overhead, end to end (off / on):                      {med[off] / med[on]:.3f}x")
     print(f"  matmul peak (2048^2 float32): {peak / 1e9:.1f} GFLOP/s; training achieves "
           f"{med['tiebias.train, provenance on'] * flops_per_token / peak:.1%} of it")
+    if "bare loop, torch.compile" in med:
+        print(f"  torch.compile (inductor) vs eager, bare loop, after compilation: "
+              f"{med['bare loop, torch.compile'] / med['bare loop']:.3f}x")
+    print("  where a step's time goes (torch profiler, self CPU time, 3 steps):")
+    for name, share in split[:8]:
+        print(f"    {share:6.1%}  {name}")
+    if not args.no_load:
+        load_table(args.preset)
+
+
+def load_table(preset: str) -> None:
+    """Step time alone and next to other CPU-bound processes, torch's default threads vs the kit's tuner."""
+    import contention
+
+    ns = argparse.Namespace(preset=preset, steps=16, batch=16, seq=128)
+    print("  step time next to other processes (bench/contention.py, median of the last 8 of 16 steps):")
+    quiet = {}
+    for policy in ("fixed", "tiebias"):
+        cells = []
+        for cond in contention.CONDITIONS:
+            t = contention.measure(ns, policy, cond)
+            quiet.setdefault(policy, t)
+            cells.append(f"{cond} {t:.3f} s ({t / quiet['fixed']:.1f}x)")
+        print(f"    {policy:8s} " + "; ".join(cells), flush=True)
+    print("    (ratios to the quiet step with torch's default threads)")
 
 
 if __name__ == "__main__":

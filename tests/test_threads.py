@@ -27,17 +27,17 @@ def _run(tuner: threads.ThreadTuner, n_steps: int, cost: dict[int, float]) -> li
 
 def test_tuner_keeps_the_faster_count_and_follows_a_change(restore_threads) -> None:
     tuner = threads.ThreadTuner([1, 2], every=4, probe=2)
-    used = _run(tuner, 6, {1: 0.002, 2: 0.03})  # as if another process held a core: one thread is faster
-    assert used == [2, 2, 2, 1, 1, 1] and tuner.chosen == 1
+    used = _run(tuner, 4, {1: 0.002, 2: 0.03})  # as if another process held a core: one thread is faster
+    assert used == [2, 2, 1, 1] and tuner.chosen == 1
     assert _run(tuner, 3, {1: 0.002, 2: 0.03}) == [1, 1, 1]
-    # the load goes away: one thread is now the slow one; a jump in step time starts a new probe
+    # the load goes away: one thread is now the slow one; three slow steps in a row start a new probe
     used = _run(tuner, 12, {1: 0.03, 2: 0.002})
     assert tuner.chosen == 2 and used[-1] == 2
     assert [n for _, n in tuner.choices] == [1, 2]
 
 
 def test_interval_doubles_while_the_choice_holds(restore_threads) -> None:
-    tuner = threads.ThreadTuner([1, 2], every=2, max_every=8, probe=1)
+    tuner = threads.ThreadTuner([1, 2], every=2, max_every=8, probe=1, patience=100)
     _run(tuner, 40, {1: 0.004, 2: 0.001})
     assert tuner.chosen == 2 and tuner.interval == 8 and all(n == 2 for _, n in tuner.choices)
 
