@@ -26,7 +26,7 @@ def _run(tuner: threads.ThreadTuner, n_steps: int, cost: dict[int, float]) -> li
 
 
 def test_tuner_keeps_the_faster_count_and_follows_a_change(restore_threads) -> None:
-    tuner = threads.ThreadTuner([1, 2], every=4, probe=2)
+    tuner = threads.ThreadTuner([1, 2], every=50, probe=2)
     used = _run(tuner, 4, {1: 0.002, 2: 0.03})  # as if another process held a core: one thread is faster
     assert used == [2, 2, 1, 1] and tuner.chosen == 1
     assert _run(tuner, 3, {1: 0.002, 2: 0.03}) == [1, 1, 1]
