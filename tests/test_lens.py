@@ -241,6 +241,13 @@ def test_lens_does_not_depend_on_threads(models) -> None:
         torch.set_num_threads(before)
     for pa, pb, pc in zip(one.parameters(), two.parameters(), auto.parameters(), strict=True):
         assert torch.equal(pa, pb) and torch.equal(pa, pc)
+    try:
+        torch.set_num_threads(2)
+        tables = [E.evaluate(model, EVAL, one, seq_len=SEQ, num_threads=n) for n in (1, 2, "auto")]
+    finally:
+        torch.set_num_threads(before)
+    pd.testing.assert_frame_equal(tables[0], tables[1])
+    pd.testing.assert_frame_equal(tables[0], tables[2])
 
 
 def test_continued_training_through_disk_matches_in_memory(models, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ setting here are shared with :mod:`tiebias.lens_fit`.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -22,6 +22,7 @@ from tuned_lens import TunedLens
 from tuned_lens.nn import Lens, LogitLens
 
 from .lens import LN2, _check_lens, _layout, check_model, new_logit_lens
+from .threads import ThreadTuner
 
 if TYPE_CHECKING:  # plotting pulls in plotly; imported where used
     from tuned_lens.plotting import PredictionTrajectory
@@ -113,7 +114,7 @@ def evaluate(
     seq_len: int = 128,
     max_tokens: int = 32768,
     batch_size: int = 8,
-    num_threads: int | None = 1,
+    num_threads: int | str | None = "auto",
     per_sequence: bool = False,
     logit_lens: bool = True,
 ) -> pd.DataFrame:
@@ -141,8 +142,9 @@ def evaluate(
         raise ValueError(f"max_tokens: must be an int >= seq_len={seq_len}, got {max_tokens!r}")
     if not isinstance(batch_size, int) or batch_size <= 0:
         raise ValueError(f"batch_size: must be a positive int, got {batch_size!r}")
-    if num_threads is not None and (not isinstance(num_threads, int) or num_threads <= 0):
-        raise ValueError(f"num_threads: must be a positive int or None, got {num_threads!r}")
+    if num_threads not in (None, "auto") and (isinstance(num_threads, bool) or not isinstance(num_threads, int)
+                                              or num_threads <= 0):
+        raise ValueError(f"num_threads: must be a positive int, 'auto' or None, got {num_threads!r}")
     seqs = _sequences(tokens, seq_len)[: max_tokens // seq_len]
     logit = new_logit_lens(model) if logit_lens else None
     sums, ce_model = _score(model, seqs, lens, logit, batch_size, num_threads)
@@ -162,7 +164,7 @@ def _score(
     lens: TunedLens | None,
     logit: LogitLens | None,
     batch_size: int,
-    num_threads: int | None,
+    num_threads: int | str | None,
 ) -> tuple[dict[str, Tensor], Tensor]:
     """Per-layer, per-sequence sums (KL bits over seq_len positions, CE nats over seq_len - 1; float64).
 
@@ -173,19 +175,22 @@ def _score(
     ce_model = torch.zeros(n_seq, dtype=torch.float64)
     was_training = model.training
     model.eval()
+    tuner = ThreadTuner() if num_threads == "auto" and model.device.type == "cpu" else None
+    keep = torch.get_num_threads() if num_threads == "auto" else num_threads
     try:
-        with torch.no_grad(), _intra_op_threads(num_threads), _capture_final_norm_input(model) as pre_norm:
+        with torch.no_grad(), _intra_op_threads(keep), _capture_final_norm_input(model) as pre_norm:
             for start in range(0, n_seq, batch_size):
                 x = seqs[start : start + batch_size].to(model.device)
                 rows = slice(start, start + x.shape[0])
                 pre_norm.clear()
-                out = model(input_ids=x, output_hidden_states=True)
-                if len(out.hidden_states) != n_layers + 1 or len(pre_norm) != 1:
-                    raise RuntimeError(
-                        f"unexpected hidden-state layout: {len(out.hidden_states)} hidden states, "
-                        f"{len(pre_norm)} final-norm calls for {n_layers} layers"
-                    )
-                ce_model[rows] = _score_batch(out, pre_norm[0], x, lens, logit, sums, rows)
+                with tuner.step() if tuner is not None else nullcontext():
+                    out = model(input_ids=x, output_hidden_states=True)
+                    if len(out.hidden_states) != n_layers + 1 or len(pre_norm) != 1:
+                        raise RuntimeError(
+                            f"unexpected hidden-state layout: {len(out.hidden_states)} hidden states, "
+                            f"{len(pre_norm)} final-norm calls for {n_layers} layers"
+                        )
+                    ce_model[rows] = _score_batch(out, pre_norm[0], x, lens, logit, sums, rows)
     finally:
         model.train(was_training)
     return sums, ce_model
