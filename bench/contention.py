@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 CONDITIONS = ("quiet", "1 busy loop", "2 busy loops", "2 trainings")
@@ -46,7 +47,7 @@ def worker(preset: str, steps: int, policy: str, batch: int, seq: int) -> dict:
     for _ in range(steps):
         x = torch.randint(0, vocab, (batch, seq), generator=g)
         t0 = time.perf_counter()
-        with tuner.step() if tuner else _null():
+        with tuner.step() if tuner else nullcontext():
             loss = model(input_ids=x, labels=x).loss
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -55,14 +56,6 @@ def worker(preset: str, steps: int, policy: str, batch: int, seq: int) -> dict:
     half = times[len(times) // 2:]
     return {"median_s": statistics.median(half), "threads": torch.get_num_threads(),
             "choices": tuner.choices if tuner else []}
-
-
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _env(policy: str) -> dict:

@@ -347,6 +347,10 @@ def test_thread_setting_is_restored(models) -> None:
         E.evaluate(model, EVAL, seq_len=SEQ, num_threads=0)
     with pytest.raises(ValueError, match=r"num_threads: .*got 0"):
         F.train_lens(model, TRAIN, seq_len=SEQ, num_threads=0)
+    for bad in ("fast", True, 1.5):
+        with pytest.raises(ValueError, match=r"num_threads: must be a positive int, 'auto' or None"):
+            E.evaluate(model, EVAL, seq_len=SEQ, num_threads=bad)
+    assert torch.get_num_threads() == 1  # a refusal leaves the thread count alone
 
 
 def test_unsupported_family_names_model_type() -> None:

@@ -126,3 +126,9 @@ def test_save_table_writes_atomically(tmp_path) -> None:
     path = run.save_table(df, "lens_gap")
     assert path == run.table_path("lens_gap") and pd.read_csv(path).equals(df)
     assert [p.name for p in run.metrics_dir.iterdir()] == ["lens_gap.csv"]  # no temporary file left
+    for bad in ("../escape", "a/b", "", ".hidden"):
+        with pytest.raises(ValueError, match=f"name: {bad!r} is not allowed"):
+            run.save_table(df, bad)
+    with pytest.raises(ValueError, match="table: dict is not a pandas DataFrame"):
+        run.save_table({"a": [1]}, "lens_gap")
+    assert [p.name for p in run.metrics_dir.iterdir()] == ["lens_gap.csv"]  # refusals write nothing

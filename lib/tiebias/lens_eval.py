@@ -11,7 +11,7 @@ setting here are shared with :mod:`tiebias.lens_fit`.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -22,7 +22,7 @@ from tuned_lens import TunedLens
 from tuned_lens.nn import Lens, LogitLens
 
 from .lens import LN2, _check_lens, _layout, check_model, new_logit_lens
-from .threads import ThreadTuner
+from .threads import check_num_threads, loop_threads
 
 if TYPE_CHECKING:  # plotting pulls in plotly; imported where used
     from tuned_lens.plotting import PredictionTrajectory
@@ -63,22 +63,6 @@ def _check_tokens(tokens: Any, seq_len: int, vocab_size: int, name: str = "token
             f"{name}: token ids must lie in [0, {vocab_size - 1}] (vocab_size), got range [{lo}, {hi}]"
         )
     return tokens.long()
-
-
-@contextmanager
-def _intra_op_threads(num_threads: int | None) -> Iterator[None]:
-    """Temporarily set torch's intra-op CPU threads (None: leave as is); restored on exit."""
-    if num_threads is None:
-        yield
-        return
-    if not isinstance(num_threads, int) or num_threads <= 0:
-        raise ValueError(f"num_threads: must be a positive int or None, got {num_threads!r}")
-    before = torch.get_num_threads()
-    torch.set_num_threads(num_threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _sequences(tokens: Tensor, seq_len: int) -> Tensor:
@@ -142,9 +126,7 @@ def evaluate(
         raise ValueError(f"max_tokens: must be an int >= seq_len={seq_len}, got {max_tokens!r}")
     if not isinstance(batch_size, int) or batch_size <= 0:
         raise ValueError(f"batch_size: must be a positive int, got {batch_size!r}")
-    if num_threads not in (None, "auto") and (isinstance(num_threads, bool) or not isinstance(num_threads, int)
-                                              or num_threads <= 0):
-        raise ValueError(f"num_threads: must be a positive int, 'auto' or None, got {num_threads!r}")
+    check_num_threads(num_threads)
     seqs = _sequences(tokens, seq_len)[: max_tokens // seq_len]
     logit = new_logit_lens(model) if logit_lens else None
     sums, ce_model = _score(model, seqs, lens, logit, batch_size, num_threads)
@@ -175,15 +157,14 @@ def _score(
     ce_model = torch.zeros(n_seq, dtype=torch.float64)
     was_training = model.training
     model.eval()
-    tuner = ThreadTuner() if num_threads == "auto" and model.device.type == "cpu" else None
-    keep = torch.get_num_threads() if num_threads == "auto" else num_threads
     try:
-        with torch.no_grad(), _intra_op_threads(keep), _capture_final_norm_input(model) as pre_norm:
+        with (torch.no_grad(), loop_threads(num_threads, model.device.type) as tuner,
+              _capture_final_norm_input(model) as pre_norm):
             for start in range(0, n_seq, batch_size):
                 x = seqs[start : start + batch_size].to(model.device)
                 rows = slice(start, start + x.shape[0])
                 pre_norm.clear()
-                with tuner.step() if tuner is not None else nullcontext():
+                with tuner.step():
                     out = model(input_ids=x, output_hidden_states=True)
                     if len(out.hidden_states) != n_layers + 1 or len(pre_norm) != 1:
                         raise RuntimeError(

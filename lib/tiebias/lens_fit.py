@@ -34,7 +34,6 @@ disk in between (``torch.save`` of ``state``).
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -46,8 +45,8 @@ from tuned_lens import TunedLens
 from tuned_lens.nn import Unembed
 
 from .lens import LN2, _check_lens, check_model, new_lens
-from .lens_eval import _check_tokens, _intra_op_threads, _sequences
-from .threads import ThreadTuner
+from .lens_eval import _check_tokens, _sequences
+from .threads import check_num_threads, loop_threads
 
 __all__ = ["train_lens"]
 
@@ -184,9 +183,7 @@ def train_lens(
                                 weight_decay=weight_decay)
     target = _Target.of(lens, low_precision)
     per_step = tokens_per_step // seq_len
-    auto = num_threads == "auto" and model.device.type == "cpu"
-    tuner = ThreadTuner() if auto else None
-    with _intra_op_threads(torch.get_num_threads() if num_threads == "auto" else num_threads):
+    with loop_threads(num_threads, model.device.type) as tuner:
         bar = tqdm(range(steps), desc=f"tuned lens ({model_type})", disable=not progress)
         try:
             for step in bar:
@@ -194,7 +191,7 @@ def train_lens(
                 for g, base in zip(opt.param_groups, base_lr, strict=True):
                     g["lr"] = base * factor
                 batch = feed.take(per_step).to(model.device)
-                with tuner.step() if tuner is not None else nullcontext():
+                with tuner.step():
                     layer_loss = _accumulate_gradients(model, lens, target, batch, per_step, batch_size)
                     torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
                     opt.step()
@@ -225,9 +222,7 @@ def _check_train_args(
     """Validate :func:`train_lens`'s arguments (ValueError naming the first bad one); return the token stream."""
     if not isinstance(steps, int) or steps <= 0:
         raise ValueError(f"steps: must be a positive int, got {steps!r}")
-    if num_threads not in (None, "auto") and (isinstance(num_threads, bool) or not isinstance(num_threads, int)
-                                              or num_threads <= 0):
-        raise ValueError(f"num_threads: must be a positive int, 'auto' or None, got {num_threads!r}")
+    check_num_threads(num_threads)
     tokens = _check_tokens(tokens, seq_len, model.config.vocab_size)
     if not isinstance(tokens_per_step, int) or tokens_per_step < seq_len or tokens_per_step % seq_len:
         raise ValueError(

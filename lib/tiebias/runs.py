@@ -237,6 +237,11 @@ class Run(RunLayout):
 
     def save_table(self, table: pd.DataFrame, name: str) -> Path:
         """Write a notebook's table to ``metrics/<name>.csv`` atomically, under the writer lock."""
+        if not isinstance(name, str) or not name.strip() or any(c in name for c in "/\\") or name.startswith("."):
+            raise ValueError(f"name: {name!r} is not allowed; need a plain file name such as 'lens_gap' "
+                             "(no folders, not starting with '.')")
+        if not isinstance(table, pd.DataFrame):
+            raise ValueError(f"table: {type(table).__name__} is not a pandas DataFrame")
         path = self.table_path(name)
         with self.writing(f"saving table {name}"):
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,7 @@ from transformers import PreTrainedModel
 from .checkpoints import TRAIN_FIELDS, save_checkpoint
 from .gradients import GradientProvenance
 from .models import count_parameters
-from .threads import ThreadTuner
+from .threads import FixedThreads, ThreadTuner, loop_threads
 
 if TYPE_CHECKING:
     from .train import TrainConfig, TrainJob
@@ -109,8 +109,6 @@ class StepLoop:
         self.rows = job.cfg.batch_size // job.world
         self.lo = job.acc.process_index * self.rows
         self.t0 = time.perf_counter() - elapsed
-        # one CPU process: the thread count follows the load (results do not depend on it, only speed)
-        self.tuner = ThreadTuner() if job.dev.type == "cpu" and job.world == 1 else None
 
     def val_loss(self) -> float:
         """Validation loss of the model as it is now."""
@@ -142,23 +140,25 @@ class StepLoop:
                                                      output_factor=job.v.output_factor, record=cfg.record_provenance)
         bar = tqdm(total=cfg.steps, initial=start, desc=job.key, disable=not progress or not job.main,
                    dynamic_ncols=True)
-        threads = torch.get_num_threads()
+        # one CPU process: the thread count follows the load (results do not depend on it, only speed);
+        # several processes keep theirs (their step times are synchronised, so probing one would mislead)
+        threads = loop_threads("auto" if job.world == 1 else None, job.dev.type)
         try:
-            with prov if prov is not None else contextlib.nullcontext():
+            with prov if prov is not None else contextlib.nullcontext(), threads as tuner:
                 self.ddp.train()
                 for step in range(start, cfg.steps):
                     if stop_at is not None and step >= stop_at:
                         return {"key": job.key, "complete": False, "step": step}
-                    last = self._step(step, prov, logs)
+                    last = self._step(step, prov, logs, tuner)
                     bar.update(1)
                     bar.set_postfix(loss=f"{last:.3f}")
         finally:
             bar.close()
             logs.close()
-            torch.set_num_threads(threads)
         return None
 
-    def _step(self, step: int, prov: GradientProvenance | None, logs: Logs) -> float:
+    def _step(self, step: int, prov: GradientProvenance | None, logs: Logs, tuner: ThreadTuner | FixedThreads,
+              ) -> float:
         """One optimiser step, its log row, validation loss and checkpoint when due; returns the loss."""
         job, cfg, opt = self.job, self.job.cfg, self.opt
         lr = lr_at(step, cfg)
@@ -166,7 +166,7 @@ class StepLoop:
             g["lr"] = lr
         x = batch_for_step(job.train_ids, step, job.seed, cfg.batch_size, cfg.seq_len)[
             self.lo:self.lo + self.rows].to(job.dev)
-        with self.tuner.step() if self.tuner is not None else contextlib.nullcontext():
+        with tuner.step():
             with self.autocast():
                 loss = self.ddp(input_ids=x, labels=x).loss
             opt.zero_grad(set_to_none=True)

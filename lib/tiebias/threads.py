@@ -117,4 +117,39 @@ class ThreadTuner:
             self._start_probe()
 
 
-__all__ = ["THREADS_ENV", "ThreadTuner", "fixed_threads"]
+class FixedThreads:
+    """A loop whose thread count is fixed: :meth:`step` does nothing, so loops call it either way."""
+
+    @contextmanager
+    def step(self) -> Iterator[None]:
+        yield
+
+
+def check_num_threads(num_threads: object, name: str = "num_threads") -> None:
+    """A thread setting: a positive int, ``"auto"`` (tune) or None (keep); else a ValueError naming it."""
+    if num_threads in (None, "auto"):
+        return
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads <= 0:
+        raise ValueError(f"{name}: must be a positive int, 'auto' or None, got {num_threads!r}")
+
+
+@contextmanager
+def loop_threads(num_threads: int | str | None = "auto", device_type: str = "cpu",
+                 ) -> Iterator[ThreadTuner | FixedThreads]:
+    """Threads for one loop: ``"auto"`` tunes on a CPU, an int fixes them, None keeps them; restored on exit.
+
+    Yields an object whose ``step()`` wraps each step's compute (a :class:`ThreadTuner` or a no-op).
+    """
+    import torch
+
+    check_num_threads(num_threads)
+    before = torch.get_num_threads()
+    try:
+        if isinstance(num_threads, int):
+            torch.set_num_threads(num_threads)
+        yield ThreadTuner() if num_threads == "auto" and device_type == "cpu" else FixedThreads()
+    finally:
+        torch.set_num_threads(before)
+
+
+__all__ = ["THREADS_ENV", "FixedThreads", "ThreadTuner", "check_num_threads", "fixed_threads", "loop_threads"]
