@@ -152,3 +152,16 @@ def test_thread_count_does_not_change_the_weights(fresh_run: Run, tiny_config: T
     wa, wb = _weights(runs["1"], "tied", 3), _weights(runs["2"], "tied", 3)
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     assert runs["1"].metrics("tied", 3).loss.tolist() == runs["2"].metrics("tied", 3).loss.tolist()
+
+
+def test_allocator_setting_does_not_change_the_weights(fresh_run: Run, tiny_config: TrainConfig, tmp_path,
+                                                       monkeypatch) -> None:
+    """Keeping freed memory (tiebias.alloc) changes where tensors live, never the numbers."""
+    runs = {}
+    for mode in ("keep", "default"):
+        monkeypatch.setenv("TIEBIAS_MALLOC", mode)
+        runs[mode] = Run(tmp_path / f"malloc-{mode}")
+        shutil.copytree(fresh_run.path, runs[mode].path)
+        train(runs[mode], "tied", 3, tiny_config, progress=False)
+    wa, wb = _weights(runs["keep"], "tied", 3), _weights(runs["default"], "tied", 3)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)

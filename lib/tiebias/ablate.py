@@ -21,7 +21,8 @@ import torch
 from . import alignment, embeddings
 from .runs import Run
 from .steploop import evaluate_loss
-from .train import TrainConfig, train
+from .sweeps import train_many
+from .train import TrainConfig
 from .variants import Variant
 
 
@@ -132,13 +133,11 @@ def run_sweep(run: Run, variants: Sequence[Variant], seeds: Sequence[int], cfg: 
               progress: bool = True, overwrite: bool = False) -> list[dict]:
     """Train every missing model of the sweep (tied variants and the untied reference per seed).
 
-    ``overwrite=True`` retrains a model whose folder was made with a different config (see ``train``).
+    ``overwrite=True`` retrains a model whose folder was made with a different config (see ``train``). Two
+    models train at a time on a CPU (:func:`tiebias.sweeps.train_many`), the same models as one by one.
     """
-    out = []
-    for seed in seeds:
-        for v in [*variants, Variant(False)]:
-            out.append(train(run, v, seed, cfg, progress=progress, overwrite=overwrite))
-    return out
+    jobs = [(v, seed) for seed in seeds for v in [*variants, Variant(False)]]
+    return train_many(run, jobs, cfg, progress=progress, overwrite=overwrite)
 
 
 def common_steps(run: Run, variants: Sequence[Variant], seeds: Sequence[int]) -> list[int]:

@@ -8,6 +8,7 @@ output matrix gets its own initialisation from a generator derived from the seed
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -101,8 +102,20 @@ def build(preset: str = "small", *, family: str = "llama", tied: bool = True, vo
 
     The untied model of a seed is initialised first; the tied model copies every parameter it has
     from it, so both start equal where they overlap. The untied output matrix is then re-drawn from
-    its own generator, making it independent of the input matrix.
+    its own generator, making it independent of the input matrix. Initialisation draws from torch's
+    global generator, so builds are serialised: two threads building at once get the same models as
+    one after the other.
     """
+    with _INIT_LOCK:
+        return _build_unlocked(preset, family, tied, vocab_size, seed, eos_token_id)
+
+
+_INIT_LOCK = threading.Lock()
+
+
+def _build_unlocked(preset: str, family: str, tied: bool, vocab_size: int, seed: int,
+                    eos_token_id: int | None) -> PreTrainedModel:
+    """:func:`build` without the lock."""
     untied_cfg = make_config(preset, family=family, vocab_size=vocab_size, tied=False,
                              bos_token_id=eos_token_id, eos_token_id=eos_token_id)
     cls = _model_class(family)

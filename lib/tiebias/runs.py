@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -67,6 +68,7 @@ class _Held:
 
 
 _HELD: dict[str, _Held] = {}
+_DEPTH_LOCK = threading.Lock()
 
 
 def _pid_alive(pid: int) -> bool:
@@ -99,11 +101,13 @@ class Run(RunLayout):
         key = str(self.path.resolve())
         held = _HELD.get(key)
         if held is not None and held.pid == os.getpid():
-            held.depth += 1
+            with _DEPTH_LOCK:  # threads of one process (models trained side by side) share the lock
+                held.depth += 1
             try:
                 yield self
             finally:
-                held.depth -= 1
+                with _DEPTH_LOCK:
+                    held.depth -= 1
             return
         from filelock import FileLock, Timeout
 

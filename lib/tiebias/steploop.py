@@ -125,7 +125,7 @@ class StepLoop:
         self.job.acc.wait_for_everyone()
 
     def run(self, start: int, *, progress: bool, stop_at: int | None) -> dict | None:
-        """Steps ``start`` to the end; returns the stop record when ``stop_at`` ends the call early."""
+        """Steps ``start`` to the end; returns the stop record when ``stop_at`` or ``should_stop`` ends it early."""
         job, cfg = self.job, self.job.cfg
         logs = Logs(job.metrics_path.open("a", newline="") if job.main else None,
                      job.val_path.open("a", newline="") if job.main else None)
@@ -142,12 +142,12 @@ class StepLoop:
                    dynamic_ncols=True)
         # one CPU process: the thread count follows the load (results do not depend on it, only speed);
         # several processes keep theirs (their step times are synchronised, so probing one would mislead)
-        threads = loop_threads("auto" if job.world == 1 else None, job.dev.type)
+        threads = loop_threads(job.num_threads if job.world == 1 else None, job.dev.type)
         try:
             with prov if prov is not None else contextlib.nullcontext(), threads as tuner:
                 self.ddp.train()
                 for step in range(start, cfg.steps):
-                    if stop_at is not None and step >= stop_at:
+                    if (stop_at is not None and step >= stop_at) or (job.should_stop and job.should_stop()):
                         return {"key": job.key, "complete": False, "step": step}
                     last = self._step(step, prov, logs, tuner)
                     bar.update(1)

@@ -138,16 +138,20 @@ def loop_threads(num_threads: int | str | None = "auto", device_type: str = "cpu
                  ) -> Iterator[ThreadTuner | FixedThreads]:
     """Threads for one loop: ``"auto"`` tunes on a CPU, an int fixes them, None keeps them; restored on exit.
 
-    Yields an object whose ``step()`` wraps each step's compute (a :class:`ThreadTuner` or a no-op).
+    Yields an object whose ``step()`` wraps each step's compute (a :class:`ThreadTuner` or a no-op). The
+    loop also runs with freed memory kept in the process (:func:`tiebias.alloc.kept_heap`).
     """
     import torch
+
+    from .alloc import kept_heap
 
     check_num_threads(num_threads)
     before = torch.get_num_threads()
     try:
         if isinstance(num_threads, int):
             torch.set_num_threads(num_threads)
-        yield ThreadTuner() if num_threads == "auto" and device_type == "cpu" else FixedThreads()
+        with kept_heap():
+            yield ThreadTuner() if num_threads == "auto" and device_type == "cpu" else FixedThreads()
     finally:
         torch.set_num_threads(before)
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 import contextlib
 import math
 import shutil
+import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,10 @@ from .files import OVERWRITE_HINT, DamagedFileError, diff_config, read_json, rea
 from .models import build, get_preset
 from .runs import Run, RunLockedError
 from .steploop import StepLoop
+from .threads import check_num_threads
 from .variants import Variant, model_key
+
+_SETUP_LOCK = threading.Lock()
 
 
 @dataclass
@@ -165,6 +169,8 @@ class TrainJob:
     train_ids: torch.Tensor
     val_ids: torch.Tensor
     vocab: int
+    num_threads: int | str | None = "auto"
+    should_stop: Callable[[], bool] | None = None
 
     def __post_init__(self) -> None:
         self.key = model_key(self.v, self.seed)
@@ -194,14 +200,18 @@ def _checked_args(variant: str | Variant, seed: int, config: TrainConfig | None,
 
 def train(run: Run | str | Path, variant: str | Variant, seed: int, config: TrainConfig | None = None, *,
           resume: bool = True, overwrite: bool = False, progress: bool = True, stop_at: int | None = None,
-          device: str | torch.device | None = None) -> dict:
+          device: str | torch.device | None = None, num_threads: int | str | None = "auto",
+          should_stop: Callable[[], bool] | None = None) -> dict:
     """Train one model (variant, seed) in a run folder and return its summary.
 
     A finished model with the same config is not trained again. An unfinished one resumes from its
     newest checkpoint that loads (a damaged one is skipped for the previous one, with a warning). A
     model folder made with a different config stops with an error unless ``overwrite=True``.
     ``stop_at`` ends this call after that many optimiser steps (as an interruption would); calling
-    again resumes. Everything is validated before the folder is written, and the writing happens
+    again resumes; so does ``should_stop`` returning True (asked before every step: how
+    :func:`tiebias.sweeps.train_many` stops models trained side by side). ``num_threads``: the steps'
+    intra-op CPU threads (``"auto"`` tunes them, see :mod:`tiebias.threads`; an int fixes them; None
+    keeps the caller's). Everything is validated before the folder is written, and the writing happens
     under the run's writer lock.
 
     Under ``accelerate launch`` (or torchrun) each process takes an equal slice of the same global
@@ -211,7 +221,9 @@ def train(run: Run | str | Path, variant: str | Variant, seed: int, config: Trai
     run = run if isinstance(run, Run) else Run(run)
     hf_logging.disable_progress_bar()  # one bar per checkpoint write would drown the training bar
     v, cfg = _checked_args(variant, seed, config, stop_at)
-    acc, precision = make_accelerator(cfg.precision, device)
+    check_num_threads(num_threads)
+    with _SETUP_LOCK:  # accelerate's state is one per process: threads training side by side take turns
+        acc, precision = make_accelerator(cfg.precision, device)
     world = acc.num_processes
     if cfg.batch_size % world:
         raise ValueError(f"batch_size: {cfg.batch_size} rows cannot be split evenly over {world} processes; "
@@ -222,7 +234,7 @@ def train(run: Run | str | Path, variant: str | Variant, seed: int, config: Trai
     val_ids = run.tokens("validation")
     check_memory(cfg, len(tok), acc.device, world)
     check_data(cfg, train_ids.numel(), val_ids.numel())
-    job = TrainJob(run, v, seed, cfg, acc, precision, tok, train_ids, val_ids, vocab)
+    job = TrainJob(run, v, seed, cfg, acc, precision, tok, train_ids, val_ids, vocab, num_threads, should_stop)
     with _writer_lock(run, acc, f"training {job.key}"):
         return _train_locked(job, resume=resume, overwrite=overwrite, progress=progress, stop_at=stop_at)
 

@@ -1,0 +1,66 @@
+"""Training several models of a run (notebooks 01 and 04), two at a time on a CPU where that is faster.
+
+:func:`train_many` takes the run's writer lock once, then trains its (variant, seed) jobs side by side
+(:func:`tiebias.parallel.side_by_side`, one thread each on a 2-core machine) or one after the other
+(on a GPU, under ``accelerate launch``, with ``TIEBIAS_WORKERS=1`` or one CPU thread). Every model is
+the same bit for bit either way: its batches, initialisation and arithmetic do not depend on which
+other model trains next to it or on the thread count (``tests/test_sweeps.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from .parallel import check_workers, side_by_side, workers_for
+from .runs import Run
+from .train import TrainConfig, pick_device, train
+from .variants import Variant
+
+
+def train_many(run: Run | str | Path, jobs: Sequence[tuple[str | Variant, int]], config: TrainConfig | None = None,
+               *, workers: int | str = "auto", resume: bool = True, overwrite: bool = False, progress: bool = True,
+               device: str | None = None) -> list[dict]:
+    """Train every ``(variant, seed)`` of ``jobs`` in ``run``; their summaries in job order.
+
+    Finished models are returned as they are (as :func:`tiebias.train.train` does). ``workers``: how many
+    train at once (``"auto"``: see :func:`tiebias.parallel.workers_for`; always one on a GPU or with
+    several processes). Interrupting stops every model at its next step; each resumes from its newest
+    checkpoint on the next call. Bad jobs or settings stop before anything is trained.
+    """
+    run = run if isinstance(run, Run) else Run(run)
+    parsed = [(Variant.parse(v), _seed(s)) for v, s in _pairs(jobs)]
+    cfg = (config or TrainConfig()).validate()
+    check_workers(workers)
+    todo = [j for j in parsed if not run.complete_path(*j).exists()]
+    one_process = int(os.environ.get("WORLD_SIZE", "1")) <= 1
+    n = workers_for(len(todo), workers) if pick_device(device).type == "cpu" and one_process else 1
+    kw = dict(resume=resume, overwrite=overwrite, progress=progress, device=device)
+    if n <= 1:
+        return [train(run, v, s, cfg, **kw) for v, s in parsed]
+    with run.writing(f"training {len(parsed)} models, {n} at a time"):
+        tasks = [lambda stop, v=v, s=s: train(run, v, s, cfg, num_threads=None, should_stop=stop, **kw)
+                 for v, s in parsed]
+        return side_by_side(tasks, n)
+
+
+def _pairs(jobs: object) -> list[tuple[object, object]]:
+    """``jobs`` as a list of (variant, seed) pairs; a ValueError naming it otherwise."""
+    try:
+        out = [tuple(j) for j in jobs]  # type: ignore[union-attr]
+    except TypeError:
+        raise ValueError(f"jobs: expected (variant, seed) pairs, got {jobs!r}") from None
+    if not out or any(len(j) != 2 for j in out):
+        raise ValueError(f"jobs: expected a non-empty list of (variant, seed) pairs, got {jobs!r}")
+    return out
+
+
+def _seed(seed: object) -> int:
+    """A seed: an int >= 0; else a ValueError naming it."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed: {seed!r} is not allowed; need an integer >= 0")
+    return seed
+
+
+__all__ = ["train_many"]

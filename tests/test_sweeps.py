@@ -1,0 +1,136 @@
+"""Several models side by side (tiebias.parallel, tiebias.sweeps): same models as one at a time, clean stops."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tiebias import parallel
+from tiebias.runs import Run, RunLockedError
+from tiebias.sweeps import train_many
+from tiebias.train import TrainConfig
+
+JOBS = [("tied", 0), ("untied", 0), ("tied_in5", 1)]
+
+
+def _weights(run: Run, variant: str, seed: int) -> dict[str, torch.Tensor]:
+    return load_file(str(run.model_dir(variant, seed) / "model.safetensors"))
+
+
+def _copy(run: Run, dst) -> Run:
+    shutil.copytree(run.path, dst)
+    return Run(dst)
+
+
+def test_side_by_side_trains_the_same_models_as_one_at_a_time(fresh_run: Run, tiny_config: TrainConfig,
+                                                                tmp_path) -> None:
+    alone, paired = _copy(fresh_run, tmp_path / "alone"), _copy(fresh_run, tmp_path / "paired")
+    before = torch.get_num_threads()
+    a = train_many(alone, JOBS, tiny_config, workers=1, progress=False)
+    b = train_many(paired, JOBS, tiny_config, workers=2, progress=False)
+    assert torch.get_num_threads() == before
+    assert [s["key"] for s in a] == [s["key"] for s in b] == ["tied-s0", "untied-s0", "tied_in5-s1"]
+    for v, s in JOBS:
+        wa, wb = _weights(alone, v, s), _weights(paired, v, s)
+        assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), (v, s)
+        assert alone.metrics(v, s).loss.tolist() == paired.metrics(v, s).loss.tolist()
+    # finished models are returned as they are, not retrained
+    again = train_many(paired, JOBS, tiny_config, workers=2, progress=False)
+    assert [s["train_seconds"] for s in again] == [s["train_seconds"] for s in b]
+
+
+def test_an_error_in_one_job_stops_the_others_and_is_raised(fresh_run: Run) -> None:
+    stopped = threading.Event()
+
+    def slow(should_stop) -> str:
+        while not should_stop():
+            threading.Event().wait(0.01)
+        stopped.set()
+        return "stopped"
+
+    def bad(should_stop) -> str:
+        raise RuntimeError("job failed")
+
+    with pytest.raises(RuntimeError, match="job failed"):
+        parallel.side_by_side([slow, bad], workers=2)
+    assert stopped.is_set()
+
+
+def test_interrupted_models_resume_to_the_same_weights(fresh_run: Run, tiny_config: TrainConfig, tmp_path) -> None:
+    """An interrupt stops both trainings at their next step; the next call finishes them as if never stopped."""
+    ref, cut = _copy(fresh_run, tmp_path / "ref"), _copy(fresh_run, tmp_path / "cut")
+    train_many(ref, JOBS[:2], tiny_config, workers=1, progress=False)
+    calls = {"n": 0}
+    real = parallel.side_by_side
+
+    def interrupting(tasks, workers):
+        # each job is asked should_stop before every step: stop both after a few asks
+        def wrap(task):
+            def run(should_stop):
+                def stop() -> bool:
+                    calls["n"] += 1
+                    return calls["n"] > 12 or should_stop()
+                return task(stop)
+            return run
+        return real([wrap(t) for t in tasks], workers)
+
+    import tiebias.sweeps as sweeps
+    sweeps.side_by_side = interrupting
+    try:
+        partial = train_many(cut, JOBS[:2], tiny_config, workers=2, progress=False)
+    finally:
+        sweeps.side_by_side = real
+    assert [p["complete"] for p in partial] == [False, False]
+    done = train_many(cut, JOBS[:2], tiny_config, workers=2, progress=False)
+    assert all(s["complete"] for s in done)
+    for v, s in JOBS[:2]:
+        wa, wb = _weights(ref, v, s), _weights(cut, v, s)
+        assert all(torch.equal(wa[k], wb[k]) for k in wa), (v, s)
+
+
+def test_bad_arguments_name_the_parameter(fresh_run: Run, tiny_config: TrainConfig) -> None:
+    for jobs, match in [([], "jobs"), ([("tied",)], "jobs"), (5, "jobs"), ([("tied", -1)], "seed"),
+                        ([("tied", True)], "seed"), ([("bogus", 0)], "bogus")]:
+        with pytest.raises(ValueError, match=match):
+            train_many(fresh_run, jobs, tiny_config, progress=False)
+    for w in (0, -1, "two", True, 1.5):
+        with pytest.raises(ValueError, match="workers"):
+            train_many(fresh_run, JOBS, tiny_config, workers=w, progress=False)
+    assert not fresh_run.models_dir.exists() or not any(fresh_run.models_dir.iterdir())
+
+
+def test_workers_setting(monkeypatch) -> None:
+    monkeypatch.delenv(parallel.WORKERS_ENV, raising=False)
+    assert parallel.workers_for(1) == 1
+    assert parallel.workers_for(5, 3) == 3
+    monkeypatch.setenv(parallel.WORKERS_ENV, "1")
+    assert parallel.workers_for(5) == 1
+    monkeypatch.setenv(parallel.WORKERS_ENV, "lots")
+    with pytest.raises(ValueError, match="TIEBIAS_WORKERS"):
+        parallel.workers_for(5)
+
+
+def test_a_second_process_holding_the_run_is_refused(fresh_run: Run, tiny_config: TrainConfig) -> None:
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import sys, time
+        from tiebias.runs import Run
+        with Run({str(fresh_run.path)!r}).writing("holding"):
+            print("held", flush=True)
+            time.sleep(30)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "held"
+        with pytest.raises(RunLockedError, match=str(p.pid)):
+            train_many(fresh_run, JOBS, tiny_config, workers=2, progress=False)
+    finally:
+        p.kill()
+        p.wait()
