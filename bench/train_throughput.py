@@ -1,5 +1,7 @@
 """Training throughput: tiebias.train vs a bare PyTorch loop, provenance on vs off, FLOP/s vs peak,
-eager vs torch.compile, where a step's time goes, and step time alone vs next to other processes.
+eager vs torch.compile, glibc's allocator defaults vs freed memory kept (tiebias.alloc), one model at a
+time vs two side by side (tiebias.sweeps), where a step's time goes, and step time alone vs next to
+other processes.
 
 Ratios are measured in one run, interleaving the contenders over several rounds and taking the
 median, so machine noise hits all of them alike. Usage::
@@ -10,6 +12,8 @@ median, so machine noise hits all of them alike. Usage::
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -18,18 +22,35 @@ from pathlib import Path
 
 import torch
 
+from tiebias.alloc import MALLOC_ENV, kept_heap
 from tiebias.models import build, count_parameters, get_preset
 from tiebias.runs import Run
 from tiebias.steploop import batch_for_step, checkpoint_steps, lr_at
+from tiebias.sweeps import train_many
 from tiebias.train import TrainConfig, train
 
 
-def bare_loop(run: Run, cfg: TrainConfig, seed: int = 0, compiled: bool = False) -> float:
+def bare_loop(run: Run, cfg: TrainConfig, seed: int = 0, compiled: bool = False, heap: str = "keep") -> float:
     """The same model, batches, optimiser and schedule with nothing else: tokens per second.
 
     ``compiled``: the model goes through ``torch.compile`` (inductor); the rate is taken over the steps
-    after the first two (which pay for compilation), and the compile time is printed.
+    after the first two (which pay for compilation), and the compile time is printed. ``heap``: ``keep``
+    runs the loop in :func:`tiebias.alloc.kept_heap` as the kit's loops do, ``default`` with glibc's defaults.
     """
+    before = os.environ.get(MALLOC_ENV)
+    os.environ[MALLOC_ENV] = heap
+    try:
+        with kept_heap():
+            return _bare_steps(run, cfg, seed, compiled)
+    finally:
+        if before is None:
+            os.environ.pop(MALLOC_ENV)
+        else:
+            os.environ[MALLOC_ENV] = before
+
+
+def _bare_steps(run: Run, cfg: TrainConfig, seed: int, compiled: bool) -> float:
+    """The loop of :func:`bare_loop`."""
     tok = run.tokenizer()
     ids = run.tokens("train")
     model = build(cfg.preset, family=cfg.family, tied=True, vocab_size=len(tok), seed=seed)
@@ -79,11 +100,12 @@ def profile_split(run: Run, cfg: TrainConfig, steps: int = 3) -> list[tuple[str,
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
 
-    for i in range(2):
-        step(i)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for i in range(steps):
-            step(2 + i)
+    with kept_heap():  # as the kit's loops run
+        for i in range(2):
+            step(i)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for i in range(steps):
+                step(2 + i)
     events = prof.key_averages()
     total = sum(e.self_cpu_time_total for e in events)
     shares = sorted(((e.key, e.self_cpu_time_total / total) for e in events), key=lambda kv: -kv[1])
@@ -97,8 +119,6 @@ def lib_loop(run: Run, cfg: TrainConfig) -> tuple[float, float]:
     The step-only rate leaves out the step intervals that contain an evaluation or a checkpoint write
     (they land in the interval after the step that triggered them).
     """
-    import shutil
-
     s = train(run, "tied", 0, cfg, progress=False, overwrite=True, resume=False)
     m = run.metrics("tied", 0)
     dt = m.elapsed_s.diff().iloc[1:]
@@ -107,6 +127,16 @@ def lib_loop(run: Run, cfg: TrainConfig) -> tuple[float, float]:
     step_only = len(keep) * cfg.batch_size * cfg.seq_len / dt.loc[keep].sum()
     shutil.rmtree(run.model_dir("tied", 0))
     return s["tokens_per_second"], step_only
+
+
+def side_by_side(run: Run, cfg: TrainConfig, workers: int) -> float:
+    """Two models (tied and untied, seed 0) trained by :func:`tiebias.sweeps.train_many`: tokens per second, both together."""
+    t0 = time.perf_counter()
+    train_many(run, [("tied", 0), ("untied", 0)], cfg, workers=workers, progress=False, overwrite=True, resume=False)
+    dt = time.perf_counter() - t0
+    for v in ("tied", "untied"):
+        shutil.rmtree(run.model_dir(v, 0))
+    return 2 * cfg.steps * cfg.batch_size * cfg.seq_len / dt
 
 
 def matmul_peak(n: int = 2048, reps: int = 10) -> float:
@@ -135,8 +165,11 @@ def main() -> None:
                            checkpoint_every=50, warmup_steps=min(20, args.steps // 4))
         cfgs = {"bare loop": None, "tiebias.train, provenance off": replace(base, record_provenance=False),
                 "tiebias.train, provenance on": base}
+        cfgs["bare loop, glibc allocator defaults"] = "default heap"
         if not args.no_compile:
             cfgs["bare loop, torch.compile"] = "compiled"
+        cfgs["two models one at a time (2 threads)"] = 1
+        cfgs["two models side by side (1 thread each)"] = 2
         results: dict[str, list[float]] = {k: [] for k in cfgs}
         results.update({f"{k}, steps only": [] for k, c in cfgs.items() if isinstance(c, TrainConfig)})
         bare_loop(run, replace(base, steps=5))  # warm-up
@@ -144,6 +177,10 @@ def main() -> None:
             for name, cfg in cfgs.items():
                 if cfg is None or cfg == "compiled":
                     results[name].append(bare_loop(run, base, compiled=cfg == "compiled"))
+                elif cfg == "default heap":
+                    results[name].append(bare_loop(run, base, heap="default"))
+                elif isinstance(cfg, int):
+                    results[name].append(side_by_side(run, base, cfg))
                 else:
                     end_to_end, steps_only = lib_loop(run, cfg)
                     results[name].append(end_to_end)
@@ -170,6 +207,10 @@ def main() -> None:
     print(f"  provenance overhead, end to end (off / on):                      {med[off] / med[on]:.3f}x")
     print(f"  matmul peak (2048^2 float32): {peak / 1e9:.1f} GFLOP/s; training achieves "
           f"{med['tiebias.train, provenance on'] * flops_per_token / peak:.1%} of it")
+    print(f"  freed memory kept (tiebias.alloc) vs glibc's defaults, bare loop: "
+          f"{med['bare loop'] / med['bare loop, glibc allocator defaults']:.3f}x")
+    print(f"  two models side by side vs one at a time (tiebias.sweeps.train_many, end to end): "
+          f"{med['two models side by side (1 thread each)'] / med['two models one at a time (2 threads)']:.3f}x")
     if "bare loop, torch.compile" in med:
         print(f"  torch.compile (inductor) vs eager, bare loop, after compilation: "
               f"{med['bare loop, torch.compile'] / med['bare loop']:.3f}x")
