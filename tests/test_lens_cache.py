@@ -13,6 +13,7 @@ from _families import tiny_config
 from tiebias import lens as L
 from tiebias import lens_cache as C
 from tiebias import lens_fit as F
+from tiebias import lens_ladder
 
 VOCAB = 300
 SEQ = 32
@@ -99,7 +100,7 @@ def test_tail_chunk_has_the_training_shape(models) -> None:
     _both(models[("llama", False)], _tokens(3), steps=4)
 
 
-def test_cap_falls_back_to_the_model(models) -> None:
+def test_cap_falls_back_to_the_model(models, tmp_path: Path) -> None:
     model, tokens = models[("gpt_neox", False)], _tokens(30)
     need = C.cache_bytes(model, 30, SEQ)
     cache = C.build_cache(model, tokens, seq_len=SEQ, tokens_per_step=4 * SEQ, max_bytes=need)
@@ -109,6 +110,29 @@ def test_cap_falls_back_to_the_model(models) -> None:
     assert C.build_cache(model, tokens, seq_len=SEQ, tokens_per_step=3 * SEQ, batch_size=2) is None
     with pytest.raises(ValueError, match="max_bytes: "):
         C.build_cache(model, tokens, seq_len=SEQ, max_bytes=-1)
+    # The ladder trains the same lenses with and without its cache.
+    kw = dict(steps=3, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=[1, 2], progress=False)
+    a = lens_ladder.train_ladder(model, tokens, tmp_path / "a", **kw)
+    b = lens_ladder.train_ladder(model, tokens, tmp_path / "b", max_cache_bytes=0, **kw)
+    for budget in (1, 2):
+        _assert_same(a[budget], b[budget])
+
+
+def test_ladder_builds_one_cache_and_only_when_training(models, tmp_path: Path, monkeypatch) -> None:
+    model, tokens = models[("llama", True)], _tokens(30)
+    built: list = []
+    real = C.build_cache
+
+    def counting(*args, **kwargs):
+        built.append(real(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(lens_ladder.lens_cache, "build_cache", counting)
+    kw = dict(steps=3, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=[1, 2, 4], progress=False)
+    lens_ladder.train_ladder(model, tokens, tmp_path, **kw)
+    assert len(built) == 1 and built[0] is not None
+    lens_ladder.train_ladder(model, tokens, tmp_path, **kw)  # every rung finished: nothing to train
+    assert len(built) == 1
 
 
 def test_mismatched_cache_is_refused(models) -> None:
