@@ -135,6 +135,19 @@ def test_ladder_builds_one_cache_and_only_when_training(models, tmp_path: Path, 
     assert len(built) == 1
 
 
+def test_batch_dependent_activations_get_no_cache(models, monkeypatch) -> None:
+    """Where a sequence's activations depend on its batch mates, the cache would change the lens: declined."""
+    real = C._frozen_forward
+
+    def mixing(model, target, x):
+        hs, st = real(model, target, x)
+        return tuple(h + 1e-3 * h.mean(0, keepdim=True) for h in hs), st
+
+    monkeypatch.setattr(C, "_frozen_forward", mixing)
+    with pytest.warns(UserWarning, match="cache declined"):
+        assert C.build_cache(models[("llama", True)], _tokens(30), seq_len=SEQ, tokens_per_step=4 * SEQ) is None
+
+
 def test_mismatched_cache_is_refused(models) -> None:
     model, tokens = models[("llama", True)], _tokens(30)
     cache = C.build_cache(model, tokens, seq_len=SEQ, tokens_per_step=4 * SEQ)
@@ -144,7 +157,7 @@ def test_mismatched_cache_is_refused(models) -> None:
         F.train_lens(model, tokens[: 29 * SEQ], steps=2, cache=cache, **KW)
     with pytest.raises(ValueError, match="tokens: differ"):
         F.train_lens(model, _tokens(30, seed=1), steps=2, cache=cache, **KW)
-    with pytest.raises(ValueError, match="seq_len=16"):
+    with pytest.raises(ValueError, match="seq_len: 16, but the cache holds sequences of seq_len=32"):
         F.train_lens(model, tokens, steps=2, cache=cache, **{**KW, "seq_len": 16, "tokens_per_step": 64})
     with pytest.raises(ValueError, match="batch_size: .*micro-batches of 2 sequences.*of 4"):
         F.train_lens(model, tokens, steps=2, cache=cache, batch_size=2, **KW)
