@@ -13,7 +13,9 @@ Layout, in the tuned_lens package format::
     <model dir>/lens/<recipe>-x<b>/    every rung: config.json, params.pt, rung.json (+ trainer.pt, eval_*.csv)
 
 ``trainer.pt`` (optimiser and data state) is kept at the highest finished rung only, so an
-interrupted ladder resumes from there and a finished rung is never retrained.
+interrupted ladder resumes from there and a finished rung is never retrained. The rungs a call trains
+share one :mod:`tiebias.lens_cache` activation cache (built only when a rung must be trained, and only
+under ``max_cache_bytes``), so the frozen model runs once over the training tokens, not once per step.
 
 **Recipes.** ``cpu``: Adam (amsgrad) at 1e-2 with a short warmup, the kit's CPU-sized default (see
 :func:`tiebias.lens_fit.train_lens`). ``package``: the tuned-lens package's own recipe (SGD with Nesterov
@@ -38,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from . import lens as tl
-from . import lens_eval, lens_fit
+from . import lens_cache, lens_eval, lens_fit
 from .files import write_json_atomic
 from .lens_study import convergence, ladder_gaps, per_layer
 from .params import coerce
@@ -120,12 +122,13 @@ def _rung_done(path: Path, meta: dict[str, Any]) -> bool:
 
 def train_ladder(model: Any, tokens: Any, folder: str | Path, *, steps: int, tokens_per_step: int, seq_len: int,
                  budgets: Sequence[int] = (1,), recipe: str = "cpu", progress: bool = True,
-                 ) -> dict[int, Any]:
+                 max_cache_bytes: int = lens_cache.MAX_BYTES) -> dict[int, Any]:
     """Train (or load) a lens at every budget of the ladder; returns {budget: TunedLens}. Resumable.
 
     Rung k continues rung k-1's lens and optimiser for ``(budgets[k] - budgets[k-1]) * steps`` steps
     (schedule per rung, see the module docstring). Finished rungs are loaded, not retrained; an
-    interrupted ladder restarts from the highest finished rung that kept its trainer state.
+    interrupted ladder restarts from the highest finished rung that kept its trainer state. The rungs
+    trained share one activation cache when it fits ``max_cache_bytes`` (0: none); the lenses are the same.
     """
     import torch
 
@@ -153,11 +156,13 @@ def train_ladder(model: Any, tokens: Any, folder: str | Path, *, steps: int, tok
         lens = tl.load_lens(model, dirs[start])
         state = torch.load(dirs[start] / _TRAINER, map_location="cpu", weights_only=True)
         out[budgets[start]] = copy.deepcopy(lens) if start < len(budgets) - 1 else lens
+    cache = lens_cache.build_cache(model, tokens, seq_len=seq_len, tokens_per_step=tokens_per_step,
+                                   max_bytes=max_cache_bytes, progress=progress)  # a rung is left to train
     for k in range(start + 1, len(budgets)):
         seg = (budgets[k] - (budgets[k - 1] if k else 0)) * steps
         kw = recipe_kwargs(recipe, seg)
         lens = lens_fit.train_lens(model, tokens, steps=seg, tokens_per_step=tokens_per_step, seq_len=seq_len,
-                                   progress=progress, lens=lens, state=state, **kw)
+                                   progress=progress, lens=lens, state=state, cache=cache, **kw)
         if dirs[k].exists():
             shutil.rmtree(dirs[k])
         tl.save_lens(lens, dirs[k])
