@@ -134,3 +134,29 @@ def test_a_second_process_holding_the_run_is_refused(fresh_run: Run, tiny_config
     finally:
         p.kill()
         p.wait()
+
+
+def test_lens_ladders_side_by_side_match_one_at_a_time(two_seed_run: Run, tmp_path) -> None:
+    from tiebias import lens_ladder
+
+    kw = dict(steps=4, tokens_per_step=2 * 32, seq_len=32, eval_tokens=4 * 32, budgets=[1, 2], progress=False)
+    tables = {}
+    for w in (1, 2):
+        run = Run(tmp_path / f"w{w}")
+        shutil.copytree(two_seed_run.path, run.path)
+        tables[w] = lens_ladder.kl_table(run, ["tied", "untied"], [0, 1], workers=w, **kw)
+    assert tables[1].equals(tables[2])
+
+
+def test_a_stopped_job_does_not_hide_the_real_error() -> None:
+    def stops(should_stop) -> None:
+        while not should_stop():
+            threading.Event().wait(0.01)
+        raise parallel.Stopped("stopped")
+
+    def bad(should_stop) -> None:
+        threading.Event().wait(0.05)
+        raise RuntimeError("the real error")
+
+    with pytest.raises(RuntimeError, match="the real error"):
+        parallel.side_by_side([stops, bad], workers=2)

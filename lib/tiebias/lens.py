@@ -58,6 +58,8 @@ from tuned_lens import TunedLens
 from tuned_lens.nn import LogitLens, Unembed
 from tuned_lens.nn.lenses import TunedLensConfig
 
+from .parallel import CONSTRUCTION
+
 __all__ = [
     "FINAL_NORM_NAMES",
     "LN2",
@@ -329,7 +331,8 @@ def new_lens(model: PreTrainedModel) -> TunedLens:
         num_hidden_layers=int(model.config.num_hidden_layers),
         bias=True,
     )
-    return TunedLens(_unembed(model), config).to(model.device)
+    with CONSTRUCTION:  # not while another thread loads a model (see tiebias.parallel.CONSTRUCTION)
+        return TunedLens(_unembed(model), config).to(model.device)
 
 
 def save_lens(lens: TunedLens, path: str | os.PathLike[str]) -> Path:
@@ -380,6 +383,8 @@ def load_lens(model: PreTrainedModel, path: str | os.PathLike[str], *, strict: b
                 f"(sha256 {saved[:12]}... vs this model's {_unembed_sha256(model)[:12]}...); "
                 f"load the lens saved next to this model, or pass strict=False"
             )
-    lens = TunedLens.from_unembed_and_pretrained(_unembed(model), str(path), map_location="cpu", weights_only=True)
+    with CONSTRUCTION:
+        lens = TunedLens.from_unembed_and_pretrained(_unembed(model), str(path), map_location="cpu",
+                                                     weights_only=True)
     return lens.to(model.device)
 

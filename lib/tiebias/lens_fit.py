@@ -38,6 +38,7 @@ disk in between (``torch.save`` of ``state``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -50,6 +51,7 @@ from tuned_lens.nn import Unembed
 
 from .lens import LN2, _check_lens, check_model, new_lens
 from .lens_eval import _check_tokens, _sequences
+from .parallel import Stopped
 from .threads import check_num_threads, loop_threads
 
 if TYPE_CHECKING:
@@ -161,6 +163,7 @@ def train_lens(
     log: list[dict[str, float]] | None = None,
     lens: TunedLens | None = None,
     state: dict[str, Any] | None = None,
+    should_stop: Callable[[], bool] | None = None,
     cache: LensCache | None = None,
 ) -> TunedLens:
     """Train the package's TunedLens on ``model`` (frozen) to minimise sum over layers of KL(final || lens).
@@ -172,6 +175,7 @@ def train_lens(
     ``num_threads`` sets torch's intra-op CPU threads for the call (None: keep; ``"auto"``: a
     :class:`tiebias.threads.ThreadTuner` picks them from step times, restored after). ``lens`` is trained in
     place instead of a new identity lens; ``state`` (empty: filled on return) resumes where a call stopped.
+    ``should_stop`` is asked before every step: True raises :class:`tiebias.parallel.Stopped`.
     ``cache`` (:func:`tiebias.lens_cache.build_cache` of this model, tokens and settings) replaces the frozen
     model's forward, giving the same lens bit for bit; a cache built for anything else is refused (ValueError).
     """
@@ -199,6 +203,8 @@ def train_lens(
         bar = tqdm(range(steps), desc=f"tuned lens ({model_type})", disable=not progress)
         try:
             for step in bar:
+                if should_stop is not None and should_stop():
+                    raise Stopped(f"lens training stopped at step {step} of {steps}")
                 factor = _lr_factor(step, steps, warmup_steps)
                 for g, base in zip(opt.param_groups, base_lr, strict=True):
                     g["lr"] = base * factor

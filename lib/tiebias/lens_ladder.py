@@ -32,20 +32,22 @@ import copy
 import json
 import math
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from . import lens as tl
 from . import lens_cache, lens_eval, lens_fit
 from .files import write_json_atomic
 from .lens_study import convergence, ladder_gaps, per_layer
+from .parallel import side_by_side, workers_for
 from .params import coerce
 from .runs import Run
-from .variants import Variant
+from .variants import Variant, model_key
 
 RECIPES: dict[str, dict[str, Any]] = {
     "cpu": {"optimizer": "adam", "lr": 1e-2, "momentum": 0.9, "weight_decay": 1e-3},
@@ -122,16 +124,16 @@ def _rung_done(path: Path, meta: dict[str, Any]) -> bool:
 
 def train_ladder(model: Any, tokens: Any, folder: str | Path, *, steps: int, tokens_per_step: int, seq_len: int,
                  budgets: Sequence[int] = (1,), recipe: str = "cpu", progress: bool = True,
-                 max_cache_bytes: int = lens_cache.MAX_BYTES) -> dict[int, Any]:
+                 max_cache_bytes: int = lens_cache.MAX_BYTES, num_threads: int | str | None = "auto",
+                 should_stop: Callable[[], bool] | None = None) -> dict[int, Any]:
     """Train (or load) a lens at every budget of the ladder; returns {budget: TunedLens}. Resumable.
 
     Rung k continues rung k-1's lens and optimiser for ``(budgets[k] - budgets[k-1]) * steps`` steps
     (schedule per rung, see the module docstring). Finished rungs are loaded, not retrained; an
     interrupted ladder restarts from the highest finished rung that kept its trainer state. The rungs
     trained share one activation cache when it fits ``max_cache_bytes`` (0: none); the lenses are the same.
+    ``num_threads`` and ``should_stop`` go to :func:`tiebias.lens_fit.train_lens` (a stop keeps finished rungs).
     """
-    import torch
-
     budgets = check_budgets(budgets)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps <= 0:
         raise ValueError(f"lens_steps: {steps!r} is not allowed; need an integer > 0")
@@ -157,12 +159,14 @@ def train_ladder(model: Any, tokens: Any, folder: str | Path, *, steps: int, tok
         state = torch.load(dirs[start] / _TRAINER, map_location="cpu", weights_only=True)
         out[budgets[start]] = copy.deepcopy(lens) if start < len(budgets) - 1 else lens
     cache = lens_cache.build_cache(model, tokens, seq_len=seq_len, tokens_per_step=tokens_per_step,
-                                   max_bytes=max_cache_bytes, progress=progress)  # a rung is left to train
+                                   max_bytes=max_cache_bytes, progress=progress,
+                                   num_threads=num_threads)  # a rung is left to train
     for k in range(start + 1, len(budgets)):
         seg = (budgets[k] - (budgets[k - 1] if k else 0)) * steps
         kw = recipe_kwargs(recipe, seg)
         lens = lens_fit.train_lens(model, tokens, steps=seg, tokens_per_step=tokens_per_step, seq_len=seq_len,
-                                   progress=progress, lens=lens, state=state, cache=cache, **kw)
+                                   progress=progress, lens=lens, state=state, cache=cache, num_threads=num_threads,
+                                   should_stop=should_stop, **kw)
         if dirs[k].exists():
             shutil.rmtree(dirs[k])
         tl.save_lens(lens, dirs[k])
@@ -187,12 +191,12 @@ def _publish(folder: Path, recipe: str, budget: int, meta: dict[str, Any]) -> No
 
 
 def _evaluate_cached(model: Any, tokens: Any, lens: Any, path: Path, *, seq_len: int, eval_tokens: int,
-                     logit_lens: bool) -> pd.DataFrame:
+                     logit_lens: bool, num_threads: int | str | None = "auto") -> pd.DataFrame:
     """Per-sequence evaluation of one lens (or the logit lens alone), cached as ``path`` next to the lens."""
     if path.is_file():
         return pd.read_csv(path)
     df = lens_eval.evaluate(model, tokens, lens, seq_len=seq_len, max_tokens=eval_tokens, per_sequence=True,
-                            logit_lens=logit_lens)
+                            logit_lens=logit_lens, num_threads=num_threads)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     df.to_csv(tmp, index=False)
@@ -202,27 +206,29 @@ def _evaluate_cached(model: Any, tokens: Any, lens: Any, path: Path, *, seq_len:
 
 def ladder_table(model: Any, train_tokens: Any, test_tokens: Any, folder: str | Path, *, steps: int,
                  tokens_per_step: int, seq_len: int, eval_tokens: int, budgets: Sequence[int] = (1,),
-                 recipes: Sequence[str] = ("cpu",), progress: bool = True) -> pd.DataFrame:
+                 recipes: Sequence[str] = ("cpu",), progress: bool = True, num_threads: int | str | None = "auto",
+                 should_stop: Callable[[], bool] | None = None) -> pd.DataFrame:
     """Train (or load) every recipe's ladder for one model and evaluate each rung, per evaluation sequence.
 
     Columns: ``recipe``, ``budget``, ``lens_steps`` (total steps of that rung), ``sequence``, ``layer`` and
     the :func:`tiebias.lens_eval.evaluate` columns. The logit lens is evaluated once and shared by all rungs.
     Evaluations are cached in the rung folders, so a rerun costs only loading. The first recipe's
-    largest rung is also written to the top of ``folder``.
+    largest rung is also written to the top of ``folder``. ``num_threads``/``should_stop``: see :func:`train_ladder`.
     """
     budgets, recipes = check_budgets(budgets), check_recipes(recipes)
     folder = Path(folder)
     tag = f"eval_{eval_tokens}x{seq_len}.csv"
     sha = tl._unembed_sha256(model)
     logit = _evaluate_cached(model, test_tokens, None, folder / f"logit_{sha[:12]}_{tag}", seq_len=seq_len,
-                             eval_tokens=eval_tokens, logit_lens=True)
+                             eval_tokens=eval_tokens, logit_lens=True, num_threads=num_threads)
     frames = []
     for recipe in recipes:
         lenses = train_ladder(model, train_tokens, folder, steps=steps, tokens_per_step=tokens_per_step,
-                              seq_len=seq_len, budgets=budgets, recipe=recipe, progress=progress)
+                              seq_len=seq_len, budgets=budgets, recipe=recipe, progress=progress,
+                              num_threads=num_threads, should_stop=should_stop)
         for b, lens in lenses.items():
             df = _evaluate_cached(model, test_tokens, lens, rung_dir(folder, recipe, b) / tag, seq_len=seq_len,
-                                  eval_tokens=eval_tokens, logit_lens=False)
+                                  eval_tokens=eval_tokens, logit_lens=False, num_threads=num_threads)
             df["kl_logit_bits"] = logit.kl_logit_bits.to_numpy()
             df["ce_logit_nats"] = logit.ce_logit_nats.to_numpy()
             df.insert(0, "recipe", recipe)
@@ -258,29 +264,37 @@ def ensure_lens(run: Run, variant: str | Variant, seed: int, *, steps: int, toke
 def kl_table(run: Run, variants: Sequence[str], seeds: Sequence[int], *, steps: int, tokens_per_step: int,
              seq_len: int, eval_tokens: int, budgets: Sequence[int] = (1,), recipes: Sequence[str] = ("cpu",),
              step: int | None = None, per_sequence: bool = False, progress: bool = True,
-             device: str = "cpu") -> pd.DataFrame:
+             device: str = "cpu", workers: int | str = "auto") -> pd.DataFrame:
     """Lens ladders of every (variant, seed) of a run (or of its checkpoints at ``step``), evaluated on the test split.
 
     Long format with ``variant``, ``seed``, ``step`` (training step of the model; the final step for
     final models), ``recipe``, ``budget``, ``lens_steps``, ``layer`` and the evaluation columns; one
     row per layer (means over sequences) or, with ``per_sequence``, per layer and evaluation sequence.
-    A checkpoint at a model's final step is the final model and shares its lens.
+    A checkpoint at a model's final step is the final model and shares its lens. On a CPU two models'
+    lenses train at a time (``workers``, see :func:`tiebias.parallel.side_by_side`): the same lenses.
     """
-    frames = []
     val, test = run.tokens("validation"), run.tokens("test")
-    for seed in seeds:
-        for v in variants:
+    jobs = [(seed, v) for seed in seeds for v in variants]
+    n = workers_for(len(jobs), workers) if torch.device(device).type == "cpu" else 1
+
+    def job(seed: int, v: str) -> Callable[[Callable[[], bool]], pd.DataFrame]:
+        def go(should_stop: Callable[[], bool]) -> pd.DataFrame:
             final = _final_step(run, v, seed)
             at = None if step is None or step == final else step
             model = run.load_model(v, seed, at, device=device)
-            with run.writing(f"lenses of {Variant.parse(v).name}-s{seed}"):  # one writer of lens folders
-                df = ladder_table(model, val, test, run.lens_dir(v, seed, at), steps=steps,
-                                  tokens_per_step=tokens_per_step, seq_len=seq_len, eval_tokens=eval_tokens,
-                                  budgets=budgets, recipes=recipes, progress=progress)
+            df = ladder_table(model, val, test, run.lens_dir(v, seed, at), steps=steps,
+                              tokens_per_step=tokens_per_step, seq_len=seq_len, eval_tokens=eval_tokens,
+                              budgets=budgets, recipes=recipes, progress=progress,
+                              num_threads="auto" if n == 1 else None, should_stop=should_stop)
             df.insert(0, "variant", Variant.parse(v).name)
             df.insert(1, "seed", seed)
             df.insert(2, "step", step if step is not None else final)
-            frames.append(df)
+            return df
+        return go
+
+    names = ", ".join(model_key(v, seed) for seed, v in jobs)
+    with run.writing(f"lenses of {names}"):  # one writer of lens folders
+        frames = side_by_side([job(seed, v) for seed, v in jobs], n)
     out = pd.concat(frames, ignore_index=True)
     return out if per_sequence else per_layer(out)
 
@@ -374,7 +388,7 @@ def depth_run(run: Run, preset: str, seeds: Sequence[int], config: Any, progress
     from dataclasses import replace
 
     from .models import get_preset
-    from .train import train
+    from .sweeps import train_many
 
     get_preset(preset)
     sub = Run(run.depth_dir(preset))
@@ -386,7 +400,5 @@ def depth_run(run: Run, preset: str, seeds: Sequence[int], config: Any, progress
         shutil.copy2(run.frequencies_path, sub.frequencies_path)
         shutil.copy2(run.config_path, sub.config_path)  # last: marks the sub-run as ready
     cfg = replace(config, preset=preset)
-    for seed in seeds:
-        for v in ("tied", "untied"):
-            train(sub, v, seed, cfg, progress=progress)
+    train_many(sub, [(v, seed) for seed in seeds for v in ("tied", "untied")], cfg, progress=progress)
     return sub

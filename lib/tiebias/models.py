@@ -8,7 +8,6 @@ output matrix gets its own initialisation from a generator derived from the seed
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +19,8 @@ from transformers import (
     PretrainedConfig,
     PreTrainedModel,
 )
+
+from .parallel import CONSTRUCTION
 
 FAMILIES = ("llama", "neox")
 
@@ -103,14 +104,11 @@ def build(preset: str = "small", *, family: str = "llama", tied: bool = True, vo
     The untied model of a seed is initialised first; the tied model copies every parameter it has
     from it, so both start equal where they overlap. The untied output matrix is then re-drawn from
     its own generator, making it independent of the input matrix. Initialisation draws from torch's
-    global generator, so builds are serialised: two threads building at once get the same models as
-    one after the other.
+    global generator, so builds take :data:`tiebias.parallel.CONSTRUCTION`: two threads building at once
+    get the same models as one after the other.
     """
-    with _INIT_LOCK:
+    with CONSTRUCTION:
         return _build_unlocked(preset, family, tied, vocab_size, seed, eos_token_id)
-
-
-_INIT_LOCK = threading.Lock()
 
 
 def _build_unlocked(preset: str, family: str, tied: bool, vocab_size: int, seed: int,

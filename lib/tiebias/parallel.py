@@ -24,6 +24,15 @@ import torch
 
 WORKERS_ENV = "TIEBIAS_WORKERS"
 
+CONSTRUCTION = threading.RLock()
+"""Held while a model or a lens is built or loaded. transformers' loading swaps ``torch.nn.init``'s functions
+for no-ops process-wide while it runs (``no_init_weights``), and initialisation draws from torch's global
+generator: jobs side by side therefore construct their models one at a time, and get the same ones."""
+
+class Stopped(Exception):
+    """Raised by a job that stopped early because its ``should_stop`` turned True (it left nothing half-written)."""
+
+
 T = TypeVar("T")
 Task = Callable[[Callable[[], bool]], T]
 """A job: called with ``should_stop`` (ask it between steps; True means stop soon and return)."""
@@ -101,9 +110,10 @@ def side_by_side(tasks: Sequence[Task[T]], workers: int | str = "auto") -> list[
         raise
     finally:
         torch.set_num_threads(before)
-    if errors:
-        raise errors[min(errors)]
+    real = {i: e for i, e in errors.items() if not isinstance(e, Stopped)}
+    if real or errors:
+        raise (real or errors)[min(real or errors)]
     return [results[i] for i in range(len(tasks))]
 
 
-__all__ = ["WORKERS_ENV", "Task", "check_workers", "side_by_side", "workers_for"]
+__all__ = ["CONSTRUCTION", "WORKERS_ENV", "Stopped", "Task", "check_workers", "side_by_side", "workers_for"]

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from .files import (
     write_json_atomic,
 )
 from .layout import COMPLETE_NAME, LENS_SUBDIR, LOCK_HOLDER, LOCK_NAME, RunLayout
+from .parallel import CONSTRUCTION
 from .tokens import (
     BYTE_ALPHABET_SIZE,
     SPECIAL_TOKENS,
@@ -60,15 +60,13 @@ class RunLockedError(RunFolderError):
 # -- the writer lock ----------------------------------------------------------------------------------
 @dataclass
 class _Held:
-    """A writer lock this process holds, and how many nested :meth:`Run.writing` blocks use it."""
+    """A writer lock this process holds (nested :meth:`Run.writing` blocks and its threads reuse it)."""
 
     lock: Any
     pid: int
-    depth: int
 
 
 _HELD: dict[str, _Held] = {}
-_DEPTH_LOCK = threading.Lock()
 
 
 def _pid_alive(pid: int) -> bool:
@@ -100,14 +98,8 @@ class Run(RunLayout):
         """
         key = str(self.path.resolve())
         held = _HELD.get(key)
-        if held is not None and held.pid == os.getpid():
-            with _DEPTH_LOCK:  # threads of one process (models trained side by side) share the lock
-                held.depth += 1
-            try:
-                yield self
-            finally:
-                with _DEPTH_LOCK:
-                    held.depth -= 1
+        if held is not None and held.pid == os.getpid():  # nested, or a thread of the holder (side by side)
+            yield self
             return
         from filelock import FileLock, Timeout
 
@@ -121,7 +113,7 @@ class Run(RunLayout):
             write_json_atomic(self.lock_holder_path, {
                 "pid": os.getpid(), "host": socket.gethostname(), "what": what,
                 "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")})
-            _HELD[key] = _Held(lock, os.getpid(), 1)
+            _HELD[key] = _Held(lock, os.getpid())
             yield self
         finally:
             _HELD.pop(key, None)
@@ -390,7 +382,8 @@ class Run(RunLayout):
             todo = f"use another step (available: {others}), or retrain {key} ({OVERWRITE_HINT})"
         check_model_folder(path, todo)
         try:
-            m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+            with CONSTRUCTION:  # loading patches torch.nn.init process-wide: one load at a time
+                m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         except Exception as e:  # any loader failure: reported with the folder named
             raise damaged(path, e, todo) from None
         return m.to(device).eval()

@@ -16,7 +16,7 @@ from pathlib import Path
 from .parallel import check_workers, side_by_side, workers_for
 from .runs import Run
 from .train import TrainConfig, pick_device, train
-from .variants import Variant
+from .variants import Variant, model_key
 
 
 def train_many(run: Run | str | Path, jobs: Sequence[tuple[str | Variant, int]], config: TrainConfig | None = None,
@@ -39,7 +39,7 @@ def train_many(run: Run | str | Path, jobs: Sequence[tuple[str | Variant, int]],
     kw = dict(resume=resume, overwrite=overwrite, progress=progress, device=device)
     if n <= 1:
         return [train(run, v, s, cfg, **kw) for v, s in parsed]
-    with run.writing(f"training {len(parsed)} models, {n} at a time"):
+    with run.writing(f"training {', '.join(model_key(v, s) for v, s in parsed)}, {n} at a time"):
         tasks = [lambda stop, v=v, s=s: train(run, v, s, cfg, num_threads=None, should_stop=stop, **kw)
                  for v, s in parsed]
         return side_by_side(tasks, n)
