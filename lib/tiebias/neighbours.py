@@ -14,7 +14,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .alloc import kept_heap
 from .matrices import F64, Matrix, as_matrix
 
 
@@ -118,15 +117,14 @@ def nearest(m: Matrix, k: int = 10, *, chunk: int = 4096) -> Tensor:
     inv = torch.where(norms > 0, 1 / norms.clamp_min(torch.finfo(x.dtype).tiny), torch.zeros_like(norms))
     vals = torch.full((n, k), -math.inf, dtype=x.dtype, device=x.device)
     idx = torch.full((n, k), -1, dtype=torch.long, device=x.device)
-    with kept_heap():  # every block allocates the same large tensors again: keep them mapped
-        for i0 in range(0, n, chunk):
-            xi = x[i0:i0 + chunk] * inv[i0:i0 + chunk, None]
-            for j0 in range(i0, n, chunk):
-                xj = xi if j0 == i0 else x[j0:j0 + chunk] * inv[j0:j0 + chunk, None]
-                sims = xi @ xj.T
-                if j0 == i0:
-                    sims.fill_diagonal_(-math.inf)
-                _fold_block(vals, idx, i0, j0, sims)
+    for i0 in range(0, n, chunk):
+        xi = x[i0:i0 + chunk] * inv[i0:i0 + chunk, None]
+        for j0 in range(i0, n, chunk):
+            xj = xi if j0 == i0 else x[j0:j0 + chunk] * inv[j0:j0 + chunk, None]
+            sims = xi @ xj.T
+            if j0 == i0:
+                sims.fill_diagonal_(-math.inf)
+            _fold_block(vals, idx, i0, j0, sims)
     return idx
 
 
