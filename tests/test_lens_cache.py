@@ -163,3 +163,14 @@ def test_mismatched_cache_is_refused(models) -> None:
         F.train_lens(model, tokens, steps=2, cache=cache, batch_size=2, **KW)
     with pytest.raises(ValueError, match="batch_size: .*uneven micro-batches"):
         F.train_lens(model, tokens, steps=2, cache=cache, batch_size=3, **KW)
+
+
+def test_short_ladder_over_a_long_stream_builds_no_cache(models, tmp_path: Path, monkeypatch) -> None:
+    """Building costs one forward per sequence: a ladder drawing fewer than MIN_VISITS per sequence skips it."""
+    model, tokens = models[("llama", True)], _tokens(30)
+    built: list = []
+    monkeypatch.setattr(lens_ladder.lens_cache, "build_cache", lambda *a, **k: built.append(1))
+    lens_ladder.train_ladder(model, tokens, tmp_path, steps=2, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=[1, 2],
+                             progress=False)  # 2 x 2 x 4 = 16 draws from 30 sequences
+    assert built == []
+    assert not C.pays_off(44, 30) and C.pays_off(45, 30)

@@ -38,10 +38,20 @@ from .lens_eval import _sequences
 from .lens_fit import _check_train_args, _frozen_forward, _Target
 from .threads import loop_threads
 
-__all__ = ["MAX_BYTES", "LensCache", "build_cache", "cache_bytes", "micro_batch"]
+__all__ = ["MAX_BYTES", "MIN_VISITS", "LensCache", "build_cache", "cache_bytes", "micro_batch", "pays_off"]
 
 MAX_BYTES = 1 << 30
 """Default cap on a cache's size (1 GiB): above it :func:`build_cache` declines and training runs the model."""
+
+MIN_VISITS = 1.5
+"""Build a cache only when training draws each sequence at least this often on average: building costs one
+forward per sequence, so a short lens run over a long stream (the smoke profile: 160 draws, 1,850 sequences)
+is cheaper without one. The default ladder draws each validation sequence about 4.3 times."""
+
+
+def pays_off(draws: int, n_sequences: int) -> bool:
+    """Whether a cache saves time for a training that draws ``draws`` sequences from ``n_sequences`` (see MIN_VISITS)."""
+    return draws >= MIN_VISITS * n_sequences
 
 
 def micro_batch(tokens_per_step: int, seq_len: int, batch_size: int) -> int | None:

@@ -131,7 +131,8 @@ def train_ladder(model: Any, tokens: Any, folder: str | Path, *, steps: int, tok
     Rung k continues rung k-1's lens and optimiser for ``(budgets[k] - budgets[k-1]) * steps`` steps
     (schedule per rung, see the module docstring). Finished rungs are loaded, not retrained; an
     interrupted ladder restarts from the highest finished rung that kept its trainer state. The rungs
-    trained share one activation cache when it fits ``max_cache_bytes`` (0: none); the lenses are the same.
+    trained share one activation cache when it fits ``max_cache_bytes`` (0: none) and pays off
+    (:func:`tiebias.lens_cache.pays_off`); the lenses are the same.
     ``num_threads`` and ``should_stop`` go to :func:`tiebias.lens_fit.train_lens` (a stop keeps finished rungs).
     """
     budgets = check_budgets(budgets)
@@ -158,9 +159,10 @@ def train_ladder(model: Any, tokens: Any, folder: str | Path, *, steps: int, tok
         lens = tl.load_lens(model, dirs[start])
         state = torch.load(dirs[start] / _TRAINER, map_location="cpu", weights_only=True)
         out[budgets[start]] = copy.deepcopy(lens) if start < len(budgets) - 1 else lens
+    draws = (budgets[-1] - (budgets[start] if start >= 0 else 0)) * steps * (tokens_per_step // seq_len)
     cache = lens_cache.build_cache(model, tokens, seq_len=seq_len, tokens_per_step=tokens_per_step,
-                                   max_bytes=max_cache_bytes, progress=progress,
-                                   num_threads=num_threads)  # a rung is left to train
+                                   max_bytes=max_cache_bytes, progress=progress, num_threads=num_threads,
+                                   ) if lens_cache.pays_off(draws, tokens.numel() // seq_len) else None
     for k in range(start + 1, len(budgets)):
         seg = (budgets[k] - (budgets[k - 1] if k else 0)) * steps
         kw = recipe_kwargs(recipe, seg)
