@@ -174,3 +174,14 @@ def test_short_ladder_over_a_long_stream_builds_no_cache(models, tmp_path: Path,
                              progress=False)  # 2 x 2 x 4 = 16 draws from 30 sequences
     assert built == []
     assert not C.pays_off(44, 30) and C.pays_off(45, 30)
+
+
+def test_bad_cache_and_stop_settings_name_the_parameter(models, tmp_path: Path) -> None:
+    model, tokens = models[("llama", True)], _tokens(30)
+    for bad in (-1, 1.5, True, "1GiB"):
+        with pytest.raises(ValueError, match="max_cache_bytes"):
+            lens_ladder.train_ladder(model, tokens, tmp_path / "l", steps=2, tokens_per_step=4 * SEQ, seq_len=SEQ,
+                                     max_cache_bytes=bad, progress=False)
+    assert not (tmp_path / "l").exists()
+    with pytest.raises(ValueError, match="should_stop"):
+        F.train_lens(model, tokens, steps=2, should_stop=5, **KW)

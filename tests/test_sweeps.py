@@ -64,16 +64,17 @@ def test_interrupted_models_resume_to_the_same_weights(fresh_run: Run, tiny_conf
     """An interrupt stops both trainings at their next step; the next call finishes them as if never stopped."""
     ref, cut = _copy(fresh_run, tmp_path / "ref"), _copy(fresh_run, tmp_path / "cut")
     train_many(ref, JOBS[:2], tiny_config, workers=1, progress=False)
-    calls = {"n": 0}
     real = parallel.side_by_side
 
     def interrupting(tasks, workers):
-        # each job is asked should_stop before every step: stop both after a few asks
+        # each job is asked should_stop before every step: each stops at its 6th step, whatever the other does
         def wrap(task):
             def run(should_stop):
+                asked = {"n": 0}
+
                 def stop() -> bool:
-                    calls["n"] += 1
-                    return calls["n"] > 12 or should_stop()
+                    asked["n"] += 1
+                    return asked["n"] > 5 or should_stop()
                 return task(stop)
             return run
         return real([wrap(t) for t in tasks], workers)
@@ -160,3 +161,21 @@ def test_a_stopped_job_does_not_hide_the_real_error() -> None:
 
     with pytest.raises(RuntimeError, match="the real error"):
         parallel.side_by_side([stops, bad], workers=2)
+
+
+def test_bad_thread_and_stop_settings_stop_before_anything_is_written(fresh_run: Run, tiny_config: TrainConfig,
+                                                                       two_seed_run: Run, tmp_path) -> None:
+    from tiebias import lens_ladder
+    from tiebias.train import train
+
+    for kw, match in [({"num_threads": 0}, "num_threads"), ({"num_threads": "fast"}, "num_threads"),
+                      ({"should_stop": True}, "should_stop")]:
+        with pytest.raises(ValueError, match=match):
+            train(fresh_run, "tied", 0, tiny_config, progress=False, **kw)
+        assert not fresh_run.model_dir("tied", 0).exists()
+    run = _copy(two_seed_run, tmp_path / "lens")
+    for w in (0, "two", True):
+        with pytest.raises(ValueError, match="workers"):
+            lens_ladder.kl_table(run, ["tied"], [0], steps=2, tokens_per_step=64, seq_len=32, eval_tokens=64,
+                                 workers=w, progress=False)
+        assert not run.lens_dir("tied", 0).exists()

@@ -172,9 +172,10 @@ def build_cache(
     was_training = model.training
     model.eval()
     try:
-        cache = LensCache(*_fill(model, seqs, micro, num_threads, progress), micro, seqs.cpu().clone(),
+        target = _Target.of(new_lens(model), low_precision=False)
+        cache = LensCache(*_fill(model, target, seqs, micro, num_threads, progress), micro, seqs.cpu().clone(),
                           model_fingerprint(model))
-        same = _rows_independent(model, cache)
+        same = _rows_independent(model, target, cache)
     finally:
         model.train(was_training)
     if not same:
@@ -184,10 +185,9 @@ def build_cache(
     return cache
 
 
-def _fill(model: PreTrainedModel, seqs: Tensor, micro: int, num_threads: Any,
+def _fill(model: PreTrainedModel, target: _Target, seqs: Tensor, micro: int, num_threads: Any,
           progress: bool) -> tuple[list[Tensor], tuple[Tensor, Tensor, Tensor]]:
     """The cache's tensors, computed chunk by chunk with :func:`tiebias.lens_fit._frozen_forward`."""
-    target = _Target.of(new_lens(model), low_precision=False)
     n, dev = len(seqs), model.device
     hidden: list[Tensor] = []
     stats: list[Tensor] = []
@@ -204,11 +204,10 @@ def _fill(model: PreTrainedModel, seqs: Tensor, micro: int, num_threads: Any,
     return hidden, (stats[0], stats[1], stats[2])
 
 
-def _rows_independent(model: PreTrainedModel, cache: LensCache) -> bool:
+def _rows_independent(model: PreTrainedModel, target: _Target, cache: LensCache) -> bool:
     """Whether one forward on sequences from other chunks, in another order, reproduces the cache bit for bit."""
     n = len(cache.sequences)
     idx = torch.linspace(0, n - 1, cache.chunk).round().long().flip(0)
-    hs, st = _frozen_forward(model, _Target.of(new_lens(model), low_precision=False),
-                             cache.sequences[idx].to(model.device))
+    hs, st = _frozen_forward(model, target, cache.sequences[idx].to(model.device))
     hidden, stats = cache.take(idx)
     return all(torch.equal(a, b) for a, b in zip((*hs, *st), (*hidden, *stats), strict=True))

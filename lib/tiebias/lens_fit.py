@@ -51,7 +51,7 @@ from tuned_lens.nn import Unembed
 
 from .lens import LN2, _check_lens, check_model, new_lens
 from .lens_eval import _check_tokens, _sequences
-from .parallel import Stopped
+from .parallel import Stopped, check_should_stop
 from .threads import check_num_threads, loop_threads
 
 if TYPE_CHECKING:
@@ -182,7 +182,7 @@ def train_lens(
     model_type = check_model(model)
     tokens = _check_train_args(model, tokens, steps=steps, seq_len=seq_len, tokens_per_step=tokens_per_step,
                                warmup_steps=warmup_steps, lr=lr, optimizer=optimizer, batch_size=batch_size,
-                               num_threads=num_threads)
+                               num_threads=num_threads, should_stop=should_stop)
     if low_precision is None:
         low_precision = _bf16_matmul_supported(model.device)
     if lens is None:
@@ -236,11 +236,13 @@ def _check_train_args(
     optimizer: str,
     batch_size: int,
     num_threads: int | str | None,
+    should_stop: object = None,
 ) -> Tensor:
     """Validate :func:`train_lens`'s arguments (ValueError naming the first bad one); return the token stream."""
     if not isinstance(steps, int) or steps <= 0:
         raise ValueError(f"steps: must be a positive int, got {steps!r}")
     check_num_threads(num_threads)
+    check_should_stop(should_stop)
     tokens = _check_tokens(tokens, seq_len, model.config.vocab_size)
     if not isinstance(tokens_per_step, int) or tokens_per_step < seq_len or tokens_per_step % seq_len:
         raise ValueError(

@@ -140,6 +140,8 @@ def train_ladder(model: Any, tokens: Any, folder: str | Path, *, steps: int, tok
         raise ValueError(f"lens_steps: {steps!r} is not allowed; need an integer > 0")
     if recipe not in RECIPES:
         raise ValueError(f"lens_recipes: unknown recipe {recipe!r}; allowed: {', '.join(RECIPES)}")
+    if isinstance(max_cache_bytes, bool) or not isinstance(max_cache_bytes, int) or max_cache_bytes < 0:
+        raise ValueError(f"max_cache_bytes: must be an int >= 0 (0: no cache), got {max_cache_bytes!r}")
     folder = Path(folder)
     sha = tl._unembed_sha256(model)
     metas = [_rung_meta(recipe, budgets, k, steps=steps, tokens_per_step=tokens_per_step, seq_len=seq_len,

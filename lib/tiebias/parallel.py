@@ -15,12 +15,13 @@ one otherwise; ``TIEBIAS_WORKERS=N`` fixes it (1: one job at a time, with the th
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import torch
+
+from .threads import env_count
 
 WORKERS_ENV = "TIEBIAS_WORKERS"
 
@@ -53,14 +54,14 @@ def workers_for(n_jobs: int, workers: int | str = "auto") -> int:
     """
     check_workers(workers)
     if workers == "auto":
-        raw = os.environ.get(WORKERS_ENV, "auto").strip().lower() or "auto"
-        if raw != "auto":
-            if not raw.isdigit() or int(raw) < 1:
-                raise ValueError(f"{WORKERS_ENV}: {raw!r} is not allowed; use 'auto' or a whole number >= 1")
-            workers = int(raw)
-        else:
-            workers = 2 if torch.get_num_threads() >= 2 else 1
+        workers = env_count(WORKERS_ENV, "jobs at a time") or (2 if torch.get_num_threads() >= 2 else 1)
     return max(1, min(int(workers), n_jobs))
+
+
+def check_should_stop(should_stop: object) -> None:
+    """None or a callable taking no arguments; else a ValueError naming ``should_stop``."""
+    if should_stop is not None and not callable(should_stop):
+        raise ValueError(f"should_stop: must be None or a function returning True to stop, got {should_stop!r}")
 
 
 def side_by_side(tasks: Sequence[Task[T]], workers: int | str = "auto") -> list[T]:
@@ -116,4 +117,4 @@ def side_by_side(tasks: Sequence[Task[T]], workers: int | str = "auto") -> list[
     return [results[i] for i in range(len(tasks))]
 
 
-__all__ = ["CONSTRUCTION", "WORKERS_ENV", "Stopped", "Task", "check_workers", "side_by_side", "workers_for"]
+__all__ = ["CONSTRUCTION", "WORKERS_ENV", "Stopped", "Task", "check_should_stop", "check_workers", "side_by_side", "workers_for"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .parallel import check_workers, side_by_side, workers_for
 from .runs import Run
-from .train import TrainConfig, pick_device, train
+from .train import TrainConfig, _checked_args, pick_device, train
 from .variants import Variant, model_key
 
 
@@ -30,8 +30,9 @@ def train_many(run: Run | str | Path, jobs: Sequence[tuple[str | Variant, int]],
     checkpoint on the next call. Bad jobs or settings stop before anything is trained.
     """
     run = run if isinstance(run, Run) else Run(run)
-    parsed = [(Variant.parse(v), _seed(s)) for v, s in _pairs(jobs)]
-    cfg = (config or TrainConfig()).validate()
+    checked = [(_checked_args(v, s, config, None), s) for v, s in _pairs(jobs)]
+    parsed = [(v, s) for (v, _), s in checked]
+    cfg = checked[0][0][1]
     check_workers(workers)
     todo = [j for j in parsed if not run.complete_path(*j).exists()]
     one_process = int(os.environ.get("WORLD_SIZE", "1")) <= 1
@@ -54,13 +55,6 @@ def _pairs(jobs: object) -> list[tuple[object, object]]:
     if not out or any(len(j) != 2 for j in out):
         raise ValueError(f"jobs: expected a non-empty list of (variant, seed) pairs, got {jobs!r}")
     return out
-
-
-def _seed(seed: object) -> int:
-    """A seed: an int >= 0; else a ValueError naming it."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed: {seed!r} is not allowed; need an integer >= 0")
-    return seed
 
 
 __all__ = ["train_many"]

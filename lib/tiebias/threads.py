@@ -22,14 +22,21 @@ from contextlib import contextmanager
 THREADS_ENV = "TIEBIAS_THREADS"
 
 
-def fixed_threads() -> int | None:
-    """The thread count fixed by ``TIEBIAS_THREADS`` (None for ``auto`` or unset)."""
-    raw = os.environ.get(THREADS_ENV, "auto").strip().lower()
+def env_count(name: str, what: str) -> int | None:
+    """A count set by environment variable ``name``: None for ``auto`` or unset; else a whole number >= 1.
+
+    Anything else is a ValueError naming the variable, its value and what is allowed."""
+    raw = os.environ.get(name, "auto").strip().lower()
     if raw in ("", "auto"):
         return None
     if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"{THREADS_ENV}: {raw!r} is not allowed; use 'auto' or a whole number of threads >= 1")
+        raise ValueError(f"{name}: {raw!r} is not allowed; use 'auto' or a whole number of {what} >= 1")
     return int(raw)
+
+
+def fixed_threads() -> int | None:
+    """The thread count fixed by ``TIEBIAS_THREADS`` (None for ``auto`` or unset)."""
+    return env_count(THREADS_ENV, "threads")
 
 
 class ThreadTuner:
@@ -156,4 +163,5 @@ def loop_threads(num_threads: int | str | None = "auto", device_type: str = "cpu
         torch.set_num_threads(before)
 
 
-__all__ = ["THREADS_ENV", "FixedThreads", "ThreadTuner", "check_num_threads", "fixed_threads", "loop_threads"]
+__all__ = ["THREADS_ENV", "FixedThreads", "ThreadTuner", "check_num_threads", "env_count", "fixed_threads",
+           "loop_threads"]

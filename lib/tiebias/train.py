@@ -41,6 +41,7 @@ from .checkpoints import (
 )
 from .files import OVERWRITE_HINT, DamagedFileError, diff_config, read_json, read_log, write_json_atomic
 from .models import build, get_preset
+from .parallel import check_should_stop
 from .runs import Run, RunLockedError
 from .steploop import StepLoop
 from .threads import check_num_threads
@@ -222,6 +223,7 @@ def train(run: Run | str | Path, variant: str | Variant, seed: int, config: Trai
     hf_logging.disable_progress_bar()  # one bar per checkpoint write would drown the training bar
     v, cfg = _checked_args(variant, seed, config, stop_at)
     check_num_threads(num_threads)
+    check_should_stop(should_stop)
     with _SETUP_LOCK:  # accelerate's state is one per process: threads training side by side take turns
         acc, precision = make_accelerator(cfg.precision, device)
     world = acc.num_processes
