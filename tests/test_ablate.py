@@ -67,3 +67,56 @@ def test_verdict_needs_two_factors(fresh_run: Run) -> None:
     with pytest.raises(ValueError, match="at least two different k"):
         claims.dose_response(t)
     assert Variant.parse("tied_in1") == Variant(True)
+
+
+def _dose_table(seeds: int, rise: float, fall: float, sd: float = 0.01):
+    """An ablation table with k = 1, 5: the input cosine rises by ``rise``, the output cosine falls by ``fall``;
+    seeds spread symmetrically with standard deviation about ``sd``."""
+    import numpy as np
+    import pandas as pd
+
+    offs = np.linspace(-1, 1, seeds) * sd * (1.0 if seeds > 1 else 0.0)
+    if seeds > 1:
+        offs = offs / offs.std(ddof=1) * sd
+    rows = [{"k": k, "seed": s, "step": 10, "method": "orthogonal",
+             "vs_untied_input": 0.2 + (rise if k > 1 else 0.0) + offs[s],
+             "vs_untied_output": 0.5 - (fall if k > 1 else 0.0) - offs[s]}
+            for k in (1.0, 5.0) for s in range(seeds)]
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("seeds", [2, 3])
+@pytest.mark.parametrize("mult,holds", [(1.2, True), (0.8, False), (-1.0, False)])
+def test_claim4_rule_same_in_text_and_record(tmp_path, seeds, mult, holds) -> None:
+    """Several seeds: the change in units of 2 seed sd decides, just above / below 1; text and record agree."""
+    sd = 0.01
+    table = _dose_table(seeds, rise=mult * 2 * sd, fall=3 * 2 * sd, sd=sd)
+    v = claims.claim4(table, ["orthogonal"], "same")
+    assert v.value == pytest.approx(mult, rel=1e-6) and v.threshold == 1.0
+    assert v.holds is holds and v.status == ("holds" if holds else "does not hold")
+    assert ("HOLDS in this run" in v.text) is holds and ("does NOT hold in this run" in v.text) is (not holds)
+    run = Run(tmp_path / "r")
+    entry = claims.record(run, v)
+    assert entry["verdict"] is holds and entry["status"] == v.status
+
+
+@pytest.mark.parametrize("rise", [0.05, -0.05])
+def test_claim4_one_seed_cannot_be_judged_in_text_and_record(tmp_path, rise) -> None:
+    """One seed: no noise to compare with, so neither 'holds' nor 'does not hold', whatever the change's sign."""
+    import json
+
+    v = claims.claim4(_dose_table(1, rise=rise, fall=0.05), ["orthogonal"], "same")
+    assert math.isnan(v.value) and not v.holds and v.status == claims.ONE_SEED_STATUS
+    assert "HOLD" not in v.text and "CANNOT BE JUDGED" in v.text
+    run = Run(tmp_path / "r")
+    entry = claims.record(run, v)
+    assert entry["verdict"] is False and entry["status"] == claims.ONE_SEED_STATUS and entry["value"] is None
+    stored = json.loads(run.result_path("claim4_causality").read_text())
+    assert stored["value"] is None and stored["null_reasons"]["value"] == claims.ONE_SEED_STATUS
+
+
+def test_record_refuses_nan_without_a_status(tmp_path) -> None:
+    from tiebias import report
+
+    with pytest.raises(ValueError, match="value: nan is not a finite number"):
+        report.record(Run(tmp_path / "r"), "claim4_causality", value=float("nan"), threshold=1.0, statement="x")

@@ -250,12 +250,35 @@ def claim3(seq_table: pd.DataFrame, *, paired: bool = True, level: float = 0.95,
 # --------------------------------------------------------------------------- claim 4
 
 
+ONE_SEED_STATUS = "cannot be judged (one seed: no seed noise to compare the change with)"
+
+
+def claim4_rule(head: dict[str, Any]) -> tuple[float, str]:
+    """Claim 4's one rule, used by the printed text and the record: ``(value, status)``.
+
+    The value is the smaller of the two claimed changes in units of ``NOISE_SDS`` pooled seed sd (input
+    cosine's rise, output cosine's fall; a change against the claim is negative); the claim holds when it is
+    above 1, i.e. both moved the claimed way by more than the noise. With one seed there is no seed sd: the
+    value is NaN and the status says the claim cannot be judged (never "holds", never "does not hold").
+    """
+    r_in, r_out = head["vs_untied_input"], head["vs_untied_output"]
+    if head["seeds"] < 2:
+        return math.nan, ONE_SEED_STATUS
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = float(min(np.divide(r_in["change"], NOISE_SDS * r_in["seed_std"]),
+                          np.divide(-r_out["change"], NOISE_SDS * r_out["seed_std"])))
+    if math.isnan(value):
+        return value, "undetermined (no seed spread)"
+    return value, "holds" if value > 1.0 else "does not hold"
+
+
 def dose_response(table: pd.DataFrame, method: str = "orthogonal", step: int | None = None) -> dict:
     """Claim 4's numbers for one method: trend of both cosines in k, and the k_max - k_min change vs seed noise.
 
     The trend is the Spearman rank correlation between k and the per-seed cosine; "exceeds noise" means
     the change of the seed-mean from the smallest to the largest k is larger than ``NOISE_SDS`` pooled
-    seed standard deviations (and, with one seed, cannot be judged).
+    seed standard deviations (and, with one seed, cannot be judged). ``claim4_status`` and ``claim4_holds``
+    come from :func:`claim4_rule`.
     """
     from scipy.stats import spearmanr
 
@@ -276,10 +299,20 @@ def dose_response(table: pd.DataFrame, method: str = "orthogonal", step: int | N
         out[col] = {"expected": want, "means": means.round(4).to_dict(), "change": change, "spearman": rho,
                     "seed_std": noise, "monotone": monotone, "direction_as_claimed": bool(direction_ok),
                     "exceeds_noise": beyond_noise(change, noise)}
-    a, b = out["vs_untied_input"], out["vs_untied_output"]
-    out["claim4_holds"] = bool(a["direction_as_claimed"] and b["direction_as_claimed"]
-                               and a["exceeds_noise"] and b["exceeds_noise"])
+    value, status = claim4_rule(out)
+    out["claim4_value"] = value
+    out["claim4_status"] = status
+    out["claim4_holds"] = status == "holds"
     return out
+
+
+def _claim4_word(status: str) -> str:
+    """The printed verdict for a claim-4 status (the same status the record stores)."""
+    if status == "holds":
+        return "HOLDS in this run"
+    if status == "does not hold":
+        return "does NOT hold in this run"
+    return status.upper()
 
 
 def _claim4_lines(verdicts: dict[str, dict], reference: str) -> list[str]:
@@ -294,32 +327,29 @@ def _claim4_lines(verdicts: dict[str, dict], reference: str) -> list[str]:
                          f"monotone in the claimed direction: {r['monotone']}); seed sd {r['seed_std']:.4f}: "
                          f"{noise} {NOISE_SDS} sd.")
         lines.append(f"[{m}] claim 4 (input cosine rises and output cosine falls with k, beyond seed noise): "
-                     + ("HOLDS" if v["claim4_holds"] else "does NOT hold") + " in this run.")
+                     + _claim4_word(v["claim4_status"]) + ".")
     return lines
 
 
 def claim4(table: pd.DataFrame, methods: Sequence[str], reference: str) -> Verdict:
     """Claim 4 from an ablation alignment table: the first method's dose response carries the verdict.
 
-    The value is the smaller of the two claimed changes in units of ``NOISE_SDS`` seed sd (> 1 on both:
-    moved in the claimed direction beyond noise); with one seed, the smaller signed change (> 0).
+    Value and status come from :func:`claim4_rule` (the rule the printed lines use too): the smaller of
+    the two claimed changes in units of ``NOISE_SDS`` seed sd, above 1 when it holds; with one seed the
+    value is NaN (recorded as null) and the status says the claim cannot be judged.
     """
     verdicts = {m: dose_response(table, m) for m in methods}
     head = verdicts[methods[0]]
     r_in, r_out = head["vs_untied_input"], head["vs_untied_output"]
-    if head["seeds"] > 1:
-        value = min(r_in["change"] / (NOISE_SDS * r_in["seed_std"]), -r_out["change"] / (NOISE_SDS * r_out["seed_std"]))
-        unit, floor = f"min change / ({NOISE_SDS} seed sd)", 1.0
-    else:
-        value, unit, floor = min(r_in["change"], -r_out["change"]), "min signed change (one seed)", 0.0
-    return Verdict("claim4_causality", value=value, threshold=floor, unit=unit,
+    value, status = head["claim4_value"], head["claim4_status"]
+    return Verdict("claim4_causality", value=value, threshold=1.0, unit=f"min change / ({NOISE_SDS} seed sd)",
                    statement=f"{methods[0]}: k {head['k'][0]:g}->{head['k'][-1]:g} changes untied-input cosine by "
                              f"{r_in['change']:+.4f} and untied-output cosine by {r_out['change']:+.4f} "
                              f"({reference}-seed reference)",
                    text="\n".join(_claim4_lines(verdicts, reference)), n_seeds=head["seeds"],
                    noise_floor=NOISE_SDS * max(r_in["seed_std"], r_out["seed_std"]) if head["seeds"] > 1 else None,
                    paper={"k=1": TABLE2_STEP10K[1.0], "k=5": TABLE2_STEP10K[5.0]},
-                   details={"verdicts": verdicts, "reference": reference})
+                   details={"verdicts": verdicts, "reference": reference}, status=status)
 
 
 def claim4_cost(ppl: pd.DataFrame) -> str:
@@ -331,5 +361,5 @@ def claim4_cost(ppl: pd.DataFrame) -> str:
             f"{TABLE7_PPL[5.0]:.2f} at k=5.")
 
 
-__all__ = ["CLAIM2_SHARE", "NOISE_SDS", "Verdict", "alignment_gap", "below_unigram", "beyond_noise", "claim1",
-           "claim2", "claim3", "claim4", "claim4_cost", "dose_response", "record"]
+__all__ = ["CLAIM2_SHARE", "NOISE_SDS", "ONE_SEED_STATUS", "Verdict", "alignment_gap", "below_unigram", "beyond_noise", "claim1",
+           "claim2", "claim3", "claim4", "claim4_cost", "claim4_rule", "dose_response", "record"]

@@ -57,14 +57,17 @@ def record(run: Run, claim: str, *, value: float, threshold: float, statement: s
     """Store one claim's headline; the verdict is ``value > threshold`` (both stored, so anyone can check).
 
     ``status`` is the verdict in words; by default "holds" / "does not hold" from the comparison, or a
-    rule's own outcome when the comparison is not enough (e.g. claim 3's "not converged").
+    rule's own outcome when the comparison is not enough (e.g. claim 3's "not converged"). A value that
+    cannot exist (NaN, e.g. claim 4 with one seed) is accepted only with a ``status`` saying why; it is
+    stored as ``null`` with that reason, and the verdict is false.
 
     Everything is checked before the file is written (under the run's writer lock); a spread or
     noise floor that is not a number is stored as ``null`` with its reason under ``null_reasons``.
     """
     if claim not in CLAIMS:
         raise ValueError(f"claim: unknown value {claim!r}; allowed: {', '.join(CLAIMS)}")
-    value = _number("value", value)
+    undetermined = isinstance(value, float) and math.isnan(value) and bool(status)
+    value = math.nan if undetermined else _number("value", value)
     threshold = _number("threshold", threshold)
     if n_seeds is not None and (isinstance(n_seeds, bool) or not isinstance(n_seeds, int) or n_seeds < 1):
         raise ValueError(f"n_seeds: {n_seeds!r} is not allowed; need None or an integer >= 1")
@@ -78,11 +81,12 @@ def record(run: Run, claim: str, *, value: float, threshold: float, statement: s
              "spread": spread, "noise_floor": noise_floor, "paper": paper, "n_seeds": n_seeds,
              "details": details or {}}
     one = "one seed: a spread needs two or more" if n_seeds == 1 else "not a number (fewer than two values?)"
-    reasons = {"spread": one, "noise_floor": "not a number (the noise floor needs two or more seeds)"}
+    reasons = {"spread": one, "noise_floor": "not a number (the noise floor needs two or more seeds)",
+               "value": str(status)}
     sanitise_json(entry)  # not serialisable: stop before the file is touched
     with run.writing(f"recording {claim}"):
         write_json_atomic(run.result_path(claim), entry, reasons)
-    return {**entry, "spread": _finite(spread), "noise_floor": _finite(noise_floor)}
+    return {**entry, "value": _finite(value), "spread": _finite(spread), "noise_floor": _finite(noise_floor)}
 
 
 def results(run: Run) -> dict[str, dict]:
