@@ -335,8 +335,10 @@ def new_lens(model: PreTrainedModel) -> TunedLens:
         return TunedLens(_unembed(model), config).to(model.device)
 
 
-def save_lens(lens: TunedLens, path: str | os.PathLike[str]) -> Path:
-    """Save in the package's format (config.json + params.pt) plus a small sidecar with a full unembedding hash."""
+def save_lens(lens: TunedLens, path: str | os.PathLike[str], *, logits_precision: str | None = None) -> Path:
+    """Save in the package's format (config.json + params.pt) plus a small sidecar with a full unembedding hash.
+
+    ``logits_precision`` ("bf16" / "fp32": what computed the lens logits in training) goes into the sidecar."""
     if not isinstance(lens, TunedLens):
         raise ValueError(f"lens: expected a tuned_lens TunedLens, got {type(lens).__name__}")
     path = Path(path)
@@ -348,6 +350,8 @@ def save_lens(lens: TunedLens, path: str | os.PathLike[str]) -> Path:
         "d_model": int(lens.config.d_model),
         "vocab_size": int(w.shape[0]),
     }
+    if logits_precision is not None:
+        meta["logits_precision"] = logits_precision
     (path / _SIDECAR).write_text(json.dumps(meta, indent=2))
     return path
 

@@ -51,6 +51,7 @@ from tuned_lens.nn import Unembed
 
 from .lens import LN2, _check_lens, check_model, new_lens
 from .lens_eval import _check_tokens, _sequences
+from .lens_precision import logits_precision
 from .parallel import Stopped, check_should_stop
 from .threads import check_num_threads, loop_threads
 
@@ -127,18 +128,6 @@ def _target_stats(logits: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[
     return target_mean, target_bias, neg_entropy
 
 
-def _bf16_matmul_supported(device: torch.device) -> bool:
-    """Whether bf16 matmuls are fast here (CUDA with bf16, or a CPU with oneDNN bf16 support)."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    if device.type == "cpu":
-        try:
-            return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-        except (AttributeError, RuntimeError):
-            return False
-    return False
-
-
 # --------------------------------------------------------------------------- training
 
 
@@ -170,7 +159,7 @@ def train_lens(
 
     Recipe and defaults: see the module docstring. ``tokens`` is chunked into non-overlapping ``seq_len``
     sequences, shuffled with ``seed`` and cycled, ``batch_size`` sequences per forward pass.
-    ``low_precision`` (default: when bf16 matmuls are supported) computes the lens logits in bf16 like
+    ``low_precision`` (default: :func:`logits_precision` says bf16) computes the lens logits in bf16 like
     the package's autocast. ``log`` receives one dict per step (``kl_bits_<i>`` per layer, ``lr``).
     ``num_threads`` sets torch's intra-op CPU threads for the call (None: keep; ``"auto"``: a
     :class:`tiebias.threads.ThreadTuner` picks them from step times, restored after). ``lens`` is trained in
@@ -184,7 +173,7 @@ def train_lens(
                                warmup_steps=warmup_steps, lr=lr, optimizer=optimizer, batch_size=batch_size,
                                num_threads=num_threads, should_stop=should_stop)
     if low_precision is None:
-        low_precision = _bf16_matmul_supported(model.device)
+        low_precision = logits_precision(model.device) == "bf16"
     if lens is None:
         lens = new_lens(model)
     else:

@@ -43,6 +43,7 @@ import torch
 from . import lens as tl
 from . import lens_cache, lens_eval, lens_fit
 from .files import write_json_atomic
+from .lens_precision import logits_precision
 from .lens_study import convergence, ladder_gaps, per_layer
 from .parallel import side_by_side, workers_for
 from .params import coerce
@@ -109,17 +110,22 @@ def rung_dir(folder: str | Path, recipe: str, budget: int) -> Path:
 
 
 def _rung_meta(recipe: str, budgets: Sequence[int], k: int, *, steps: int, tokens_per_step: int, seq_len: int,
-               n_tokens: int, model_sha256: str) -> dict[str, Any]:
-    """What determines rung k of a ladder (its lens depends on every rung before it, and on the model)."""
+               n_tokens: int, model_sha256: str, precision: str) -> dict[str, Any]:
+    """What determines rung k of a ladder (its lens depends on every rung before it, on the model, and on the
+    precision of the lens logits in training)."""
     return {"recipe": recipe, "train_lens": RECIPES[recipe], "ladder": list(budgets[: k + 1]),
             "budget": int(budgets[k]), "lens_steps": steps, "tokens_per_step": tokens_per_step, "seq_len": seq_len,
-            "n_train_tokens": int(n_tokens), "model_sha256": model_sha256}
+            "n_train_tokens": int(n_tokens), "model_sha256": model_sha256, "logits_precision": precision}
 
 
-def _rung_done(path: Path, meta: dict[str, Any]) -> bool:
-    """A rung counts as finished when its lens files exist and it was trained by the same ladder."""
+def _rung_done(path: Path, meta: dict[str, Any], auto_precision: str) -> bool:
+    """Whether a rung's lens files exist and the same ladder trained it (no recorded precision: the automatic one)."""
     f = path / _RUNG
-    return (path / "params.pt").is_file() and f.is_file() and json.loads(f.read_text()) == meta
+    if not ((path / "params.pt").is_file() and f.is_file()):
+        return False
+    saved = json.loads(f.read_text())
+    saved.setdefault("logits_precision", auto_precision)
+    return saved == meta
 
 
 def train_ladder(model: Any, tokens: Any, folder: str | Path, *, steps: int, tokens_per_step: int, seq_len: int,
@@ -144,11 +150,13 @@ def train_ladder(model: Any, tokens: Any, folder: str | Path, *, steps: int, tok
         raise ValueError(f"max_cache_bytes: must be an int >= 0 (0: no cache), got {max_cache_bytes!r}")
     folder = Path(folder)
     sha = tl._unembed_sha256(model)
+    precision = logits_precision(model.device)
     metas = [_rung_meta(recipe, budgets, k, steps=steps, tokens_per_step=tokens_per_step, seq_len=seq_len,
-                        n_tokens=tokens.numel(), model_sha256=sha) for k in range(len(budgets))]
+                        n_tokens=tokens.numel(), model_sha256=sha, precision=precision) for k in range(len(budgets))]
     dirs = [rung_dir(folder, recipe, b) for b in budgets]
+    auto = logits_precision(model.device, "auto")
     done = 0
-    while done < len(budgets) and _rung_done(dirs[done], metas[done]):
+    while done < len(budgets) and _rung_done(dirs[done], metas[done], auto):
         done += 1
     out: dict[int, Any] = {}
     if done == len(budgets):
@@ -170,10 +178,10 @@ def train_ladder(model: Any, tokens: Any, folder: str | Path, *, steps: int, tok
         kw = recipe_kwargs(recipe, seg)
         lens = lens_fit.train_lens(model, tokens, steps=seg, tokens_per_step=tokens_per_step, seq_len=seq_len,
                                    progress=progress, lens=lens, state=state, cache=cache, num_threads=num_threads,
-                                   should_stop=should_stop, **kw)
+                                   should_stop=should_stop, low_precision=precision == "bf16", **kw)
         if dirs[k].exists():
             shutil.rmtree(dirs[k])
-        tl.save_lens(lens, dirs[k])
+        tl.save_lens(lens, dirs[k], logits_precision=precision)
         torch.save(state, dirs[k] / _TRAINER)
         write_json_atomic(dirs[k] / _RUNG, metas[k])  # last: marks the rung finished
         if k > 0:
@@ -240,7 +248,8 @@ def ladder_table(model: Any, train_tokens: Any, test_tokens: Any, folder: str | 
             df.insert(2, "lens_steps", b * steps)
             frames.append(df)
     meta = _rung_meta(recipes[0], budgets, len(budgets) - 1, steps=steps, tokens_per_step=tokens_per_step,
-                      seq_len=seq_len, n_tokens=train_tokens.numel(), model_sha256=sha)
+                      seq_len=seq_len, n_tokens=train_tokens.numel(), model_sha256=sha,
+                      precision=logits_precision(model.device))
     _publish(folder, recipes[0], budgets[-1], meta)
     return pd.concat(frames, ignore_index=True)
 

@@ -1,0 +1,50 @@
+"""Which precision computes the lens logits in lens training, and the one switch that chooses it.
+
+Lens training computes, per layer, logits over the whole vocabulary: the largest matmul of the loop. Like the
+tuned-lens package's autocast, the kit runs it in bf16 where bf16 matmuls are supported (a CUDA GPU with bf16, a
+CPU whose oneDNN reports bf16 support, which includes many AVX2 and AVX-512 CPUs), else in fp32. Sums and the KL
+stay in float32. The choice is recorded with every lens (its ``tiebias_lens.json`` and ``rung.json``), and
+``$TIEBIAS_LENS_PRECISION`` (``auto``, ``bf16``, ``fp32``) overrides it; the README's "Lens precision" gives what
+it changes in claim 3's numbers.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+
+def _bf16_matmul_supported(device: torch.device) -> bool:
+    """Whether bf16 matmuls are fast here (CUDA with bf16, or a CPU with oneDNN bf16 support)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        try:
+            return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        except (AttributeError, RuntimeError):
+            return False
+    return False
+
+
+PRECISION_ENV = "TIEBIAS_LENS_PRECISION"
+PRECISIONS = ("auto", "bf16", "fp32")
+
+
+def logits_precision(device: torch.device, requested: str | None = None) -> str:
+    """The precision of the lens logits in lens training: ``"bf16"`` or ``"fp32"``.
+
+    ``requested`` (default: ``$TIEBIAS_LENS_PRECISION``, else ``"auto"``) is one of :data:`PRECISIONS`; ``auto``
+    is bf16 where bf16 matmuls are supported (a CUDA GPU with bf16, a CPU whose oneDNN reports bf16), like the
+    package's autocast, else fp32. It moves the trained lens by a rounding-sized amount (README: "Lens precision").
+    """
+    req = requested if requested is not None else os.environ.get(PRECISION_ENV, "auto").strip().lower() or "auto"
+    if req not in PRECISIONS:
+        where = PRECISION_ENV if requested is None else "precision"
+        raise ValueError(f"{where}: {req!r} is not allowed; allowed: {', '.join(PRECISIONS)}")
+    if req == "auto":
+        return "bf16" if _bf16_matmul_supported(device) else "fp32"
+    return req
+
+
+__all__ = ["PRECISIONS", "PRECISION_ENV", "logits_precision"]

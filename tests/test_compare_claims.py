@@ -1,0 +1,40 @@
+"""scripts/compare_claims.py: the bit-for-bit comparison used for refactors on one machine."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compare_claims.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("compare_claims", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_identical_passes_and_a_last_bit_difference_fails(tmp_path: Path, capsys) -> None:
+    cc = _load()
+    ref = json.loads(cc.REFERENCE.read_text())
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"claims": {k: v for k, v in ref.items() if not k.startswith("_")}}))
+    assert cc.main([str(summary)]) == 0
+    moved = json.loads(summary.read_text())
+    v = moved["claims"]["claim1_alignment"]["value"]
+    moved["claims"]["claim1_alignment"]["value"] = v + abs(v) * 1e-15 + 1e-17
+    summary.write_text(json.dumps(moved))
+    assert cc.main([str(summary)]) == 1
+    assert "claim1_alignment.value" in capsys.readouterr().out
+
+
+def test_pin_keeps_the_about_line(tmp_path: Path) -> None:
+    cc = _load()
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps({"_about": "why", "claim2_gradient_flow": {"value": 0.1}}))
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"claims": {"claim2_gradient_flow": {"value": 0.2, "verdict": False}}}))
+    assert cc.main([str(summary), str(ref), "--pin"]) == 0
+    pinned = json.loads(ref.read_text())
+    assert pinned["_about"] == "why" and pinned["claim2_gradient_flow"]["value"] == 0.2
+    assert cc.main([str(summary), str(ref)]) == 0
