@@ -41,35 +41,38 @@ def test_smoke_study_end_to_end_and_rerun_is_cheap(tmp_path: Path) -> None:
 REFERENCE = Path(__file__).with_name("data") / "smoke_claims.json"
 
 TOLERANCE_FRACTION = 0.05
-"""A pinned number may move by this fraction of one seed standard deviation of its claim.
+"""A pinned number may move by this fraction of what a real change moves it by.
 
-A real change (another seed, another batch order, a changed rule or recipe) moves a claim's value by about
-one seed sd or more; another CPU's last-bit float differences (other kernels, bf16 or not in the lens
-logits) moved them by at most 2e-3 of a seed sd (measured: native vs ``ATEN_CPU_CAPABILITY=default``).
+A claim's value moves by about one seed sd (its ``spread``) under a real change (another seed, batch order,
+rule or recipe). Its spread, noise floor and threshold are dispersion statistics over 2-3 seeds: a real change
+moves them by tens of percent of their own size. Measured against the reference (pinned on another machine),
+on an AVX-512 CPU with its own kernels and with ``ATEN_CPU_CAPABILITY=default``: values moved by at most 0.0042
+seed sd and dispersion statistics by at most 0.33% of their size (both claim 3, trained with bf16 lens logits);
+claims 1, 2 and 4 by about 1e-5 seed sd. The tolerance leaves a factor 12 or more.
 """
 
 
-def seed_sd(name: str, ref: dict, key: str) -> float:
-    """One seed standard deviation of ``ref[key]``, in that key's own unit.
+def tolerance(name: str, ref: dict, key: str) -> float:
+    """The absolute tolerance of ``ref[key]``: ``TOLERANCE_FRACTION`` of what a real change would move it by.
 
-    Claims 1-3 store their seed sd as ``spread`` (value, threshold, spread and noise floor share its unit).
-    Claim 4's value is a change in units of ``NOISE_SDS`` seed sd, so one seed sd is ``1 / NOISE_SDS`` of it,
-    and its noise floor is ``NOISE_SDS`` cosine sd.
+    ``value``: one seed sd in the value's unit (claims 1-3: ``spread``; claim 4's value counts changes in units
+    of ``NOISE_SDS`` seed sd, so one seed sd is ``1 / NOISE_SDS``). Spread, noise floor, threshold: their own size.
     """
     from tiebias.claims import NOISE_SDS
 
-    if ref.get("spread"):
-        return float(ref["spread"])
-    if name == "claim4_causality":
-        return 1.0 / NOISE_SDS if key in ("value", "threshold") else float(ref["noise_floor"]) / NOISE_SDS
-    raise AssertionError(f"{name}: no seed sd to derive a tolerance for {key}")
+    if key != "value":
+        return TOLERANCE_FRACTION * abs(float(ref[key]))
+    sd = float(ref["spread"]) if ref.get("spread") else (1.0 / NOISE_SDS if name == "claim4_causality" else None)
+    if not sd:
+        raise AssertionError(f"{name}: no seed sd to derive the value's tolerance from")
+    return TOLERANCE_FRACTION * sd
 
 
 def _same_claims_as_reference(claims: dict) -> None:
     """Structure-only changes must not move a claim: values as recorded before the architecture pass.
 
-    Verdicts, statuses and seed counts must be equal; each number within ``TOLERANCE_FRACTION`` of its
-    claim's seed sd (portable across CPUs; ``scripts/compare_claims.py`` compares bit for bit on one machine).
+    Verdicts, statuses and seed counts must be equal; each number within :func:`tolerance` (portable across
+    CPUs; ``scripts/compare_claims.py`` compares bit for bit on one machine).
     """
     ref = {k: v for k, v in json.loads(REFERENCE.read_text()).items() if not k.startswith("_")}
     assert set(claims) == set(ref)
@@ -77,7 +80,7 @@ def _same_claims_as_reference(claims: dict) -> None:
         got = claims[name]
         for key, w in want.items():
             if isinstance(w, float):
-                tol = TOLERANCE_FRACTION * seed_sd(name, want, key)
+                tol = tolerance(name, want, key)
                 assert got[key] == pytest.approx(w, rel=0, abs=tol), (name, key, got[key], w, tol)
             else:
                 assert got[key] == w, (name, key)
@@ -88,6 +91,6 @@ def test_tolerances_are_small_against_a_real_change() -> None:
     so no tolerated drift can flip a verdict, and it is positive for every pinned number."""
     ref = {k: v for k, v in json.loads(REFERENCE.read_text()).items() if not k.startswith("_")}
     for name, want in ref.items():
-        tol = TOLERANCE_FRACTION * seed_sd(name, want, "value")
+        tol = tolerance(name, want, "value") + tolerance(name, want, "threshold")
         assert tol > 0, name
         assert abs(want["value"] - want["threshold"]) > 4 * tol, (name, want["value"], want["threshold"], tol)
