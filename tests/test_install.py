@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.metadata as md
 import importlib.util
 import os
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -119,6 +120,21 @@ def test_lock_files_install_through_it() -> None:
     assert len(installs) == 3 and all("-c $(LOCK)" in line for line in installs), installs
     env = (REPO / "environment.yml").read_text()
     assert "      - -c constraints.txt\n" in env
+
+
+def test_readme_names_the_locked_versions() -> None:
+    """The README's "Tested versions" paragraph names each key package (and Python) at the lock's version."""
+    readme = " ".join((REPO / "README.md").read_text().split())
+    start = readme.index("**Tested versions.**")
+    paragraph = readme[start:readme.index("Without make:", start)]
+    lock = _lock()
+    for package in KEY_PACKAGES:
+        m = re.search(rf"\b{re.escape(package)} (\d[^\s,()]*?)[,.]?[\s(]", paragraph)
+        assert m is not None, f"README's tested versions do not name {package}"
+        assert Version(m.group(1)) == lock[canonicalize_name(package)], (
+            f"README says {package} {m.group(1)}, {LOCK.name} says {lock[canonicalize_name(package)]}")
+    python = re.search(r"^# Frozen on Python (\d+\.\d+)", LOCK.read_text(), re.MULTILINE)
+    assert python is not None and f"Python {python.group(1)}," in paragraph
 
 
 # --------------------------------------------------------------------------- the environment running the tests
