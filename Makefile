@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# the exact versions tested (a pip constraints file); `make lock` refreshes it
+LOCK := constraints.txt
 PROFILE ?= default
 RUN ?= runs/$(PROFILE)
 # optional overrides, named like the parameters (python -m tiebias profiles lists them all):
@@ -13,14 +15,18 @@ OVERRIDES := $(if $(STEPS),--set steps=$(STEPS)) $(if $(SEEDS),--set seeds=$(SEE
              $(if $(filter 1 true yes,$(OVERWRITE)),--set overwrite=true) $(foreach s,$(SET),--set $(s))
 TEST_RUN := $(shell mktemp -u /tmp/tiebias-nbval-XXXXXX)
 
-.PHONY: setup study test lab lint bench clean-runs
+.PHONY: setup study test lab lint bench clean-runs lock
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -c $(LOCK) --upgrade pip
+	$(BIN)/python -m pip install -q -c $(LOCK) torch==2.13.0
+	$(BIN)/python -m pip install -q -c $(LOCK) -e '.[test]'
 	touch $(STAMP)
+
+# resolve the newest releases pyproject.toml allows in a throwaway venv and write them to $(LOCK); then `make test`
+lock:
+	$(PYTHON) scripts/lock.py --output $(LOCK)
 
 # the venv, plus the nbstripout git filter (.gitattributes): executed notebooks are committed without outputs
 # (cell ids kept), so running them never dirties git

@@ -1,20 +1,23 @@
-"""Every decoder-only family the installed transformers has, lensed by layout: tiny random models saved and loaded by path.
+"""Every decoder-only family of tests/_families.py, lensed by layout: tiny random models saved and loaded by path.
 
 Per family, tied and untied: L + 1 hidden states, the last one after the final norm, last-layer KL 0 for the
 logit lens and an identity tuned lens, a briefly trained lens that saves, loads and scores the same, and the
 package's trajectory helper. Plus the refusals: logit soft-capping, a model whose logits the head does not
-reproduce, and a model with no head.
+reproduce, and a model with no head. A family the installed transformers lacks is skipped, its reason naming the
+transformers version and the missing class; with the locked transformers (constraints.txt) none is.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from _families import FAMILIES, PACKAGE_FAMILIES, char_tokenizer, save_tiny, tiny_config
+from _families import FAMILIES, PACKAGE_FAMILIES, char_tokenizer, missing, save_tiny, tiny_config
 from transformers import AutoModelForCausalLM, PreTrainedModel
 from tuned_lens import TunedLens
 
@@ -32,10 +35,18 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, bool], Path]:
-    """One tiny random model per (family, tied), saved with save_pretrained."""
+def saved(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, bool], Path]:
+    """(family, tied) -> one tiny random model saved with save_pretrained, built on first use (a family the
+    installed transformers lacks skips only the tests that ask for it)."""
     root = tmp_path_factory.mktemp("families")
-    return {(f, t): save_tiny(f, t, root / f"{f}-{int(t)}", VOCAB) for f, t in KEYS}
+    cache: dict[tuple[str, bool], Path] = {}
+
+    def get(family: str, tied: bool) -> Path:
+        if (family, tied) not in cache:
+            cache[(family, tied)] = save_tiny(family, tied, root / f"{family}-{int(tied)}", VOCAB)
+        return cache[(family, tied)]
+
+    return get
 
 
 def _load(path: Path) -> PreTrainedModel:
@@ -45,7 +56,7 @@ def _load(path: Path) -> PreTrainedModel:
 @pytest.mark.parametrize("key", KEYS, ids=IDS)
 def test_family_lensed_by_layout(saved, key, tmp_path: Path) -> None:
     family, tied = key
-    model = _load(saved[key])
+    model = _load(saved(family, tied))
     tied_now = model.get_output_embeddings().weight is model.get_input_embeddings().weight
     assert tied_now == tied, "the saved model's tying must survive save/load"
     n = model.config.num_hidden_layers
@@ -91,7 +102,7 @@ def test_family_lensed_by_layout(saved, key, tmp_path: Path) -> None:
 @pytest.mark.parametrize("family", ["olmo", "qwen3", "gemma", "opt"])
 def test_trajectory_and_top_tokens(saved, family: str) -> None:
     """The package's PredictionTrajectory and the top-token table work for families it does not know."""
-    model = _load(saved[(family, False)])
+    model = _load(saved(family, False))
     lens = tl.new_lens(model)
     tok = char_tokenizer()
     traj = lens_eval.trajectory(model, lens, tok, "the cat sat")
@@ -128,7 +139,6 @@ def test_opt_with_projection_after_the_norm(tmp_path: Path) -> None:
     assert df.kl_logit_bits.abs().iloc[-1] < 1e-6 and df.kl_tuned_bits.abs().iloc[-1] < 1e-6
 
 
-@pytest.mark.skipif("gemma2" not in FAMILIES, reason="transformers without Gemma2")
 def test_soft_capped_logits_are_refused() -> None:
     """Gemma2's default final_logit_softcapping cannot be reproduced by final norm + head: refused, named."""
     model = AutoModelForCausalLM.from_config(tiny_config("gemma2", True, VOCAB, final_logit_softcapping=30.0))
@@ -158,35 +168,82 @@ def test_model_without_head_is_refused() -> None:
         tl.check_model(base)
 
 
+# --------------------------------------------------------------------------- which families are checked
+
+
+def test_a_family_transformers_lacks_is_skipped_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    import _families
+    import transformers
+
+    monkeypatch.setitem(_families._SPECS, "nofamily", ("NoSuchConfig", {}))
+    version = ".".join(transformers.__version__.split(".")[:2])
+    with pytest.raises(pytest.skip.Exception,
+                       match=rf"^transformers {re.escape(version)} has no NoSuchConfig: family nofamily not checked$"):
+        tiny_config("nofamily", True)
+    assert missing("llama") is None
+
+
+def test_every_family_is_a_test_parameter() -> None:
+    """No family is dropped from the parameters: one the installed transformers lacks is a named skip instead."""
+    import _families
+
+    assert FAMILIES == list(_families._SPECS)
+    assert KEYS == [(f, t) for f in _families._SPECS for t in (True, False)]
+
+
+def test_verified_model_types_are_the_checked_families() -> None:
+    """lens.VERIFIED_MODEL_TYPES names exactly the model types of the families checked here."""
+    assert sorted(tiny_config(f, True).model_type for f in FAMILIES) == sorted(tl.VERIFIED_MODEL_TYPES)
+
+
+def test_locked_transformers_has_every_family() -> None:
+    """With the transformers of the lock (constraints.txt) no family is skipped: "verified" holds for that version."""
+    import transformers
+
+    lock = (Path(__file__).resolve().parents[1] / "constraints.txt").read_text()
+    locked = re.search(r"^transformers==(\S+)$", lock, re.MULTILINE)
+    assert locked is not None, "constraints.txt has no transformers pin"
+    if transformers.__version__ != locked.group(1):
+        pytest.skip(f"installed transformers {transformers.__version__}, lock says {locked.group(1)} "
+                    "(tests/test_install.py reports it)")
+    assert [f for f in FAMILIES if missing(f) is not None] == []
+
+
 # --------------------------------------------------------------------------- notebook 03 on external pairs
 
 NB = Path(__file__).resolve().parents[1] / "notebooks"
-EXTERNAL_FAMILIES = [f for f in ("olmo", "olmo2", "qwen3", "mistral", "gpt2", "gpt_neo", "gpt_neox") if f in FAMILIES]
+EXTERNAL_FAMILIES = ["olmo", "olmo2", "qwen3", "mistral", "gpt2", "gpt_neo", "gpt_neox"]
 PAPER_PAIRS = [("olmo", "olmo"), ("gpt_neo", "gpt_neox"), ("qwen3", "qwen3")]
 """Families of the paper's pairs: OLMo-1B / OLMo-1B-0724, GPT-Neo-2.7B / Pythia-2.8B, Qwen3-4B / Qwen3-8B."""
-NOTEBOOK_PAIRS = PAPER_PAIRS + [(f, f) for f in ("olmo2", "mistral", "gpt2") if f in FAMILIES]
+NOTEBOOK_PAIRS = PAPER_PAIRS + [(f, f) for f in ("olmo2", "mistral", "gpt2")]
 """Every family the claim-3 work names, through notebook 03 by path."""
 
 
 def test_lens_study_on_external_pairs_by_path(tmp_path: Path) -> None:
-    """03's library path for every family: load_sources by path (own tokenizer), kl_table_models, last-layer KL 0."""
+    """03's library path for every family: load_sources by path (own tokenizer), kl_table_models, last-layer KL 0.
+    The families the installed transformers has are checked; then the test is skipped naming any it lacks."""
     from _families import corpus_tokenizer
 
     from tiebias import lens_ladder, sources
 
     tok = corpus_tokenizer()
     models = {}
-    for f in EXTERNAL_FAMILIES:
+    lacking = [reason for f in EXTERNAL_FAMILIES if (reason := missing(f)) is not None]
+    for f in (f for f in EXTERNAL_FAMILIES if missing(f) is None):
         pair = sources.load_models({
             "tied": save_tiny(f, True, tmp_path / f / "tied", len(tok), seed=0, tokenizer=tok),
             "untied": save_tiny(f, False, tmp_path / f / "untied", len(tok), seed=1, tokenizer=tok)})
         models.update({f"{f}-{role}": m for role, m in pair.items()})
+    if not models:
+        pytest.skip("; ".join(lacking))
     df, lenses = lens_ladder.kl_table_models(models, None, steps=2, tokens_per_step=64, seq_len=32, eval_tokens=128,
                                             folder=tmp_path / "lenses", progress=False)
     assert set(df.variant) == set(models) == set(lenses)
     last = df[df.layer == df.groupby("variant").layer.transform("max")]
     assert len(last) == len(models)
     assert last.kl_tuned_bits.abs().max() < 1e-6 and last.kl_logit_bits.abs().max() < 1e-6
+    if lacking:
+        pytest.skip("; ".join(lacking))
 
 
 @pytest.fixture(scope="module")

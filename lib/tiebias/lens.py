@@ -8,9 +8,9 @@ package itself recognises). Training is in :mod:`tiebias.lens_fit`, the evaluati
 and notebook helpers in :mod:`tiebias.lens_eval`, the trajectory figure in
 :mod:`tiebias.plotting.lens`; this module holds what they share.
 
-Layer indexing (checked for transformers 5 on every family in :data:`VERIFIED_MODEL_TYPES`): with
-``output_hidden_states=True`` the model returns L + 1 tensors. ``hidden_states[i]`` for
-i < L is the residual stream entering block i (0 = embedding output), pre-norm.
+Layer indexing (verified with the locked transformers, ``constraints.txt``, on every family in
+:data:`VERIFIED_MODEL_TYPES`): with ``output_hidden_states=True`` the model returns L + 1 tensors.
+``hidden_states[i]`` for i < L is the residual stream entering block i (0 = embedding output), pre-norm.
 ``hidden_states[L]`` is *post* final norm (the model applies the final norm before
 recording it), so applying the package's ``Unembed`` (final norm + unembedding) to it
 would normalise twice. Row L of the evaluation therefore uses the residual stream
@@ -80,7 +80,8 @@ VERIFIED_MODEL_TYPES = (
     "llama", "mistral", "olmo", "olmo2", "olmo3", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
     "gpt2", "gpt_neo", "gpt_neox", "opt", "phi", "mpt",
 )
-"""Families checked by ``tests/test_lens_families.py`` (tiny random models, tied and untied).
+"""Families checked by ``tests/test_lens_families.py`` (tiny random models, tied and untied) with the transformers
+version of ``constraints.txt``; another version may lack or change some (the tests skip one it lacks, naming it).
 Other decoder-only families are accepted when :func:`check_model`'s layout check passes."""
 
 FINAL_NORM_NAMES = (
