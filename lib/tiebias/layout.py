@@ -17,6 +17,8 @@ Layout::
         depth/<preset>/             a run of another depth sharing this run's data (notebook 03)
         figures/  notebooks/  report/  summary.json  report.html
         .lock  .lock-holder.json    the writer lock and who holds it (see :meth:`tiebias.runs.Run.writing`)
+        .tiebias-run.json           marks a run folder (an external pair's: .tiebias-pair.json); see
+                                    :mod:`tiebias.folder_guard`
 
 :class:`RunLayout` is the base of :class:`tiebias.runs.Run`; code outside this module asks a Run for a
 path instead of joining names to ``run.path``.
@@ -33,6 +35,7 @@ LOCK_HOLDER = ".lock-holder.json"
 LENS_SUBDIR = "lens"  # a model's (or checkpoint's) lens folder
 CHECKPOINTS_SUBDIR = "checkpoints"  # a model's checkpoint folders
 COMPLETE_NAME = "complete.json"  # a finished model's marker
+MARKERS = {"run": ".tiebias-run.json", "pair": ".tiebias-pair.json"}  # written when the kit creates the folder
 METRIC_KINDS = ("train", "val")
 
 
@@ -66,6 +69,12 @@ class RunLayout:
     def frequencies_path(self) -> Path:
         """``token_frequencies.csv``: token counts over the training split."""
         return self.path / "token_frequencies.csv"
+
+    def marker_path(self, kind: str = "run") -> Path:
+        """``.tiebias-run.json`` (``kind='run'``) or ``.tiebias-pair.json`` (``'pair'``): marks a folder of the kit."""
+        if kind not in MARKERS:
+            raise ValueError(f"kind: unknown value {kind!r}; allowed: {', '.join(MARKERS)}")
+        return self.path / MARKERS[kind]
 
     @property
     def lock_path(self) -> Path:

@@ -17,6 +17,7 @@ from typing import Any
 
 import tomllib
 
+from .folder_guard import check_run_dir_text
 from .params import (
     PARAM_LIST,
     PARAMS,
@@ -105,6 +106,7 @@ def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None
             continue
         params[k] = coerce(k, v)
     train_config(params)  # the recipe as a whole (e.g. seq_len within the preset's positions)
+    check_run_dir_text(run_dir)  # "" is a mistake, not "not given" (that is None)
     rd = run_dir or os.environ.get(RUN_DIR_ENV) or repo_root() / "runs" / Path(str(name)).stem
     params["profile"] = str(name)
     params["run_dir"] = str(Path(rd).expanduser().resolve())

@@ -36,6 +36,7 @@ from .files import (
     sanitise_json,
     write_json_atomic,
 )
+from .folder_guard import check_folder, mark
 from .layout import COMPLETE_NAME, LENS_SUBDIR, LOCK_HOLDER, LOCK_NAME, RunLayout
 from .parallel import CONSTRUCTION
 from .tokens import (
@@ -156,8 +157,9 @@ class Run(RunLayout):
 
         Reopening checks that corpus and vocabulary size match what the folder was made with; a
         mismatch stops with an error instead of silently mixing two studies. ``overwrite=True``
-        empties the folder first. Everything is validated (and the corpus loaded) before the folder
-        is touched, and the writing happens under the folder's writer lock.
+        empties the folder first. A folder that is not the kit's (or is the corpus's) is refused
+        (:mod:`tiebias.folder_guard`). Everything is validated (and the corpus loaded) before the
+        folder is touched, and the writing happens under the folder's writer lock.
         """
         from . import data  # local import: data pulls in `datasets`, slow to import
 
@@ -169,6 +171,7 @@ class Run(RunLayout):
                              "(byte-level BPE: 256 byte tokens + 1 special token), such as 4096")
         if extra is not None:
             sanitise_json(extra)
+        check_folder(path, "run", corpus=corpus)  # never a user's folder or the corpus (tiebias.folder_guard)
         wanted = {"corpus": corpus_name, "vocab_size": vocab_size}
         keep: dict = {}
         if run.config_path.exists() and not overwrite:
@@ -185,6 +188,7 @@ class Run(RunLayout):
         with run.writing("preparing the run folder"):
             if overwrite and run.config_path.exists():
                 _empty_folder(run.path)
+            mark(run.path, "run")
             tok = train_tokenizer(ds["train"]["text"], vocab_size=vocab_size)
             tmp_tok = run.path / ".tokenizer.tmp"
             if tmp_tok.exists():

@@ -23,11 +23,12 @@ from typing import Any, Literal
 import torch
 
 from . import lens as tl
+from .folder_guard import check_folder, mark
 from .runs import Run
 
 __all__ = [
-    "SourceInfo", "check_sources", "estimate_bytes", "external_dir", "free_memory", "inspect", "load_models",
-    "pair_slug", "param_name",
+    "SourceInfo", "check_sources", "estimate_bytes", "external_dir", "external_path", "free_memory", "inspect",
+    "load_models", "pair_slug", "param_name",
 ]
 
 ROLES = {"tied": True, "untied": False}
@@ -264,22 +265,29 @@ def pair_slug(tied_source: Any, untied_source: Any) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", raw)
 
 
-def external_dir(tied_source: Any, untied_source: Any, run_dir: Any = None, *, root: Any = "runs") -> Run:
-    """Where an external pair's figures, tables and results go: ``run_dir`` if given, else ``<root>/external/<slug>``.
+def external_path(tied_source: Any, untied_source: Any, run_dir: Any = None, *, root: Any = "runs",
+                  corpus: Any = None) -> Path:
+    """Where an external pair's figures, tables and results go, checked, creating nothing.
 
-    Never a run's folder: a ``run_dir`` holding a run (``config.json`` or ``models/``) is refused, so an
-    external pair cannot overwrite a run's figures. Returns a :class:`tiebias.runs.Run` on that folder
-    (for ``figures_dir``, ``metrics_dir`` and :func:`tiebias.report.record`); creates ``figures/`` and
-    ``metrics/``.
+    ``run_dir`` if given, else ``<root>/external/<slug>``. Never a run's folder nor a folder of the user's
+    (nor the corpus's): a folder that is not new, empty or an external pair's is refused
+    (:func:`tiebias.folder_guard.check_folder`), so an external pair cannot overwrite a run's or your figures.
     """
     if run_dir is not None:
-        path = Path(run_dir).expanduser().resolve()
-        if (path / "config.json").is_file() or (path / "models").is_dir():
-            raise ValueError(f"run_dir: {str(path)!r} holds a run or a model (config.json or models/); an external "
-                             f"pair writes to its own folder: give a new or empty folder, or leave run_dir None "
-                             f"for {root}/external/<pair>")
-    else:
-        path = Path(root).expanduser().resolve() / "external" / pair_slug(tied_source, untied_source)
+        return check_folder(run_dir, "pair", corpus=corpus)
+    path = Path(root).expanduser().resolve() / "external" / pair_slug(tied_source, untied_source)
+    return check_folder(path, "pair", corpus=corpus, kit_made=True)  # the kit's own name: an older pair folder
+
+
+def external_dir(tied_source: Any, untied_source: Any, run_dir: Any = None, *, root: Any = "runs",
+                 corpus: Any = None) -> Run:
+    """The external pair's folder (:func:`external_path`), created and marked, with ``figures/`` and ``metrics/``.
+
+    Returns a :class:`tiebias.runs.Run` on that folder (for ``figures_dir``, ``metrics_dir`` and
+    :func:`tiebias.report.record`).
+    """
+    path = external_path(tied_source, untied_source, run_dir, root=root, corpus=corpus)
+    mark(path, "pair")
     out = Run(path)
     out.figures_dir.mkdir(parents=True, exist_ok=True)
     out.metrics_dir.mkdir(parents=True, exist_ok=True)

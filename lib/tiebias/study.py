@@ -9,6 +9,7 @@ from typing import Any
 import papermill as pm
 
 from . import profiles
+from .folder_guard import Kind, check_folder, mark
 from .params import NOTEBOOKS, PARAMS, coerce
 from .runs import Run
 
@@ -47,7 +48,8 @@ def check_study(profile: str | Path | None = None, run_dir: str | Path | None = 
     """Check everything a study would run with, writing nothing: the resolved parameters and the notebooks.
 
     Every override must be a parameter of at least one notebook that will run; otherwise it would be
-    accepted and then silently dropped.
+    accepted and then silently dropped. The run folder must be new, empty or the kit's, and apart from a
+    local corpus (:mod:`tiebias.folder_guard`).
     """
     overrides = dict(overrides or {})
     for k in ("profile", "run_dir"):
@@ -63,7 +65,15 @@ def check_study(profile: str | Path | None = None, run_dir: str | Path | None = 
         if not any(k in d for d in declared.values()):
             users = ", ".join(PARAMS[k].notebooks)
             raise ValueError(f"{k}: not a parameter of the notebooks run ({', '.join(names)}); used by {users}")
+    corpus = params["corpus"] if any("corpus" in d for d in declared.values()) else None
+    check_folder(params["run_dir"], folder_kind_of(params, names), corpus=corpus)
     return params, names
+
+
+def folder_kind_of(params: dict[str, Any], names: list[str]) -> Kind:
+    """``"pair"`` when only 02 / 03 run, on an external pair (their folder is the pair's), else ``"run"``."""
+    external = any(params.get(k) is not None for k in ("tied_source", "untied_source"))
+    return "pair" if external and set(names) <= {"02_align", "03_lens"} else "run"
 
 
 def run_study(profile: str | Path | None = None, run_dir: str | Path | None = None,
@@ -76,6 +86,7 @@ def run_study(profile: str | Path | None = None, run_dir: str | Path | None = No
     """
     overrides = dict(overrides or {})
     params, names = check_study(profile, run_dir, overrides, only)
+    mark(params["run_dir"], folder_kind_of(params, names))  # checked above: the folder is the kit's from now on
     out_dir = Run(params["run_dir"]).notebooks_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     times: dict[str, float] = {}
