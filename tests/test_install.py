@@ -12,11 +12,11 @@ import importlib.metadata as md
 import importlib.util
 import os
 import re
+import tomllib
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import copy
 import os
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from .folder_guard import check_run_dir_text
 from .params import (
