@@ -1,6 +1,7 @@
-"""A user's own corpus: long runs of text without whitespace keep tokenizer training linear.
+"""A user's own corpus: bad files named, long runs of text bounded, split names kept.
 
-The embedded corpus gives the same tokenizer and tokens as before.
+Each refusal names the file (and line) and leaves nothing behind; the embedded corpus gives the same
+tokenizer and tokens as before these checks.
 """
 
 from __future__ import annotations
@@ -8,8 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from pathlib import Path
 
-from tiebias import data, tokens
+import datasets
+import pandas as pd
+import pytest
+
+from tiebias import corpus_checks, data, tokens
 from tiebias.runs import Run
 
 
@@ -17,6 +23,67 @@ def _docs(n: int, tag: str = "doc") -> list[str]:
     return [f"{tag} {i} says a first line.\nAnd {tag} {i} has a second line.\n" for i in range(n)]
 
 
+def _write(folder: Path, names: list[str]) -> None:
+    for i, name in enumerate(names):
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(_docs(1, f"{Path(name).stem}{i}")[0])
+
+
+# -- files that are not what they claim ------------------------------------------------------------------
+def test_nul_byte_in_txt_names_file_offset_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"To be, or not to be\n" * 3 + b"ab\x00cd\n" + b"more text\n" * 40)
+    with pytest.raises(ValueError, match=r"file '.*notes\.txt' holds a NUL byte \(offset 62, line 4\): it looks "
+                                         r"like a binary file"):
+        data.load_corpus(path)
+    with pytest.raises(ValueError, match="NUL byte"):
+        Run.prepare(tmp_path / "run", corpus=str(path), vocab_size=300)
+    assert not (tmp_path / "run").exists()
+
+
+def test_nul_byte_found_past_the_first_block(tmp_path: Path) -> None:
+    path = tmp_path / "big.txt"
+    path.write_bytes(b"x" * 9 + b"\n" + b"y" * (corpus_checks._BLOCK + 5) + b"\x00")
+    with pytest.raises(ValueError, match=rf"offset {corpus_checks._BLOCK + 15}, line 2\)"):
+        corpus_checks.check_text_bytes(path)
+
+
+def test_every_file_is_checked_before_any_is_loaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _write(tmp_path, ["train.txt", "validation.txt"])
+    (tmp_path / "test.jsonl").write_bytes(b'{"text": "fine"}\n\x00\x00\n')
+    loads: list[object] = []
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: loads.append(a))
+    with pytest.raises(ValueError, match=r"test\.jsonl' holds a NUL byte \(offset 17, line 2\)"):
+        data.load_corpus(tmp_path)
+    assert loads == []
+
+
+@pytest.mark.parametrize("lines,where", [
+    (['{"text": "a"}', '{"text": "b"', '{"text": "c"}'], r"line 2, column 13: not valid JSON"),
+    (['{"text": "a"}', "", '[1, 2]'], r"line 3: a JSON list, not an object"),
+    (['{"text": "a"}', '{"text": 5}'], r"line 2: 'text' holds int '5', not text"),
+])
+def test_malformed_jsonl_line_named(tmp_path: Path, lines: list[str], where: str) -> None:
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=rf"source: file '.*rows\.jsonl', {where}.*fix or delete that line") as info:
+        data.load_corpus(path, val_fraction=0, test_fraction=0)
+    assert info.value.__context__ is None or info.value.__suppress_context__  # no chained traceback
+
+
+def test_malformed_json_array_named(tmp_path: Path) -> None:
+    path = tmp_path / "rows.json"
+    path.write_text('[{"text": "a"},\n{"text": "b"}\n{"text": "c"}]\n')
+    with pytest.raises(ValueError, match=r"rows\.json', line 3, column 1: not valid JSON"):
+        data.load_corpus(path, val_fraction=0, test_fraction=0)
+
+
+def test_unreadable_parquet_named(tmp_path: Path) -> None:
+    pd.DataFrame({"text": _docs(4)}).to_parquet(tmp_path / "good.parquet")
+    (tmp_path / "junk.parquet").write_bytes(b"not a parquet file")
+    with pytest.raises(ValueError, match=r"file '.*junk\.parquet' is not a readable parquet file"):
+        data.load_corpus(tmp_path)
 
 
 # -- a long run of text without whitespace --------------------------------------------------------------
@@ -65,3 +132,43 @@ def test_megabyte_without_whitespace_trains_and_encodes_in_bounded_time() -> Non
     encoded = time.perf_counter() - start
     assert tok.decode(ids.tolist()) == line
     assert trained < 10 and encoded < 10, f"train {trained:.1f} s, encode {encoded:.1f} s: not linear any more"
+
+
+# -- split names in a folder ----------------------------------------------------------------------------
+def test_split_names_are_kept(tmp_path: Path) -> None:
+    _write(tmp_path, ["train/a.txt", "train/b.txt", "train/c.txt", "dev.txt", "test-00000-of-00001.txt",
+                      "more/valid_2.txt"])
+    dd = data.load_corpus(tmp_path)
+    assert [len(dd[s]) for s in data.SPLITS] == [3, 2, 1]
+    assert all(t.startswith("test-00000-of-00001") for t in dd["test"]["text"])
+
+
+def test_files_without_a_split_name_are_refused_when_others_have_one(tmp_path: Path) -> None:
+    _write(tmp_path, ["val.txt", "test.txt", "more.txt", "extra/notes.txt"])
+    with pytest.raises(ValueError, match=r"some files name a split \(test\.txt: test, val\.txt: validation\) and 2 do "
+                                         r"not \(extra/notes\.txt, more\.txt\).*train/ folder"):
+        data.load_corpus(tmp_path)
+    (tmp_path / "more.txt").unlink()
+    (tmp_path / "extra" / "notes.txt").unlink()
+    with pytest.raises(ValueError, match=r"names splits \['test', 'validation'\] but no train file"):
+        data.load_corpus(tmp_path)
+
+
+def test_a_name_with_two_splits_is_refused(tmp_path: Path) -> None:
+    _write(tmp_path, ["train.txt", "train_test_pairs.txt"])
+    with pytest.raises(ValueError, match=r"train_test_pairs\.txt'.*names the splits \['test', 'train'\]"):
+        data.load_corpus(tmp_path)
+
+
+def test_single_file_is_one_corpus_whatever_its_name(tmp_path: Path) -> None:
+    path = tmp_path / "test.txt"
+    path.write_text("".join(_docs(200)))
+    dd = data.load_corpus(path)
+    assert all(len(dd[s]) == 1 for s in data.SPLITS)
+    assert len(dd["train"]["text"][0]) > 0.85 * len(path.read_text())
+
+
+def test_unnamed_folder_is_split_at_random(tmp_path: Path) -> None:
+    _write(tmp_path, [f"doc{i}.txt" for i in range(20)])
+    dd = data.load_corpus(tmp_path)
+    assert [len(dd[s]) for s in data.SPLITS] == [18, 1, 1]
