@@ -1,4 +1,4 @@
-"""A user's own corpus: bad files named, long runs of text bounded, split names kept.
+"""A user's own corpus: bad files named, long runs of text bounded, split names kept, edits noticed.
 
 Each refusal names the file (and line) and leaves nothing behind; the embedded corpus gives the same
 tokenizer and tokens as before these checks.
@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
+import warnings
 from pathlib import Path
 
 import datasets
@@ -28,6 +30,10 @@ def _write(folder: Path, names: list[str]) -> None:
         path = folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(_docs(1, f"{Path(name).stem}{i}")[0])
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 # -- files that are not what they claim ------------------------------------------------------------------
@@ -172,3 +178,73 @@ def test_unnamed_folder_is_split_at_random(tmp_path: Path) -> None:
     _write(tmp_path, [f"doc{i}.txt" for i in range(20)])
     dd = data.load_corpus(tmp_path)
     assert [len(dd[s]) for s in data.SPLITS] == [18, 1, 1]
+
+
+# -- the corpus edited after a run folder was made ----------------------------------------------------------
+@pytest.fixture
+def small_run(tmp_path: Path) -> tuple[Run, Path]:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i, text in enumerate(_docs(12)):
+        (corpus / f"d{i:02d}.txt").write_text(text * 5)
+    return Run.prepare(tmp_path / "run", corpus=str(corpus), vocab_size=300), corpus
+
+
+def test_edited_corpus_is_refused_and_the_folder_kept(small_run: tuple[Run, Path]) -> None:
+    run, corpus = small_run
+    recorded = run.config["corpus_fingerprint"]
+    assert recorded == data.corpus_fingerprint(corpus) and recorded["files"] == 12
+    assert Run.prepare(run.path, corpus=str(corpus), vocab_size=300).config == run.config  # unchanged: reopens
+    with (corpus / "d03.txt").open("a") as handle:
+        handle.write("one more line\n")
+    before = _snapshot(run.path)
+    with pytest.raises(ValueError, match=r"corpus '.*corpus' changed since this folder's tokens were made \(then "
+                                         r"12 files, .*fresh run folder.*overwrite=True"):
+        Run.prepare(run.path, corpus=str(corpus), vocab_size=300)
+    assert _snapshot(run.path) == before
+    rebuilt = Run.prepare(run.path, corpus=str(corpus), vocab_size=300, overwrite=True)
+    assert rebuilt.config["corpus_fingerprint"] == data.corpus_fingerprint(corpus) != recorded
+
+
+def test_renamed_file_changes_the_fingerprint(tmp_path: Path) -> None:
+    _write(tmp_path, ["a.txt", "b.txt"])
+    first = data.corpus_fingerprint(tmp_path)
+    os.replace(tmp_path / "b.txt", tmp_path / "c.txt")
+    assert data.corpus_fingerprint(tmp_path)["sha256"] != first["sha256"]
+
+
+def test_folder_without_fingerprint_opens_with_a_warning(small_run: tuple[Run, Path]) -> None:
+    run, corpus = small_run
+    cfg = run.config
+    del cfg["corpus_fingerprint"]
+    run.config_path.write_text(json.dumps(cfg))
+    before = _snapshot(run.path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Run.prepare(run.path, corpus=str(corpus), vocab_size=300)
+    assert any("records no fingerprint" in str(w.message) for w in caught)
+    assert _snapshot(run.path) == before
+
+
+def test_embedded_fingerprint_is_recorded_and_cheap(prepared_run: Run) -> None:
+    start = time.perf_counter()
+    now = data.corpus_fingerprint("shakespeare")
+    assert time.perf_counter() - start < 1.0  # measured 3 ms (2 MB)
+    assert prepared_run.config["corpus_fingerprint"] == now == data.corpus_fingerprint(None)
+
+
+def test_hub_corpus_fingerprinted_by_its_texts() -> None:
+    loaded = datasets.DatasetDict({s: datasets.Dataset.from_dict({"text": [f"{s} text"]}) for s in data.SPLITS})
+    assert data.corpus_fingerprint("user/some-corpus") is None  # reopening: not read again
+    first = data.corpus_fingerprint("user/some-corpus", loaded)
+    assert first["hub"] == "user/some-corpus" and first["documents"] == 3
+    loaded["test"] = datasets.Dataset.from_dict({"text": ["test text, revised"]})
+    later = data.corpus_fingerprint("user/some-corpus", loaded)
+    with pytest.raises(ValueError, match=r"changed since.*then 3 documents"):
+        corpus_checks.check_unchanged(Path("r"), {"corpus": "user/some-corpus", "corpus_fingerprint": first}, later)
+
+
+def test_damaged_fingerprint_is_named() -> None:
+    now = {"sha256": "ab", "files": 1, "bytes": 2}
+    with pytest.raises(ValueError, match="config.json has corpus_fingerprint 'x', not a fingerprint"):
+        corpus_checks.check_unchanged(Path("r"), {"corpus": "c", "corpus_fingerprint": "x"}, now)

@@ -1,20 +1,27 @@
 """Checks on a user's own corpus files, made before (or instead of) a long traceback from the loader.
 
 Which split a local file belongs to (:func:`split_groups`), whether a text file is text at all
-(:func:`check_text_bytes`: UTF-8, no NUL bytes), and which file and line a failed ``datasets`` load
-tripped on (:func:`load_failure`).
+(:func:`check_text_bytes`: UTF-8, no NUL bytes), which file and line a failed ``datasets`` load
+tripped on (:func:`load_failure`), and a fingerprint of the corpus that a run folder records so a
+corpus edited after its tokens were made is noticed (:func:`fingerprint_files`, :func:`check_unchanged`).
 """
 
 from __future__ import annotations
 
 import codecs
+import hashlib
 import json
 import re
+import warnings
+from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = [
     "SPLIT_WORDS",
     "check_text_bytes",
+    "check_unchanged",
+    "fingerprint_files",
+    "fingerprint_texts",
     "load_failure",
     "split_groups",
 ]
@@ -173,3 +180,69 @@ def load_failure(files: list[Path], builder: str, text_column: str, err: BaseExc
     cause = err.__cause__ or err
     return ValueError(f"source: loading {shown} failed ({type(cause).__name__}: {cause}); "
                       "check these files' format, or remove them from the corpus")
+
+
+# -- has the corpus changed? --------------------------------------------------------------------------
+def fingerprint_files(files: list[Path], root: Path | None) -> dict:
+    """sha256 over the files' names (relative to ``root``, else base names) and bytes, sorted by name."""
+    digest = hashlib.sha256()
+    named = sorted((str(f.relative_to(root).as_posix()) if root is not None else f.name, f) for f in files)
+    total = 0
+    for name, path in named:
+        size = path.stat().st_size
+        digest.update(f"{name}\0{size}\0".encode())
+        with path.open("rb") as handle:
+            while chunk := handle.read(_BLOCK):
+                digest.update(chunk)
+        total += size
+    return {"sha256": digest.hexdigest(), "files": len(named), "bytes": total}
+
+
+def fingerprint_texts(name: str, splits: dict[str, Iterable[str]]) -> dict:
+    """sha256 over a loaded corpus's split names and texts (a hub dataset: no files to hash)."""
+    digest = hashlib.sha256()
+    docs = 0
+    for split, texts in splits.items():
+        digest.update(f"\0split\0{split}\0".encode())
+        for text in texts:
+            data = text.encode("utf-8")
+            digest.update(f"{len(data)}\0".encode())
+            digest.update(data)
+            docs += 1
+    return {"sha256": digest.hexdigest(), "hub": name, "documents": docs}
+
+
+def check_unchanged(run_path: Path, have: dict, now: dict | None) -> None:
+    """Refuse a run folder whose recorded corpus fingerprint differs from the corpus's now.
+
+    ``now`` None (a hub dataset, not loaded on reopening) or ``have`` empty (a new folder) skips the
+    check. A folder made before fingerprints were recorded still opens, with a warning that a change
+    cannot be detected.
+    """
+    if now is None or not have:
+        return
+    then = have.get("corpus_fingerprint")
+    corpus = have.get("corpus")
+    if then is None:
+        warnings.warn(f"run folder {run_path} records no fingerprint of its corpus '{corpus}' (made by an older "
+                      "version): a change to the corpus since then cannot be detected; use a fresh run folder "
+                      "if it changed", UserWarning, stacklevel=3)
+        return
+    if not isinstance(then, dict):
+        raise ValueError(f"run folder {run_path}: config.json has corpus_fingerprint {then!r}, not a fingerprint; "
+                         "use a fresh run folder, or Run.prepare(..., overwrite=True) to rebuild this one")
+    if then.get("sha256") != now.get("sha256"):
+        raise ValueError(
+            f"run folder {run_path}: corpus '{corpus}' changed since this folder's tokens were made "
+            f"(then {_described(then)}; now {_described(now)}); its tokenizer, tokens and models describe the "
+            "old corpus. Use a fresh run folder (the run_dir parameter, e.g. --set run_dir=runs/new), or "
+            "Run.prepare(..., overwrite=True) to empty this one and rebuild it from the corpus as it is now")
+
+
+def _described(fingerprint: dict) -> str:
+    """A fingerprint in words: its size and the start of its hash."""
+    if "files" in fingerprint:
+        size = f"{fingerprint['files']} files, {fingerprint.get('bytes')} bytes"
+    else:
+        size = f"{fingerprint.get('documents')} documents"
+    return f"{size}, sha256 {str(fingerprint.get('sha256'))[:12]}"

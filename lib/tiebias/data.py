@@ -21,6 +21,8 @@ import pyarrow as pa
 from .corpus_checks import (
     SPLIT_WORDS,
     check_text_bytes,
+    fingerprint_files,
+    fingerprint_texts,
     load_failure,
     split_groups,
 )
@@ -29,6 +31,7 @@ __all__ = [
     "DATA_ENV_VAR",
     "EMBEDDED_CORPUS",
     "SPLITS",
+    "corpus_fingerprint",
     "data_dir",
     "load_corpus",
 ]
@@ -124,6 +127,27 @@ def load_corpus(
         f"an existing {_ALLOWED_EXTS} file or folder, or a hub dataset name ('name' or 'user/name', "
         "optionally ':config')"
     )
+
+
+def corpus_fingerprint(source: str | os.PathLike[str] | None, loaded: datasets.DatasetDict | None = None) -> dict | None:
+    """A corpus's fingerprint, which a run folder records to notice a corpus edited after its tokens were made.
+
+    The embedded corpus and local files: sha256 over the files' names and bytes (the files
+    :func:`load_corpus` reads). A hub dataset: sha256 over the ``loaded`` texts, None without them
+    (reading it again needs the network). None also for a path that no longer exists.
+    """
+    if source is None or (isinstance(source, str) and source.strip().lower() == EMBEDDED_CORPUS):
+        folder = data_dir()
+        files = [folder / "shakespeare.jsonl.gz", folder / "splits.json"]
+        return fingerprint_files(files, folder) if all(f.is_file() for f in files) else None
+    path = Path(os.fspath(source)).expanduser()
+    if path.is_dir():
+        return fingerprint_files(_checked_dir(path), path)
+    if path.is_file():
+        return fingerprint_files([_checked_file(path)], None)
+    if loaded is None:
+        return None
+    return fingerprint_texts(os.fspath(source), {s: loaded[s]["text"] for s in SPLITS})
 
 
 def _check_fraction(name: str, value: float) -> None:
