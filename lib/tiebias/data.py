@@ -7,7 +7,6 @@ deterministically when the source does not name its splits. Tokenizers and token
 
 from __future__ import annotations
 
-import codecs
 import gzip
 import json
 import os
@@ -17,11 +16,22 @@ from pathlib import Path
 
 import datasets
 import numpy as np
+import pyarrow as pa
+
+from .corpus_checks import (
+    SPLIT_WORDS,
+    check_text_bytes,
+    fingerprint_files,
+    fingerprint_texts,
+    load_failure,
+    split_groups,
+)
 
 __all__ = [
     "DATA_ENV_VAR",
     "EMBEDDED_CORPUS",
     "SPLITS",
+    "corpus_fingerprint",
     "data_dir",
     "load_corpus",
 ]
@@ -37,17 +47,6 @@ _ALLOWED_EXTS = "/".join(_BUILDERS)
 _PATH_ENDINGS = (*_BUILDERS, ".gz", ".csv", ".tsv", ".arrow", ".zip", ".xz", ".bz2")
 # "name", "user/name", optionally ":config"; anything else that does not exist is a bad path.
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[A-Za-z0-9][\w.\-]*)?(:[\w.\-]+)?$")
-# File-name / folder-name words that assign a local file to a split.
-_SPLIT_WORDS: dict[str, str] = {
-    "train": "train",
-    "training": "train",
-    "validation": "validation",
-    "valid": "validation",
-    "val": "validation",
-    "dev": "validation",
-    "test": "test",
-    "testing": "test",
-}
 _SNAP_WINDOW = 2000  # characters to look ahead for a line break when cutting a document
 
 Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None
@@ -82,8 +81,9 @@ def load_corpus(
       split by work as fixed in ``data/splits.json``; the fraction and seed arguments are ignored.
     - a local ``.txt``/``.jsonl``/``.json``/``.parquet`` file, a folder (searched recursively, hidden
       entries skipped) or a list of files. A ``.txt`` file is one document; json/parquet rows are
-      documents whose text is in ``text_column``. If every file name (or its folder) says its split
-      (train/validation/valid/val/dev/test) and one is train, that split is kept.
+      documents whose text is in ``text_column``. In a folder or list, a file whose name (or a folder
+      below the given one) names a split keeps it; if some do, all must (see
+      :func:`tiebias.corpus_checks.split_groups`). A single file given by path is split like one corpus.
     - otherwise a hub dataset name ``"name"`` or ``"user/name"``, optionally ``":config"`` (needs network).
 
     Missing splits are cut from the documents deterministically (``seed``): ``val_fraction`` and
@@ -107,7 +107,8 @@ def load_corpus(
         if not source:
             raise ValueError(f"source: empty list of files; give at least one {_ALLOWED_EXTS} file")
         files = [_checked_file(Path(p).expanduser(), listed=True) for p in source]
-        return _load_local(files, None, text_column, val_fraction, test_fraction, seed, label=str(source))
+        groups = split_groups(files, None)
+        return _load_local(groups, text_column, val_fraction, test_fraction, seed, label=str(source))
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(
             f"source: {source!r} is a {type(source).__name__}; give None, 'shakespeare', a path, "
@@ -117,9 +118,8 @@ def load_corpus(
     text = os.fspath(source)
     path = Path(text).expanduser()
     if path.exists():
-        files = _checked_dir(path) if path.is_dir() else [_checked_file(path)]
-        root = path if path.is_dir() else None
-        return _load_local(files, root, text_column, val_fraction, test_fraction, seed, label=text)
+        groups = split_groups(_checked_dir(path), path) if path.is_dir() else {"train": [_checked_file(path)]}
+        return _load_local(groups, text_column, val_fraction, test_fraction, seed, label=text)
     if isinstance(source, str) and _looks_like_hub_name(text):
         return _load_hub(text, text_column, val_fraction, test_fraction, seed)
     raise ValueError(
@@ -127,6 +127,27 @@ def load_corpus(
         f"an existing {_ALLOWED_EXTS} file or folder, or a hub dataset name ('name' or 'user/name', "
         "optionally ':config')"
     )
+
+
+def corpus_fingerprint(source: str | os.PathLike[str] | None, loaded: datasets.DatasetDict | None = None) -> dict | None:
+    """A corpus's fingerprint, which a run folder records to notice a corpus edited after its tokens were made.
+
+    The embedded corpus and local files: sha256 over the files' names and bytes (the files
+    :func:`load_corpus` reads). A hub dataset: sha256 over the ``loaded`` texts, None without them
+    (reading it again needs the network). None also for a path that no longer exists.
+    """
+    if source is None or (isinstance(source, str) and source.strip().lower() == EMBEDDED_CORPUS):
+        folder = data_dir()
+        files = [folder / "shakespeare.jsonl.gz", folder / "splits.json"]
+        return fingerprint_files(files, folder) if all(f.is_file() for f in files) else None
+    path = Path(os.fspath(source)).expanduser()
+    if path.is_dir():
+        return fingerprint_files(_checked_dir(path), path)
+    if path.is_file():
+        return fingerprint_files([_checked_file(path)], None)
+    if loaded is None:
+        return None
+    return fingerprint_texts(os.fspath(source), {s: loaded[s]["text"] for s in SPLITS})
 
 
 def _check_fraction(name: str, value: float) -> None:
@@ -200,21 +221,8 @@ def _checked_dir(folder: Path) -> list[Path]:
     return files
 
 
-def _split_label(path: Path, root: Path | None) -> str | None:
-    """Split named by a file's name, or by its folders below ``root``; None when nothing names one."""
-    names = [path.stem]
-    if root is not None:
-        names += [part for part in reversed(path.relative_to(root).parts[:-1])]
-    for name in names:
-        for word in re.split(r"[^a-z0-9]+", name.lower()):
-            if word in _SPLIT_WORDS:
-                return _SPLIT_WORDS[word]
-    return None
-
-
 def _load_local(
-    files: list[Path],
-    root: Path | None,
+    groups: dict[str, list[Path]],
     text_column: str,
     val_fraction: float,
     test_fraction: float,
@@ -222,50 +230,41 @@ def _load_local(
     *,
     label: str,
 ) -> datasets.DatasetDict:
-    """Load local files through ``datasets`` builders, keep their split if named, then complete the splits."""
-    labels = [_split_label(f, root) for f in files]
-    if all(labels) and "train" in labels:
-        groups = {s: [f for f, lab in zip(files, labels, strict=True) if lab == s] for s in SPLITS}
-    else:
-        groups = {"train": files}
+    """Load local files (grouped by split) through ``datasets`` builders, then complete the splits.
+
+    Every text/json file is checked (UTF-8, no NUL bytes) before any is loaded.
+    """
+    for path in (f for fs in groups.values() for f in fs):
+        if _BUILDERS[path.suffix.lower()] in ("text", "json"):
+            check_text_bytes(path)
     parts = {s: _load_files(fs, text_column) for s, fs in groups.items() if fs}
     return _complete_splits(parts, val_fraction, test_fraction, seed, label=label)
 
 
 def _load_files(files: list[Path], text_column: str) -> datasets.Dataset:
-    """One ``Dataset`` with a single "text" column from files of possibly mixed formats."""
+    """One ``Dataset`` with a single "text" column from files of possibly mixed formats.
+
+    A load that fails, or a json text column that is not text, is reported with the file and line.
+    """
     pieces = []
     for builder in dict.fromkeys(_BUILDERS[f.suffix.lower()] for f in files):
-        chosen = [str(f) for f in files if _BUILDERS[f.suffix.lower()] == builder]
+        chosen = [f for f in files if _BUILDERS[f.suffix.lower()] == builder]
         kwargs = {"sample_by": "document"} if builder == "text" else {}
-        if builder in ("text", "json"):
-            for f in chosen:
-                _check_utf8(Path(f))
-        ds = datasets.load_dataset(builder, data_files={"data": chosen}, split="data", **kwargs)
+        try:
+            ds = datasets.load_dataset(builder, data_files={"data": [str(f) for f in chosen]}, split="data",
+                                       **kwargs)
+        except (datasets.exceptions.DatasetGenerationError, pa.ArrowException) as err:
+            raise load_failure(chosen, builder, text_column, err) from None
         column = "text" if builder == "text" else text_column
-        pieces.append(_text_only(ds, column, where=", ".join(chosen)))
+        if builder == "json" and column in ds.column_names and not _is_text(ds.features[column]):
+            raise load_failure(chosen, builder, text_column, ValueError(f"column '{column}' is not text"))
+        pieces.append(_text_only(ds, column, where=", ".join(map(str, chosen))))
     return pieces[0] if len(pieces) == 1 else datasets.concatenate_datasets(pieces)
 
 
-def _check_utf8(path: Path, block: int = 1 << 20) -> None:
-    """Refuse a text/json file that is not UTF-8, naming the file and the first bad byte's offset."""
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    offset = 0
-    with path.open("rb") as handle:
-        while True:
-            chunk = handle.read(block)
-            try:
-                decoder.decode(chunk, final=not chunk)
-            except UnicodeDecodeError as err:
-                raise ValueError(
-                    f"source: file '{path}' is not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset "
-                    f"{offset + err.start - (len(err.object) - len(chunk))} does not decode); convert it to "
-                    "UTF-8, e.g. "
-                    f"`iconv -f latin1 -t utf-8 '{path.name}' > out{path.suffix}`"
-                ) from None
-            if not chunk:
-                return
-            offset += len(chunk)
+def _is_text(feature: object) -> bool:
+    """Whether a ``datasets`` feature is a string column."""
+    return isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")
 
 
 def _text_only(ds: datasets.Dataset, column: str, *, where: str) -> datasets.Dataset:
@@ -275,7 +274,7 @@ def _text_only(ds: datasets.Dataset, column: str, *, where: str) -> datasets.Dat
             f"text_column: column '{column}' not found in {where}; available columns: {ds.column_names}"
         )
     feature = ds.features[column]
-    if not (isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")):
+    if not _is_text(feature):
         raise ValueError(f"text_column: column '{column}' in {where} holds {feature}, not text")
     ds = ds.select_columns([column])
     return ds.rename_column(column, "text") if column != "text" else ds
@@ -298,7 +297,7 @@ def _load_hub(
         raise ValueError(f"source: hub dataset '{name}' did not load as a DatasetDict")
     renamed: dict[str, datasets.Dataset] = {}
     for split, ds in loaded.items():
-        key = _SPLIT_WORDS.get(str(split).lower(), str(split))
+        key = SPLIT_WORDS.get(str(split).lower(), str(split))
         renamed[key] = _text_only(ds, text_column, where=f"hub dataset '{name}' split '{split}'")
     if "train" not in renamed:
         renamed = {"train": datasets.concatenate_datasets(list(renamed.values()))}

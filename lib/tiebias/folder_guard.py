@@ -142,3 +142,16 @@ def claim_folder(path: str | Path, kind: Kind = "run", *, corpus: Any = None, pa
     p = check_folder(path, kind, corpus=corpus, param=param, kit_made=kit_made)
     mark(p, kind)
     return p
+
+
+def empty_folder(path: Path) -> None:
+    """Delete everything in a run folder except its writer lock (held by the caller): ``overwrite=True``."""
+    import shutil
+
+    for p in path.iterdir():
+        if p.name in (LOCK_NAME, LOCK_HOLDER):
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()

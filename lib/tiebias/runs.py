@@ -25,6 +25,7 @@ import pandas as pd
 import torch
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
+from .corpus_checks import check_unchanged
 from .files import (
     OVERWRITE_HINT,
     RunFolderError,
@@ -36,8 +37,8 @@ from .files import (
     sanitise_json,
     write_json_atomic,
 )
-from .folder_guard import check_folder, mark
-from .layout import COMPLETE_NAME, LENS_SUBDIR, LOCK_HOLDER, LOCK_NAME, RunLayout
+from .folder_guard import check_folder, empty_folder, mark
+from .layout import COMPLETE_NAME, LENS_SUBDIR, RunLayout
 from .parallel import CONSTRUCTION
 from .tokens import (
     BYTE_ALPHABET_SIZE,
@@ -51,7 +52,7 @@ from .tokens import (
 from .variants import Variant, model_key, parse_key, step_of
 
 SPLITS = ("train", "validation", "test")
-_DATA_KEYS = ("corpus", "vocab_size", "n_documents", "n_tokens", "tokenizer_size")
+_DATA_KEYS = ("corpus", "vocab_size", "n_documents", "n_tokens", "tokenizer_size", "corpus_fingerprint")
 
 
 class RunLockedError(RunFolderError):
@@ -155,11 +156,11 @@ class Run(RunLayout):
                 overwrite: bool = False, extra: dict | None = None) -> Run:
         """Create a run folder (corpus split, tokenizer, token streams, frequencies) or reopen one.
 
-        Reopening checks that corpus and vocabulary size match what the folder was made with; a
-        mismatch stops with an error instead of silently mixing two studies. ``overwrite=True``
-        empties the folder first. A folder that is not the kit's (or is the corpus's) is refused
-        (:mod:`tiebias.folder_guard`). Everything is validated (and the corpus loaded) before the
-        folder is touched, and the writing happens under the folder's writer lock.
+        Reopening checks that corpus, its fingerprint (files changed since?) and vocabulary size match
+        what the folder was made with; a mismatch stops with an error instead of silently mixing two
+        studies. ``overwrite=True`` empties the folder first. A folder that is not the kit's (or is the
+        corpus's) is refused (:mod:`tiebias.folder_guard`). Everything is validated (and the corpus loaded)
+        before the folder is touched, and the writing happens under the folder's writer lock.
         """
         from . import data  # local import: data pulls in `datasets`, slow to import
 
@@ -174,6 +175,8 @@ class Run(RunLayout):
         check_folder(path, "run", corpus=corpus)  # never a user's folder or the corpus (tiebias.folder_guard)
         wanted = {"corpus": corpus_name, "vocab_size": vocab_size}
         keep: dict = {}
+        have: dict = {}
+        fingerprint = data.corpus_fingerprint(corpus_name)  # a hub dataset: None until it is loaded
         if run.config_path.exists() and not overwrite:
             have = run.config
             diff = diff_config(have, wanted, list(wanted))
@@ -181,13 +184,17 @@ class Run(RunLayout):
                 detail = "; ".join(f"{k}: folder has {a!r}, asked {b!r}" for k, (a, b) in diff.items())
                 raise ValueError(f"run folder {run.path} was made with a different config ({detail}); "
                                  f"use another run folder, or {OVERWRITE_HINT} to empty it and start again")
+            check_unchanged(run.path, have, fingerprint)
             if run._data_ready():
                 return run
             keep = {k: v for k, v in have.items() if k not in _DATA_KEYS}
         ds = data.load_corpus(None if corpus_name == "shakespeare" else corpus)
+        if fingerprint is None:
+            fingerprint = data.corpus_fingerprint(corpus_name, ds)
+            check_unchanged(run.path, have, fingerprint)
         with run.writing("preparing the run folder"):
             if overwrite and run.config_path.exists():
-                _empty_folder(run.path)
+                empty_folder(run.path)
             mark(run.path, "run")
             tok = train_tokenizer(ds["train"]["text"], vocab_size=vocab_size)
             tmp_tok = run.path / ".tokenizer.tmp"
@@ -209,7 +216,7 @@ class Run(RunLayout):
             counts = token_frequencies(tok, ds["train"]["text"])
             save_frequencies(run.frequencies_path, tok, counts)
             cfg = {**keep, **wanted, "n_documents": {s: len(ds[s]) for s in SPLITS}, "n_tokens": n_tokens,
-                   "tokenizer_size": len(tok), **(extra or {})}
+                   "tokenizer_size": len(tok), "corpus_fingerprint": fingerprint, **(extra or {})}
             write_json_atomic(run.config_path, cfg)
         return run
 
@@ -403,15 +410,3 @@ class Run(RunLayout):
         if not p.exists():
             raise FileNotFoundError(f"no {kind} metrics for {key} in {self.path}")
         return read_log(p, todo=f"remove the bad lines, or retrain {key} ({OVERWRITE_HINT})")
-
-
-def _empty_folder(path: Path) -> None:
-    """Delete everything in a run folder except its writer lock (held by the caller)."""
-    for p in path.iterdir():
-        if p.name in (LOCK_NAME, LOCK_HOLDER):
-            continue
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        else:
-            p.unlink()
-

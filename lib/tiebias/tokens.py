@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -32,6 +33,11 @@ EOS_TOKEN = "<|endoftext|>"
 SPECIAL_TOKENS: tuple[str, ...] = (EOS_TOKEN,)
 BYTE_ALPHABET_SIZE = 256
 _ENCODE_BATCH = 256  # documents per batched tokenizer call
+# Longest run of non-whitespace the BPE trainer sees as one piece: its cost grows with the square of a
+# word's length, so a megabyte with no space in it would take hours. Ordinary text never comes close
+# (the embedded corpus's longest run is 63 characters), so its tokenizer is unchanged.
+MAX_TRAIN_RUN = 1000
+_LONG_RUN = re.compile(rf"(?<!\S)\S{{{MAX_TRAIN_RUN + 1},}}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -47,7 +53,9 @@ def train_tokenizer(
     ``<|endoftext|>`` (id 0) is the bos/eos/unk/pad token; the 256 byte symbols follow, then merges.
     No prefix space is added and decoding is lossless, so ``decode(encode(x)) == x`` for any text.
     The vocabulary can come out smaller than ``vocab_size`` when the texts support fewer merges
-    with ``min_frequency``. Training is deterministic for the same texts and settings.
+    with ``min_frequency``. Training is deterministic for the same texts and settings. Runs of more
+    than ``MAX_TRAIN_RUN`` non-whitespace characters are learned from in pieces of that length
+    (:func:`_bounded`), which keeps training time linear in the text's length.
     """
     minimum = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < minimum:
@@ -68,7 +76,7 @@ def train_tokenizer(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    backend.train_from_iterator(_strings(texts), trainer=trainer)
+    backend.train_from_iterator(_bounded(_strings(texts)), trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,
         bos_token=EOS_TOKEN,
@@ -88,6 +96,27 @@ def _strings(texts: Iterable[str]) -> Iterator[str]:
             raise TypeError(f"texts: items must be str, got {type(text).__name__}")
         if text:
             yield text
+
+
+def _bounded(texts: Iterable[str]) -> Iterator[str]:
+    """The texts, with each run of more than ``MAX_TRAIN_RUN`` non-whitespace characters cut into pieces.
+
+    A text without such a run is passed on as it is (the usual case: the trainer sees the same input).
+    Otherwise the text is yielded in parts: the text around the run, and the run in pieces of at most
+    ``MAX_TRAIN_RUN`` characters, each pre-tokenized (and counted) on its own.
+    """
+    for text in texts:
+        start = 0
+        for match in _LONG_RUN.finditer(text):
+            if match.start() > start:
+                yield text[start : match.start()]
+            for i in range(match.start(), match.end(), MAX_TRAIN_RUN):
+                yield text[i : min(i + MAX_TRAIN_RUN, match.end())]
+            start = match.end()
+        if start == 0:
+            yield text
+        elif start < len(text):
+            yield text[start:]
 
 
 def _backend(tokenizer: PreTrainedTokenizerFast | Tokenizer) -> Tokenizer:
