@@ -27,7 +27,10 @@ from .threads import check_num_threads, loop_threads
 if TYPE_CHECKING:  # plotting pulls in plotly; imported where used
     from tuned_lens.plotting import PredictionTrajectory
 
-__all__ = ["evaluate", "kl_bits", "top_tokens_by_layer", "trajectory"]
+__all__ = ["PROTOCOLS", "evaluate", "kl_bits", "top_tokens_by_layer", "trajectory"]
+
+PROTOCOLS = ("package", "reference")
+"""How a tuned lens's translators are matched to hidden states: see :func:`evaluate`."""
 
 
 def kl_bits(p_logits: Tensor, q_logits: Tensor) -> Tensor:
@@ -101,6 +104,7 @@ def evaluate(
     num_threads: int | str | None = "auto",
     per_sequence: bool = False,
     logit_lens: bool = True,
+    protocol: str = "package",
 ) -> pd.DataFrame:
     """Per-layer KL to the final distribution (bits) and next-token CE (nats) for the tuned and logit lens.
 
@@ -117,7 +121,15 @@ def evaluate(
     ``per_sequence=True`` returns the same columns for every evaluation sequence (a
     leading ``sequence`` column, ``n_tokens`` = seq_len), the input of a bootstrap over
     sequences; the mean over sequences of each column is the per-layer table.
+
+    ``protocol`` (one of :data:`PROTOCOLS`) says which translator reads which hidden state: ``"package"`` as
+    the tuned-lens package trains them (translator i on hidden state i, the model's head on the stream entering
+    the final norm at row L); ``"reference"`` as the paper's public code reads them (row i is
+    ``hidden_states[i]`` through translator ``max(0, i - 1)``; row L, the already-normed last hidden state,
+    through translator L - 1 and the final norm again; the logit lens likewise).
     """
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol: {protocol!r} is not allowed; allowed: {', '.join(PROTOCOLS)}")
     check_model(model)
     tokens = _check_tokens(tokens, seq_len, model.config.vocab_size)
     if lens is not None:
@@ -129,7 +141,7 @@ def evaluate(
     check_num_threads(num_threads)
     seqs = _sequences(tokens, seq_len)[: max_tokens // seq_len]
     logit = new_logit_lens(model) if logit_lens else None
-    sums, ce_model = _score(model, seqs, lens, logit, batch_size, num_threads)
+    sums, ce_model = _score(model, seqs, lens, logit, batch_size, num_threads, protocol)
     n_ce = seq_len - 1
     cols = {
         "kl_tuned_bits": (sums["kl_t"] / seq_len, lens is not None),
@@ -147,6 +159,7 @@ def _score(
     logit: LogitLens | None,
     batch_size: int,
     num_threads: int | str | None,
+    protocol: str = "package",
 ) -> tuple[dict[str, Tensor], Tensor]:
     """Per-layer, per-sequence sums (KL bits over seq_len positions, CE nats over seq_len - 1; float64).
 
@@ -171,7 +184,7 @@ def _score(
                             f"unexpected hidden-state layout: {len(out.hidden_states)} hidden states, "
                             f"{len(pre_norm)} final-norm calls for {n_layers} layers"
                         )
-                    ce_model[rows] = _score_batch(out, pre_norm[0], x, lens, logit, sums, rows)
+                    ce_model[rows] = _score_batch(out, pre_norm[0], x, lens, logit, sums, rows, protocol)
     finally:
         model.train(was_training)
     return sums, ce_model
@@ -185,6 +198,7 @@ def _score_batch(
     logit: LogitLens | None,
     sums: dict[str, Tensor],
     rows: slice,
+    protocol: str = "package",
 ) -> Tensor:
     """Fill the ``rows`` columns of ``sums`` from one forward pass; return the model's own CE sum per sequence."""
     n_layers = len(out.hidden_states) - 1
@@ -193,18 +207,30 @@ def _score_batch(
     neg_entropy = torch.linalg.vecdot(p, log_p)
     targets = x[:, 1:]
     ce_model = _ce_per_seq(log_p, targets)
-    stream = [*out.hidden_states[:-1], pre_norm]
-    for i, h in enumerate(stream):
-        per_lens = [("l", logit(h, i))] if logit is not None else []
-        if lens is not None:
-            # The last layer has no translator: the tuned lens is the model's head there.
-            per_lens.append(("t", lens(h, i) if i < n_layers else lens.unembed(h)))
+    for i, logit_q, tuned_q in _readings(out, pre_norm, lens, logit, n_layers, protocol):
+        per_lens = [("l", logit_q)] if logit_q is not None else []
+        if tuned_q is not None:
+            per_lens.append(("t", tuned_q))
         for tag, logits in per_lens:
             log_q = logits.float().log_softmax(-1)
             kl_nats = neg_entropy - torch.linalg.vecdot(p, log_q)
             sums[f"kl_{tag}"][i, rows] = kl_nats.sum(-1, dtype=torch.float64).cpu() / LN2
             sums[f"ce_{tag}"][i, rows] = _ce_per_seq(log_q, targets)
     return ce_model
+
+
+def _readings(out: Any, pre_norm: Tensor, lens: TunedLens | None, logit: LogitLens | None, n_layers: int,
+              protocol: str) -> Iterator[tuple[int, Tensor | None, Tensor | None]]:
+    """(row, logit-lens logits, tuned-lens logits) for rows 0..L under ``protocol``."""
+    if protocol == "reference":  # every hidden state, translator max(0, i - 1), the last one normed twice
+        for i, h in enumerate(out.hidden_states):
+            idx = max(0, i - 1)
+            yield i, logit(h, idx) if logit is not None else None, lens(h, idx) if lens is not None else None
+        return
+    for i, h in enumerate([*out.hidden_states[:-1], pre_norm]):
+        # The last layer has no translator: the tuned lens is the model's head there.
+        tuned = (lens(h, i) if i < n_layers else lens.unembed(h)) if lens is not None else None
+        yield i, logit(h, i) if logit is not None else None, tuned
 
 
 def _table(
