@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import alignment, embeddings, stats, token_stats
+from . import alignment, embeddings, inventory, stats, token_stats
 from .embeddings import Embeddings
 from .neighbours import check_knn_k
 from .runs import Run
@@ -38,9 +38,13 @@ NOISE_FLOOR = [
 
 
 def load_models(run: Run, seeds: Sequence[int] | None = None, step: int | None = None) -> dict[int, dict[str, Embeddings]]:
-    """Embeddings of the tied and untied model of every seed (both complete) in a run."""
+    """Embeddings of the tied and untied model of every seed (both complete) in a run.
+
+    ``seeds`` None: every seed of the run, which must all be finished (a half-made run is refused,
+    :func:`tiebias.inventory.require_complete`), so no seed is left out without a word.
+    """
     if seeds is None:
-        seeds = sorted(set(run.seeds("tied")) & set(run.seeds("untied")))
+        seeds = inventory.require_complete(run, ("tied", "untied"))
     if not seeds:
         raise ValueError(f"run: {run.path} has no seed with both a complete 'tied' and 'untied' model; "
                          f"models present: {', '.join(run.models().key) or 'none'} (train them with 01_train)")
