@@ -1,15 +1,69 @@
-"""Command line: ``python -m tiebias study --profile smoke`` runs the notebooks in order."""
+"""Command line: ``python -m tiebias study --profile smoke`` runs the notebooks in order.
+
+Exit codes: 0 done; 1 a notebook failed (its error in one line, the executed notebook holding the
+traceback); 2 a bad parameter, refused before anything is written; 130 / 143 stopped by SIGINT (Ctrl-C) /
+SIGTERM, finished work kept.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
 
 from . import profiles
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _stoppable() -> Iterator[None]:
+    """SIGINT and SIGTERM raise :class:`tiebias.study.Stopped` once; a repeat is ignored while the kernel shuts down."""
+    from .study import Stopped
+
+    def stop(signum: int, frame: Any) -> None:
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    before = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def _study(args: argparse.Namespace) -> int:
+    """Run the study quietly: one line per notebook, one error line (exit 1) or one stop line (128 + signal)."""
+    from .study import NotebookFailed, Stopped, parse_set, run_study
+
+    logging.getLogger("papermill").setLevel(logging.WARNING)  # no "Input Notebook: ..." banner
+    try:
+        with _stoppable():
+            run_study(args.profile, args.run_dir, parse_set(args.set), only=args.only,
+                      progress=sys.stderr.isatty())  # a progress bar in a log file is one endless line
+    except NotebookFailed as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except Stopped as e:
+        during = f" during {e.notebook}" if e.notebook else ""
+        print(f"stopped by {signal.Signals(e.signum).name}{during}: every finished model is kept; run the same "
+              "command again to resume", file=sys.stderr)
+        return 128 + e.signum
+    return 0
+
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse the command line and run it; a bad parameter prints its error and returns 2."""
+    """Parse the command line and run it; returns the exit code (see the module's docstring)."""
     ap = argparse.ArgumentParser(prog="tiebias", description="Weight-tying bias study kit (Lopardo et al., 2026).")
     sub = ap.add_subparsers(dest="cmd", required=True)
     st = sub.add_parser("study", help="run the notebooks in order with papermill into <run>/notebooks/")
@@ -28,13 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "profiles":
             print(profiles.markdown_table() if args.markdown else profiles.describe(args.name))
             return 0
-        from .study import parse_set, run_study
-
-        run_study(args.profile, args.run_dir, parse_set(args.set), only=args.only)
+        return _study(args)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    return 0
 
 
 if __name__ == "__main__":

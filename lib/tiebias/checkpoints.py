@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import PreTrainedModel
 
-from .files import OVERWRITE_HINT, DamagedFileError, check_model_folder, read_log_lines
+from .files import OVERWRITE_HINT, DamagedFileError, RunFolderError, check_model_folder, read_log_lines
 from .variants import STEP_PREFIX, step_dir, step_of
 
 # the columns of metrics/<key>.csv and metrics/<key>_val.csv
@@ -34,12 +34,35 @@ def _step_key(d: Path) -> int:
     return -1 if step is None else step
 
 
+def require_initial(ckpt_root: Path) -> Path:
+    """The step-0 checkpoint (a model's initial weights) under ``ckpt_root``; RunFolderError naming it if missing.
+
+    Training asks before every later checkpoint and before marking the model complete: a model folder
+    deleted or moved mid-training would otherwise be recreated by the next save, without its initial
+    weights. Analyses ask before measuring drift from initialisation, instead of taking the earliest
+    checkpoint left.
+    """
+    path = ckpt_root / step_dir(0)
+    if not (path / "config.json").is_file():
+        mdir = ckpt_root.parent
+        raise RunFolderError(f"{path}: missing: the step-0 checkpoint holds the initial weights of {mdir.name} "
+                             f"(was {mdir} deleted or moved?); {mdir.name} cannot be trained on or compared "
+                             f"with its start without it. Delete {mdir} if it is still there and train "
+                             f"{mdir.name} again (rerun 01_train, or 04_ablate for its variants): it starts "
+                             "from scratch")
+    return path
+
+
 def save_checkpoint(model: PreTrainedModel, ckpt_root: Path, step: int, state: dict | None) -> None:
     """Write ``step-N`` atomically; the two newest checkpoints keep the optimiser state.
 
     The older of the two is the fallback when the newest turns out damaged; :func:`train` drops it
-    once the model is finished (:func:`prune_states` with ``keep=1``).
+    once the model is finished (:func:`prune_states` with ``keep=1``). Any step after 0 first checks
+    that the step-0 checkpoint is still there (:func:`require_initial`), so a vanished model folder
+    stops training instead of being recreated without its initial weights.
     """
+    if step > 0:
+        require_initial(ckpt_root)
     tmp = ckpt_root / f"{_TMP_PREFIX}{step}"
     final = ckpt_root / step_dir(step)
     if tmp.exists():
@@ -68,10 +91,12 @@ def load_resume_point(model: PreTrainedModel, opt: torch.optim.Optimizer, ckpt_r
 
     A checkpoint that does not load is skipped for the previous one with a warning naming the file.
     Refuses (ValueError naming the folder) when checkpoints past step 0 exist but none can be resumed:
-    restarting from step 0 is never done silently.
+    restarting from step 0 is never done silently; so does a missing step-0 checkpoint (:func:`require_initial`).
     """
     dirs = sorted((d for d in ckpt_root.glob(f"{STEP_PREFIX}*") if _step_key(d) >= 0), key=_step_key,
                   reverse=True)
+    if dirs and _step_key(dirs[0]) > 0:
+        require_initial(ckpt_root)  # a trained model without its initial weights is not resumed
     problems = []
     out_w = model.get_output_embeddings().weight
     allowed_missing = {n for n, p in model.named_parameters(remove_duplicate=False) if p is out_w} if tied else set()

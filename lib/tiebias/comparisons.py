@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import alignment, embeddings, stats, token_stats
+from . import alignment, embeddings, inventory, stats, token_stats
+from .checkpoints import require_initial
 from .embeddings import Embeddings
 from .neighbours import check_knn_k
 from .runs import Run
@@ -38,9 +39,13 @@ NOISE_FLOOR = [
 
 
 def load_models(run: Run, seeds: Sequence[int] | None = None, step: int | None = None) -> dict[int, dict[str, Embeddings]]:
-    """Embeddings of the tied and untied model of every seed (both complete) in a run."""
+    """Embeddings of the tied and untied model of every seed (both complete) in a run.
+
+    ``seeds`` None: every seed of the run, which must all be finished (a half-made run is refused,
+    :func:`tiebias.inventory.require_complete`), so no seed is left out without a word.
+    """
     if seeds is None:
-        seeds = sorted(set(run.seeds("tied")) & set(run.seeds("untied")))
+        seeds = inventory.require_complete(run, ("tied", "untied"))
     if not seeds:
         raise ValueError(f"run: {run.path} has no seed with both a complete 'tied' and 'untied' model; "
                          f"models present: {', '.join(run.models().key) or 'none'} (train them with 01_train)")
@@ -168,6 +173,7 @@ def token_gap(df: pd.DataFrame, method: str = "orthogonal", *, pairing: str = "s
 
 def moved_from_init(run: Run, seeds: Sequence[int]) -> pd.DataFrame:
     """How far each final matrix moved from its step-0 value: mean per-token cosine and relative distance."""
+    _require_initial(run, seeds)
     rows = []
     for s in seeds:
         for variant, which in (("tied", "input"), ("untied", "input"), ("untied", "output")):
@@ -183,7 +189,11 @@ def moved_from_init(run: Run, seeds: Sequence[int]) -> pd.DataFrame:
 
 
 def evolution_table(run: Run, seeds: Sequence[int]) -> pd.DataFrame:
-    """Figure 3 analog: untied input and output (and tied) matrices through the checkpoints, per seed."""
+    """Figure 3 analog: untied input and output (and tied) matrices through the checkpoints, per seed.
+
+    Drift is measured from the step-0 checkpoint (the initial weights), which every model must still have.
+    """
+    _require_initial(run, seeds)
     frames = []
     for s in seeds:
         for variant, which in (("untied", "input"), ("untied", "output"), ("tied", "input")):
@@ -193,6 +203,13 @@ def evolution_table(run: Run, seeds: Sequence[int]) -> pd.DataFrame:
             ev.insert(1, "seed", s)
             frames.append(ev)
     return pd.concat(frames, ignore_index=True)
+
+
+def _require_initial(run: Run, seeds: Sequence[int]) -> None:
+    """Every tied and untied model of ``seeds`` still has its step-0 checkpoint (else the earliest left would pose as it)."""
+    for s in seeds:
+        for variant in ("tied", "untied"):
+            require_initial(run.checkpoints_dir(variant, s))
 
 
 def neighbour_table(emb: Embeddings, which: str, token_id: int, k: int = 10) -> pd.DataFrame:

@@ -14,6 +14,41 @@ from .params import NOTEBOOKS, PARAMS, coerce
 from .runs import Run
 
 PATH_PARAMETERS = ("corpus", "tied_source", "untied_source")  # local paths or hub names
+# the kernel process's own log says nothing about the study (the notebook holds its errors): a warning that ZMQ runs
+# over TCP unencrypted at every start, and a traceback when a stopped study shuts the kernel down mid-cell
+KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
+
+
+class NotebookFailed(pm.PapermillExecutionError):
+    """A notebook of the study stopped on an error: which one, the error's one line, the executed notebook.
+
+    A :class:`papermill.PapermillExecutionError` (callers catching that still do), whose text is short:
+    the full traceback is in the executed notebook, not repeated here.
+    """
+
+    def __init__(self, notebook: str, executed: Path, ename: str, evalue: str, traceback: list[str] | None = None,
+                 cell_index: int | None = None, exec_count: int | None = None, source: str | None = None) -> None:
+        super().__init__(cell_index, exec_count, source, ename, evalue, traceback or [])
+        self.notebook, self.executed = notebook, Path(executed)
+
+    @property
+    def line(self) -> str:
+        """The error as the notebook raised it: ``ValueError: lr: ...``."""
+        return f"{self.ename}: {self.evalue}"
+
+    def __str__(self) -> str:
+        """Notebook, error line and where the full traceback is."""
+        cell = f", cell In [{self.exec_count}]" if self.exec_count is not None else ""
+        return f"{self.notebook} failed: {self.line}\nfull traceback: {self.executed}{cell}"
+
+
+class Stopped(KeyboardInterrupt):
+    """The study was stopped by a signal (SIGINT or SIGTERM); ``notebook`` is the one that was running, if any."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.notebook: str | None = None
 
 
 def notebooks_dir() -> Path:
@@ -76,13 +111,32 @@ def folder_kind_of(params: dict[str, Any], names: list[str]) -> Kind:
     return "pair" if external and set(names) <= {"02_align", "03_lens"} else "run"
 
 
+def _execute(name: str, src: Path, out: Path, parameters: dict[str, Any], progress: bool) -> None:
+    """Execute one notebook into ``out``; an error in it becomes :class:`NotebookFailed`, a stop names it."""
+    from nbclient.exceptions import DeadKernelError
+
+    try:
+        pm.execute_notebook(str(src), str(out), parameters=parameters, cwd=str(src.parent), progress_bar=progress,
+                            kernel_name="python3", extra_arguments=list(KERNEL_ARGUMENTS))
+    except pm.PapermillExecutionError as e:
+        raise NotebookFailed(name, out, e.ename, e.evalue, e.traceback, e.cell_index, e.exec_count,
+                             e.source) from None
+    except DeadKernelError as e:  # killed from outside (out of memory?): no traceback in the notebook
+        raise NotebookFailed(name, out, type(e).__name__, f"{e} (the kernel process ended: out of memory, or "
+                             "killed?)") from None
+    except Stopped as e:
+        e.notebook = name
+        raise
+
+
 def run_study(profile: str | Path | None = None, run_dir: str | Path | None = None,
               overrides: dict[str, Any] | None = None, only: list[str] | None = None,
               progress: bool = True) -> dict[str, float]:
     """Execute the notebooks in order into ``<run>/notebooks/``, then write summary.json and report.html.
 
     All parameters are checked before anything is written; each override reaches every notebook that
-    declares it, as the checked (typed) value.
+    declares it, as the checked (typed) value. A notebook that raises stops the study with
+    :class:`NotebookFailed` (its executed copy holds the traceback).
     """
     overrides = dict(overrides or {})
     params, names = check_study(profile, run_dir, overrides, only)
@@ -96,8 +150,7 @@ def run_study(profile: str | Path | None = None, run_dir: str | Path | None = No
         p = {"profile": params["profile"], "run_dir": params["run_dir"]}
         p.update({k: params[k] for k in overrides if k in declared})
         t0 = time.perf_counter()
-        pm.execute_notebook(str(src), str(out_dir / f"{name}.ipynb"), parameters=p, cwd=str(src.parent),
-                            progress_bar=progress, kernel_name="python3")
+        _execute(name, src, out_dir / f"{name}.ipynb", p, progress)
         times[name] = time.perf_counter() - t0
         print(f"{name}: {times[name]:.0f} s -> {out_dir / (name + '.ipynb')}")
     from .report import write_report, write_summary

@@ -36,6 +36,7 @@ from .checkpoints import (
     kept_log,
     load_resume_point,
     prune_states,
+    require_initial,
     save_final,
     write_log,
 )
@@ -366,6 +367,7 @@ def _finalise(job: TrainJob, core: PreTrainedModel, total_s: float, n_params: di
                "final_val_loss": float(vals.val_loss.iloc[-1]), "initial_val_loss": float(vals.val_loss.iloc[0])}
     save_final(core, job.tok, job.mdir)
     prune_states(job.ckpt_root, keep=1)
+    require_initial(job.ckpt_root)  # the folder vanished since the last checkpoint: never marked complete
     reasons = {k: "training diverged (the loss is not a finite number)"
                for k in ("final_train_loss", "final_val_loss", "initial_val_loss")}
     write_json_atomic(job.run.complete_path(job.v, job.seed), summary, reasons)

@@ -1,0 +1,48 @@
+"""A half-made run (a model interrupted, or not trained) is refused by the analyses, naming its models and what to do."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tiebias import comparisons, inventory, study
+from tiebias.runs import Run
+
+
+@pytest.fixture
+def half_made(two_seed_run: Run, tmp_path: Path) -> Run:
+    """Two seeds of tied and untied models, tied-s1 interrupted (01 stopped before its completion marker)."""
+    run = Run(tmp_path / "run")
+    shutil.copytree(two_seed_run.path, run.path)
+    run.complete_path("tied", 1).unlink()
+    return run
+
+
+def test_status_and_refusal_name_the_unfinished_models(half_made: Run, tmp_path: Path) -> None:
+    st = inventory.model_status(half_made, ["tied", "untied"])
+    assert dict(zip(st.key, st.status, strict=True)) == {
+        "tied-s0": "complete", "untied-s0": "complete", "tied-s1": "interrupted", "untied-s1": "complete"}
+    # every seed of the run (02's default), not the complete ones only: claim 1 would change method unsaid
+    with pytest.raises(ValueError, match=r"unfinished models: tied-s1 \(interrupted: no complete.json\)\. Run "
+                                         r"01_train again .* resumes the interrupted models.*seeds=\[0\]"):
+        comparisons.load_models(half_made)
+    assert inventory.require_complete(half_made, ["tied", "untied"], [0]) == [0]  # a choice made on purpose
+    shutil.rmtree(half_made.model_dir("untied", 1))
+    with pytest.raises(ValueError, match=r"tied-s1 \(interrupted.*\), untied-s1 \(not trained\)\. Run 04_ablate"):
+        inventory.require_complete(half_made, ["tied", "untied"], [0, 1], trained_by="04_ablate")
+    assert inventory.require_complete(Run(tmp_path / "empty"), ["tied", "untied"]) == []
+
+
+def test_complete_run_passes(two_seed_run: Run) -> None:
+    assert inventory.require_complete(two_seed_run, ["tied", "untied"]) == [0, 1]
+    assert sorted(comparisons.load_models(two_seed_run)) == [0, 1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["02_align", "03_lens"])
+def test_analysis_notebooks_refuse_a_half_made_run(half_made: Run, name: str) -> None:
+    with pytest.raises(study.NotebookFailed, match=r"ValueError: run .*: unfinished models: tied-s1 \(interrupted"):
+        study.run_study("smoke", half_made.path, only=[name], progress=False)
+    assert not half_made.results_dir.exists(), "nothing may be recorded from a half-made run"
