@@ -19,6 +19,7 @@ import pandas as pd
 import torch
 
 from . import alignment, embeddings
+from .gradients import FACTOR_RANGE, check_factor
 from .runs import Run
 from .steploop import evaluate_loss
 from .sweeps import train_many
@@ -27,7 +28,7 @@ from .variants import Variant
 
 
 def check_factors(factors: Any, name: str = "factors") -> list[float]:
-    """Validate a list of gradient factors: finite numbers > 0, no duplicates; errors name the value."""
+    """Validate a list of gradient factors (each as :func:`tiebias.gradients.check_factor`), no duplicates."""
     if isinstance(factors, (int, float)) and not isinstance(factors, bool):
         factors = [factors]
     if isinstance(factors, str):
@@ -45,10 +46,8 @@ def check_factors(factors: Any, name: str = "factors") -> list[float]:
                 raise TypeError
             x = float(f)
         except (TypeError, ValueError):
-            raise ValueError(f"{name}: {f!r} is not a number; factors must be finite numbers > 0") from None
-        if not math.isfinite(x) or x <= 0:
-            raise ValueError(f"{name}: {f!r} is not allowed; factors must be finite numbers > 0")
-        out.append(x)
+            raise ValueError(f"{name}: {f!r} is not a number; each factor must be {FACTOR_RANGE}") from None
+        out.append(check_factor(name, f if isinstance(f, (int, float)) else x))  # named as given
     if len(set(out)) != len(out):
         raise ValueError(f"{name}: {items!r} repeats a factor")
     return sorted(out)

@@ -47,6 +47,12 @@ def checkpoint_steps(steps: int, every: int) -> list[int]:
     return sorted(s)
 
 
+SEED_LIMIT = 2**32
+"""Seeds are integers 0 <= seed < 2**32: what numpy's seeding (``np.random.seed``, ``RandomState``) and most tools
+accept, so a seed means the same everywhere; the generator seeds derived from it here (``seed * 1_000_003 + step``
+and the untied head's ``seed + 1_000_003``) then stay far inside torch's 64-bit range."""
+
+
 def batch_for_step(ids: torch.Tensor, step: int, seed: int, batch_size: int, seq_len: int) -> torch.Tensor:
     """The training batch of a step: random windows drawn from a generator seeded by (seed, step)."""
     if ids.numel() <= seq_len:

@@ -43,7 +43,7 @@ from .files import OVERWRITE_HINT, DamagedFileError, diff_config, read_json, rea
 from .models import build, get_preset
 from .parallel import check_should_stop
 from .runs import Run, RunLockedError
-from .steploop import StepLoop
+from .steploop import SEED_LIMIT, StepLoop
 from .threads import check_num_threads
 from .variants import Variant, model_key
 
@@ -86,6 +86,9 @@ class TrainConfig:
                              "its next tokens, so one token gives nothing to learn or evaluate)")
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
             raise ValueError(f"warmup_steps: {self.warmup_steps!r} is not allowed; need an integer >= 0")
+        if self.warmup_steps >= self.steps:  # the learning rate would still be ramping up when training ends
+            raise ValueError(f"warmup_steps: {self.warmup_steps} is not allowed with steps={self.steps}; need "
+                             f"warmup_steps < steps, else the learning rate never reaches its peak lr={self.lr:g}")
         for name in ("lr", "grad_clip"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
@@ -192,8 +195,8 @@ def _checked_args(variant: str | Variant, seed: int, config: TrainConfig | None,
                   stop_at: int | None) -> tuple[Variant, TrainConfig]:
     """The variant and the validated config; a bad seed or stop_at stops here, naming the value."""
     v = Variant.parse(variant)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed: {seed!r} is not allowed; need an integer >= 0")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
+        raise ValueError(f"seed: {seed!r} is not allowed; need an integer 0 <= seed < 2**32 ({SEED_LIMIT})")
     if stop_at is not None and (isinstance(stop_at, bool) or not isinstance(stop_at, int) or stop_at < 0):
         raise ValueError(f"stop_at: {stop_at!r} is not allowed; need None or an integer >= 0")
     return v, (config or TrainConfig()).validate()

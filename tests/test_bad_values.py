@@ -1,0 +1,120 @@
+"""Careless values are refused up front, naming the parameter and what is allowed; a diverged training is named.
+
+Profile-level rules are checked by ``profiles.resolve`` / ``study.check_study`` before anything is written;
+a training whose loss or gradient norm stops being a number is recorded as diverged and every analysis
+refuses it by name instead of deriving a claim from it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tiebias import ablate, lens_ladder, profiles, study
+from tiebias.gradients import GradientProvenance, check_factor
+from tiebias.params import PARAMS
+from tiebias.runs import Run
+from tiebias.train import TrainConfig, train
+
+
+def _files(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
+
+
+# -- case 10: lr far beyond what AdamW trains with ----------------------------------------------------------
+def test_lr_above_one_is_refused_up_front() -> None:
+    with pytest.raises(ValueError, match=r"^lr: 1000000.0 is not allowed; need a finite number > 0 and at most 1"):
+        profiles.resolve("smoke", "/tmp/never", lr=1e6)
+    assert profiles.resolve("smoke", "/tmp/never", lr=1.0)["lr"] == 1.0
+
+
+# -- case 11: warmup as long as training ------------------------------------------------------------------
+def test_warmup_not_shorter_than_steps_is_refused() -> None:
+    msg = r"^warmup_steps: 40 is not allowed with steps=40; need warmup_steps < steps, else the learning rate never "
+    with pytest.raises(ValueError, match=msg + r"reaches its peak lr=0.003"):
+        profiles.resolve("smoke", "/tmp/never", warmup_steps=40)
+    with pytest.raises(ValueError, match=r"^warmup_steps: 50 is not allowed with steps=30"):
+        TrainConfig(preset="tiny", steps=30, warmup_steps=50).validate()
+    assert profiles.resolve("smoke", "/tmp/never", warmup_steps=39)["warmup_steps"] == 39
+
+
+def test_lens_recipes_warm_up_for_fewer_steps_than_they_train() -> None:
+    for recipe in lens_ladder.RECIPES:
+        for steps in range(1, 400):
+            assert lens_ladder.recipe_kwargs(recipe, steps)["warmup_steps"] < steps, (recipe, steps)
+
+
+# -- case 12: seeds beyond what seeding accepts ----------------------------------------------------------------
+def test_seeds_are_bounded(fresh_run: Run, tiny_config: TrainConfig) -> None:
+    for name in ("seeds", "ablate_seeds"):
+        with pytest.raises(ValueError, match=rf"^{name}: .* need one or more integers 0 <= seed < 2\*\*32"):
+            profiles.resolve("smoke", "/tmp/never", **{name: "12345678901234567890"})
+        assert profiles.resolve("smoke", "/tmp/never", **{name: f"0,{2**32 - 1}"})[name] == [0, 2**32 - 1]
+    with pytest.raises(ValueError, match=r"^seed: 4294967296 is not allowed; need an integer 0 <= seed < 2\*\*32"):
+        train(fresh_run, "tied", 2**32, tiny_config, progress=False)
+    assert _files(fresh_run.models_dir) == []
+
+
+# -- case 13: gradient factors that overflow ----------------------------------------------------------------
+def test_gradient_factors_are_bounded(fresh_run: Run, tiny_config: TrainConfig) -> None:
+    allowed = "a finite number between 0.001 and 1000"
+    with pytest.raises(ValueError, match=rf"^ablate_factors: .*not allowed; each factor k must be {allowed}"):
+        profiles.resolve("smoke", "/tmp/never", ablate_factors="1,1e30")
+    with pytest.raises(ValueError, match=rf"^variants: .*'tied_in1e30' has a bad factor .*must be {allowed}"):
+        profiles.resolve("smoke", "/tmp/never", variants="tied,tied_in1e30")
+    with pytest.raises(ValueError, match=rf"^factors: 1e\+30 is not allowed; a gradient factor must be {allowed}"):
+        ablate.check_factors([1, 1e30])
+    with pytest.raises(ValueError, match=rf"^input_factor: 1e\+30 is not allowed; a gradient factor must be {allowed}"):
+        GradientProvenance(torch.nn.Module(), input_factor=1e30)
+    with pytest.raises(ValueError, match="^variant: 'tied_in2000' has a bad factor"):
+        train(fresh_run, "tied_in2000", 0, tiny_config, progress=False)
+    assert check_factor("k", 1000) == 1000.0 and check_factor("k", 0.001) == 0.001
+    assert ablate.sweep_variants([1, 1000], inverse_output=True)[-1].output_factor == 0.001
+
+
+# -- case 14: lens settings that do not fit the training recipe -----------------------------------------------
+def test_lens_checkpoints_beyond_steps_are_refused_before_anything_runs(tmp_path: Path) -> None:
+    msg = (r"^lens_checkpoints: \[128, 1024\] is not allowed: 1024 is beyond the training's steps=200; allowed: "
+           r"steps at which training saves a checkpoint \(.*: 0, 1, 2, 4, 8, 16, 32, 64, 128, 200\), or \[\] for none")
+    with pytest.raises(ValueError, match=msg):
+        profiles.resolve("long", tmp_path / "run", steps=200)
+    with pytest.raises(ValueError, match=msg):
+        study.run_study("long", tmp_path / "run", {"steps": 200}, progress=False)
+    assert not (tmp_path / "run").exists()
+    # a study without 03 does not use them; 03 alone is refused
+    assert study.check_study("long", tmp_path / "run", {"steps": 200}, only=["01_train"])[0]["steps"] == 200
+    ns = {n: PARAMS[n].default_for("03_lens") for n in profiles.notebook_parameters("03_lens")}
+    ns.update(profile="long", steps=200)
+    with pytest.raises(ValueError, match=msg):
+        profiles.resolve_notebook("03_lens", ns)
+    assert profiles.resolve("long", tmp_path, steps=200, lens_checkpoints="128,200")["lens_checkpoints"] == [128, 200]
+
+
+def test_lens_checkpoint_the_training_does_not_save_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"^lens_checkpoints: \[20, 40\] is not allowed: training saves no "
+                                         r"checkpoint at step 20 \(checkpoint_every=7\)"):
+        profiles.resolve("smoke", "/tmp/never", checkpoint_every=7)
+
+
+def test_lens_tokens_are_checked_up_front_with_their_own_names() -> None:
+    unit = r"the lens sequence length 64 \(min\(seq_len=64, 128\)\)"
+    with pytest.raises(ValueError, match=rf"^lens_tokens_per_step: 100 is not allowed with seq_len=64; need a multiple "
+                                         rf"of {unit}, e.g. 64 or 128"):
+        profiles.resolve("smoke", "/tmp/never", lens_tokens_per_step=100)
+    with pytest.raises(ValueError, match=r"^lens_tokens_per_step: 32 .* e.g. 64 or 128"):
+        profiles.resolve("smoke", "/tmp/never", lens_tokens_per_step=32)
+    with pytest.raises(ValueError, match=rf"^lens_eval_tokens: 10 is not allowed with seq_len=64; need at least one "
+                                         rf"lens sequence, i.e. >= {unit}"):
+        profiles.resolve("smoke", "/tmp/never", lens_eval_tokens=10)
+    with pytest.raises(ValueError, match=r"^lens_tokens_per_step: 256 is not allowed with seq_len=48"):
+        profiles.resolve("smoke", "/tmp/never", seq_len=48)  # the lens sequence follows seq_len
+    p = profiles.resolve("smoke", "/tmp/never", seq_len=512, preset="mini", lens_tokens_per_step=384)
+    assert profiles.lens_seq_len(p["seq_len"]) == 128
+
+
+def test_lens_depth_preset_is_checked_against_the_recipe() -> None:
+    with pytest.raises(ValueError, match=r"^lens_depth_preset: 'tiny' cannot be trained with this recipe \(seq_len: "
+                                         r"512 exceeds preset 'tiny''s 256 positions\)"):
+        profiles.resolve("smoke", "/tmp/never", preset="mini", seq_len=512, lens_depth_preset="tiny")
