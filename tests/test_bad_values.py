@@ -7,16 +7,22 @@ refuses it by name instead of deriving a claim from it.
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
-from tiebias import ablate, lens_ladder, profiles, study
+from tiebias import ablate, claims, comparisons, divergence, lens_ladder, profiles, study
 from tiebias.gradients import GradientProvenance, check_factor
 from tiebias.params import PARAMS
 from tiebias.runs import Run
 from tiebias.train import TrainConfig, train
+from tiebias.variants import Variant
+
+LENS = dict(steps=2, tokens_per_step=64, seq_len=32, eval_tokens=64, progress=False)
 
 
 def _files(path: Path) -> list[str]:
@@ -118,3 +124,87 @@ def test_lens_depth_preset_is_checked_against_the_recipe() -> None:
     with pytest.raises(ValueError, match=r"^lens_depth_preset: 'tiny' cannot be trained with this recipe \(seq_len: "
                                          r"512 exceeds preset 'tiny''s 256 positions\)"):
         profiles.resolve("smoke", "/tmp/never", preset="mini", seq_len=512, lens_depth_preset="tiny")
+
+
+# -- case 10: a training that diverges ---------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def diverged_run(prepared_run: Run, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """Tied and untied models of seed 0 trained with lr=1e6 (the library allows it; the schema does not)."""
+    import shutil
+
+    run = Run(tmp_path_factory.mktemp("runs") / "diverged")
+    shutil.copytree(prepared_run.path, run.path, ignore=shutil.ignore_patterns("models", "metrics"), dirs_exist_ok=True)
+    cfg = TrainConfig(preset="tiny", steps=40, batch_size=4, seq_len=32, lr=1e6, warmup_steps=2, eval_every=20,
+                      eval_tokens=512, checkpoint_every=20)
+    for v in ("tied", "untied"):
+        train(run, v, 0, cfg, progress=False)
+    return run
+
+
+def test_diverged_training_stops_and_is_recorded(diverged_run: Run) -> None:
+    s = diverged_run.summary("tied", 0)
+    d = s["diverged"]
+    assert 1 <= d["step"] < 40 and not (math.isfinite(float(d["loss"])) and math.isfinite(float(d["grad_norm"])))
+    assert list(diverged_run.metrics("tied", 0).step) == list(range(1, d["step"] + 1))  # stopped there
+    assert diverged_run.metrics("tied", 0, kind="val").step.iloc[-1] == d["step"]  # its last loss is that step's
+    assert divergence.reason(s) == (f"training diverged at step {d['step']} (loss {d['loss']}, gradient norm "
+                                    f"{d['grad_norm']})")
+    recorded = json.loads(diverged_run.train_config_path("tied", 0).read_text())
+    cfg = TrainConfig.from_dict({k: v for k, v in recorded.items() if k not in ("variant", "seed", "vocab_size")})
+    assert train(diverged_run, "tied", 0, cfg, progress=False) == s  # not trained again in vain
+
+
+def test_01_reports_diverged_models_plainly(diverged_run: Run) -> None:
+    S = pd.DataFrame([diverged_run.summary(v, 0) for v in ("tied", "untied")]).set_index("key")
+    S.loc["tied-s0", "final_val_loss"] = None  # the record may hold null for a loss that was not a number
+    text = claims.below_unigram(S, 6.0)
+    for key in ("tied-s0", "untied-s0"):
+        assert f"{key}: training diverged at step" in text
+    assert "lower lr and train it again in a fresh run_dir" in text
+    assert set(divergence.reasons(S)) == {"tied-s0", "untied-s0"}
+    # a record written before the diverged field: a final loss that is null is enough
+    legacy = pd.DataFrame([{"key": "tied-s1", "final_train_loss": None, "final_val_loss": None,
+                            "initial_val_loss": 6.9}]).set_index("key")
+    assert "tied-s1: training diverged (final_train_loss is not a finite number)" in claims.below_unigram(legacy, 6.0)
+    fine = pd.DataFrame([{"key": "tied-s2", "final_val_loss": 5.0, "initial_val_loss": 6.9}]).set_index("key")
+    assert claims.below_unigram(fine, 6.0).startswith("tied-s2: validation loss 5.000 nats")
+
+
+def test_analyses_refuse_a_diverged_model_by_name(diverged_run: Run) -> None:
+    before = _files(diverged_run.path)
+    named = r"model tied-s0 in .*: training diverged at step \d+ .*lower lr \(it trained with lr=1e\+06\) and train " \
+            r"it again in a fresh run_dir"
+    with pytest.raises(ValueError, match=named):  # 02
+        comparisons.load_models(diverged_run, [0])
+    with pytest.raises(ValueError, match=named):  # 03
+        lens_ladder.kl_table(diverged_run, ["tied", "untied"], [0], **LENS)
+    for call in (lambda: ablate.alignment_table(diverged_run, [Variant(True)], [0]),  # 04
+                 lambda: ablate.perplexities(diverged_run, [Variant(True)], [0], seq_len=32),
+                 lambda: ablate.gradient_shares(diverged_run, [Variant(True)], [0])):
+        with pytest.raises(ValueError, match=named):
+            call()
+    assert _files(diverged_run.path) == before  # refused before any lens or table was written
+
+
+# -- case 13: gradients that stop being numbers --------------------------------------------------------------
+def test_non_finite_gradient_norm_marks_the_model_diverged(fresh_run: Run, tiny_config: TrainConfig,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The overflow of case 13 (finite loss, gradient norm inf, clipping zeroes every update): diverged, refused."""
+    real, calls = torch.nn.utils.clip_grad_norm_, []
+
+    def overflowing(params, max_norm):
+        calls.append(1)
+        norm = real(params, max_norm)
+        return norm * math.inf if len(calls) >= 3 else norm
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", overflowing)
+    s = train(fresh_run, "tied_in5", 0, tiny_config, progress=False)
+    assert s["diverged"] == {"step": 3, "loss": s["diverged"]["loss"], "grad_norm": "inf"}
+    assert math.isfinite(float(s["diverged"]["loss"])) and math.isfinite(s["final_train_loss"])
+    assert fresh_run.metrics("tied_in5", 0).step.max() == 3
+    monkeypatch.undo()
+    train(fresh_run, "untied", 0, tiny_config, progress=False)  # clean: the reference is not the problem
+    assert "diverged" not in fresh_run.summary("untied", 0)
+    with pytest.raises(ValueError, match=r"model tied_in5-s0 .*training diverged at step 3 \(loss .*, gradient norm "
+                                         r"inf\), so claim 4's alignment from its weights would mean nothing"):
+        ablate.alignment_table(fresh_run, [Variant(True, 5.0)], [0])

@@ -40,8 +40,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from . import divergence, lens_cache, lens_eval, lens_fit
 from . import lens as tl
-from . import lens_cache, lens_eval, lens_fit
 from .files import write_json_atomic
 from .lens_study import convergence, ladder_gaps, per_layer
 from .parallel import side_by_side, workers_for
@@ -296,6 +296,7 @@ def kl_table(run: Run, variants: Sequence[str], seeds: Sequence[int], *, steps: 
             return df
         return go
 
+    divergence.check_models(run, [(v, seed) for seed, v in jobs], "a tuned lens")
     names = ", ".join(model_key(v, seed) for seed, v in jobs)
     with run.writing(f"lenses of {names}"):  # one writer of lens folders
         frames = side_by_side([job(seed, v) for seed, v in jobs], n)

@@ -258,7 +258,7 @@ def _train_locked(job: TrainJob, *, resume: bool, overwrite: bool, progress: boo
         return stopped
     total_s = time.perf_counter() - loop.t0
     if job.main:
-        _finalise(job, loop.core, total_s, loop.n_params)
+        _finalise(job, loop, total_s)
     job.acc.wait_for_everyone()
     return job.run.summary(job.v, job.seed)
 
@@ -352,11 +352,12 @@ def _prepare_folder(job: TrainJob, fresh: bool, start: int, train_rows: list[str
     acc.wait_for_everyone()
 
 
-def _finalise(job: TrainJob, core: PreTrainedModel, total_s: float, n_params: dict[str, int]) -> None:
+def _finalise(job: TrainJob, loop: StepLoop, total_s: float) -> None:
     """Main process: the final model, then the completion marker with the summary (last, atomically).
 
     Every number comes from the logs, so a rerun that finds all steps done (killed just before the
     completion marker) reports the same losses; throughput is over the whole (resumed) training time.
+    A training that diverged (:mod:`tiebias.divergence`) is recorded with ``diverged``, never as a clean one.
     """
     cfg, key = job.cfg, job.key
     todo = f"{OVERWRITE_HINT} to retrain {key}"
@@ -364,10 +365,11 @@ def _finalise(job: TrainJob, core: PreTrainedModel, total_s: float, n_params: di
     vals = read_log(job.val_path, VAL_FIELDS, todo=todo)
     summary = {"key": key, "variant": job.v.name, "seed": job.seed, "complete": True, "steps": cfg.steps,
                "final_train_loss": float(logged.loss.iloc[-1]), "train_seconds": total_s,
-               "tokens_per_second": cfg.steps * cfg.batch_size * cfg.seq_len / max(total_s, 1e-9),
-               "parameters": n_params, "device": str(job.dev), "processes": job.world, "precision": job.precision,
-               "final_val_loss": float(vals.val_loss.iloc[-1]), "initial_val_loss": float(vals.val_loss.iloc[0])}
-    save_final(core, job.tok, job.mdir)
+               "tokens_per_second": int(logged.step.iloc[-1]) * cfg.batch_size * cfg.seq_len / max(total_s, 1e-9),
+               "parameters": loop.n_params, "device": str(job.dev), "processes": job.world, "precision": job.precision,
+               "final_val_loss": float(vals.val_loss.iloc[-1]), "initial_val_loss": float(vals.val_loss.iloc[0]),
+               **({"diverged": loop.diverged} if loop.diverged else {})}
+    save_final(loop.core, job.tok, job.mdir)
     prune_states(job.ckpt_root, keep=1)
     reasons = {k: "training diverged (the loss is not a finite number)"
                for k in ("final_train_loss", "final_val_loss", "initial_val_loss")}
