@@ -14,8 +14,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from _families import corpus_tokenizer, save_tiny
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
 
-from tiebias import ablate, claims, comparisons, divergence, lens_ladder, profiles, study
+from tiebias import ablate, claims, comparisons, divergence, lens_ladder, profiles, sources, study
 from tiebias.gradients import GradientProvenance, check_factor
 from tiebias.params import PARAMS
 from tiebias.runs import Run
@@ -208,3 +211,46 @@ def test_non_finite_gradient_norm_marks_the_model_diverged(fresh_run: Run, tiny_
     with pytest.raises(ValueError, match=r"model tied_in5-s0 .*training diverged at step 3 \(loss .*, gradient norm "
                                          r"inf\), so claim 4's alignment from its weights would mean nothing"):
         ablate.alignment_table(fresh_run, [Variant(True, 5.0)], [0])
+
+
+# -- case 16: an external pair whose tokenizers cannot read the corpus, or share nothing ---------------------
+def _word_tokenizer() -> PreTrainedTokenizerFast:
+    """Four words and an unknown token: most of Shakespeare becomes <unk>."""
+    vocab = {"<unk>": 0, "the": 1, ",": 2, ".": 3, "and": 4}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="<unk>")
+
+
+def _byte_tokenizer() -> PreTrainedTokenizerFast:
+    """Bytes as <0xNN> tokens (byte fallback): reads any text, shares no token string with a byte-level BPE."""
+    vocab = {"<eos>": 0, **{f"<0x{i:02X}>": i + 1 for i in range(256)}}
+    backend = Tokenizer(models.BPE(vocab, [], unk_token="<eos>", byte_fallback=True))
+    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<eos>")
+
+
+def _pair(tmp_path: Path, tied_tok, untied_tok) -> dict[str, tuple]:
+    t = save_tiny("olmo", True, tmp_path / "tied", len(tied_tok), seed=0, tokenizer=tied_tok)
+    u = save_tiny("olmo", False, tmp_path / "untied", max(len(untied_tok), 300), seed=1, tokenizer=untied_tok)
+    return sources.load_models({"tied": t, "untied": u})
+
+
+def test_03_refuses_a_pair_whose_tokenizer_cannot_read_the_corpus(tmp_path: Path) -> None:
+    tok = _word_tokenizer()
+    pair = _pair(tmp_path, tok, tok)
+    with pytest.raises(ValueError, match=r"^tied_source: the tokenizer of '.*tied' writes 8\d% of the corpus "
+                                         r"'shakespeare' as its unknown token '<unk>', so a lens would be measured on "
+                                         r"that token, not on the text; allowed: at most 1%"):
+        lens_ladder.kl_table_models(pair, None, folder=tmp_path / "out", **LENS)
+    assert not (tmp_path / "out").exists()  # refused before any lens was trained
+
+
+def test_03_refuses_a_pair_sharing_no_token_as_02_does(tmp_path: Path) -> None:
+    pair = _pair(tmp_path, corpus_tokenizer(), _byte_tokenizer())
+    with pytest.raises(ValueError, match=r"^no shared tokens between '.*tied' and '.*tied'"):  # 02's refusal
+        comparisons.table1(comparisons.load_sources(tmp_path / "tied", tmp_path / "untied"), ["orthogonal"],
+                           knn_k=None)
+    with pytest.raises(ValueError, match=r"^tied_source, untied_source: no shared tokens between '.*tied' and "
+                                         r"'.*untied'; .*allowed: models whose tokenizers share tokens"):
+        lens_ladder.kl_table_models(pair, None, folder=tmp_path / "out", **LENS)
+    assert not (tmp_path / "out").exists()

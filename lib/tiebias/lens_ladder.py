@@ -313,11 +313,13 @@ def kl_table_models(models: dict[str, tuple[Any, Any]], corpus: Any = None, *, s
     Lenses train on the corpus's validation split and are evaluated on its test split, as for a run;
     each label's ladder lives in ``<folder>/lens/<label>/``. Returns the long table (``variant`` =
     label, ``seed`` = 0; per layer, or per sequence with ``per_sequence``) and the largest-budget
-    lens of the first recipe by label.
+    lens of the first recipe by label. Tokenizers that cannot read the corpus, or share no token with the
+    first model's, are refused before any lens trains (:func:`tiebias.sources.check_tokenizers`).
     """
-    from . import data, tokens
+    from . import data, sources, tokens
 
     ds = data.load_corpus(corpus)
+    sources.check_tokenizers(models, [*ds["validation"]["text"], *ds["test"]["text"]], str(corpus or data.EMBEDDED_CORPUS))
     frames, lenses = [], {}
     for label, (model, tok) in models.items():
         val = tokens.encode(tok, ds["validation"]["text"])
