@@ -31,8 +31,8 @@ def test_default_profile_has_three_seeds_and_small_preset() -> None:
 
 
 def test_overrides_win_and_none_means_profile() -> None:
-    p = profiles.resolve("smoke", "/tmp/x", steps=7, lr=None, seeds="3,4", variants="tied, untied")
-    assert p["steps"] == 7 and p["lr"] == profiles.load_profile("smoke")["lr"]
+    p = profiles.resolve("smoke", "/tmp/x", steps=60, lr=None, seeds="3,4", variants="tied, untied")
+    assert p["steps"] == 60 and p["lr"] == profiles.load_profile("smoke")["lr"]
     assert p["seeds"] == [3, 4] and p["variants"] == ["tied", "untied"]
 
 
@@ -76,11 +76,15 @@ def test_text_values_are_typed(name: str, text: str, typed: object) -> None:
 
 @pytest.mark.parametrize(("name", "value", "msg"), [
     ("steps", 0, "need a value >= 1"), ("steps", True, "is not an int"), ("steps", 2.5, "is not an int"),
-    ("warmup_steps", -1, ">= 0"), ("lr", float("nan"), "is not a number"), ("lr", 0, "finite numbers > 0"),
+    ("warmup_steps", -1, ">= 0"), ("lr", float("nan"), "is not a number"), ("lr", 0, "finite number > 0 and at most 1"),
+    ("lr", 1e6, "at most 1"), ("seeds", [12345678901234567890], "0 <= seed < 2**32"),
+    ("seeds", "0,4294967296", "0 <= seed < 2**32"), ("ablate_seeds", [2**32], "0 <= seed < 2**32"),
+    ("ablate_factors", [1, 1e30], "between 0.001 and 1000"), ("ablate_factors", [1e-4, 1], "between 0.001 and 1000"),
+    ("variants", ["tied", "tied_in1e30"], "between 0.001 and 1000"),
     ("family", "gpt", "allowed: 'llama', 'neox'"), ("preset", "huge", "allowed: 'tiny'"),
     ("seeds", [], "one or more"), ("seeds", [1, 1], "repeated"), ("variants", ["tied", "bogus"], "cannot parse 'bogus'"),
     ("heldout_folds", 1, "0 (in-sample only) or an integer >= 2"), ("ablate_factors", [5], "at least two factors"),
-    ("ablate_factors", [1, -2], "> 0"), ("lens_budgets", [4, 1], "increasing"), ("lens_recipes", ["gpu"], "'cpu'"),
+    ("ablate_factors", [1, -2], "between 0.001 and 1000"), ("lens_budgets", [4, 1], "increasing"), ("lens_recipes", ["gpu"], "'cpu'"),
     ("lens_checkpoints", [-1], ">= 0"), ("methods", ["procrustes"], "'orthogonal'"), ("overwrite", "maybe", "true or false"),
     ("prompt", " ", "non-empty"), ("vocab_size", 10, "at least 257"), ("lens_depth_preset", "deep", "allowed"),
 ])

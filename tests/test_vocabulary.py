@@ -35,12 +35,13 @@ ROOT = Path(__file__).resolve().parents[1]
 NB = ROOT / "notebooks"
 SMOKE = profiles.load_profile("smoke")
 
-# A value of every name, as typed on the command line, different from the smoke profile's value.
+# A value of every name, as typed on the command line, different from the smoke profile's value; each one alone and
+# all together agree with the rest of the smoke profile (lens settings with the training recipe, profiles.check_lens).
 DISTINCT = {
-    "corpus": "wikitext:wikitext-2-raw-v1", "vocab_size": "333", "preset": "mini", "family": "neox", "steps": "11",
-    "batch_size": "5", "seq_len": "48", "lr": "0.0021", "warmup_steps": "2", "eval_every": "3", "eval_tokens": "777",
-    "checkpoint_every": "7", "seeds": "5,6", "variants": "tied,tied_in3", "heldout_folds": "3", "knn_k": "4",
-    "lens_steps": "13", "lens_tokens_per_step": "99", "lens_depth_preset": "mini", "lens_eval_tokens": "555",
+    "corpus": "wikitext:wikitext-2-raw-v1", "vocab_size": "333", "preset": "mini", "family": "neox", "steps": "80",
+    "batch_size": "5", "seq_len": "32", "lr": "0.0021", "warmup_steps": "2", "eval_every": "3", "eval_tokens": "777",
+    "checkpoint_every": "10", "seeds": "5,6", "variants": "tied,tied_in3", "heldout_folds": "3", "knn_k": "4",
+    "lens_steps": "13", "lens_tokens_per_step": "128", "lens_depth_preset": "mini", "lens_eval_tokens": "555",
     "lens_budgets": "1,2,8", "lens_recipes": "package", "lens_checkpoints": "4,8", "ablate_factors": "1,3",
     "ablate_seeds": "7", "ablate_budget_minutes": "1.5", "overwrite": "true", "methods": "linear,identity",
     "tied_source": "someone/tied-lm", "untied_source": "someone/untied-lm", "prompt": "Once more unto the breach",
@@ -350,7 +351,7 @@ def test_training_keys_reach_train_and_config_is_recorded_only_after_success(tmp
     assert {k: cfg[k] for k in TRAIN_KEYS} == {k: TRAIN[k] for k in TRAIN_KEYS}
     config = json.loads((run / "config.json").read_text())
     assert config["vocab_size"] == 300 and config["corpus"] == "shakespeare"
-    assert config["study"] == profiles.study_record(profiles.resolve("smoke", run, **first))
+    assert config["study"] == profiles.study_record(profiles.resolve("smoke", run, notebooks=["01_train"], **first))
     assert {k: v for k, v in injected(run / "notebooks" / "01_train.ipynb").items() if k in first} == first
     steps = sorted(int(p.name.split("-")[1]) for p in (run / "models" / "tied-s4" / "checkpoints").glob("step-*"))
     assert steps == [0, 1, 2, 4, 5, 8, 9]  # log-spaced, every checkpoint_every=5, and the last

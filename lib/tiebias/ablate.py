@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import alignment, embeddings
+from . import alignment, divergence, embeddings
+from .gradients import FACTOR_RANGE, check_factor
 from .runs import Run
 from .steploop import evaluate_loss
 from .sweeps import train_many
@@ -27,7 +28,7 @@ from .variants import Variant
 
 
 def check_factors(factors: Any, name: str = "factors") -> list[float]:
-    """Validate a list of gradient factors: finite numbers > 0, no duplicates; errors name the value."""
+    """Validate a list of gradient factors (each as :func:`tiebias.gradients.check_factor`), no duplicates."""
     if isinstance(factors, (int, float)) and not isinstance(factors, bool):
         factors = [factors]
     if isinstance(factors, str):
@@ -45,10 +46,8 @@ def check_factors(factors: Any, name: str = "factors") -> list[float]:
                 raise TypeError
             x = float(f)
         except (TypeError, ValueError):
-            raise ValueError(f"{name}: {f!r} is not a number; factors must be finite numbers > 0") from None
-        if not math.isfinite(x) or x <= 0:
-            raise ValueError(f"{name}: {f!r} is not allowed; factors must be finite numbers > 0")
-        out.append(x)
+            raise ValueError(f"{name}: {f!r} is not a number; each factor must be {FACTOR_RANGE}") from None
+        out.append(check_factor(name, f if isinstance(f, (int, float)) else x))  # named as given
     if len(set(out)) != len(out):
         raise ValueError(f"{name}: {items!r} repeats a factor")
     return sorted(out)
@@ -136,8 +135,7 @@ def run_sweep(run: Run, variants: Sequence[Variant], seeds: Sequence[int], cfg: 
     ``overwrite=True`` retrains a model whose folder was made with a different config (see ``train``). Two
     models train at a time on a CPU (:func:`tiebias.sweeps.train_many`), the same models as one by one.
     """
-    jobs = [(v, seed) for seed in seeds for v in [*variants, Variant(False)]]
-    return train_many(run, jobs, cfg, progress=progress, overwrite=overwrite)
+    return train_many(run, _sweep_models(variants, seeds), cfg, progress=progress, overwrite=overwrite)
 
 
 def common_steps(run: Run, variants: Sequence[Variant], seeds: Sequence[int]) -> list[int]:
@@ -181,6 +179,7 @@ def alignment_table(run: Run, variants: Sequence[Variant], seeds: Sequence[int],
     seeds = list(seeds)
     if reference == "cross" and len(seeds) < 2:
         raise ValueError(f"reference: 'cross' needs at least two seeds, got {seeds}")
+    divergence.check_models(run, _sweep_models(variants, seeds), "claim 4's alignment")
     rows = []
     for i, seed in enumerate(seeds):
         ref_seed = seed if reference == "same" else seeds[(i + 1) % len(seeds)]
@@ -202,6 +201,11 @@ def alignment_table(run: Run, variants: Sequence[Variant], seeds: Sequence[int],
     return pd.DataFrame(rows)
 
 
+def _sweep_models(variants: Sequence[Variant], seeds: Sequence[int]) -> list[tuple[Variant, int]]:
+    """Every model of a sweep: the tied variants and the untied reference of each seed."""
+    return [(v, seed) for seed in seeds for v in [*variants, Variant(False)]]
+
+
 def _final_step(run: Run, v: Variant, seed: int) -> int:
     return int(run.summary(v, seed)["steps"])
 
@@ -209,6 +213,7 @@ def _final_step(run: Run, v: Variant, seed: int) -> int:
 def perplexities(run: Run, variants: Sequence[Variant], seeds: Sequence[int], *, seq_len: int,
                  max_tokens: int = 32768, splits: Sequence[str] = ("validation", "test")) -> pd.DataFrame:
     """Perplexity of every final model (tied variants and untied) on held-out splits (Table 7 analog)."""
+    divergence.check_models(run, _sweep_models(variants, seeds), "a perplexity")
     rows = []
     data = {s: run.tokens(s) for s in splits}
     for seed in seeds:
@@ -226,6 +231,7 @@ def perplexities(run: Run, variants: Sequence[Variant], seeds: Sequence[int], *,
 
 def gradient_shares(run: Run, variants: Sequence[Variant], seeds: Sequence[int]) -> pd.DataFrame:
     """Mean output share of the applied embedding gradient per (k, seed): does scaling rebalance the paths?"""
+    divergence.check_models(run, [(v, seed) for seed in seeds for v in variants], "a gradient share")
     rows = []
     for seed in seeds:
         for v in variants:

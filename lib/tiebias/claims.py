@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import report
+from . import divergence, report
 from .comparisons import token_gap
 from .lens_study import at_budget, convergence, early_gap, ladder_gaps
 from .paper import FIG4_OUTPUT_SHARE, TABLE1, TABLE2_STEP10K, TABLE7_PPL
@@ -174,8 +174,13 @@ def claim2(flow: pd.DataFrame, first_n: int) -> Verdict:
 
 
 def below_unigram(summaries: pd.DataFrame, unigram: float) -> str:
-    """One line per model: did training get below the unigram baseline (the sanity check before any claim)?"""
-    return "\n".join(f"{k}: validation loss {s.final_val_loss:.3f} nats vs unigram baseline {unigram:.3f} "
+    """One line per model: did training get below the unigram baseline (the sanity check before any claim)?
+
+    A model whose training diverged says so instead, with what to do (its loss says nothing about learning).
+    """
+    return "\n".join(f"{k}: {why}; not compared with the unigram baseline, and no claim is taken from it: "
+                     f"{divergence.ADVICE}." if (why := divergence.reason(s)) else
+                     f"{k}: validation loss {s.final_val_loss:.3f} nats vs unigram baseline {unigram:.3f} "
                      f"({'below' if s.final_val_loss < unigram else 'NOT below'} by {unigram - s.final_val_loss:.3f})."
                      for k, s in summaries.iterrows())
 

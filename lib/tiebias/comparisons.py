@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import alignment, embeddings, inventory, stats, token_stats
+from . import alignment, divergence, embeddings, inventory, stats, token_stats
 from .checkpoints import require_initial
 from .embeddings import Embeddings
 from .neighbours import check_knn_k
@@ -55,6 +55,7 @@ def load_models(run: Run, seeds: Sequence[int] | None = None, step: int | None =
         for v in ("tied", "untied"):
             if not run.is_complete(v, s):
                 raise ValueError(f"seeds: seed {s} has no complete {v!r} model in {run.path}")
+        divergence.check_models(run, [("tied", s), ("untied", s)], "an alignment")
         tied = embeddings.extract(run.model_path("tied", s, step), run.tokenizer_dir)
         untied = embeddings.extract(run.model_path("untied", s, step), run.tokenizer_dir)
         out[s] = {"tied": _require(tied, True), "untied": embeddings.require_untied(untied, "the untied side")}

@@ -381,25 +381,38 @@ def match_vocab(a: Embeddings, b: Embeddings, *, allow: bool = True) -> VocabMat
     if not allow:
         raise ValueError(f"vocabularies differ: {a.source!r} has {len(a.tokens)} tokens, {b.source!r} has "
                          f"{len(b.tokens)}; pass allow=True to compare on the shared tokens")
+    return match_tokens(a.tokens, b.tokens, a.source, b.source)
+
+
+def match_tokens(a: list[str], b: list[str], a_name: str = "a", b_name: str = "b") -> VocabMatch:
+    """Ids of the token strings ``a`` and ``b`` share; ValueError naming both when they share none.
+
+    The one check that a pair's vocabularies are comparable: 02 (via :func:`match_vocab`) and 03 (on the
+    pair's tokenizers, :func:`tiebias.sources.check_tokenizers`) both refuse a pair that shares no token.
+    """
     pos_b: dict[str, int] = {}
-    for i, t in enumerate(b.tokens):
+    for i, t in enumerate(b):
         if not t.startswith(_MISSING_TOKEN):
             pos_b.setdefault(t, i)
     seen: set[str] = set()
     ia: list[int] = []
     ib: list[int] = []
-    for i, t in enumerate(a.tokens):
+    for i, t in enumerate(a):
         j = pos_b.get(t)
         if j is not None and t not in seen:
             seen.add(t)
             ia.append(i)
             ib.append(j)
     if not ia:
-        raise ValueError(f"no shared tokens between {a.source!r} and {b.source!r}")
-    log.info("match_vocab: kept %d shared tokens (%s: %d, %s: %d)", len(ia), a.source, len(a.tokens),
-             b.source, len(b.tokens))
-    return VocabMatch(torch.tensor(ia), torch.tensor(ib), [a.tokens[i] for i in ia])
+        raise ValueError(f"no shared tokens between {a_name!r} and {b_name!r}")
+    log.info("match_vocab: kept %d shared tokens (%s: %d, %s: %d)", len(ia), a_name, len(a), b_name, len(b))
+    return VocabMatch(torch.tensor(ia), torch.tensor(ib), [a[i] for i in ia])
 
 
-__all__ = ["WHICH", "Embeddings", "VocabMatch", "Which", "check_which", "checkpoint_matrices", "extract", "match_vocab",
-           "require_untied"]
+def token_strings(tokenizer: Any) -> list[str]:
+    """Every token string of a tokenizer, by id (what :func:`match_tokens` compares)."""
+    return _token_strings(tokenizer, len(tokenizer))
+
+
+__all__ = ["WHICH", "Embeddings", "VocabMatch", "Which", "check_which", "checkpoint_matrices", "extract", "match_tokens",
+           "match_vocab", "require_untied", "token_strings"]

@@ -40,8 +40,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from . import divergence, lens_cache, lens_eval, lens_fit
 from . import lens as tl
-from . import lens_cache, lens_eval, lens_fit
 from .files import write_json_atomic
 from .lens_precision import logits_precision
 from .lens_study import convergence, ladder_gaps, per_layer
@@ -305,6 +305,7 @@ def kl_table(run: Run, variants: Sequence[str], seeds: Sequence[int], *, steps: 
             return df
         return go
 
+    divergence.check_models(run, [(v, seed) for seed, v in jobs], "a tuned lens")
     names = ", ".join(model_key(v, seed) for seed, v in jobs)
     with run.writing(f"lenses of {names}"):  # one writer of lens folders
         frames = side_by_side([job(seed, v) for seed, v in jobs], n)
@@ -321,11 +322,13 @@ def kl_table_models(models: dict[str, tuple[Any, Any]], corpus: Any = None, *, s
     Lenses train on the corpus's validation split and are evaluated on its test split, as for a run;
     each label's ladder lives in ``<folder>/lens/<label>/``. Returns the long table (``variant`` =
     label, ``seed`` = 0; per layer, or per sequence with ``per_sequence``) and the largest-budget
-    lens of the first recipe by label.
+    lens of the first recipe by label. Tokenizers that cannot read the corpus, or share no token with the
+    first model's, are refused before any lens trains (:func:`tiebias.sources.check_tokenizers`).
     """
-    from . import data, tokens
+    from . import data, sources, tokens
 
     ds = data.load_corpus(corpus)
+    sources.check_tokenizers(models, [*ds["validation"]["text"], *ds["test"]["text"]], str(corpus or data.EMBEDDED_CORPUS))
     frames, lenses = [], {}
     for label, (model, tok) in models.items():
         val = tokens.encode(tok, ds["validation"]["text"])

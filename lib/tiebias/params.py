@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from .alignment import METHODS
+from .gradients import FACTOR_RANGE, MAX_FACTOR
 from .models import PRESETS
+from .steploop import SEED_LIMIT
 from .train import TrainConfig
 from .variants import Variant
 
@@ -79,12 +81,25 @@ def _positive(v: Any) -> str | None:
 
 
 def _seed_list(v: list[int]) -> str | None:
-    """Seeds: one or more distinct integers >= 0."""
-    if not v:
-        return "need one or more integers >= 0 (e.g. [0, 1, 2] or '0,1,2')"
-    if any(x < 0 for x in v):
-        return "need integers >= 0 (e.g. [0, 1, 2] or '0,1,2')"
+    """Seeds: one or more distinct integers 0 <= seed < 2**32 (see :data:`tiebias.steploop.SEED_LIMIT`)."""
+    if not v or any(not 0 <= x < SEED_LIMIT for x in v):
+        return f"need one or more integers 0 <= seed < 2**32 ({SEED_LIMIT}), e.g. [0, 1, 2] or '0,1,2'"
     return None if len(set(v)) == len(v) else "a seed is repeated"
+
+
+MAX_LR = 1.0
+
+
+def _lr(v: float) -> str | None:
+    """A peak learning rate AdamW can train with: 0 < lr <= MAX_LR.
+
+    Adam moves every weight by about lr per step and the weights start near 0.02, so above 1 training can only
+    diverge (a slip such as 3e3 for 3e-3); the shipped profiles use 1e-3 to 3e-3.
+    """
+    if not math.isfinite(v) or not 0 < v <= MAX_LR:
+        return (f"need a finite number > 0 and at most {MAX_LR:g} (Adam moves each weight by about lr per step; "
+                "the profiles use 1e-3 to 3e-3)")
+    return None
 
 
 def _variants(v: list[str]) -> str | None:
@@ -132,9 +147,9 @@ def _choice(allowed: tuple[str, ...], empty_ok: bool = False) -> Callable[[Any],
 
 
 def _factors(v: list[float]) -> str | None:
-    """Gradient factors: two or more distinct finite numbers > 0 (a dose-response needs two)."""
-    if bad := _positive(v):
-        return bad
+    """Gradient factors: two or more distinct ones, each as gradients.check_factor allows (a dose-response needs two)."""
+    if not all(1 / MAX_FACTOR <= x <= MAX_FACTOR for x in v):
+        return f"each factor k must be {FACTOR_RANGE} (the paper's k is 5; a far larger one overflows the gradient norm)"
     if len(set(v)) != len(v):
         return "a factor is repeated"
     return None if len(v) >= 2 else "need at least two factors k > 0 for a dose-response (e.g. [1, 5])"
@@ -184,8 +199,8 @@ PARAM_LIST: tuple[Param, ...] = (
     _train("steps", "int", "optimiser steps per model", _at_least(1)),
     _train("batch_size", "int", "sequences per step", _at_least(1)),
     _train("seq_len", "int", "tokens per sequence", _at_least(2)),
-    _train("lr", "float", "peak learning rate (AdamW, warmup then cosine)", _positive),
-    _train("warmup_steps", "int", "linear warmup steps", _at_least(0)),
+    _train("lr", "float", "peak learning rate (AdamW, warmup then cosine), at most 1", _lr),
+    _train("warmup_steps", "int", "linear warmup steps (fewer than steps)", _at_least(0)),
     _train("eval_every", "int", "validation loss every N steps", _at_least(1)),
     _train("eval_tokens", "int", "validation tokens per evaluation", _at_least(1)),
     _train("checkpoint_every", "int", "regular checkpoints every N steps (log-spaced ones are always written)",
@@ -215,7 +230,7 @@ PARAM_LIST: tuple[Param, ...] = (
     Param("lens_checkpoints", "ints", "training steps whose checkpoints also get a lens ([] = final models only)",
           ("03_lens",), "03 lens over training", default=[], check=_steps),
     # -- 04_ablate --------------------------------------------------------------------------------
-    Param("ablate_factors", "floats", "input-gradient factors k (tied_in<k>); 1 is the plain tied model",
+    Param("ablate_factors", "floats", "input-gradient factors k (tied_in<k>), 0.001 to 1000; 1 is the plain tied model",
           ("04_ablate",), "ablate.sweep_variants(factors)", check=_factors),
     Param("ablate_seeds", "ints", "seeds of the ablation sweep", ("04_ablate",), "ablate.run_sweep(seeds)",
           check=_seed_list),

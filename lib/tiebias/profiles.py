@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +27,13 @@ from .params import (
     notebook_parameters,
     unknown_name,
 )
+from .steploop import checkpoint_steps
 from .train import TrainConfig
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
 PROFILE_ENV = "TIEBIAS_PROFILE"
 RUN_DIR_ENV = "TIEBIAS_RUN_DIR"
+LENS_MAX_SEQ_LEN = 128  # 03's lenses read sequences of min(seq_len, this)
 
 
 def available() -> list[str]:
@@ -90,11 +92,14 @@ def repo_root() -> Path:
     return here if (here / "pyproject.toml").exists() else Path.cwd()
 
 
-def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None, **overrides: Any) -> dict[str, Any]:
+def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None, *,
+            notebooks: Sequence[str] | None = None, **overrides: Any) -> dict[str, Any]:
     """Merge a profile with explicit overrides (``None`` means "not given") and fill in the run folder.
 
     Every value is checked (the training recipe as a whole too) before anything is written, so a bad
     value stops here with an error naming it. Notebook-only parameters given here come back checked too.
+    Values that must agree with others (lens settings with the training recipe) are checked for the
+    ``notebooks`` that will run (None: all of them), so a study stops here rather than hours later in 03.
     """
     name = profile or default_profile()
     params = load_profile(name)
@@ -104,7 +109,9 @@ def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None
         if v is None and PARAMS[k].profile:
             continue
         params[k] = coerce(k, v)
-    train_config(params)  # the recipe as a whole (e.g. seq_len within the preset's positions)
+    train_config(params)  # the recipe as a whole (e.g. seq_len within the preset's positions, warmup_steps < steps)
+    if notebooks is None or "03_lens" in notebooks:
+        check_lens(params)
     check_run_dir_text(run_dir)  # "" is a mistake, not "not given" (that is None)
     rd = run_dir or os.environ.get(RUN_DIR_ENV) or repo_root() / "runs" / Path(str(name)).stem
     params["profile"] = str(name)
@@ -122,7 +129,8 @@ def resolve_notebook(notebook: str, namespace: Mapping[str, Any]) -> dict[str, A
     if missing:
         raise ValueError(f"{notebook}: its parameters cell does not declare {', '.join(missing)}; "
                          f"it needs: {', '.join(notebook_parameters(notebook))}")
-    return resolve(namespace.get("profile"), namespace.get("run_dir"), **{n: namespace[n] for n in names})
+    return resolve(namespace.get("profile"), namespace.get("run_dir"), notebooks=(notebook,),
+                   **{n: namespace[n] for n in names})
 
 
 def study_record(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -136,6 +144,54 @@ def train_config(params: Mapping[str, Any], **changes: Any) -> TrainConfig:
     for k, v in changes.items():
         setattr(cfg, k, v)
     return cfg.validate()
+
+
+def lens_seq_len(seq_len: int) -> int:
+    """Sequence length of 03's lenses: the training one, capped at LENS_MAX_SEQ_LEN (lens cost grows with it)."""
+    return min(seq_len, LENS_MAX_SEQ_LEN)
+
+
+def check_lens(params: Mapping[str, Any]) -> None:
+    """Refuse lens settings 03 could not use with this training recipe, naming them, before anything trains.
+
+    ``lens_tokens_per_step`` must be whole lens sequences and ``lens_eval_tokens`` at least one (the rules of
+    ``lens_fit.train_lens`` and ``lens_eval.evaluate``), every ``lens_checkpoints`` step one at which training
+    saves a checkpoint, and ``lens_depth_preset`` a shape the recipe can train.
+    """
+    n, seq_len = lens_seq_len(params["seq_len"]), params["seq_len"]
+    unit = f"the lens sequence length {n} (min(seq_len={seq_len}, {LENS_MAX_SEQ_LEN}))"
+    tps = params["lens_tokens_per_step"]
+    if tps % n:
+        below = tps - tps % n
+        hint = f"e.g. {below} or {below + n}" if below else f"e.g. {n} or {2 * n}"
+        raise ValueError(f"lens_tokens_per_step: {tps} is not allowed with seq_len={seq_len}; need a multiple of "
+                         f"{unit}, {hint}")
+    if params["lens_eval_tokens"] < n:
+        raise ValueError(f"lens_eval_tokens: {params['lens_eval_tokens']} is not allowed with seq_len={seq_len}; "
+                         f"need at least one lens sequence, i.e. >= {unit}")
+    _check_lens_checkpoints(params)
+    depth = params["lens_depth_preset"]
+    if depth:
+        try:
+            train_config(params, preset=depth)
+        except ValueError as e:
+            raise ValueError(f"lens_depth_preset: {depth!r} cannot be trained with this recipe ({e})") from None
+
+
+def _check_lens_checkpoints(params: Mapping[str, Any]) -> None:
+    """Every lens_checkpoints step must be one at which training (steps, checkpoint_every) saves a checkpoint."""
+    steps, every, wanted = params["steps"], params["checkpoint_every"], params["lens_checkpoints"]
+    saved = checkpoint_steps(steps, every)
+    bad = [s for s in wanted if s not in saved]
+    if not bad:
+        return
+    beyond = [s for s in bad if s > steps]
+    why = (f"{beyond[0]} is beyond the training's steps={steps}" if beyond
+           else f"training saves no checkpoint at step {bad[0]} (checkpoint_every={every})")
+    shown = ", ".join(map(str, saved)) if len(saved) <= 24 else ", ".join(map(str, saved[:16])) + f", ..., {steps}"
+    raise ValueError(f"lens_checkpoints: {wanted} is not allowed: {why}; allowed: steps at which training saves a "
+                     f"checkpoint (0, powers of two, multiples of checkpoint_every and the last: {shown}), "
+                     "or [] for none")
 
 
 def _show(value: Any) -> str:

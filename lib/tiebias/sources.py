@@ -27,8 +27,8 @@ from .folder_guard import check_folder, mark
 from .runs import Run
 
 __all__ = [
-    "SourceInfo", "check_sources", "estimate_bytes", "external_dir", "external_path", "free_memory", "inspect",
-    "load_models", "pair_slug", "param_name",
+    "MAX_UNKNOWN_SHARE", "SourceInfo", "check_sources", "check_tokenizers", "estimate_bytes", "external_dir",
+    "external_path", "free_memory", "inspect", "load_models", "pair_slug", "param_name",
 ]
 
 ROLES = {"tied": True, "untied": False}
@@ -247,6 +247,47 @@ def load_models(sources: dict[str, Any], *, device: str | torch.device = "cpu",
         tl.check_model(model)
         out[label] = (model, tokenizers[label])
     return out
+
+
+MAX_UNKNOWN_SHARE = 0.01
+"""Most of a corpus a tokenizer may write as its unknown token. Byte-level BPE and byte-fallback tokenizers (every
+family the kit names) write none; above 1% the tokenizer cannot read the corpus, and a lens measured there would
+read the unknown token rather than the text."""
+
+
+def check_tokenizers(models: dict[str, tuple[Any, Any]], texts: list[str], corpus: str) -> None:
+    """Refuse, before any lens trains, models whose tokenizers 03 cannot compare on ``texts`` (label -> (model, tokenizer)).
+
+    Each tokenizer must read the text (at most :data:`MAX_UNKNOWN_SHARE` unknown tokens) and share tokens with the
+    first one (:func:`tiebias.embeddings.match_tokens`, the check 02 makes on the pair's vocabularies). Errors
+    name ``<label>_source``.
+    """
+    from . import embeddings, tokens
+
+    labels = list(models)
+    for label, (model, tok) in models.items():
+        share = tokens.unknown_share(tok, texts)
+        if share > MAX_UNKNOWN_SHARE:
+            unk = tok.convert_ids_to_tokens(tokens.unknown_id(tok))
+            raise ValueError(
+                f"{param_name(label)}: the tokenizer of {_name(model)!r} writes {share:.0%} of the corpus {corpus!r} "
+                f"as its unknown token {unk!r}, so a lens would be measured on that token, not on the text; allowed: "
+                f"at most {MAX_UNKNOWN_SHARE:.0%}. Give a corpus the tokenizer reads (corpus=...), or a model whose "
+                "tokenizer covers this text")
+    for label in labels[1:]:
+        a, b = models[labels[0]], models[label]
+        try:
+            embeddings.match_tokens(embeddings.token_strings(a[1]), embeddings.token_strings(b[1]), _name(a[0]),
+                                    _name(b[0]))
+        except ValueError as e:
+            raise ValueError(f"{param_name(labels[0])}, {param_name(label)}: {e}; a pair is compared on the tokens its "
+                             "vocabularies share (02 refuses this pair too); allowed: models whose tokenizers share "
+                             "tokens") from None
+
+
+def _name(model: Any) -> str:
+    """What a loaded model was loaded from (folder or hub id), for messages."""
+    return str(getattr(model, "name_or_path", "") or type(model).__name__)
 
 
 def pair_slug(tied_source: Any, untied_source: Any) -> str:

@@ -18,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from . import divergence
 from .checkpoints import TRAIN_FIELDS, save_checkpoint
 from .gradients import GradientProvenance
 from .models import count_parameters
@@ -45,6 +46,12 @@ def checkpoint_steps(steps: int, every: int) -> list[int]:
         p *= 2
     s.update(range(every, steps, every))
     return sorted(s)
+
+
+SEED_LIMIT = 2**32
+"""Seeds are integers 0 <= seed < 2**32: what numpy's seeding (``np.random.seed``, ``RandomState``) and most tools
+accept, so a seed means the same everywhere; the generator seeds derived from it here (``seed * 1_000_003 + step``
+and the untied head's ``seed + 1_000_003``) then stay far inside torch's 64-bit range."""
 
 
 def batch_for_step(ids: torch.Tensor, step: int, seed: int, batch_size: int, seq_len: int) -> torch.Tensor:
@@ -109,6 +116,7 @@ class StepLoop:
         self.rows = job.cfg.batch_size // job.world
         self.lo = job.acc.process_index * self.rows
         self.t0 = time.perf_counter() - elapsed
+        self.diverged: dict | None = None  # divergence.at_step of the step that ended training early
 
     def val_loss(self) -> float:
         """Validation loss of the model as it is now."""
@@ -152,6 +160,9 @@ class StepLoop:
                     last = self._step(step, prov, logs, tuner)
                     bar.update(1)
                     bar.set_postfix(loss=f"{last:.3f}")
+                    if self.diverged is not None:
+                        self._stop_diverged(logs)
+                        break
         finally:
             bar.close()
             logs.close()
@@ -177,9 +188,10 @@ class StepLoop:
         done = step + 1
         if job.world > 1:
             loss = job.acc.reduce(loss.detach(), reduction="mean")
-        last = loss.item()
+        last, grad_norm = loss.item(), gnorm.item()  # the same on every process (reduced loss, averaged gradient)
+        self.diverged = divergence.at_step(done, last, grad_norm)
         if job.main:
-            row = {"step": done, "loss": last, "lr": lr, "grad_norm": gnorm.item(),
+            row = {"step": done, "loss": last, "lr": lr, "grad_norm": grad_norm,
                    "tokens": done * cfg.batch_size * cfg.seq_len, "elapsed_s": time.perf_counter() - self.t0}
             if stats is not None:
                 row.update(stats.as_dict())
@@ -192,3 +204,15 @@ class StepLoop:
                 logs.mf.flush()
             self.checkpoint(done)
         return last
+
+    def _stop_diverged(self, logs: Logs) -> None:
+        """End training at the diverged step: its validation row (so the record's last loss is this step's), a note."""
+        job, d = self.job, self.diverged
+        assert d is not None
+        if job.main:
+            if not (d["step"] % job.cfg.eval_every == 0 or d["step"] == job.cfg.steps):
+                logs.vw.writerow([d["step"], self.val_loss()])
+            logs.mf.flush()
+            logs.vf.flush()
+            print(f"{job.key}: training diverged at step {d['step']} (loss {d['loss']}, gradient norm "
+                  f"{d['grad_norm']}); stopped there, nothing after it could learn: {divergence.ADVICE}", flush=True)

@@ -94,7 +94,7 @@ def check_study(profile: str | Path | None = None, run_dir: str | Path | None = 
     for name in names:
         if name not in NOTEBOOKS or not (notebooks_dir() / f"{name}.ipynb").exists():
             raise ValueError(f"notebook: {name!r} not found; available: {', '.join(NOTEBOOKS)}")
-    params = profiles.resolve(profile, run_dir, **overrides)
+    params = profiles.resolve(profile, run_dir, notebooks=names, **overrides)
     declared = {name: declared_parameters(name) for name in names}
     for k in overrides:
         if not any(k in d for d in declared.values()):

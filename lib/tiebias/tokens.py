@@ -9,6 +9,7 @@ loss a trained model must beat. Nothing is cached on disk by this module except 
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -27,6 +28,8 @@ __all__ = [
     "token_frequencies",
     "train_tokenizer",
     "unigram_loss",
+    "unknown_id",
+    "unknown_share",
 ]
 
 EOS_TOKEN = "<|endoftext|>"
@@ -174,6 +177,23 @@ def token_frequencies(tokenizer: PreTrainedTokenizerFast | Tokenizer, texts: Ite
             if ids.size:
                 counts += np.bincount(ids, minlength=size)[:size]
     return counts
+
+
+def unknown_id(tokenizer: PreTrainedTokenizerFast | Tokenizer) -> int | None:
+    """Id of the token a tokenizer writes for text it cannot spell; None when it has none (byte-level BPE)."""
+    backend = _backend(tokenizer)
+    model = json.loads(backend.to_str())["model"]
+    if "unk_id" in model:  # Unigram (sentencepiece) models name it by id
+        return model["unk_id"]
+    unk = model.get("unk_token")
+    return None if unk is None else backend.token_to_id(unk)
+
+
+def unknown_share(tokenizer: PreTrainedTokenizerFast | Tokenizer, texts: Iterable[str]) -> float:
+    """Share of the documents' tokens that are the unknown token: how much of the text the tokenizer cannot read."""
+    counts = token_frequencies(tokenizer, texts)
+    unk, total = unknown_id(tokenizer), int(counts.sum())
+    return float(counts[unk] / total) if unk is not None and 0 <= unk < len(counts) and total else 0.0
 
 
 def encode(tokenizer: PreTrainedTokenizerFast | Tokenizer, texts: Iterable[str]) -> torch.Tensor:

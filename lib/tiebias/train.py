@@ -41,10 +41,11 @@ from .checkpoints import (
     write_log,
 )
 from .files import OVERWRITE_HINT, DamagedFileError, diff_config, read_json, read_log, write_json_atomic
+from .memory import check_memory, estimate_memory  # noqa: F401  (estimate_memory: part of train's API)
 from .models import build, get_preset
 from .parallel import check_should_stop
 from .runs import Run, RunLockedError
-from .steploop import StepLoop
+from .steploop import SEED_LIMIT, StepLoop
 from .threads import check_num_threads
 from .variants import Variant, model_key
 
@@ -87,6 +88,9 @@ class TrainConfig:
                              "its next tokens, so one token gives nothing to learn or evaluate)")
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
             raise ValueError(f"warmup_steps: {self.warmup_steps!r} is not allowed; need an integer >= 0")
+        if self.warmup_steps >= self.steps:  # the learning rate would still be ramping up when training ends
+            raise ValueError(f"warmup_steps: {self.warmup_steps} is not allowed with steps={self.steps}; need "
+                             f"warmup_steps < steps, else the learning rate never reaches its peak lr={self.lr:g}")
         for name in ("lr", "grad_clip"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
@@ -193,8 +197,8 @@ def _checked_args(variant: str | Variant, seed: int, config: TrainConfig | None,
                   stop_at: int | None) -> tuple[Variant, TrainConfig]:
     """The variant and the validated config; a bad seed or stop_at stops here, naming the value."""
     v = Variant.parse(variant)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed: {seed!r} is not allowed; need an integer >= 0")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
+        raise ValueError(f"seed: {seed!r} is not allowed; need an integer 0 <= seed < 2**32 ({SEED_LIMIT})")
     if stop_at is not None and (isinstance(stop_at, bool) or not isinstance(stop_at, int) or stop_at < 0):
         raise ValueError(f"stop_at: {stop_at!r} is not allowed; need None or an integer >= 0")
     return v, (config or TrainConfig()).validate()
@@ -256,7 +260,7 @@ def _train_locked(job: TrainJob, *, resume: bool, overwrite: bool, progress: boo
         return stopped
     total_s = time.perf_counter() - loop.t0
     if job.main:
-        _finalise(job, loop.core, total_s, loop.n_params)
+        _finalise(job, loop, total_s)
     job.acc.wait_for_everyone()
     return job.run.summary(job.v, job.seed)
 
@@ -350,11 +354,12 @@ def _prepare_folder(job: TrainJob, fresh: bool, start: int, train_rows: list[str
     acc.wait_for_everyone()
 
 
-def _finalise(job: TrainJob, core: PreTrainedModel, total_s: float, n_params: dict[str, int]) -> None:
+def _finalise(job: TrainJob, loop: StepLoop, total_s: float) -> None:
     """Main process: the final model, then the completion marker with the summary (last, atomically).
 
     Every number comes from the logs, so a rerun that finds all steps done (killed just before the
     completion marker) reports the same losses; throughput is over the whole (resumed) training time.
+    A training that diverged (:mod:`tiebias.divergence`) is recorded with ``diverged``, never as a clean one.
     """
     cfg, key = job.cfg, job.key
     todo = f"{OVERWRITE_HINT} to retrain {key}"
@@ -362,10 +367,11 @@ def _finalise(job: TrainJob, core: PreTrainedModel, total_s: float, n_params: di
     vals = read_log(job.val_path, VAL_FIELDS, todo=todo)
     summary = {"key": key, "variant": job.v.name, "seed": job.seed, "complete": True, "steps": cfg.steps,
                "final_train_loss": float(logged.loss.iloc[-1]), "train_seconds": total_s,
-               "tokens_per_second": cfg.steps * cfg.batch_size * cfg.seq_len / max(total_s, 1e-9),
-               "parameters": n_params, "device": str(job.dev), "processes": job.world, "precision": job.precision,
-               "final_val_loss": float(vals.val_loss.iloc[-1]), "initial_val_loss": float(vals.val_loss.iloc[0])}
-    save_final(core, job.tok, job.mdir)
+               "tokens_per_second": int(logged.step.iloc[-1]) * cfg.batch_size * cfg.seq_len / max(total_s, 1e-9),
+               "parameters": loop.n_params, "device": str(job.dev), "processes": job.world, "precision": job.precision,
+               "final_val_loss": float(vals.val_loss.iloc[-1]), "initial_val_loss": float(vals.val_loss.iloc[0]),
+               **({"diverged": loop.diverged} if loop.diverged else {})}
+    save_final(loop.core, job.tok, job.mdir)
     prune_states(job.ckpt_root, keep=1)
     require_initial(job.ckpt_root)  # the folder vanished since the last checkpoint: never marked complete
     reasons = {k: "training diverged (the loss is not a finite number)"
@@ -387,31 +393,3 @@ def make_accelerator(precision: str = "auto", device: str | torch.device | None 
     mp = "bf16" if precision == "bf16" or (precision == "auto" and bf16_ok) else "no"
     acc = Accelerator(cpu=not cuda, mixed_precision=mp)
     return acc, "bf16 autocast" if mp == "bf16" else "fp32"
-
-
-def estimate_memory(cfg: TrainConfig, vocab_size: int, processes: int = 1) -> int:
-    """Rough peak bytes of one training process: weights, grads, AdamW state, activations, logits."""
-    p = get_preset(cfg.preset)
-    d, L = p.hidden, p.layers
-    ffn = p.intermediate(cfg.family)
-    params = 2 * vocab_size * d + L * (4 * d * d + 3 * d * ffn)
-    rows = max(cfg.batch_size // processes, 1)
-    tokens = rows * cfg.seq_len
-    activations = tokens * L * (16 * d + 3 * ffn) * 4 + rows * p.heads * cfg.seq_len**2 * 4 * L
-    logits = tokens * vocab_size * 4 * 3
-    return int(16 * params + activations + logits)
-
-
-def check_memory(cfg: TrainConfig, vocab_size: int, device: torch.device, processes: int = 1) -> None:
-    """Refuse, before allocating, a preset/batch that cannot fit in the device's free memory."""
-    need = estimate_memory(cfg, vocab_size, processes)
-    if device.type == "cuda":
-        free = torch.cuda.mem_get_info(device)[0]
-    else:
-        import psutil
-
-        free = psutil.virtual_memory().available // max(processes, 1)
-    if need > 0.9 * free:
-        raise ValueError(f"preset: {cfg.preset!r} with batch_size={cfg.batch_size}, seq_len={cfg.seq_len} needs "
-                         f"about {need / 2**30:.1f} GiB per process but {device} has {free / 2**30:.1f} GiB free; "
-                         "choose a smaller preset, batch or sequence length")

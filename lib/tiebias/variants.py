@@ -42,7 +42,7 @@ class Variant:
             fi = check_factor("variant input factor", float(fin)) if fin is not None else 1.0
             fo = check_factor("variant output factor", float(fout)) if fout is not None else 1.0
         except ValueError as e:
-            raise ValueError(f"variant: {name!r} has a bad factor ({e}); factors must be finite numbers > 0") from None
+            raise ValueError(f"variant: {name!r} has a bad factor ({e})") from None
         if kind == "untied" and (fin is not None or fout is not None):
             raise ValueError(f"variant: {name!r} asks for gradient scaling on an untied model; scaling is defined "
                              "for tied models only (use 'tied_in<k>')")
