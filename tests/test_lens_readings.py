@@ -149,3 +149,10 @@ def test_second_claim3_record_beside_the_first(readings_tables, fresh_run: Run) 
     with pytest.raises(ValueError, match="^protocol: 'paper' is not allowed"):
         claims.claim3(seq, protocol="paper")
     assert "claim3_tuned_lens_reference" in report.CLAIMS and report.NOTEBOOK_OF["claim3_tuned_lens_reference"] == "03_lens"
+
+
+def test_report_lists_both_readings_and_says_which_the_paper_uses(fresh_run: Run) -> None:
+    report.record(fresh_run, "claim3_tuned_lens_reference", value=0.3, threshold=0.1, statement="s", unit="bits")
+    page = report.write_report(fresh_run).read_text()
+    assert "(Figure 2) come from the reference code" in page
+    assert "hidden state i through translator i - 1" in page and "not run" in page  # the other claims: not yet

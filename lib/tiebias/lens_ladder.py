@@ -11,6 +11,7 @@ Layout, in the tuned_lens package format::
 
     <model dir>/lens/                  the largest rung of the first recipe (what other code loads)
     <model dir>/lens/<recipe>-x<b>/    every rung: config.json, params.pt, rung.json (+ trainer.pt, eval_*.csv)
+    <model dir>/lens/reference-budget/ the extra ladder at the paper's lens budget (subdir=REFERENCE_BUDGET)
 
 ``trainer.pt`` (optimiser and data state) is kept at the highest finished rung only, so an
 interrupted ladder resumes from there and a finished rung is never retrained. The rungs a call trains
@@ -21,6 +22,10 @@ under ``max_cache_bytes``), so the frozen model runs once over the training toke
 :func:`tiebias.lens_fit.train_lens`). ``package``: the tuned-lens package's own recipe (SGD with Nesterov
 momentum 0.9, its ``lr_scale`` 1.0 applied as ``1.0 * (1 - 0.9)``, weight decay 1e-3, no warmup),
 at the profile's tokens per step (the package uses 2**18).
+
+**Protocols.** Every rung is evaluated under each lens protocol (``protocols``: the package's reading and
+the paper's code's, :data:`tiebias.lens_eval.PROTOCOLS`), from the same trained lens; evaluation and its
+per-protocol cache files are :mod:`tiebias.lens_rung_eval`.
 
 The tables this module returns are analysed in :mod:`tiebias.lens_study`; the verdict is
 :func:`tiebias.claims.claim3`.
