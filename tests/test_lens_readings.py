@@ -156,3 +156,18 @@ def test_report_lists_both_readings_and_says_which_the_paper_uses(fresh_run: Run
     page = report.write_report(fresh_run).read_text()
     assert "(Figure 2) come from the reference code" in page
     assert "hidden state i through translator i - 1" in page and "not run" in page  # the other claims: not yet
+
+
+def test_external_pair_gets_both_protocols_and_the_four_readings(two_seed_run: Run) -> None:
+    from tiebias import sources
+
+    models = sources.load_models({"tied": two_seed_run.model_path("tied", 0),
+                                  "untied": two_seed_run.model_path("untied", 0)})
+    kw = dict(eval_tokens=256, progress=False, per_sequence=True, protocols=BOTH, folder=two_seed_run.path / "external")
+    seq, _ = lens_ladder.kl_table_models(models, None, **kw, **RECIPE)
+    ref, lenses = lens_ladder.kl_table_models(models, None, **kw, **{**RECIPE, **lens_readings.REFERENCE_BUDGET_LADDER,
+                                                                     "steps": 3})
+    assert list(dict.fromkeys(seq.protocol)) == BOTH and set(ref.lens_steps) == {3} and set(lenses) == {"tied", "untied"}
+    table, _ = lens_readings.decomposition(seq, ref, paired=False)  # one pair: bootstrap over sequences
+    assert len(table) == 4 and np.isfinite(table[["gap", "ci_low", "ci_high"]].to_numpy()).all()
+    assert table.method.str.startswith("one pair").all()
