@@ -2,6 +2,7 @@
 and the second run trains nothing new."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,8 @@ def test_smoke_study_end_to_end_and_rerun_is_cheap(tmp_path: Path) -> None:
         for key in ("value", "threshold", "verdict", "statement", "paper", "spread", "noise_floor", "n_seeds"):
             assert key in c, (name, key)
         assert c["verdict"] == (c["value"] > c["threshold"]), name
+    ref = summary["claims"]["claim3_tuned_lens_reference"]  # claim 3 under the reference code's lens reading
+    assert all(math.isfinite(ref[k]) for k in ("value", "threshold", "spread")) and ref["details"]["protocol"] == "reference"
     assert (run_dir / "report.html").exists()
     _same_claims_as_reference(summary["claims"])
     html = (run_dir / "report.html").read_text()

@@ -24,10 +24,12 @@ import pandas as pd
 
 from . import divergence, report
 from .comparisons import token_gap
-from .lens_study import at_budget, convergence, early_gap, ladder_gaps
+from .lens_study import at_budget, at_protocol, convergence, early_gap, ladder_gaps
 from .paper import FIG4_OUTPUT_SHARE, TABLE1, TABLE2_STEP10K, TABLE7_PPL
 from .runs import Run
 
+CLAIM3_KEYS = {"package": "claim3_tuned_lens", "reference": "claim3_tuned_lens_reference"}
+"""Claim 3's record under each lens protocol (:data:`tiebias.lens_eval.PROTOCOLS`): one rule, two readings."""
 NOISE_SDS = 2  # "beyond noise": a change larger than this many seed standard deviations
 CLAIM2_SHARE = 0.5  # claim 2 holds when the output path carries more than half of the gradient
 
@@ -188,6 +190,10 @@ def below_unigram(summaries: pd.DataFrame, unigram: float) -> str:
 # --------------------------------------------------------------------------- claim 3
 
 
+REFERENCE_READING = ("the paper's public code: hidden state i through translator i - 1, the last, already normed, "
+                     "state through the last translator and the final norm again")
+
+
 def _claim3_status(converged: bool | None, ci_low: float) -> str:
     if converged is False:
         return "not converged"
@@ -222,14 +228,20 @@ def _claim3_closing(status: str) -> str:
 
 
 def claim3(seq_table: pd.DataFrame, *, paired: bool = True, level: float = 0.95,
-           paper: Any = None) -> Verdict:
+           paper: Any = None, protocol: str = "package") -> Verdict:
     """Claim 3 at the largest budget of the first recipe of a lens-ladder table (``lens_ladder.kl_table``).
+
+    Only the rows of ``protocol`` are used; the verdict is recorded as ``CLAIM3_KEYS[protocol]`` (the
+    package reading is ``claim3_tuned_lens``, the reference code's reading a second record, same rule).
 
     ``status`` is "holds" (the CI of the early-layer gap lies above 0), "does not hold", or "not
     converged" (the last rung moved the gap by its CI half-width or more). ``threshold`` is the
     distance from the value down to the CI's lower end, so ``value > threshold`` is "CI above 0".
     Other recipes are summarised in the text for comparison only.
     """
+    if protocol not in CLAIM3_KEYS:
+        raise ValueError(f"protocol: {protocol!r} is not allowed; allowed: {', '.join(CLAIM3_KEYS)}")
+    seq_table = at_protocol(seq_table, protocol)
     recipes = list(dict.fromkeys(seq_table.recipe))
     ladder = ladder_gaps(seq_table, recipes[0], paired=paired, level=level)
     conv = convergence(ladder)
@@ -242,14 +254,27 @@ def claim3(seq_table: pd.DataFrame, *, paired: bool = True, level: float = 0.95,
         lines.append(f"For comparison, recipe {r!r} at its largest budget: {o['value']:+.3g} bits "
                      f"[{o['ci_low']:+.3g}, {o['ci_high']:+.3g}].")
     lines.append(_claim3_closing(status))
-    text = "\n".join(lines)
     details = {"verdict": status, "ci_low": g["ci_low"], "ci_high": g["ci_high"], "method": g["method"],
                "budget": budget, "recipe": recipes[0], "converged": conv["converged"], "convergence": conv,
                "ladder": ladder.to_dict(orient="records"), "early_layers": g["early_layers"]}
+    if protocol != "package":
+        lines.insert(0, f"Lenses read with the {protocol!r} protocol ({REFERENCE_READING}); same rule as claim 3.")
+        details["protocol"] = protocol
+    text = "\n".join(lines)
     threshold = g["value"] - g["ci_low"] if math.isfinite(g["ci_low"]) else math.inf
-    return Verdict("claim3_tuned_lens", value=g["value"], threshold=threshold, unit="bits (early layers)",
+    return Verdict(CLAIM3_KEYS[protocol], value=g["value"], threshold=threshold, unit="bits (early layers)",
                    statement=text, text=text, spread=g["sd"], n_seeds=g["n_seeds"], paper=paper, details=details,
                    status=status)
+
+
+def claim3_side_by_side(verdicts: dict[str, Verdict]) -> str:
+    """One plain sentence comparing claim 3's verdicts under each lens protocol (same lenses, same rule)."""
+    parts = [f"{p} reading {v.value:+.3g} bits [{v.details['ci_low']:+.3g}, {v.details['ci_high']:+.3g}], {v.status}"
+             for p, v in verdicts.items()]
+    return (f"Claim 3 under each reading of the same lenses (early-layer gap, 95% CI, verdict): {'; '.join(parts)}. "
+            f"Only the reading differs: the reference protocol is {REFERENCE_READING}, the package's puts translator i "
+            "on hidden state i and the model's own head on the last; the paper's Figure 2 numbers come from the "
+            "reference code.")
 
 
 # --------------------------------------------------------------------------- claim 4
@@ -366,5 +391,5 @@ def claim4_cost(ppl: pd.DataFrame) -> str:
             f"{TABLE7_PPL[5.0]:.2f} at k=5.")
 
 
-__all__ = ["CLAIM2_SHARE", "NOISE_SDS", "ONE_SEED_STATUS", "Verdict", "alignment_gap", "below_unigram", "beyond_noise", "claim1",
-           "claim2", "claim3", "claim4", "claim4_cost", "claim4_rule", "dose_response", "record"]
+__all__ = ["CLAIM2_SHARE", "CLAIM3_KEYS", "NOISE_SDS", "ONE_SEED_STATUS", "Verdict", "alignment_gap", "below_unigram", "beyond_noise", "claim1",
+           "claim2", "claim3", "claim3_side_by_side", "claim4", "claim4_cost", "claim4_rule", "dose_response", "record"]

@@ -11,6 +11,7 @@ Layout, in the tuned_lens package format::
 
     <model dir>/lens/                  the largest rung of the first recipe (what other code loads)
     <model dir>/lens/<recipe>-x<b>/    every rung: config.json, params.pt, rung.json (+ trainer.pt, eval_*.csv)
+    <model dir>/lens/reference-budget/ the extra ladder at the paper's lens budget (subdir=REFERENCE_BUDGET)
 
 ``trainer.pt`` (optimiser and data state) is kept at the highest finished rung only, so an
 interrupted ladder resumes from there and a finished rung is never retrained. The rungs a call trains
@@ -21,6 +22,10 @@ under ``max_cache_bytes``), so the frozen model runs once over the training toke
 :func:`tiebias.lens_fit.train_lens`). ``package``: the tuned-lens package's own recipe (SGD with Nesterov
 momentum 0.9, its ``lr_scale`` 1.0 applied as ``1.0 * (1 - 0.9)``, weight decay 1e-3, no warmup),
 at the profile's tokens per step (the package uses 2**18).
+
+**Protocols.** Every rung is evaluated under each lens protocol (``protocols``: the package's reading and
+the paper's code's, :data:`tiebias.lens_eval.PROTOCOLS`), from the same trained lens; evaluation and its
+per-protocol cache files are :mod:`tiebias.lens_rung_eval`.
 
 The tables this module returns are analysed in :mod:`tiebias.lens_study`; the verdict is
 :func:`tiebias.claims.claim3`.
@@ -40,8 +45,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import divergence, lens_cache, lens_eval, lens_fit
+from . import divergence, lens_cache, lens_fit
 from . import lens as tl
+from . import lens_rung_eval as rung_eval
 from .files import write_json_atomic
 from .lens_precision import logits_precision
 from .lens_study import convergence, ladder_gaps, per_layer
@@ -56,16 +62,11 @@ RECIPES: dict[str, dict[str, Any]] = {
 }
 """Named lens-training recipes (keyword arguments of :func:`tiebias.lens_fit.train_lens`)."""
 
-
-
-
 _RUNG = "rung.json"
-
-
 _TRAINER = "trainer.pt"
-
-
 _TOP_RECIPE = "recipe.json"
+REFERENCE_BUDGET = "reference-budget"
+"""Sub-folder of a lens folder holding the extra ladder at the paper's lens budget (see :mod:`tiebias.lens_readings`)."""
 
 
 def check_budgets(lens_budgets: Any) -> list[int]:
@@ -90,6 +91,7 @@ def check_params(params: dict[str, Any]) -> dict[str, Any]:
         out[name] = coerce(name, out.get(name))
     out["lens_budgets"] = check_budgets(out.get("lens_budgets", [1]))
     out["lens_recipes"] = check_recipes(out.get("lens_recipes", ["cpu"]))
+    out["lens_protocols"] = rung_eval.check_protocols(out.get("lens_protocols", ["package", "reference"]))
     out["lens_checkpoints"] = check_checkpoints(out.get("lens_checkpoints", []))
     out["lens_depth_preset"] = out["lens_depth_preset"] or ""
     return out
@@ -202,51 +204,35 @@ def _publish(folder: Path, recipe: str, budget: int, meta: dict[str, Any]) -> No
     write_json_atomic(top, meta)
 
 
-def _evaluate_cached(model: Any, tokens: Any, lens: Any, path: Path, *, seq_len: int, eval_tokens: int,
-                     logit_lens: bool, num_threads: int | str | None = "auto") -> pd.DataFrame:
-    """Per-sequence evaluation of one lens (or the logit lens alone), cached as ``path`` next to the lens."""
-    if path.is_file():
-        return pd.read_csv(path)
-    df = lens_eval.evaluate(model, tokens, lens, seq_len=seq_len, max_tokens=eval_tokens, per_sequence=True,
-                            logit_lens=logit_lens, num_threads=num_threads)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)
-    return df
-
-
 def ladder_table(model: Any, train_tokens: Any, test_tokens: Any, folder: str | Path, *, steps: int,
                  tokens_per_step: int, seq_len: int, eval_tokens: int, budgets: Sequence[int] = (1,),
                  recipes: Sequence[str] = ("cpu",), progress: bool = True, num_threads: int | str | None = "auto",
-                 should_stop: Callable[[], bool] | None = None) -> pd.DataFrame:
-    """Train (or load) every recipe's ladder for one model and evaluate each rung, per evaluation sequence.
+                 should_stop: Callable[[], bool] | None = None,
+                 protocols: Sequence[str] = ("package",)) -> pd.DataFrame:
+    """Train (or load) every recipe's ladder for one model and evaluate each rung under each protocol, per sequence.
 
-    Columns: ``recipe``, ``budget``, ``lens_steps`` (total steps of that rung), ``sequence``, ``layer`` and
-    the :func:`tiebias.lens_eval.evaluate` columns. The logit lens is evaluated once and shared by all rungs.
-    Evaluations are cached in the rung folders, so a rerun costs only loading. The first recipe's
-    largest rung is also written to the top of ``folder``. ``num_threads``/``should_stop``: see :func:`train_ladder`.
+    Columns: ``recipe``, ``budget``, ``lens_steps`` (total steps of that rung), ``protocol``, ``sequence``,
+    ``layer`` and the :func:`tiebias.lens_eval.evaluate` columns. Every lens is trained once and read under
+    each of ``protocols`` (:func:`tiebias.lens_rung_eval.check_protocols`); the logit lens is evaluated once per
+    protocol and shared by all rungs. Evaluations are cached in the rung folders (see
+    :mod:`tiebias.lens_rung_eval`), so a rerun costs only loading. The first recipe's largest rung is also
+    written to the top of ``folder``. ``num_threads``/``should_stop``: see :func:`train_ladder`.
     """
     budgets, recipes = check_budgets(budgets), check_recipes(recipes)
+    protocols = rung_eval.check_protocols(list(protocols))
     folder = Path(folder)
-    tag = f"eval_{eval_tokens}x{seq_len}.csv"
     sha = tl._unembed_sha256(model)
-    logit = _evaluate_cached(model, test_tokens, None, folder / f"logit_{sha[:12]}_{tag}", seq_len=seq_len,
-                             eval_tokens=eval_tokens, logit_lens=True, num_threads=num_threads)
+    logits = {p: rung_eval.evaluate_cached(model, test_tokens, None, folder / rung_eval.logit_name(sha, eval_tokens,
+                                           seq_len, p), seq_len=seq_len, eval_tokens=eval_tokens, logit_lens=True,
+                                           protocol=p, num_threads=num_threads) for p in protocols}
     frames = []
     for recipe in recipes:
         lenses = train_ladder(model, train_tokens, folder, steps=steps, tokens_per_step=tokens_per_step,
                               seq_len=seq_len, budgets=budgets, recipe=recipe, progress=progress,
                               num_threads=num_threads, should_stop=should_stop)
-        for b, lens in lenses.items():
-            df = _evaluate_cached(model, test_tokens, lens, rung_dir(folder, recipe, b) / tag, seq_len=seq_len,
-                                  eval_tokens=eval_tokens, logit_lens=False, num_threads=num_threads)
-            df["kl_logit_bits"] = logit.kl_logit_bits.to_numpy()
-            df["ce_logit_nats"] = logit.ce_logit_nats.to_numpy()
-            df.insert(0, "recipe", recipe)
-            df.insert(1, "budget", b)
-            df.insert(2, "lens_steps", b * steps)
-            frames.append(df)
+        frames += rung_eval.rung_frames(model, test_tokens, lenses, {b: rung_dir(folder, recipe, b) for b in lenses},
+                                        logits, recipe=recipe, steps=steps, seq_len=seq_len, eval_tokens=eval_tokens,
+                                        protocols=protocols, num_threads=num_threads)
     meta = _rung_meta(recipes[0], budgets, len(budgets) - 1, steps=steps, tokens_per_step=tokens_per_step,
                       seq_len=seq_len, n_tokens=train_tokens.numel(), model_sha256=sha,
                       precision=logits_precision(model.device))
@@ -277,12 +263,15 @@ def ensure_lens(run: Run, variant: str | Variant, seed: int, *, steps: int, toke
 def kl_table(run: Run, variants: Sequence[str], seeds: Sequence[int], *, steps: int, tokens_per_step: int,
              seq_len: int, eval_tokens: int, budgets: Sequence[int] = (1,), recipes: Sequence[str] = ("cpu",),
              step: int | None = None, per_sequence: bool = False, progress: bool = True,
-             device: str = "cpu", workers: int | str = "auto") -> pd.DataFrame:
+             device: str = "cpu", workers: int | str = "auto", protocols: Sequence[str] = ("package",),
+             subdir: str = "") -> pd.DataFrame:
     """Lens ladders of every (variant, seed) of a run (or of its checkpoints at ``step``), evaluated on the test split.
 
     Long format with ``variant``, ``seed``, ``step`` (training step of the model; the final step for
-    final models), ``recipe``, ``budget``, ``lens_steps``, ``layer`` and the evaluation columns; one
-    row per layer (means over sequences) or, with ``per_sequence``, per layer and evaluation sequence.
+    final models), ``recipe``, ``budget``, ``lens_steps``, ``protocol``, ``layer`` and the evaluation columns;
+    one row per layer (means over sequences) or, with ``per_sequence``, per layer and evaluation sequence.
+    Every lens is read under each of ``protocols``; ``subdir`` puts the ladders in ``<lens folder>/<subdir>/``
+    (e.g. :data:`REFERENCE_BUDGET`, an extra ladder beside the main one).
     A checkpoint at a model's final step is the final model and shares its lens. On a CPU two models'
     lenses train at a time (``workers``, see :func:`tiebias.parallel.side_by_side`): the same lenses.
     """
@@ -295,10 +284,10 @@ def kl_table(run: Run, variants: Sequence[str], seeds: Sequence[int], *, steps: 
             final = _final_step(run, v, seed)
             at = None if step is None or step == final else step
             model = run.load_model(v, seed, at, device=device)
-            df = ladder_table(model, val, test, run.lens_dir(v, seed, at), steps=steps,
+            df = ladder_table(model, val, test, run.lens_dir(v, seed, at) / subdir, steps=steps,
                               tokens_per_step=tokens_per_step, seq_len=seq_len, eval_tokens=eval_tokens,
                               budgets=budgets, recipes=recipes, progress=progress,
-                              num_threads="auto" if n == 1 else None, should_stop=should_stop)
+                              num_threads="auto" if n == 1 else None, should_stop=should_stop, protocols=protocols)
             df.insert(0, "variant", Variant.parse(v).name)
             df.insert(1, "seed", seed)
             df.insert(2, "step", step if step is not None else final)
@@ -315,14 +304,14 @@ def kl_table(run: Run, variants: Sequence[str], seeds: Sequence[int], *, steps: 
 
 def kl_table_models(models: dict[str, tuple[Any, Any]], corpus: Any = None, *, steps: int, tokens_per_step: int,
                     seq_len: int, eval_tokens: int, folder: str | Path, budgets: Sequence[int] = (1,),
-                    recipes: Sequence[str] = ("cpu",), per_sequence: bool = False,
-                    progress: bool = True) -> tuple[pd.DataFrame, dict[str, Any]]:
+                    recipes: Sequence[str] = ("cpu",), per_sequence: bool = False, progress: bool = True,
+                    protocols: Sequence[str] = ("package",), subdir: str = "") -> tuple[pd.DataFrame, dict[str, Any]]:
     """Lens study on loaded models (e.g. a real tied/untied checkpoint pair) with each model's own tokenizer.
 
     Lenses train on the corpus's validation split and are evaluated on its test split, as for a run;
     each label's ladder lives in ``<folder>/lens/<label>/``. Returns the long table (``variant`` =
     label, ``seed`` = 0; per layer, or per sequence with ``per_sequence``) and the largest-budget
-    lens of the first recipe by label. Tokenizers that cannot read the corpus, or share no token with the
+    lens of the first recipe by label. ``protocols`` and ``subdir`` as in :func:`kl_table`. Tokenizers that cannot read the corpus, or share no token with the
     first model's, are refused before any lens trains (:func:`tiebias.sources.check_tokenizers`).
     """
     from . import data, sources, tokens
@@ -333,9 +322,10 @@ def kl_table_models(models: dict[str, tuple[Any, Any]], corpus: Any = None, *, s
     for label, (model, tok) in models.items():
         val = tokens.encode(tok, ds["validation"]["text"])
         test = tokens.encode(tok, ds["test"]["text"])
-        sub = Run(folder).pair_lens_dir(label)
+        sub = Run(folder).pair_lens_dir(label) / subdir
         df = ladder_table(model, val, test, sub, steps=steps, tokens_per_step=tokens_per_step, seq_len=seq_len,
-                          eval_tokens=eval_tokens, budgets=budgets, recipes=recipes, progress=progress)
+                          eval_tokens=eval_tokens, budgets=budgets, recipes=recipes, progress=progress,
+                          protocols=protocols)
         df.insert(0, "variant", label)
         df.insert(1, "seed", 0)
         df.insert(2, "step", -1)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 METRICS = ["kl_tuned_bits", "kl_logit_bits", "ce_tuned_nats", "ce_logit_nats", "ce_model_nats"]
-ID_COLUMNS = ["variant", "seed", "step", "recipe", "budget", "lens_steps"]
+ID_COLUMNS = ["variant", "seed", "step", "recipe", "budget", "lens_steps", "protocol"]
 
 
 # --------------------------------------------------------------------------- tables
@@ -40,6 +40,18 @@ def per_layer(seq_table: pd.DataFrame) -> pd.DataFrame:
     out = g[METRICS].mean()
     out["n_tokens"] = g["n_tokens"].sum()
     return out.reset_index()
+
+
+def at_protocol(df: pd.DataFrame, protocol: str = "package") -> pd.DataFrame:
+    """The rows of one lens protocol (:data:`tiebias.lens_eval.PROTOCOLS`); a table without the column is all package."""
+    if "protocol" not in df:
+        if protocol != "package":
+            raise ValueError(f"protocol: {protocol!r} not in the table; it has no protocol column (package rows only)")
+        return df
+    sub = df[df.protocol == protocol]
+    if sub.empty:
+        raise ValueError(f"protocol: {protocol!r} not in the table; have {sorted(set(df.protocol))}")
+    return sub.reset_index(drop=True)
 
 
 def at_budget(df: pd.DataFrame, budget: int | None = None, recipe: str | None = None) -> pd.DataFrame:

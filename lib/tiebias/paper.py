@@ -53,3 +53,12 @@ TABLE6_STEP1K = {1.0: {"vs untied input": 0.172, "vs untied output": 0.197},
 
 # Table 7: WikiText-2 perplexity at step 10k
 TABLE7_PPL = {1.0: 35.71, 5.0: 36.64}
+
+# Figure 2, OLMo-1B: tuned-lens KL (bits) of the plotted points at the input layer (0) and layer 1
+FIG2_OLMO_KL_BITS: dict[int, dict[str, float]] = {0: {"tied": 8.86, "untied": 7.01}, 1: {"tied": 9.61, "untied": 6.64}}
+
+# How Figure 2's lenses were trained and read by the paper's public code (AntonioLopardo/weight-tying-bias,
+# utils/tuned_lens_utils.py): the tuned-lens package's SGD recipe for 100 steps (the figure's title; the OLMo
+# script uses 500 steps x 131,072 tokens), read with the reference protocol (tiebias.lens_eval.PROTOCOLS).
+FIG2_LENS = {"protocol": "reference", "recipe": "package", "steps": 100, "olmo_script_steps": 500,
+             "olmo_script_tokens_per_step": 131072}

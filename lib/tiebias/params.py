@@ -29,6 +29,7 @@ NOTEBOOKS = ("01_train", "02_align", "03_lens", "04_ablate")
 REQUIRED: Any = object()  # default of a profile key every profile must give
 KINDS = ("int", "float", "bool", "str", "ints", "floats", "strs")
 LENS_RECIPES = ("cpu", "package")
+LENS_PROTOCOLS = ("package", "reference")  # tiebias.lens_eval.PROTOCOLS (kept here: no torch import)
 
 
 @dataclass(frozen=True)
@@ -227,6 +228,10 @@ PARAM_LIST: tuple[Param, ...] = (
           "the claim-3 verdict", ("03_lens",), "03 lens-budget ladder (lens_ladder.ladder_table)", default=[1], check=_budgets),
     Param("lens_recipes", "strs", f"lens training recipes, from {', '.join(LENS_RECIPES)}", ("03_lens",),
           "03 lens recipe comparison", default=["cpu"], check=_choice(LENS_RECIPES)),
+    Param("lens_protocols", "strs", f"readings of every trained lens, from {', '.join(LENS_PROTOCOLS)} (the "
+          "tuned-lens package's, the paper's code's); the first carries claim 3's headline verdict", ("03_lens",),
+          "03 lens evaluation (lens_ladder.kl_table(protocols=))", default=["package", "reference"],
+          check=_choice(LENS_PROTOCOLS)),
     Param("lens_checkpoints", "ints", "training steps whose checkpoints also get a lens ([] = final models only)",
           ("03_lens",), "03 lens over training", default=[], check=_steps),
     # -- 04_ablate --------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Lens figures: per-layer KL (paper Figure 2) and cross-entropy, tied vs untied, the gap, the lens-budget ladder,
-the scale axis (gap against validation loss and relative depth) and one prompt's prediction trajectory."""
+the scale axis (gap against validation loss and relative depth), claim 3 under four lens readings and one prompt's
+prediction trajectory."""
 
 from __future__ import annotations
 
@@ -157,3 +158,22 @@ def trajectory_figure(
         xaxis_title="Input",
         yaxis_title="Layer",
     )
+
+
+def readings(layers: pd.DataFrame, table: pd.DataFrame, a: str = "tied", b: str = "untied") -> go.Figure:
+    """Claim 3 under four readings (``tiebias.lens_readings.decomposition``): per-layer KL of ``a`` and ``b``, one panel
+    per reading, titled with its early-layer gap and 95% CI."""
+    keys = list(table.reading)
+    titles = [f"({r.reading}) {r.protocol} reading, {r.lens_steps} steps<br>early gap {r.gap:+.3g} "
+              f"[{r.ci_low:+.3g}, {r.ci_high:+.3g}]" for r in table.itertuples()]
+    fig = make_subplots(rows=1, cols=len(keys), subplot_titles=titles, shared_yaxes=True, horizontal_spacing=0.03)
+    for j, key in enumerate(keys):
+        g = layers[layers.reading == key]
+        for v in (a, b):
+            fig.add_scatter(x=g.layer, y=g[v], mode="lines+markers", name=v, legendgroup=v, showlegend=j == 0,
+                            line=dict(color=COLORS.get(v, "#7f7f7f")), row=1, col=j + 1)
+        fig.update_xaxes(title_text="layer", row=1, col=j + 1)
+    fig.update_yaxes(title_text="tuned-lens KL (bits)", col=1)
+    fig.update_annotations(font_size=11)
+    fig.update_layout(height=420, title="tied vs untied tuned-lens KL per layer under the four readings (mean over seeds)")
+    return fig
