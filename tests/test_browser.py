@@ -1,6 +1,6 @@
 """02_align and 03_lens in a real JupyterLab, driven in headless Chromium (smoke profile).
 
-A run folder is trained by the 01 notebook (smoke profile, seed 0), JupyterLab is started on copies of
+A run folder is trained by the 01 notebook (smoke profile, its seeds), JupyterLab is started on copies of
 02 and 03 with ``TIEBIAS_PROFILE=smoke`` and ``TIEBIAS_RUN_DIR`` set, and each notebook is run with
 "Run All Cells". The test asserts: no error output (in the page and in the saved notebook), every plotly
 figure drawn and no wider than its output area, each explorer rendered and updating when typed into
@@ -57,7 +57,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A smoke run folder with a tied and an untied model of seed 0, trained by the 01 notebook.
+    """A smoke run folder with a tied and an untied model of each of the profile's seeds, trained by the 01 notebook
+    (02 and 03 refuse a run whose profile seeds are not all trained: a half-made run).
 
     ``TIEBIAS_BROWSER_RUN`` names such a folder to use instead (02 and 03 then write their results into it,
     as they do in a study).
@@ -67,7 +68,7 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("browser")
     run_dir = root / "run"
     pm.execute_notebook(str(NB / "01_train.ipynb"), str(root / "01_train.ipynb"), cwd=str(NB), kernel_name="python3",
-                        progress_bar=False, parameters={"profile": "smoke", "run_dir": str(run_dir), "seeds": [0]})
+                        progress_bar=False, parameters={"profile": "smoke", "run_dir": str(run_dir)})
     return run_dir
 
 
