@@ -49,7 +49,11 @@ def test_failed_notebook_prints_its_error_in_a_few_lines(tmp_path: Path) -> None
     lines = _lines(res.stdout, res.stderr)
     assert len(lines) <= MAX_LINES, lines
     executed = run / "notebooks" / "02_align.ipynb"
-    assert lines[0].startswith(f"error: 02_align failed: ValueError: run: {run} has no seed with both"), lines
+    # the error is the first line the CLI prints; a kernel shutting down may print a line of its own
+    # (libzmq's "Assertion failed: pfd.revents & POLLIN" was seen once under load), which the bound allows
+    errors = [i for i, line in enumerate(lines) if line.startswith("error: ")]
+    assert errors and lines[errors[0]].startswith(
+        f"error: 02_align failed: ValueError: run: {run} has no seed with both"), lines
     assert f"full traceback: {executed}" in res.stderr and executed.is_file()
     assert "Traceback" not in res.stderr and "Executing" not in res.stderr and "IPKernelApp" not in res.stderr
 
