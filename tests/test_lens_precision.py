@@ -78,3 +78,24 @@ def test_rung_recorded_before_the_precision_counts_as_auto(tmp_path: Path, monke
     monkeypatch.setenv(LP.PRECISION_ENV, other)
     lens_ladder.train_ladder(model, tokens, tmp_path, **kw)
     assert (rung / "params.pt").stat().st_mtime_ns != stamp
+
+
+def test_damaged_rung_record_and_evaluation_cache_are_named(tmp_path: Path) -> None:
+    """A rung.json or a cached evaluation that does not parse stops with the file named and what to do."""
+    from tiebias import lens_rung_eval
+    from tiebias.files import DamagedFileError
+
+    torch.manual_seed(0)
+    model = tr.AutoModelForCausalLM.from_config(tiny_config("llama", True, VOCAB)).eval().requires_grad_(False)
+    tokens = torch.randint(0, VOCAB, (20 * SEQ,), generator=torch.Generator().manual_seed(2))
+    kw = dict(steps=2, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=[1], progress=False)
+    lens = lens_ladder.train_ladder(model, tokens, tmp_path, **kw)[1]
+    rung = lens_ladder.rung_dir(tmp_path, "cpu", 1)
+    (rung / "rung.json").write_text('{"recipe": "cp')
+    with pytest.raises(DamagedFileError, match=r"rung\.json: damaged or unreadable .*delete the rung's folder"):
+        lens_ladder.train_ladder(model, tokens, tmp_path, **kw)
+    cache = rung / lens_rung_eval.eval_name(2 * SEQ, SEQ, "reference")
+    cache.write_bytes(b'"a,b\n1,"2\n\xff\xfe')
+    with pytest.raises(DamagedFileError, match=r"_reference\.csv: damaged or unreadable .*delete it"):
+        lens_rung_eval.evaluate_cached(model, tokens, lens, cache, seq_len=SEQ, eval_tokens=2 * SEQ,
+                                       logit_lens=False, protocol="reference")

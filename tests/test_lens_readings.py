@@ -171,3 +171,14 @@ def test_external_pair_gets_both_protocols_and_the_four_readings(two_seed_run: R
     table, _ = lens_readings.decomposition(seq, ref, paired=False)  # one pair: bootstrap over sequences
     assert len(table) == 4 and np.isfinite(table[["gap", "ci_low", "ci_high"]].to_numpy()).all()
     assert table.method.str.startswith("one pair").all()
+
+
+def test_describe_says_when_two_seeds_mean_little(readings_tables) -> None:
+    seq, ref = readings_tables
+    table, _ = lens_readings.decomposition(seq, ref)
+    two = table.assign(n_seeds=2, method="t-interval over 2 seeds")
+    assert "With 2 seeds per variant these intervals are very wide" in lens_readings.describe(two)
+    three = table.assign(n_seeds=3, method="t-interval over 3 seeds")
+    assert "very wide" not in lens_readings.describe(three)
+    pair = table.assign(n_seeds=1, method="one pair: no seed noise floor; bootstrap over evaluation sequences")
+    assert "very wide" not in lens_readings.describe(pair)

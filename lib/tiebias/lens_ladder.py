@@ -48,7 +48,7 @@ import torch
 from . import divergence, lens_cache, lens_fit
 from . import lens as tl
 from . import lens_rung_eval as rung_eval
-from .files import write_json_atomic
+from .files import read_json, write_json_atomic
 from .lens_precision import logits_precision
 from .lens_study import convergence, ladder_gaps, per_layer
 from .parallel import side_by_side, workers_for
@@ -125,7 +125,7 @@ def _rung_done(path: Path, meta: dict[str, Any], auto_precision: str) -> bool:
     f = path / _RUNG
     if not ((path / "params.pt").is_file() and f.is_file()):
         return False
-    saved = json.loads(f.read_text())
+    saved = read_json(f, "delete the rung's folder: it is trained again")
     saved.setdefault("logits_precision", auto_precision)
     return saved == meta
 

@@ -83,6 +83,20 @@ def describe(table: pd.DataFrame) -> str:
     "Of the paper's kind" means tied early layers read worse with a 95% CI above 0; its size is compared with
     the paper's layer-0 and layer-1 gaps (Figure 2, OLMo-1B).
     """
+    return _headline(table) + _size_caveat(table)
+
+
+def _size_caveat(table: pd.DataFrame) -> str:
+    """What a small run's sentence is worth: two seeds give a t-interval with one degree of freedom."""
+    n = int(table.n_seeds.min())
+    if str(table.method.iloc[0]).startswith("t-interval") and n < 3:
+        return (f" With {n} seed{'s' if n != 1 else ''} per variant these intervals are very wide and the lenses of a "
+                "small run are close to noise: read this as a check that the readings run, not as evidence.")
+    return ""
+
+
+def _headline(table: pd.DataFrame) -> str:
+    """Which readings give a gap of the paper's kind, and how large it is against the paper's."""
     r0 = table.iloc[0]
     paper = (f"the paper's +{r0.paper_gap_l0:.2f} bits at the input layer and +{r0.paper_gap_l1:.2f} at layer 1 "
              "(Figure 2, OLMo-1B)")

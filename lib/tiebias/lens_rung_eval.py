@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from . import lens_eval
+from .files import damaged
 from .params import coerce
 
 __all__ = ["check_protocols", "evaluate_cached", "eval_name", "logit_name", "rung_frames"]
@@ -42,7 +43,10 @@ def evaluate_cached(model: Any, tokens: Any, lens: Any, path: Path, *, seq_len: 
                     num_threads: int | str | None = "auto") -> pd.DataFrame:
     """Per-sequence evaluation of one lens (or the logit lens alone) under ``protocol``, cached as ``path``."""
     if path.is_file():
-        return pd.read_csv(path)
+        try:
+            return pd.read_csv(path)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+            raise damaged(path, e, "delete it: the evaluation is computed again from the saved lens") from None
     df = lens_eval.evaluate(model, tokens, lens, seq_len=seq_len, max_tokens=eval_tokens, per_sequence=True,
                             logit_lens=logit_lens, num_threads=num_threads, protocol=protocol)
     path.parent.mkdir(parents=True, exist_ok=True)
