@@ -123,10 +123,10 @@ def test_lens_tokens_are_checked_up_front_with_their_own_names() -> None:
     assert profiles.lens_seq_len(p["seq_len"]) == 128
 
 
-def test_lens_depth_preset_is_checked_against_the_recipe() -> None:
-    with pytest.raises(ValueError, match=r"^lens_depth_preset: 'tiny' cannot be trained with this recipe \(seq_len: "
+def test_lens_depth_presets_are_checked_against_the_recipe() -> None:
+    with pytest.raises(ValueError, match=r"^lens_depth_presets: 'tiny' cannot be trained with this recipe \(seq_len: "
                                          r"512 exceeds preset 'tiny''s 256 positions\)"):
-        profiles.resolve("smoke", "/tmp/never", preset="mini", seq_len=512, lens_depth_preset="tiny")
+        profiles.resolve("smoke", "/tmp/never", preset="mini", seq_len=512, lens_depth_presets=["mini", "tiny"])
 
 
 # -- case 10: a training that diverges ---------------------------------------------------------------------

@@ -24,7 +24,7 @@ def test_schema_protocols_are_the_evaluation_protocols() -> None:
     assert LENS_PROTOCOLS == lens_eval.PROTOCOLS
     assert coerce("lens_protocols", "package,reference") == BOTH
     assert lens_ladder.check_params({"lens_steps": 2, "lens_tokens_per_step": 64, "lens_eval_tokens": 64,
-                                     "lens_depth_preset": ""})["lens_protocols"] == BOTH
+                                     "lens_depth_presets": []})["lens_protocols"] == BOTH
 
 
 @pytest.mark.parametrize(("value", "why"), [
@@ -37,7 +37,7 @@ def test_bad_lens_protocols_are_named(value: object, why: str) -> None:
     assert why in str(e.value)
     with pytest.raises(ValueError, match="^lens_protocols: "):
         lens_ladder.check_params({"lens_steps": 2, "lens_tokens_per_step": 64, "lens_eval_tokens": 64,
-                                  "lens_depth_preset": "", "lens_protocols": value})
+                                  "lens_depth_presets": [], "lens_protocols": value})
 
 
 def test_bad_protocols_refused_before_anything_is_written(two_seed_run: Run, tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from tiebias import claims, lens_eval, lens_fit, lens_ladder, lens_study, sources
+from tiebias import claims, lens_depth, lens_eval, lens_fit, lens_ladder, lens_study, sources
 from tiebias import lens as tl
 from tiebias.runs import Run
 
@@ -57,10 +57,10 @@ def test_external_models_by_path(two_seed_run: Run) -> None:
         sources.load_models({"untied": None})
 
 
-def test_depth_run_shares_data_and_differs_only_in_preset(two_seed_run: Run, tiny_config) -> None:
+def test_depth_models_share_data_and_differ_only_in_preset(two_seed_run: Run, tiny_config) -> None:
     from dataclasses import replace
 
-    sub = lens_ladder.depth_run(two_seed_run, "mini", [0], replace(tiny_config, steps=8), progress=False)
+    sub = lens_depth.train_depth_models(two_seed_run, "mini", [0], replace(tiny_config, steps=8), progress=False)
     assert sub.path == two_seed_run.path / "depth" / "mini"
     assert sub.config == two_seed_run.config
     assert sub.load_model("tied", 0).config.num_hidden_layers == 4
@@ -69,7 +69,7 @@ def test_depth_run_shares_data_and_differs_only_in_preset(two_seed_run: Run, tin
     g = lens_study.relative_depth(lens_study.gap_table(df))
     assert g.depth.max() == 1.0 and len(g) == 5
     with pytest.raises(ValueError, match="preset: unknown value"):
-        lens_ladder.depth_run(two_seed_run, "huge", [0], tiny_config)
+        lens_depth.train_depth_models(two_seed_run, "huge", [0], tiny_config)
 
 
 # --------------------------------------------------------------------------- ladder
@@ -163,12 +163,16 @@ def test_ladder_and_parameter_validation(two_seed_run: Run) -> None:
     with pytest.raises(ValueError, match="lens_checkpoints"):
         lens_ladder.check_checkpoints([256, 128])
     good = dict(lens_steps=10, lens_tokens_per_step=64, lens_eval_tokens=64, lens_budgets=[1, 2],
-                lens_recipes=["cpu"], lens_checkpoints=[], lens_depth_preset="")
+                lens_recipes=["cpu"], lens_checkpoints=[], lens_depth_presets=[])
     assert lens_ladder.check_params(good)["lens_budgets"] == [1, 2]
     with pytest.raises(ValueError, match="^lens_steps: 0"):
         lens_ladder.check_params({**good, "lens_steps": 0})
-    with pytest.raises(ValueError, match="^lens_depth_preset: .*'bogus'"):
-        lens_ladder.check_params({**good, "lens_depth_preset": "bogus"})
+    with pytest.raises(ValueError, match="^lens_depth_presets: .*'bogus'"):
+        lens_ladder.check_params({**good, "lens_depth_presets": ["small-deep", "bogus"]})
+    with pytest.raises(ValueError, match="^lens_depth_presets: .*repeated"):
+        lens_ladder.check_params({**good, "lens_depth_presets": "mini,mini"})
+    assert lens_ladder.check_params({**good, "lens_depth_presets": "mini,small-16"})["lens_depth_presets"] == [
+        "mini", "small-16"]
     with pytest.raises(ValueError, match="^lens_budgets"):
         lens_ladder.check_params({**good, "lens_budgets": [4, 2]})
     model = two_seed_run.load_model("tied", 0)

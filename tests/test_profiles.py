@@ -66,7 +66,7 @@ def test_bad_profile_and_parameter() -> None:
     ("steps", "100", 100), ("lr", "1e-3", 1e-3), ("seeds", "0,1", [0, 1]), ("seeds", "[2, 3]", [2, 3]),
     ("seeds", "5", [5]), ("inverse_output", "true", True), ("overwrite", "0", False),
     ("ablate_factors", "1,5", [1.0, 5.0]), ("variants", "tied,tied_in5", ["tied", "tied_in5"]),
-    ("methods", "orthogonal", ["orthogonal"]), ("lens_checkpoints", "", []), ("lens_depth_preset", "", ""),
+    ("methods", "orthogonal", ["orthogonal"]), ("lens_checkpoints", "", []), ("lens_depth_presets", "", []), ("lens_depth_presets", "small-deep,small-16", ["small-deep", "small-16"]),
     ("tied_source", "none", None), ("corpus", "user/texts", "user/texts"), ("ablate_budget_minutes", "2", 2.0),
 ])
 def test_text_values_are_typed(name: str, text: str, typed: object) -> None:
@@ -86,7 +86,7 @@ def test_text_values_are_typed(name: str, text: str, typed: object) -> None:
     ("heldout_folds", 1, "0 (in-sample only) or an integer >= 2"), ("ablate_factors", [5], "at least two factors"),
     ("ablate_factors", [1, -2], "between 0.001 and 1000"), ("lens_budgets", [4, 1], "increasing"), ("lens_recipes", ["gpu"], "'cpu'"),
     ("lens_checkpoints", [-1], ">= 0"), ("methods", ["procrustes"], "'orthogonal'"), ("overwrite", "maybe", "true or false"),
-    ("prompt", " ", "non-empty"), ("vocab_size", 10, "at least 257"), ("lens_depth_preset", "deep", "allowed"),
+    ("prompt", " ", "non-empty"), ("vocab_size", 10, "at least 257"), ("lens_depth_presets", "deep", "allowed"),
 ])
 def test_bad_values_name_the_parameter(name: str, value: object, msg: str) -> None:
     with pytest.raises(ValueError, match=rf"^{name}: ") as e:

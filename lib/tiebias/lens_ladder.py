@@ -87,13 +87,13 @@ def check_checkpoints(lens_checkpoints: Any) -> list[int]:
 def check_params(params: dict[str, Any]) -> dict[str, Any]:
     """Validate notebook 03's lens parameters up front against the schema, each error naming the parameter."""
     out = dict(params)
-    for name in ("lens_steps", "lens_tokens_per_step", "lens_eval_tokens", "lens_depth_preset"):
+    for name in ("lens_steps", "lens_tokens_per_step", "lens_eval_tokens"):
         out[name] = coerce(name, out.get(name))
     out["lens_budgets"] = check_budgets(out.get("lens_budgets", [1]))
     out["lens_recipes"] = check_recipes(out.get("lens_recipes", ["cpu"]))
     out["lens_protocols"] = rung_eval.check_protocols(out.get("lens_protocols", ["package", "reference"]))
     out["lens_checkpoints"] = check_checkpoints(out.get("lens_checkpoints", []))
-    out["lens_depth_preset"] = out["lens_depth_preset"] or ""
+    out["lens_depth_presets"] = coerce("lens_depth_presets", out.get("lens_depth_presets") or [])
     return out
 
 
@@ -382,29 +382,3 @@ def scale_table(run: Run, variants: Sequence[str], seeds: Sequence[int], checkpo
         rows.append(row)
         tables.append(per_layer(seq))
     return pd.DataFrame(rows), pd.concat(tables, ignore_index=True)
-
-
-def depth_run(run: Run, preset: str, seeds: Sequence[int], config: Any, progress: bool = True) -> Run:
-    """Tied and untied models of another depth, in ``<run>/depth/<preset>/``, sharing the run's data and tokenizer.
-
-    Everything but the preset (steps, batch, learning rate, seeds) is the run's, so the two depths differ only in
-    shape. Already trained models are reused.
-    """
-    import shutil
-    from dataclasses import replace
-
-    from .models import get_preset
-    from .sweeps import train_many
-
-    get_preset(preset)
-    sub = Run(run.depth_dir(preset))
-    if not sub.config_path.exists():
-        sub.path.mkdir(parents=True, exist_ok=True)
-        for src, dst in ((run.tokenizer_dir, sub.tokenizer_dir), (run.tokens_dir, sub.tokens_dir)):
-            if not dst.exists():
-                shutil.copytree(src, dst)
-        shutil.copy2(run.frequencies_path, sub.frequencies_path)
-        shutil.copy2(run.config_path, sub.config_path)  # last: marks the sub-run as ready
-    cfg = replace(config, preset=preset)
-    train_many(sub, [(v, seed) for seed in seeds for v in ("tied", "untied")], cfg, progress=progress)
-    return sub

@@ -47,6 +47,7 @@ PRESETS: dict[str, Preset] = {
     "mini": Preset(64, 4, 4, 512, "smoke profile: a minute on a laptop CPU"),
     "small": Preset(128, 6, 4, 1024, "default CPU study: a few minutes per model on 2 cores"),
     "small-deep": Preset(128, 10, 4, 1024, "small's width with 10 layers: the depth comparison of 03_lens"),
+    "small-16": Preset(128, 16, 4, 1024, "small's width with 16 layers: the deepest model of the depth profile"),
     "base": Preset(256, 8, 8, 1024, "a larger CPU run: about 4x the cost of small"),
     "gpu-20m": Preset(384, 8, 6, 2048, "single GPU, about 20M parameters with a 50k vocabulary"),
     "gpu-60m": Preset(640, 10, 10, 2048, "single GPU, about 60M parameters with a 50k vocabulary"),

@@ -147,6 +147,14 @@ def _choice(allowed: tuple[str, ...], empty_ok: bool = False) -> Callable[[Any],
     return rule
 
 
+def _none_or(rule: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
+    """An empty list, or a list ``rule`` accepts."""
+    def check(v: Any) -> str | None:
+        """What is allowed, when a non-empty value breaks ``rule``."""
+        return None if v == [] else rule(v)
+    return check
+
+
 def _factors(v: list[float]) -> str | None:
     """Gradient factors: two or more distinct ones, each as gradients.check_factor allows (a dose-response needs two)."""
     if not all(1 / MAX_FACTOR <= x <= MAX_FACTOR for x in v):
@@ -220,8 +228,9 @@ PARAM_LIST: tuple[Param, ...] = (
     Param("lens_steps", "int", "tuned-lens training steps", ("03_lens",), "lens recipe steps", check=_at_least(1)),
     Param("lens_tokens_per_step", "int", "tuned-lens tokens per step", ("03_lens",), "lens recipe tokens_per_step",
           check=_at_least(1)),
-    Param("lens_depth_preset", "str", "a second model depth for 03_lens ('' = off), e.g. 'small-deep'", ("03_lens",),
-          "lens_ladder.depth_run(preset=)", check=_choice(tuple(PRESETS), empty_ok=True)),
+    Param("lens_depth_presets", "strs", "other model depths for 03_lens, same width ([] = off), e.g. "
+          "['small-deep', 'small-16']", ("03_lens",), "lens_depth.train_depth_models(preset=)", default=[],
+          check=_none_or(_choice(tuple(PRESETS)))),
     Param("lens_eval_tokens", "int", "lens evaluation tokens (test split)", ("03_lens",), "lens KL tables (eval_tokens=)",
           check=_at_least(1)),
     Param("lens_budgets", "ints", "lens-budget ladder: multiples of lens_steps, strictly increasing; the last carries "

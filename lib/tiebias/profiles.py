@@ -156,7 +156,7 @@ def check_lens(params: Mapping[str, Any]) -> None:
 
     ``lens_tokens_per_step`` must be whole lens sequences and ``lens_eval_tokens`` at least one (the rules of
     ``lens_fit.train_lens`` and ``lens_eval.evaluate``), every ``lens_checkpoints`` step one at which training
-    saves a checkpoint, and ``lens_depth_preset`` a shape the recipe can train.
+    saves a checkpoint, and every ``lens_depth_presets`` entry a shape the recipe can train.
     """
     n, seq_len = lens_seq_len(params["seq_len"]), params["seq_len"]
     unit = f"the lens sequence length {n} (min(seq_len={seq_len}, {LENS_MAX_SEQ_LEN}))"
@@ -170,12 +170,11 @@ def check_lens(params: Mapping[str, Any]) -> None:
         raise ValueError(f"lens_eval_tokens: {params['lens_eval_tokens']} is not allowed with seq_len={seq_len}; "
                          f"need at least one lens sequence, i.e. >= {unit}")
     _check_lens_checkpoints(params)
-    depth = params["lens_depth_preset"]
-    if depth:
+    for depth in params["lens_depth_presets"]:
         try:
             train_config(params, preset=depth)
         except ValueError as e:
-            raise ValueError(f"lens_depth_preset: {depth!r} cannot be trained with this recipe ({e})") from None
+            raise ValueError(f"lens_depth_presets: {depth!r} cannot be trained with this recipe ({e})") from None
 
 
 def _check_lens_checkpoints(params: Mapping[str, Any]) -> None:

@@ -85,6 +85,40 @@ def over_seeds(df: pd.DataFrame, value_cols: Sequence[str], by: Sequence[str], *
     return res
 
 
+class Slope(NamedTuple):
+    """Least-squares slope of y on x with a two-sided t-interval (n - 2 degrees of freedom)."""
+
+    slope: float
+    ci_low: float
+    ci_high: float
+    n: int
+
+
+def slope(x: Any, y: Any, *, level: float = 0.95) -> Slope:
+    """Slope of a straight-line fit of ``y`` on ``x`` and its t-interval (NaN interval with fewer than 3 points).
+
+    Used to ask whether a quantity grows with another (e.g. claim 3's per-seed gap with model depth).
+    """
+    from scipy.stats import t as student_t
+
+    xv, yv = _floats(x), _floats(y)
+    if xv.size != yv.size:
+        raise ValueError(f"x and y: need the same length, got {xv.size} and {yv.size}")
+    if not (np.isfinite(xv).all() and np.isfinite(yv).all()):
+        raise ValueError("x and y: NaN or infinite entries")
+    _check_level(level)
+    if xv.size < 2 or np.ptp(xv) == 0:
+        raise ValueError("x: need at least two distinct values")
+    dx = xv - xv.mean()
+    b = float((dx * (yv - yv.mean())).sum() / (dx**2).sum())
+    if xv.size < 3:
+        return Slope(b, math.nan, math.nan, int(xv.size))
+    resid = yv - yv.mean() - b * dx
+    se = math.sqrt(float((resid**2).sum()) / (xv.size - 2) / float((dx**2).sum()))
+    half = float(student_t.ppf(0.5 + level / 2, df=xv.size - 2)) * se
+    return Slope(b, b - half, b + half, int(xv.size))
+
+
 class BootstrapCI(NamedTuple):
     """Mean of per-item values with a percentile bootstrap confidence interval (items resampled)."""
 
