@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..claims import CLAIM2_SHARE
+from .. import claims
 from .style import log_axis, reference_line
 
 SERIES = {"vs_untied_input": ("untied input -> tied", "#1f77b4"),
@@ -45,7 +45,7 @@ def dose_response(table: pd.DataFrame, shares: pd.DataFrame | None = None, *, st
     if shares is not None:
         g = shares.groupby("k").output_share
         _band(fig, g.mean().index, g.mean().values, g.std(ddof=1).values, "output share", "#7f7f7f", 1, ncols, True)
-        reference_line(fig, CLAIM2_SHARE, f"claim 2 threshold {CLAIM2_SHARE:.0%}", row=1, col=ncols)
+        reference_line(fig, claims.CLAIM2_SHARE, f"claim 2 threshold {claims.CLAIM2_SHARE:.0%}", row=1, col=ncols)
         log_axis(fig, shares.k, "x", row=1, col=ncols)
         fig.update_xaxes(title_text="input-gradient factor k", row=1, col=ncols)
         fig.update_yaxes(range=[0, 1.05], title_text="output share  out / (in + out)", row=1, col=ncols)

@@ -80,8 +80,8 @@ def norm_frequency(tables: dict[str, pd.DataFrame], rhos: dict[str, float]) -> g
         fig.add_scattergl(x=seen.log10_freq, y=seen.norm, mode="markers", marker=dict(size=3, opacity=0.4,
                           color=MATRIX_COLORS.get(n, "#444")), name=n,
                           text=seen["token"] if "token" in seen else None, showlegend=False, row=1, col=j)
-        fig.update_xaxes(title_text="log10 frequency", row=1, col=j)
-    fig.update_yaxes(title_text="row L2 norm", row=1, col=1)
+        fig.update_xaxes(title_text="log10 training frequency (count)", row=1, col=j)
+        fig.update_yaxes(title_text="row L2 norm", row=1, col=j)
     fig.update_layout(height=400, title="Figure 5 analog: norm vs frequency (tokens seen in training)")
     return fig
 

@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..claims import CLAIM2_SHARE
+from .. import claims
 from ..paper import FIG4_OUTPUT_SHARE
 from .style import log_axis, reference_line
 
@@ -69,7 +69,7 @@ def gradient_flow(metrics: dict[str, pd.DataFrame], *, first_n: int | None = Non
                          ("paper, reproduction log", FIG4_OUTPUT_SHARE["reproduction_log_mean"])):
         fig.add_hline(y=value, line=dict(color="black", dash="dash", width=1), row=2, col=1,
                       annotation_text=f"{label}: {value:.0%}", annotation_position="bottom right")
-    reference_line(fig, CLAIM2_SHARE, f"claim 2 holds above {CLAIM2_SHARE:.0%}", row=2, col=1)
+    reference_line(fig, claims.CLAIM2_SHARE, f"claim 2 holds above {claims.CLAIM2_SHARE:.0%}", row=2, col=1)
     norms = [v for df in metrics.values() for c in ("input_norm", "output_norm") for v in df[c]]
     log_axis(fig, norms, "y", row=1, col=1)
     fig.update_yaxes(title_text="gradient L2 norm", row=1, col=1)
