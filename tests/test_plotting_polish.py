@@ -194,3 +194,18 @@ def test_png_is_exactly_the_figure(tmp_path) -> None:
     out = export.write_png(fig, tmp_path / "f.png")
     head = out.read_bytes()[:24]
     assert head[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", head[16:24]) == (640, 300)
+
+
+@pytest.mark.skipif(export.chromium() is None, reason="needs chromium (apt-get install -y chromium)")
+def test_readme_pngs_are_refreshed_from_a_runs_saved_figures(tmp_path, capsys) -> None:
+    (tmp_path / "run" / "figures").mkdir(parents=True)
+    go.Figure(go.Bar(x=[1], y=[2])).update_layout(height=240).write_json(tmp_path / "run" / "figures" / "a.json")
+    out = tmp_path / "figures"
+    out.mkdir()
+    for name in ("a", "b"):  # the README's images: b has no figure in this run
+        (out / f"{name}.png").write_bytes(b"old")
+    export.main([str(tmp_path / "run"), str(out)])
+    assert struct.unpack(">II", (out / "a.png").read_bytes()[16:24]) == (export.DEFAULT_WIDTH, 240)
+    assert (out / "b.png").read_bytes() == b"old" and "skipped b" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="run_dir: .* has no figures/ folder"):
+        export.from_run(tmp_path, out)

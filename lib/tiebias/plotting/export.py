@@ -63,3 +63,42 @@ def write_png(fig: go.Figure, out: str | Path, browser: str | None = None) -> Pa
     if not out.is_file():
         raise RuntimeError(f"{browser} wrote no image for {out} (exit {res.returncode}): {res.stderr[-500:]}")
     return out
+
+
+def from_run(run_dir: str | Path, out_dir: str | Path, names: list[str] | None = None) -> list[Path]:
+    """PNGs of a run's saved figures (``figures/<name>.json``, written by the notebooks) into ``out_dir``.
+
+    ``names`` defaults to the PNGs already in ``out_dir`` (the README's images), so the same images are
+    refreshed; a name the run has no figure for is reported and skipped.
+    """
+    import plotly.io as pio
+
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    if not (run_dir / "figures").is_dir():
+        raise ValueError(f"run_dir: {str(run_dir)!r} has no figures/ folder (run the notebooks on it first)")
+    names = sorted(p.stem for p in out_dir.glob("*.png")) if names is None else names
+    written = []
+    for name in names:
+        src = run_dir / "figures" / f"{name}.json"
+        if not src.is_file():
+            print(f"skipped {name}: {src} does not exist")
+            continue
+        written.append(write_png(pio.read_json(src), out_dir / f"{name}.png"))
+        print(f"wrote {written[-1]}")
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m tiebias.plotting.export RUN_DIR [OUT_DIR] [NAME ...]``: refresh the README's PNGs from a run."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("out_dir", type=Path, nargs="?", default=Path("notebooks/figures"))
+    ap.add_argument("names", nargs="*", help="figure names (default: the PNGs already in OUT_DIR)")
+    args = ap.parse_args(argv)
+    from_run(args.run_dir, args.out_dir, args.names or None)
+
+
+if __name__ == "__main__":
+    main()
