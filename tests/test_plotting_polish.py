@@ -208,4 +208,4 @@ def test_readme_pngs_are_refreshed_from_a_runs_saved_figures(tmp_path, capsys) -
     assert struct.unpack(">II", (out / "a.png").read_bytes()[16:24]) == (export.DEFAULT_WIDTH, 240)
     assert (out / "b.png").read_bytes() == b"old" and "skipped b" in capsys.readouterr().out
     with pytest.raises(ValueError, match="run_dir: .* has no figures/ folder"):
-        export.from_run(tmp_path, out)
+        export.from_run(tmp_path / "run" / "figures", out)
