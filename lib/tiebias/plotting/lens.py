@@ -190,8 +190,8 @@ def readings(layers: pd.DataFrame, table: pd.DataFrame, a: str = "tied", b: str 
     """Claim 3 under four readings (``tiebias.lens_readings.decomposition``): per-layer KL of ``a`` and ``b``, one panel
     per reading, titled with its early-layer gap and 95% CI."""
     keys = list(table.reading)
-    titles = [f"({r.reading}) {r.protocol} reading, {r.lens_steps} steps<br>early gap {r.gap:+.3g} "
-              f"[{r.ci_low:+.3g}, {r.ci_high:+.3g}]" for r in table.itertuples()]
+    titles = [f"({r.reading}) {r.protocol} reading, {r.lens_steps} steps<br>early gap {r.gap + 0.0:+.3g} "
+              f"[{r.ci_low + 0.0:+.3g}, {r.ci_high + 0.0:+.3g}]" for r in table.itertuples()]
     fig = make_subplots(rows=1, cols=len(keys), subplot_titles=titles, shared_yaxes=True, horizontal_spacing=0.03)
     for j, key in enumerate(keys):
         g = layers[layers.reading == key]
