@@ -129,7 +129,7 @@ def test_log_axes_tick_at_1_2_5_or_at_the_data(figures) -> None:
 
 @pytest.mark.parametrize(("values", "want"), [
     ([1, 2, 5, 10, 20], [1, 2, 5, 10, 20]),
-    (np.linspace(0.012, 1.9, 50), [0.02, 0.05, 0.1, 0.2, 0.5, 1, 2][:-1]),
+    (np.linspace(0.012, 1.9, 50), [0.02, 0.05, 0.1, 0.2, 0.5, 1]),
     ([0.5, *range(1, 300)], [0.5, 1, 2, 5, 10, 20, 50, 100, 200]),
     ([0, -1, np.nan], []),
 ])
@@ -166,12 +166,6 @@ def test_subplot_titles_clear_the_plot_area(figures) -> None:
     fig = figures["dose_response"]
     assert fig.layout.margin.t >= 100  # room for the figure title above the panel titles
     assert all(len(a.text) <= 40 for a in fig.layout.annotations if a.yref == "paper")
-
-
-@pytest.mark.parametrize(("x", "want"), [(-0.0, "0"), (-0.00017, "-0.00017"), (0.0012345, "0.00123"),
-                                         (float("nan"), "nan")])
-def test_numbers_never_print_negative_zero(x, want) -> None:
-    assert style.number(x) == want
 
 
 def test_notebook_tables_print_a_rounded_tiny_negative_as_zero() -> None:

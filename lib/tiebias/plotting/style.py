@@ -1,5 +1,5 @@
-"""Shared axis style: log axes ticked at 1, 2, 5, 10, 20 (plotly's own log ticks read "9 1 2 3 ... 10 2"),
-numbers that never print as "-0.0", and labelled reference lines."""
+"""Shared axis style: log axes ticked at 1, 2, 5, 10, 20 (plotly's own log ticks read "9 1 2 3 ... 10 2") and
+labelled reference lines."""
 
 from __future__ import annotations
 
@@ -11,14 +11,6 @@ import plotly.graph_objects as go
 
 MANTISSAS = (1, 2, 5)
 MAX_DATA_TICKS = 8  # up to this many distinct values (k factors, lens budgets): tick at the values themselves
-
-
-def number(x: float, digits: int = 3) -> str:
-    """``x`` with ``digits`` significant digits, never "-0" (a tiny negative keeps its digits: "-0.00017")."""
-    x = float(x)
-    if not math.isfinite(x):
-        return str(x)
-    return f"{x + 0.0:.{digits}g}"
 
 
 def tick_text(x: float) -> str:
