@@ -32,8 +32,8 @@ def dose_response(table: pd.DataFrame, shares: pd.DataFrame | None = None, *, st
         d = d[d.step == d.step.max()]
     methods = list(dict.fromkeys(d.method))
     ncols = len(methods) + (1 if shares is not None else 0)
-    titles = [f"{m} alignment" for m in methods] + (["output path's share of the gradient"] if shares is not None else [])
-    fig = make_subplots(rows=1, cols=ncols, subplot_titles=titles, horizontal_spacing=0.09)
+    titles = [f"{m} alignment" for m in methods] + (["output share of the gradient"] if shares is not None else [])
+    fig = make_subplots(rows=1, cols=ncols, subplot_titles=titles, horizontal_spacing=0.1)
     for i, m in enumerate(methods, start=1):
         dm = d[d.method == m]
         for col, (label, color) in SERIES.items():
@@ -41,14 +41,14 @@ def dose_response(table: pd.DataFrame, shares: pd.DataFrame | None = None, *, st
             _band(fig, g.mean().index, g.mean().values, g.std(ddof=1).values, label, color, 1, i, i == 1)
         log_axis(fig, dm.k, "x", row=1, col=i)
         fig.update_xaxes(title_text="input-gradient factor k", row=1, col=i)
-        fig.update_yaxes(title_text=f"mean cosine to the tied matrix ({m})", row=1, col=i)
+        fig.update_yaxes(title_text="mean cosine to tied", row=1, col=i)
     if shares is not None:
         g = shares.groupby("k").output_share
         _band(fig, g.mean().index, g.mean().values, g.std(ddof=1).values, "output share", "#7f7f7f", 1, ncols, True)
         reference_line(fig, claims.CLAIM2_SHARE, f"claim 2 threshold {claims.CLAIM2_SHARE:.0%}", row=1, col=ncols)
         log_axis(fig, shares.k, "x", row=1, col=ncols)
         fig.update_xaxes(title_text="input-gradient factor k", row=1, col=ncols)
-        fig.update_yaxes(range=[0, 1.05], title_text="output share  out / (in + out)", row=1, col=ncols)
+        fig.update_yaxes(range=[0, 1.05], title_text="out / (in + out)", row=1, col=ncols)
     n = d.seed.nunique()
     fig.update_layout(height=440, margin=dict(t=110),
                       title=f"Dose-response at step {int(d.step.max())} (bands: ± sd over {n} seeds)")
