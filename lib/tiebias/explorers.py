@@ -225,7 +225,7 @@ def prompt_view(text: str, loaded: Mapping[str, tuple[Any, Any, Any]], k: int = 
         t = t[t.lens == "tuned"]
         cols[label] = {int(layer): "  ".join(f"{show(x)} {fixed(p)}" for x, p in zip(g.token, g.prob, strict=True))
                        for layer, g in t.groupby("layer")}
-    message = f"top-{k} next tokens by layer after {quote(text)} (tuned lens)"
+    message = f"top-{k} next tokens by layer after {quote(text, 2 * QUOTE_CHARS)} (tuned lens)"
     if notes:
         message += "; " + "; ".join(notes)
     table = pd.DataFrame(cols).rename_axis("layer") if cols else None
