@@ -2,7 +2,9 @@
 
 For each HTML file (report.html, report/*.html, figures/*.html) Chromium loads the page, runs its
 scripts, and dumps the DOM; a plotly figure has drawn when its ``plotly-graph-div`` holds a
-``main-svg``. Optionally writes PNG screenshots (``--screenshots DIR``), e.g. for the README.
+``main-svg``. Optionally writes PNGs of the figures (``--screenshots DIR``, drawn from each figure's JSON by
+``tiebias.plotting.export``: no toolbar, no blank margin); ``python -m tiebias.plotting.export RUN_DIR``
+refreshes just the README's images.
 Skips with exit code 0 and a message when no Chromium is installed (``apt-get install chromium``).
 
     python bench/check_report.py runs/default [--screenshots notebooks/figures]
@@ -40,11 +42,13 @@ def rendered_dom(browser: str, page: Path) -> str:
     return res.stdout
 
 
-def screenshot(browser: str, page: Path, out: Path, size: str = "1200,700") -> None:
-    with tempfile.TemporaryDirectory() as profile:
-        subprocess.run([browser, *FLAGS, f"--user-data-dir={profile}", f"--window-size={size}",
-                        f"--screenshot={out.resolve()}", page.resolve().as_uri()],
-                       capture_output=True, text=True, timeout=180)
+def screenshot(page: Path, out: Path) -> None:
+    """PNG of the figure saved next to ``page`` (``<name>.json``), at its own size, without the plotly toolbar."""
+    import plotly.io as pio
+
+    from tiebias.plotting import export
+
+    export.write_png(pio.read_json(page.with_suffix(".json")), out)
 
 
 def check(run_dir: Path, shots: Path | None = None) -> list[tuple[str, int, int]]:
@@ -71,7 +75,7 @@ def check(run_dir: Path, shots: Path | None = None) -> list[tuple[str, int, int]
         print(f"{status:10s} {page.relative_to(run_dir)}: {figs} plotly figures, {drawn} drawn{extra}")
         if shots is not None and page.parent.name == "figures":
             shots.mkdir(parents=True, exist_ok=True)
-            screenshot(browser, page, shots / f"{page.stem}.png")
+            screenshot(page, shots / f"{page.stem}.png")
     bad = [r for r in rows if r[2] < r[1]]
     if bad:
         print(f"{len(bad)} page(s) with figures that did not draw")

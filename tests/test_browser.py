@@ -4,7 +4,8 @@ A run folder is trained by the 01 notebook (smoke profile, its seeds), JupyterLa
 02 and 03 with ``TIEBIAS_PROFILE=smoke`` and ``TIEBIAS_RUN_DIR`` set, and each notebook is run with
 "Run All Cells". The test asserts: no error output (in the page and in the saved notebook), every plotly
 figure drawn and no wider than its output area, each explorer rendered and updating when typed into
-(empty input gives a message, not a traceback), and the saved notebook holds no plotly.js bundle.
+(empty input gives a message, not a traceback), and the saved notebook holds no plotly.js bundle. A pasted
+1,160-character text gives each explorer a one-line message saying it was cut; leading spaces show the word.
 
 Needs Debian's ``chromium`` (apt-get install -y chromium) and ``playwright`` from PyPI; skipped when
 either is missing. ``.ci/run`` installs both.
@@ -236,6 +237,37 @@ def test_02_align_in_jupyterlab(page, lab) -> None:
     _explore(page, "Ġking", "'Ġking'")
 
 
+LONG_TEXT = ("the king and the queen rode to the kingdom " * 27)[:1160]  # a pasted paragraph, 1,160 characters
+
+
+def _visible(page, lab, name: str) -> None:
+    """Make sure ``name``'s notebook is open and has run (it is when the test before this one ran it)."""
+    url, root = lab
+    if f"/tree/{name}.ipynb" not in page.url or not page.locator(
+            ".jp-NotebookPanel:not(.lm-mod-hidden) .tiebias-explorer").count():
+        _run_all(page, url.format(name=name), _n_code(f"{name}.ipynb"), root.parent)
+
+
+def _one_line(page, limit: int) -> str:
+    """The visible explorer's message: one line of at most ``limit`` characters, shown no taller than two text lines."""
+    msg = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .tiebias-explorer .tiebias-explorer-message").first
+    text = msg.inner_text()
+    assert "\n" not in text and len(text) <= limit, text
+    assert msg.bounding_box()["height"] <= 60, f"message spans {msg.bounding_box()['height']} px: {text[:200]}"
+    return text
+
+
+def test_02_word_explorer_cuts_long_input_and_strips_spaces(page, lab) -> None:
+    from tiebias import explorers
+
+    _visible(page, lab, "02_align")
+    _explore(page, LONG_TEXT, f"input cut to its first {explorers.MAX_WORD_CHARS} characters (it had 1,160)")
+    _one_line(page, 400)
+    _tables(page, 1)
+    _explore(page, "   king", "showing ␣king")  # leading spaces: the word, not the space token
+    assert "Ġ" not in page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .tiebias-explorer table").inner_text()
+
+
 def test_03_lens_in_jupyterlab(page, lab) -> None:
     url, root = lab
     _run_all(page, url.format(name="03_lens"), _n_code("03_lens.ipynb"), root.parent)
@@ -243,4 +275,13 @@ def test_03_lens_in_jupyterlab(page, lab) -> None:
     _explore(page, "", "Type a prompt")
     _tables(page, 0)
     _explore(page, "To be, or not to be", "after 'To be, or not to be'")
+    _tables(page, 1)
+
+
+def test_03_prompt_explorer_cuts_long_input(page, lab) -> None:
+    from tiebias import explorers
+
+    _visible(page, lab, "03_lens")
+    _explore(page, LONG_TEXT, f"input cut to its first {explorers.MAX_PROMPT_CHARS} characters (it had 1,160)")
+    _one_line(page, 300)
     _tables(page, 1)

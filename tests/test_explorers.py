@@ -13,13 +13,14 @@ import sys
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 import torch
 from nbclient import NotebookClient
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from tiebias import comparisons, explorers, lens_eval, notebook, tokens
+from tiebias import comparisons, explorers, lens_eval, notebook, token_text, tokens
 from tiebias import lens as tl
 from tiebias import models as tm
 from tiebias.embeddings import Embeddings
@@ -60,17 +61,18 @@ def test_empty_input_gives_a_message_and_no_table(one_vocab, text) -> None:
     assert explorers.resolve_token(text, one_vocab["tied"]).shown is None
 
 
-@pytest.mark.parametrize("typed", ["king", " king", "Ġking", "king "])
+@pytest.mark.parametrize("typed", ["king", " king", "Ġking", "king ", "  king", "\tking\n", "␣king"])
 def test_plain_word_leading_space_and_token_string_all_reach_the_word_token(one_vocab, tok_a, typed) -> None:
     want = tok_a.convert_tokens_to_ids("Ġking")
     assert want != tok_a.unk_token_id
     r = explorers.resolve_token(typed, one_vocab["tied"])
     assert r.shown == want and r.pieces == ["Ġking"]
-    assert "'Ġking'" in r.message and "showing" in r.message
+    assert "showing ␣king" in r.message and "Ġ" not in r.message.replace(repr(typed), "")
     view = explorers.neighbour_view(typed, one_vocab, k=4)
     assert list(view.table.columns) == ["tied", "untied input", "untied output"]
     expected = comparisons.neighbour_table(one_vocab["untied output"].emb, "output", want, 4)
-    assert view.table["untied output"].tolist() == [f"{t!r} {c:.2f}" for t, c in zip(expected.token, expected.cosine, strict=True)]
+    assert view.table["untied output"].tolist() == [f"{token_text.show(t)} {explorers.fixed(c)}"
+                                                    for t, c in zip(expected.token, expected.cosine, strict=True)]
 
 
 def test_multi_token_word_shows_its_pieces_and_the_first(one_vocab, tok_a) -> None:
@@ -104,7 +106,8 @@ def test_two_vocabularies_each_space_uses_its_own_tokenizer(tok_a, tok_b) -> Non
     for col, emb, which, i in (("tied", tied, "input", id_a), ("untied input", untied, "input", id_b),
                                ("untied output", untied, "output", id_b)):
         nb = comparisons.neighbour_table(emb, which, i, 3)
-        assert view.table[col].tolist() == [f"{t!r} {c:.2f}" for t, c in zip(nb.token, nb.cosine, strict=True)]
+        assert view.table[col].tolist() == [f"{token_text.show(t)} {explorers.fixed(c)}"
+                                            for t, c in zip(nb.token, nb.cosine, strict=True)]
     # a token string of one vocabulary only (the old "'Ġkingdom' is not in list" crash): no error, both explained
     only_a = next(t for t in ("Ġkingdom", "Ġsweet", "Ġrode") if t in tok_a.get_vocab() and t not in tok_b.get_vocab())
     view = explorers.neighbour_view(only_a, spaces, k=3)
@@ -155,7 +158,8 @@ def test_prompt_view_tabulates_each_model_with_its_tokenizer(loaded) -> None:
     model, lens, tok = loaded["untied"]
     t = lens_eval.top_tokens_by_layer(model, lens, tok, "the king", k=2)
     t = t[(t.lens == "tuned") & (t.layer == 0)]
-    assert view.table.loc[0, "untied"] == "  ".join(f"{x!r} {p:.2f}" for x, p in zip(t.token, t.prob, strict=True))
+    assert view.table.loc[0, "untied"] == "  ".join(f"{token_text.show(x)} {explorers.fixed(p)}"
+                                                    for x, p in zip(t.token, t.prob, strict=True))
     assert len(view.table) == model.config.num_hidden_layers + 1
 
 
@@ -164,7 +168,7 @@ def test_explorer_ui_updates_on_typing_and_never_raises(one_vocab) -> None:
     box, msg, out = ui.children
     assert explorers.EMPTY_WORD.split(",")[0] in msg.value
     box.value = "king"
-    assert "Ġking" in msg.value
+    assert "␣king" in msg.value
     box.value = ""
     assert "Type a word" in msg.value
 
@@ -226,7 +230,7 @@ def test_align_notebook_runs_on_an_external_pair_with_two_vocabularies(tmp_path:
                                                         "tied_source": str(tied), "untied_source": str(untied),
                                                         "heldout_folds": 0})
     text = "".join(o.get("text", "") for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", []))
-    assert "'king' -> ['Ġking']: showing 'Ġking'" in text  # both vocabularies have the word, as different rows
+    assert "'king' -> ␣king: showing ␣king" in text  # both vocabularies have the word, as different rows
     assert "Claim 1 (tied closer to untied output" in text  # the cell after the explorer ran
 
 
@@ -260,3 +264,62 @@ def test_make_setup_installs_a_filter_that_keeps_executed_notebooks_out_of_git(t
     assert git("diff") == ""  # outputs, counts and stripped metadata are invisible to git
     git("add", "-A")  # (git status lists a file whose size changed until the index is refreshed, e.g. by add)
     assert git("status", "--porcelain") == "" and git("diff", "--cached") == ""  # ids and sources as committed
+
+
+def test_leading_spaces_show_the_word_not_the_space_token(one_vocab, tok_a) -> None:
+    # unstripped, two leading spaces tokenize as the bare space token first: its neighbours were shown
+    assert tok_a.convert_ids_to_tokens(tok_a.encode("  king", add_special_tokens=False))[0] == "Ġ"
+    view = explorers.neighbour_view("  king", one_vocab, k=3)
+    assert view.message == "'king' -> ␣king: showing ␣king"
+    want = comparisons.neighbour_table(one_vocab["tied"].emb, "input", tok_a.convert_tokens_to_ids("Ġking"), 3)
+    assert view.table["tied"].tolist() == [f"{token_text.show(t)} {explorers.fixed(c)}"
+                                           for t, c in zip(want.token, want.cosine, strict=True)]
+    assert explorers.resolve_token("␣", one_vocab["tied"]).pieces == ["Ġ"]  # the space token, typed on purpose
+
+
+def test_long_word_input_is_cut_with_a_one_line_message(one_vocab) -> None:
+    text = ("the king and the queen rode to the kingdom " * 27)[:1160]
+    view = explorers.neighbour_view(text, one_vocab, k=3)
+    cut = f"input cut to its first {explorers.MAX_WORD_CHARS} characters (it had 1,160)"
+    assert cut in view.message and "\n" not in view.message
+    assert len(view.message) < 400, view.message  # was the whole text and its hundreds of pieces
+    assert "more)" in view.message and view.message.count(" + ") <= explorers.MAX_PIECES + 1
+    assert view.table is not None and view.table.shape == (3, 3)
+
+
+def test_long_prompt_is_cut_and_echoed_short(loaded) -> None:
+    text = "  " + "the king and the queen rode to the kingdom " * 27
+    view = explorers.prompt_view(text, loaded, k=2)
+    n = len(text.strip())
+    assert f"input cut to its first {explorers.MAX_PROMPT_CHARS} characters (it had {n:,})" in view.message
+    assert len(view.message) < 250 and "…" in view.message
+    short = explorers.prompt_view(text.strip()[: explorers.MAX_PROMPT_CHARS].rstrip(), loaded, k=2)
+    assert view.table.equals(short.table)  # the cut prompt is what the models read
+
+
+def test_one_whitespace_notation_in_tables_and_figures(one_vocab, loaded) -> None:
+    cells = [c for col in explorers.neighbour_view("the", one_vocab, k=8).table.values.tolist() for c in col]
+    cells += [c for col in explorers.prompt_view("the king,\nthe", loaded, k=3).table.values.tolist() for c in col]
+    joined = " ".join(cells)
+    assert "␣" in joined and not any(ch in joined for ch in ("Ġ", "Ċ", "'", "\\n", "\n"))
+    assert token_text.show("Ġking") == "␣king" and token_text.show("Ċ") == "↵" and token_text.show("▁the") == "␣the"
+    assert token_text.show("Ġkingdomsandcastles", 8) == "␣kingdo…"
+    model, lens, tok = loaded["tied"]
+    fig = lplot.trajectory_figure(lens_eval.trajectory(model, lens, tok, "the king,\nthe queen"))
+    heat = fig.data[0]
+    labels = [*heat.x, *np.asarray(heat.text).ravel()]
+    assert not any(ch in "".join(labels) for ch in ("Ġ", "Ċ", "_"))
+    assert "↵" in "".join(heat.x) and "␣" in "".join(heat.x)
+    assert list(heat.y)[-1] == "model output" and heat.textfont.size >= 12
+    assert "␣ = space" in fig.layout.xaxis.title.text
+
+
+def test_explorer_prints_the_legend_once(one_vocab, capsys) -> None:
+    ui = explorers.explorer(lambda s: explorers.neighbour_view(s, one_vocab, k=2), value="king")
+    ui.children[0].value = "queen"
+    assert capsys.readouterr().out.count(token_text.LEGEND) == 1
+
+
+@pytest.mark.parametrize(("x", "want"), [(-0.001, "0.00"), (-0.004999, "0.00"), (-0.006, "-0.01"), (0.834, "0.83")])
+def test_scores_never_print_as_negative_zero(x, want) -> None:
+    assert explorers.fixed(x) == want

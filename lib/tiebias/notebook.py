@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
@@ -18,12 +20,19 @@ PLOTLY_MIME = "application/vnd.plotly.v1+json"
 PLOTLY_JS = "plotly.min.js"
 
 
+def table_number(x: float) -> str:
+    """A float as tables print it: at most 6 decimals, trailing zeros dropped, never "-0" (a rounded -0.0002)."""
+    return np.format_float_positional(float(x) + 0.0, precision=6, unique=True, trim="-")
+
+
 def setup() -> None:
-    """Render plotly figures as the plotly mimetype (drawn by JupyterLab, no plotly.js in the notebook); quiet HF bars."""
+    """Render plotly figures as the plotly mimetype (drawn by JupyterLab, no plotly.js in the notebook), print table
+    floats with :func:`table_number` (a tiny negative rounded by ``.round(3)`` shows 0, not -0.0); quiet HF bars."""
     from transformers.utils import logging as hf_logging
 
     pio.renderers.default = "plotly_mimetype"
     pio.templates.default = "plotly_white"
+    pd.set_option("display.float_format", table_number)
     hf_logging.disable_progress_bar()  # no "Loading weights" bar per model load in executed notebooks
 
 

@@ -7,6 +7,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .. import claims
+from .style import log_axis, reference_line
+
 SERIES = {"vs_untied_input": ("untied input -> tied", "#1f77b4"),
           "vs_untied_output": ("untied output -> tied", "#d62728")}
 
@@ -29,23 +32,26 @@ def dose_response(table: pd.DataFrame, shares: pd.DataFrame | None = None, *, st
         d = d[d.step == d.step.max()]
     methods = list(dict.fromkeys(d.method))
     ncols = len(methods) + (1 if shares is not None else 0)
-    titles = [f"{m} alignment" for m in methods] + (["output share of the applied gradient"] if shares is not None else [])
-    fig = make_subplots(rows=1, cols=ncols, subplot_titles=titles)
+    titles = [f"{m} alignment" for m in methods] + (["output share of the gradient"] if shares is not None else [])
+    fig = make_subplots(rows=1, cols=ncols, subplot_titles=titles, horizontal_spacing=0.1)
     for i, m in enumerate(methods, start=1):
         dm = d[d.method == m]
         for col, (label, color) in SERIES.items():
             g = dm.groupby("k")[col]
             _band(fig, g.mean().index, g.mean().values, g.std(ddof=1).values, label, color, 1, i, i == 1)
-        fig.update_xaxes(type="log", title_text="input-gradient factor k", row=1, col=i)
-        fig.update_yaxes(title_text="mean cosine", row=1, col=i)
+        log_axis(fig, dm.k, "x", row=1, col=i)
+        fig.update_xaxes(title_text="input-gradient factor k", row=1, col=i)
+        fig.update_yaxes(title_text="mean cosine to tied", row=1, col=i)
     if shares is not None:
         g = shares.groupby("k").output_share
         _band(fig, g.mean().index, g.mean().values, g.std(ddof=1).values, "output share", "#7f7f7f", 1, ncols, True)
-        fig.add_hline(y=0.5, line=dict(dash="dot", color="gray"), row=1, col=ncols)
-        fig.update_xaxes(type="log", title_text="input-gradient factor k", row=1, col=ncols)
-        fig.update_yaxes(range=[0, 1], row=1, col=ncols)
+        reference_line(fig, claims.CLAIM2_SHARE, f"claim 2 threshold {claims.CLAIM2_SHARE:.0%}", row=1, col=ncols)
+        log_axis(fig, shares.k, "x", row=1, col=ncols)
+        fig.update_xaxes(title_text="input-gradient factor k", row=1, col=ncols)
+        fig.update_yaxes(range=[0, 1.05], title_text="out / (in + out)", row=1, col=ncols)
     n = d.seed.nunique()
-    fig.update_layout(height=420, title=f"Dose-response at step {int(d.step.max())} (bands: ± sd over {n} seeds)")
+    fig.update_layout(height=440, margin=dict(t=110),
+                      title=f"Dose-response at step {int(d.step.max())} (bands: ± sd over {n} seeds)")
     return fig
 
 
@@ -61,6 +67,7 @@ def over_steps(table: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
             fig.add_scatter(x=g.index, y=g.values, mode="lines+markers", name=f"k={k:g}",
                             line=dict(color=palette[i % len(palette)]), legendgroup=f"k{k}", showlegend=j == 1,
                             row=1, col=j)
-        fig.update_xaxes(title_text="step", row=1, col=j)
+        fig.update_xaxes(title_text="training step", row=1, col=j)
+        fig.update_yaxes(title_text=f"mean cosine ({method})", row=1, col=j)
     fig.update_layout(height=380, title=f"{method} alignment through training, per k (mean over seeds)")
     return fig

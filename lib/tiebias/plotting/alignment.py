@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..paper import TABLE1
+from .style import log_axis
 
 PAIRING_COLORS = {"within model": "#7f7f7f", "same seed": "#ff7f0e", "cross seed": "#1f77b4"}
 MATRIX_COLORS = {"untied input": "#1f77b4", "untied output": "#d62728", "tied": "#9467bd"}
@@ -30,6 +31,7 @@ def table1_bars(df: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
         fig.add_scatter(x=xs, y=[TABLE1[model][c][method] for c in xs], mode="markers", name=f"paper, {model}",
                         marker=dict(symbol=symbol, size=12, color="black"))
     fig.update_layout(barmode="group", height=460, yaxis_title=f"mean cosine ({method})",
+                      xaxis_title="comparison (matrix mapped -> matrix it is compared with)",
                       title=f"Table 1 analog: {method} alignment (bars: mean ± sd over seed pairs)")
     return fig
 
@@ -59,7 +61,10 @@ def evolution(ev: pd.DataFrame) -> go.Figure:
             x = np.maximum(mean.index.values, 0.5)  # log axis: show step 0 at 0.5
             fig.add_scatter(x=x, y=mean.values, error_y=dict(array=sd.values), mode="lines+markers", name=m,
                             line=dict(color=color), legendgroup=m, showlegend=j == 1, row=1, col=j)
-    fig.update_xaxes(type="log", title_text="step (0 shown at 0.5)")
+    log_axis(fig, np.maximum(ev.step.to_numpy(dtype=float), 0.5), "x")
+    fig.update_xaxes(title_text="training step (log; step 0 shown at 0.5)")
+    fig.update_yaxes(title_text="mean per-token cosine", row=1, col=1)
+    fig.update_yaxes(title_text="mean per-token cosine", row=1, col=2)
     fig.update_layout(height=420, title="Figure 3 analog: how far each matrix moves (mean ± sd over seeds)")
     return fig
 
@@ -75,18 +80,30 @@ def norm_frequency(tables: dict[str, pd.DataFrame], rhos: dict[str, float]) -> g
         fig.add_scattergl(x=seen.log10_freq, y=seen.norm, mode="markers", marker=dict(size=3, opacity=0.4,
                           color=MATRIX_COLORS.get(n, "#444")), name=n,
                           text=seen["token"] if "token" in seen else None, showlegend=False, row=1, col=j)
-        fig.update_xaxes(title_text="log10 frequency", row=1, col=j)
-    fig.update_yaxes(title_text="row L2 norm", row=1, col=1)
+        fig.update_xaxes(title_text="log10 training frequency (count)", row=1, col=j)
+        fig.update_yaxes(title_text="row L2 norm", row=1, col=j)
     fig.update_layout(height=400, title="Figure 5 analog: norm vs frequency (tokens seen in training)")
     return fig
 
 
 def by_frequency(tables: dict[str, pd.DataFrame]) -> go.Figure:
-    """Alignment per frequency bin (rarest first): does the output bias grow where input gradients are rare?"""
+    """Alignment per frequency bin (rarest first): does the output bias grow where input gradients are rare?
+
+    Bars: mean per-token cosine of the bin; error bars: ± the per-token sd within the bin (the spread of
+    tokens, not an uncertainty of the mean), clipped to the cosine's range [-1, 1].
+    """
     fig = go.Figure()
     colors = ["#d62728", "#1f77b4", "#7f7f7f"]
     for (label, t), c in zip(tables.items(), colors, strict=False):
-        fig.add_bar(x=t["bin"], y=t["mean"], error_y=dict(array=t["std"].fillna(0).values), name=label, marker_color=c)
-    fig.update_layout(barmode="group", height=400, xaxis_title="frequency bin (q1 = rarest seen tokens)",
-                      yaxis_title="mean per-token cosine", title="Alignment by token frequency")
+        mean, sd = t["mean"].to_numpy(dtype=float), t["std"].fillna(0).to_numpy(dtype=float)
+        up, down = np.minimum(sd, 1 - mean), np.minimum(sd, mean + 1)
+        n = t["n"] if "n" in t else pd.Series(np.nan, index=t.index)
+        fig.add_bar(x=t["bin"], y=mean, name=label, marker_color=c,
+                    error_y=dict(type="data", array=up, arrayminus=down, symmetric=False),
+                    customdata=np.column_stack([sd, n]),
+                    hovertemplate="%{x}: mean %{y:.3f}, per-token sd %{customdata[0]:.3f}, "
+                                  "%{customdata[1]} tokens<extra>%{fullData.name}</extra>")
+    fig.update_layout(barmode="group", height=420, xaxis_title="frequency bin (q1 = rarest seen tokens)",
+                      yaxis_title="mean per-token cosine",
+                      title="Alignment by token frequency (error bars: ± per-token sd within the bin, clipped at 1)")
     return fig

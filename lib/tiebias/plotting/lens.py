@@ -11,6 +11,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .. import token_text
+from .style import log_axis
+
 if TYPE_CHECKING:
     from tuned_lens.plotting import PredictionTrajectory
 
@@ -76,7 +79,7 @@ def ladder(df: pd.DataFrame, column: str = "kl_tuned_bits", title: str = "") -> 
     cols = min(len(layers), 4)
     rows = -(-len(layers) // cols)
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"layer {i}" for i in layers],
-                        horizontal_spacing=0.06, vertical_spacing=0.12)
+                        horizontal_spacing=0.08, vertical_spacing=0.22 if rows > 1 else 0.12)
     for j, layer in enumerate(layers):
         r, c = j // cols + 1, j % cols + 1
         for recipe in recipes:
@@ -88,10 +91,10 @@ def ladder(df: pd.DataFrame, column: str = "kl_tuned_bits", title: str = "") -> 
                                 name=name, legendgroup=name, showlegend=j == 0,
                                 line=dict(color=COLORS.get(v, "#7f7f7f"), dash="solid" if recipe == recipes[0] else "dash"),
                                 row=r, col=c)
-        fig.update_xaxes(type="log", row=r, col=c)
-    fig.update_xaxes(title_text="lens training steps", row=rows)
-    fig.update_yaxes(title_text="KL (bits)", col=1)
-    fig.update_layout(height=300 * rows + 80,
+        log_axis(fig, df.lens_steps, "x", row=r, col=c)
+        fig.update_xaxes(title_text="lens training steps", row=r, col=c)
+        fig.update_yaxes(title_text="KL (bits)", row=r, col=c)
+    fig.update_layout(height=320 * rows + 80,
                       title=title or "tuned-lens KL per layer against lens budget (mean ± sd over seeds)")
     return fig
 
@@ -103,9 +106,8 @@ def ladder_gap(ladder_gaps: pd.DataFrame) -> go.Figure:
         fig.add_scatter(x=g.budget, y=g.gap, mode="lines+markers", name=str(recipe), error_y=_ci_errors(g))
     fig.add_hline(y=0, line=dict(color="black", width=1))
     fig.update_layout(height=360, title="early-layer tuned-lens KL gap (tied - untied) by lens budget, 95% CI",
-                      xaxis_title="lens budget (multiple of lens_steps)", yaxis_title="KL gap (bits)",
-                      xaxis=dict(type="log"))
-    return fig
+                      xaxis_title="lens budget (multiple of lens_steps)", yaxis_title="KL gap (bits)")
+    return log_axis(fig, ladder_gaps.budget, "x")
 
 
 def gap_vs_loss(scale: pd.DataFrame, extra: dict[str, dict] | None = None) -> go.Figure:
@@ -129,6 +131,18 @@ def gap_vs_loss(scale: pd.DataFrame, extra: dict[str, dict] | None = None) -> go
     return fig
 
 
+class _Formatter:
+    """The package's token formatter in this kit's whitespace notation (:mod:`tiebias.token_text`)."""
+
+    def __init__(self, max_chars: int = 8) -> None:
+        self.max_chars = max_chars
+        self.vectorized_format = np.vectorize(self.format, otypes=[object])
+
+    def format(self, token: Any) -> str:
+        """``Ġking`` -> ``␣king``, cut to ``max_chars``; a non-string (unknown id) -> ``<unk>``."""
+        return token_text.show(token, self.max_chars) if isinstance(token, str) else "<unk>"
+
+
 def trajectory_figure(
     traj: PredictionTrajectory,
     statistic: Literal["cross_entropy", "entropy", "forward_kl", "rank", "max_probability"] = "cross_entropy",
@@ -136,27 +150,39 @@ def trajectory_figure(
     token_width: int = 80,
     max_width: int = 900,
 ) -> Any:
-    """Plotly heatmap of one trajectory statistic (layers x tokens).
+    """Plotly heatmap of one trajectory statistic (layers x tokens), each cell labelled with the lens's top token.
 
     ``token_width`` pixels per token plus 200, capped at ``max_width`` so the figure fits a notebook
-    (about 950 px wide). Re-implements ``TrajectoryStatistic.figure`` because the package sets
-    ``colorbar.titleside``, which plotly >= 6 rejects; the colorbar title is passed
-    in the current ``colorbar.title.side`` form instead.
+    (about 950 px wide). Tokens are shown in :mod:`tiebias.token_text`'s notation (legend in the x-axis
+    title), cell labels at a legible 12 px, and the top row is named "model output" (the model's own
+    prediction, not a lens). Re-implements ``TrajectoryStatistic.figure`` because the package sets
+    ``colorbar.titleside``, which plotly >= 6 rejects; the colorbar title is passed in the current
+    ``colorbar.title.side`` form instead.
     """
+    from dataclasses import replace
+
     if statistic not in ("cross_entropy", "entropy", "forward_kl", "rank", "max_probability"):
         raise ValueError(
             f"statistic: must be one of cross_entropy, entropy, forward_kl, rank, max_probability; got {statistic!r}"
         )
     if isinstance(max_width, bool) or not isinstance(max_width, int) or max_width < 300:
         raise ValueError(f"max_width: must be an int >= 300 (pixels), got {max_width!r}")
-    stat = getattr(traj, statistic)()
-    heat = stat.heatmap(colorbar={"title": {"text": f"{stat.name} ({stat.units})", "side": "right"}})
+    stat = getattr(traj, statistic)(formatter=_Formatter())
+    rows = stat.stats.shape[0]
+    layers = [str(i) for i in range(rows - 1)] + ["model output"] if stat.includes_output else list(map(str, range(rows)))
+    labels = stat.sequence_labels
+    if traj.tokenizer is not None:
+        labels = np.array([token_text.show(t, 10) for t in traj.tokenizer.convert_ids_to_tokens(traj.input_ids.tolist())])
+    stat = replace(stat, sequence_labels=labels, _layer_labels=np.array(layers))
+    heat = stat.heatmap(colorbar={"title": {"text": f"{stat.name} ({stat.units})", "side": "right"}},
+                        textfont={"size": 12})
     return go.Figure(heat).update_layout(
         title_text=title,
         title_x=0.5,
         width=min(max_width, 200 + token_width * stat.stats.shape[1]),
-        xaxis_title="Input",
-        yaxis_title="Layer",
+        height=max(320, 150 + 34 * rows),
+        xaxis_title=f"input token ({token_text.SPACE} = space, {token_text.NEWLINE} = newline)",
+        yaxis_title="layer (0 = embeddings)",
     )
 
 
@@ -164,8 +190,8 @@ def readings(layers: pd.DataFrame, table: pd.DataFrame, a: str = "tied", b: str 
     """Claim 3 under four readings (``tiebias.lens_readings.decomposition``): per-layer KL of ``a`` and ``b``, one panel
     per reading, titled with its early-layer gap and 95% CI."""
     keys = list(table.reading)
-    titles = [f"({r.reading}) {r.protocol} reading, {r.lens_steps} steps<br>early gap {r.gap:+.3g} "
-              f"[{r.ci_low:+.3g}, {r.ci_high:+.3g}]" for r in table.itertuples()]
+    titles = [f"({r.reading}) {r.protocol} reading, {r.lens_steps} steps<br>early gap {r.gap + 0.0:+.3g} "
+              f"[{r.ci_low + 0.0:+.3g}, {r.ci_high + 0.0:+.3g}]" for r in table.itertuples()]
     fig = make_subplots(rows=1, cols=len(keys), subplot_titles=titles, shared_yaxes=True, horizontal_spacing=0.03)
     for j, key in enumerate(keys):
         g = layers[layers.reading == key]

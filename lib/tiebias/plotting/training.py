@@ -6,7 +6,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .. import claims
 from ..paper import FIG4_OUTPUT_SHARE
+from .style import log_axis, reference_line
 
 COLORS = {"tied": "#d62728", "untied": "#1f77b4"}
 
@@ -67,8 +69,11 @@ def gradient_flow(metrics: dict[str, pd.DataFrame], *, first_n: int | None = Non
                          ("paper, reproduction log", FIG4_OUTPUT_SHARE["reproduction_log_mean"])):
         fig.add_hline(y=value, line=dict(color="black", dash="dash", width=1), row=2, col=1,
                       annotation_text=f"{label}: {value:.0%}", annotation_position="bottom right")
-    fig.update_yaxes(type="log", title_text="gradient L2 norm", row=1, col=1)
+    reference_line(fig, claims.CLAIM2_SHARE, f"claim 2 holds above {claims.CLAIM2_SHARE:.0%}", row=2, col=1)
+    norms = [v for df in metrics.values() for c in ("input_norm", "output_norm") for v in df[c]]
+    log_axis(fig, norms, "y", row=1, col=1)
+    fig.update_yaxes(title_text="gradient L2 norm", row=1, col=1)
     fig.update_yaxes(range=[0, 1], title_text="share", row=2, col=1)
-    fig.update_xaxes(title_text="step", row=2, col=1)
+    fig.update_xaxes(title_text="training step", row=2, col=1)
     fig.update_layout(height=620, title="Gradient flow into the tied embedding (cf. paper Figure 4)")
     return fig
