@@ -63,5 +63,10 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/train_throughput.py
 
+# walkthrough/: the executed notebooks of a run as Markdown with PNG figures (needs Chromium); RUN defaults to runs/class
+.PHONY: walkthrough
+walkthrough: $(STAMP)
+	$(BIN)/python -m tiebias walkthrough $(if $(filter command line environment,$(origin RUN)),$(RUN),runs/class)
+
 clean-runs:
 	rm -rf runs/smoke
