@@ -36,10 +36,8 @@ def _kernel_language_info() -> dict:
         km.shutdown_kernel(now=True)
 
 
-def _saved_in_jupyterlab(source: dict, folder: Path) -> Path:
-    """The source as JupyterLab saves it after Run All: outputs, counts, kernel blocks, widget state, cell metadata."""
-    from jupyter_server.services.contents.filemanager import FileContentsManager
-
+def _run_all(source: dict) -> dict:
+    """The source as JupyterLab holds it after Run All: outputs, counts, kernel blocks, widget state, cell metadata."""
     nb = json.loads(json.dumps(source))
     for n, cell in enumerate(c for c in nb["cells"] if c["cell_type"] == "code"):
         cell["execution_count"] = n + 1
@@ -51,8 +49,16 @@ def _saved_in_jupyterlab(source: dict, folder: Path) -> Path:
     nb["metadata"]["language_info"] = _kernel_language_info()
     nb["metadata"]["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}, "version_major": 2,
                                                                                "version_minor": 0}}
-    folder.mkdir()
-    FileContentsManager(root_dir=str(folder)).save({"type": "notebook", "format": "json", "content": nb}, "nb.ipynb")
+    return nb
+
+
+def _save(nb: dict, folder: Path, **hooks: object) -> Path:
+    """Save a notebook as JupyterLab's server does (its contents manager)."""
+    from jupyter_server.services.contents.filemanager import FileContentsManager
+
+    folder.mkdir(exist_ok=True)
+    FileContentsManager(root_dir=str(folder), **hooks).save({"type": "notebook", "format": "json", "content": nb},
+                                                            "nb.ipynb")
     return folder / "nb.ipynb"
 
 
@@ -62,20 +68,26 @@ def _git(repo: Path, *args: str) -> str:
                           capture_output=True, text=True, check=True).stdout
 
 
-@pytest.mark.skipif(shutil.which("git") is None, reason="no git")
-def test_unchanged_notebook_saved_in_jupyterlab_leaves_git_clean(tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    source_text = (ROOT / "notebooks" / "01_train.ipynb").read_text(encoding="utf-8")
-    (repo / "nb.ipynb").write_text(source_text, encoding="utf-8")
-    shutil.copy(ROOT / ".gitattributes", repo / ".gitattributes")
+def _filtered_repo(repo: Path) -> None:
+    """A git repository with the filter make setup installs, its files committed."""
+    for f in (".gitattributes", ".gitignore"):  # (.gitignore: the checkpoints a save writes beside the notebook)
+        shutil.copy(ROOT / f, repo / f)
     _git(repo, "init", "-q")
     _git(repo, "config", "filter.nbstripout.clean", f'"{sys.executable}" -m tiebias.nbfilter')
     _git(repo, "config", "filter.nbstripout.smudge", "cat")
     _git(repo, "config", "filter.nbstripout.required", "true")
     _git(repo, "add", ".")
     _git(repo, "commit", "-qm", "sources")
-    saved = _saved_in_jupyterlab(json.loads(source_text), tmp_path / "lab")
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="no git")
+def test_unchanged_notebook_saved_in_jupyterlab_leaves_git_clean(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    source_text = (ROOT / "notebooks" / "01_train.ipynb").read_text(encoding="utf-8")
+    (repo / "nb.ipynb").write_text(source_text, encoding="utf-8")
+    _filtered_repo(repo)
+    saved = _save(_run_all(json.loads(source_text)), tmp_path / "lab")
     shutil.copy(saved, repo / "nb.ipynb")
     assert '"version": "3.' in saved.read_text() and '"outputs": []' not in saved.read_text()
     assert _git(repo, "diff") == ""
@@ -86,3 +98,19 @@ def test_unchanged_notebook_saved_in_jupyterlab_leaves_git_clean(tmp_path: Path)
     _git(repo, "config", "filter.nbstripout.clean", f'"{sys.executable}" -m nbstripout --keep-id')
     shutil.copy(saved, repo / "nb.ipynb")
     assert '"display_name": "Python 3 (tiebias)"' in _git(repo, "diff")
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="no git")
+def test_post_save_hook_keeps_git_status_clean_and_stages_no_real_change(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    source = json.loads((ROOT / "notebooks" / "02_align.ipynb").read_text(encoding="utf-8"))
+    (tmp_path / "nb.ipynb").write_text(json.dumps(source, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    _filtered_repo(tmp_path)
+    hook = {"post_save_hook": "tiebias.nbfilter.post_save"}  # as jupyter lab --ContentsManager.post_save_hook=...
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(LIB), os.environ.get("PYTHONPATH", "")]))  # for the filter
+    nb = _run_all(source)
+    _save(nb, tmp_path, **hook)
+    assert _git(tmp_path, "status", "--porcelain") == ""  # outputs and kernel details only: not listed
+    nb["cells"][0]["source"] = "# an edit"
+    _save(nb, tmp_path, **hook)
+    assert _git(tmp_path, "status", "--porcelain") == " M nb.ipynb\n"  # a real change: listed, not staged

@@ -14,8 +14,11 @@ conversion named in ``.gitattributes``.
 from __future__ import annotations
 
 import io
+import shutil
+import subprocess
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import nbformat
@@ -48,6 +51,29 @@ def clean(text: str) -> str:
         out = io.StringIO()
         nbformat.write(nb, out)
     return out.getvalue()
+
+
+def post_save(model: dict | None = None, os_path: str = "", contents_manager: Any = None, **_: Any) -> None:
+    """Jupyter's post-save hook: a saved notebook whose stored text is unchanged gets its git record refreshed.
+
+    git status compares file sizes before contents, so it lists a notebook whose outputs changed its size
+    even when the filtered text is as committed; ``git add`` of such a file stages nothing and refreshes
+    that record. A notebook with real changes, an untracked one or one outside git is left alone. Enable
+    it with ``jupyter lab --ContentsManager.post_save_hook=tiebias.nbfilter.post_save``.
+    """
+    path = Path(os_path)
+    if path.suffix != ".ipynb" or shutil.which("git") is None:
+        return
+
+    def git(*args: str) -> int:
+        return subprocess.run(["git", *args, "--", path.name], cwd=path.parent, capture_output=True,
+                              timeout=120).returncode
+
+    try:
+        if git("ls-files", "--error-unmatch") == 0 and git("diff", "--quiet") == 0:
+            git("add")
+    except (OSError, subprocess.SubprocessError):
+        pass  # saving never fails because of git
 
 
 def main(argv: list[str] | None = None) -> int:
