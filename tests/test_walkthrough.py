@@ -134,3 +134,16 @@ def test_figures_are_drawn_at_their_size_times_the_scale() -> None:
     assert [figure_png.png_size(p) for p in pngs] == [(480, 300), (1350, 750)]
     with pytest.raises(ValueError, match="^scale: 9"):
         figure_png.figures_to_png(figs, scale=9)
+
+
+def test_without_chromium_the_cli_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(figure_png.shutil, "which", lambda name: None)
+    with pytest.raises(RuntimeError, match="^no Chromium found: .*apt-get install chromium"):
+        figure_png.figures_to_png([{"data": [], "layout": {}}])
+    assert figure_png.figures_to_png([]) == []  # nothing to draw needs no browser
+    from tiebias import __main__ as cli
+
+    monkeypatch.setattr(walkthrough, "write_walkthrough", lambda run: figure_png.chromium())
+    assert cli.main(["walkthrough", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.startswith("error: no Chromium found")

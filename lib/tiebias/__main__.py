@@ -88,7 +88,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "walkthrough":
             from .walkthrough import write_walkthrough
 
-            print(f"walkthrough: {len(write_walkthrough(args.run))} files written")
+            try:
+                print(f"walkthrough: {len(write_walkthrough(args.run))} files written")
+            except RuntimeError as e:  # no Chromium, or it drew nothing
+                print(f"error: {e}", file=sys.stderr)
+                return 1
             return 0
         return _study(args)
     except ValueError as e:
