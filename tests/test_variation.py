@@ -20,11 +20,11 @@ from tiebias.variation import ParameterChangedError, fresh_run_dir
 
 def test_message_names_parameter_values_and_the_fresh_route() -> None:
     e = ParameterChangedError("runs/class", {"preset": ("tiny", "mini"), "steps": (40, 80)},
-                              "model tied-s0 was trained with the folder's values", "to retrain tied-s0 here")
+                              "model tied-s0 was trained with the folder's values", "retrain it")
     msg = str(e)
     assert msg.startswith("preset: folder has 'tiny', asked 'mini'; steps: folder has 40, asked 80 (runs/class: ")
     for route in ('run_dir = "runs/class-preset-mini"', "--run-dir runs/class-preset-mini",
-                  "-p run_dir runs/class-preset-mini", "overwrite=True"):
+                  "-p run_dir runs/class-preset-mini", "; or retrain it"):
         assert route in msg
     assert "\n" not in msg and len(msg) < 480 and e.fresh == "runs/class-preset-mini"
     assert e._render_traceback_() == [f"\x1b[0;31mParameterChangedError\x1b[0m: {msg}"]
@@ -38,6 +38,8 @@ def test_training_with_another_preset_names_it(fresh_run: Run, tiny_config: Trai
     with pytest.raises(ParameterChangedError, match=r"^preset: folder has 'tiny', asked 'mini' \(") as e:
         train(fresh_run, "tied", 0, other, progress=False)
     assert e.value.fresh == f"{fresh_run.path}-preset-mini" and "model tied-s0 was trained" in str(e.value)
+    assert str(e.value).endswith("; or set overwrite=True (notebook parameter / --set overwrite=true) to retrain "
+                                 "tied-s0 here")
     assert not Path(e.value.fresh).exists()  # named, not created
 
 
@@ -45,6 +47,8 @@ def test_reopening_with_another_vocabulary_names_it(prepared_run: Run) -> None:
     with pytest.raises(ParameterChangedError, match=r"^vocab_size: folder has 512, asked 1024 \(") as e:
         Run.prepare(prepared_run.path, vocab_size=1024)
     assert e.value.fresh.endswith("-vocab_size-1024")
+    # the notebooks' overwrite parameter retrains models only: emptying the folder is Run.prepare's overwrite
+    assert str(e.value).endswith("; or empty it and start again with Run.prepare(..., overwrite=True)")
 
 
 def test_in_a_notebook_and_the_cli_it_is_one_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,7 +58,7 @@ def test_in_a_notebook_and_the_cli_it_is_one_message(tmp_path: Path, monkeypatch
     nb.cells = [params, nbformat.v4.new_code_cell(
         "from tiebias.variation import ParameterChangedError\n"
         "def deep(n):\n    return deep(n - 1) if n else ParameterChangedError('runs/x', {'preset': ('tiny', 'mini')}, "
-        "'model tied-s0 was trained with the folder\\'s value', 'to retrain tied-s0 here')\n"
+        "'model tied-s0 was trained with the folder\\'s value', 'retrain it')\n"
         "raise deep(20)")]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     (tmp_path / "nb").mkdir()

@@ -183,7 +183,7 @@ class Run(RunLayout):
             diff = diff_config(have, wanted, list(wanted))
             if diff:
                 raise ParameterChangedError(run.path, diff, "its tokenizer and tokens were made with the folder's value",
-                                            "to empty it and start again")
+                                            "empty it and start again with Run.prepare(..., overwrite=True)")
             check_unchanged(run.path, have, fingerprint)
             if run._data_ready():
                 return run

@@ -12,8 +12,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .files import OVERWRITE_HINT
-
 
 def fresh_run_dir(path: str | Path, name: str, value: Any) -> str:
     """A fresh run folder beside ``path`` named after the variation, e.g. ``runs/class-preset-mini``."""
@@ -26,14 +24,14 @@ class ParameterChangedError(ValueError):
     """Asked values differ from those a run folder's models or data were made with; says how to try them apart."""
 
     def __init__(self, folder: str | Path, diff: dict[str, tuple[Any, Any]], what: str, instead: str) -> None:
-        """``diff``: name -> (folder's value, asked value); ``what``: what was made with them; ``instead``: overwrite's effect."""
+        """``diff``: name -> (folder's value, asked value); ``what``: what was made with them; ``instead``: the other way."""
         name, (_, new) = next(iter(diff.items()))
         fresh = fresh_run_dir(folder, name, new)
         changed = "; ".join(f"{k}: folder has {a!r}, asked {b!r}" for k, (a, b) in diff.items())
         super().__init__(
             f"{changed} ({folder}: {what}). Try a variation in a fresh run folder: run_dir = \"{fresh}\" in the "
             f"parameters cell, --run-dir {fresh} on the command line (make study RUN={fresh}), -p run_dir {fresh} "
-            f"with papermill; or {OVERWRITE_HINT} {instead}")
+            f"with papermill; or {instead}")
         self.diff, self.fresh = diff, fresh
 
     def _render_traceback_(self) -> list[str]:
