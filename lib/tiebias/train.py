@@ -283,7 +283,8 @@ def _check_folder(job: TrainJob, *, resume: bool, overwrite: bool) -> tuple[bool
             have = {}
         diff = diff_config(have, job.wanted())
         if diff and not overwrite:
-            raise ParameterChangedError(run.path, diff, f"model {key} was trained with the folder's value", f"{OVERWRITE_HINT} to retrain {key} here")
+            raise ParameterChangedError(run.path, diff, f"model {key} was trained with the folder's value",
+                                        f"{OVERWRITE_HINT} to retrain {key} here")
         if not diff and resume and run.complete_path(job.v, job.seed).exists():
             try:
                 return False, run.summary(job.v, job.seed)
