@@ -29,12 +29,13 @@ lock:
 	$(PYTHON) scripts/lock.py --output $(LOCK)
 
 # the venv, plus the nbstripout git filter (.gitattributes): executed notebooks are committed without outputs
-# (cell ids kept), so running them never dirties git
+# (cell ids kept) and without the kernel details JupyterLab rewrites on save (tiebias.nbfilter), so running and
+# saving them never changes what git stores
 setup: $(STAMP)
 	@if git rev-parse --git-dir >/dev/null 2>&1; then \
 	  $(BIN)/nbstripout --install --attributes .gitattributes && \
-	  git config filter.nbstripout.clean '"$(abspath $(BIN))/python" -m nbstripout --keep-id' && \
-	  git config diff.ipynb.textconv '"$(abspath $(BIN))/python" -m nbstripout --keep-id -t' && \
+	  git config filter.nbstripout.clean '"$(abspath $(BIN))/python" -m tiebias.nbfilter' && \
+	  git config diff.ipynb.textconv '"$(abspath $(BIN))/python" -m tiebias.nbfilter' && \
 	  echo "nbstripout git filter installed: notebooks are committed without outputs"; \
 	else echo "not a git checkout: nbstripout git filter not installed"; fi
 
@@ -62,6 +63,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/train_throughput.py
+
+# walkthrough/: the executed notebooks of a run as Markdown with PNG figures (needs Chromium); RUN defaults to runs/class
+.PHONY: walkthrough
+walkthrough: $(STAMP)
+	$(BIN)/python -m tiebias walkthrough $(if $(filter command line environment,$(origin RUN)),$(RUN),runs/class)
 
 clean-runs:
 	rm -rf runs/smoke

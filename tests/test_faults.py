@@ -156,7 +156,7 @@ def test_prepare_too_small_vocabulary_creates_nothing(tmp_path: Path) -> None:
 
 def test_prepare_other_vocabulary_refused(run: Run) -> None:
     refused(run, lambda: Run.prepare(run.path, vocab_size=1024), ValueError,
-            "vocab_size: folder has 512, asked 1024", HINT)
+            "vocab_size: folder has 512, asked 1024", "Run.prepare(..., overwrite=True)")
 
 
 def test_prepare_overwrite_with_missing_corpus_keeps_the_folder(run: Run, tmp_path: Path) -> None:

@@ -74,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
                     "`python -m tiebias profiles` (repeatable), e.g. --set steps=200 --set seeds=0,1 "
                     "--set overwrite=true")
     st.add_argument("--only", action="append", metavar="NOTEBOOK", help="run only these notebooks (e.g. 01_train)")
+    wk = sub.add_parser("walkthrough", help="render a run's executed notebooks into walkthrough/ (Markdown, PNG "
+                        "figures; needs Chromium)")
+    wk.add_argument("run", help="run folder of an executed study, e.g. runs/class")
     pr = sub.add_parser("profiles", help="list the parameters (one vocabulary) and the profiles")
     pr.add_argument("name", nargs="?", help="show one profile's values (a name or a .toml path)")
     pr.add_argument("--markdown", action="store_true", help="print the parameter table of the README")
@@ -81,6 +84,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "profiles":
             print(profiles.markdown_table() if args.markdown else profiles.describe(args.name))
+            return 0
+        if args.cmd == "walkthrough":
+            from .walkthrough import write_walkthrough
+
+            try:
+                print(f"walkthrough: {len(write_walkthrough(args.run))} files written")
+            except RuntimeError as e:  # no Chromium, or it drew nothing
+                print(f"error: {e}", file=sys.stderr)
+                return 1
             return 0
         return _study(args)
     except ValueError as e:

@@ -143,7 +143,8 @@ def write_report(run: Run) -> Path:
     """Convert the executed notebooks to HTML and write the index page ``<run>/report.html``."""
     import tempfile
 
-    from .notebook import PLOTLY_JS, export_html
+    from .notebook import PLOTLY_JS
+    from .static_pages import export_offline_html as export_html  # no CDN scripts: the pages work offline
 
     claims = results(run)
     cfg = run.config.get("study", {})

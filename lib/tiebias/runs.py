@@ -50,6 +50,7 @@ from .tokens import (
     train_tokenizer,
 )
 from .variants import Variant, model_key, parse_key, step_of
+from .variation import ParameterChangedError
 
 SPLITS = ("train", "validation", "test")
 _DATA_KEYS = ("corpus", "vocab_size", "n_documents", "n_tokens", "tokenizer_size", "corpus_fingerprint")
@@ -181,9 +182,8 @@ class Run(RunLayout):
             have = run.config
             diff = diff_config(have, wanted, list(wanted))
             if diff:
-                detail = "; ".join(f"{k}: folder has {a!r}, asked {b!r}" for k, (a, b) in diff.items())
-                raise ValueError(f"run folder {run.path} was made with a different config ({detail}); "
-                                 f"use another run folder, or {OVERWRITE_HINT} to empty it and start again")
+                raise ParameterChangedError(run.path, diff, "its tokenizer and tokens were made with the folder's value",
+                                            "empty it and start again with Run.prepare(..., overwrite=True)")
             check_unchanged(run.path, have, fingerprint)
             if run._data_ready():
                 return run

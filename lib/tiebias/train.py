@@ -48,6 +48,7 @@ from .runs import Run, RunLockedError
 from .steploop import SEED_LIMIT, StepLoop
 from .threads import check_num_threads
 from .variants import Variant, model_key
+from .variation import ParameterChangedError
 
 _SETUP_LOCK = threading.Lock()
 
@@ -282,9 +283,8 @@ def _check_folder(job: TrainJob, *, resume: bool, overwrite: bool) -> tuple[bool
             have = {}
         diff = diff_config(have, job.wanted())
         if diff and not overwrite:
-            detail = "; ".join(f"{k}: folder has {a!r}, asked {b!r}" for k, (a, b) in diff.items())
-            raise ValueError(f"model {key} in {run.path} was trained with a different config ({detail}); "
-                             f"{OVERWRITE_HINT} to retrain it, or use another run folder")
+            raise ParameterChangedError(run.path, diff, f"model {key} was trained with the folder's value",
+                                        f"{OVERWRITE_HINT} to retrain {key} here")
         if not diff and resume and run.complete_path(job.v, job.seed).exists():
             try:
                 return False, run.summary(job.v, job.seed)
