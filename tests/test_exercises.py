@@ -74,7 +74,7 @@ def test_sync_is_idempotent_and_keeps_other_cells(tmp_path: Path) -> None:
 def test_bad_definitions_name_the_exercise_and_field(bad: dict, match: str, tmp_path: Path) -> None:
     raw = {f: getattr(EXERCISES[0], f) for f in exercises.FIELDS}
     raw = {k: list(v) if isinstance(v, tuple) else v for k, v in {**raw, **bad}.items()}
-    lines = [f'profile = "smoke"', 'intro = "x"', "[[exercise]]"] + [f"{k} = {json.dumps(v)}" for k, v in raw.items()]
+    lines = ['profile = "smoke"', 'intro = "x"', "[[exercise]]"] + [f"{k} = {json.dumps(v)}" for k, v in raw.items()]
     path = tmp_path / "ex.toml"
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(ValueError, match=f"exercise {EXERCISES[0].id}: .*{match}"):
