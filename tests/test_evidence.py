@@ -58,6 +58,8 @@ def test_run_rule_reads_the_models_and_the_profile(fresh_run: Run, tmp_path: Pat
     _fake_models(fresh_run, {"untied-s0": u - 0.5})
     fresh_run.update_config(study={"profile": "smoke"})  # models that learned do not make a plumbing run evidence
     assert "'smoke' profile is a plumbing check" in evidence.not_meaningful(fresh_run)
+    fresh_run.update_config(study={"profile": "lib/tiebias/profiles/smoke.toml"})  # the same profile by its path
+    assert "'smoke' profile is a plumbing check" in evidence.not_meaningful(fresh_run)
 
 
 def test_record_in_a_smoke_run_says_not_meaningful_everywhere(fresh_run: Run) -> None:

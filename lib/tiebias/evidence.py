@@ -9,6 +9,7 @@ with :func:`banner`.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 from .runs import Run
 from .tokens import unigram_loss
@@ -23,8 +24,9 @@ def not_meaningful(run: Run) -> str | None:
     if not run.config_path.exists():
         return None
     profile = run.config.get("study", {}).get("profile")
-    if profile in PLUMBING_PROFILES:
-        return f"the {profile!r} profile is {PLUMBING_PROFILES[profile]}"
+    name = Path(str(profile)).stem if profile else None  # a shipped profile by name or by its file's path
+    if name in PLUMBING_PROFILES:
+        return f"the {name!r} profile is {PLUMBING_PROFILES[name]}"
     m = run.models()
     losses = {r.key: run.summary(r.variant, r.seed).get("final_val_loss") for r in m[m.complete].itertuples()}
     if not losses:
