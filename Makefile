@@ -14,6 +14,12 @@ OVERRIDES := $(if $(STEPS),--set steps=$(STEPS)) $(if $(SEEDS),--set seeds=$(SEE
              $(if $(VOCAB_SIZE),--set vocab_size=$(VOCAB_SIZE)) \
              $(if $(filter 1 true yes,$(OVERWRITE)),--set overwrite=true) $(foreach s,$(SET),--set $(s))
 TEST_RUN := $(shell mktemp -u /tmp/tiebias-nbval-XXXXXX)
+# make lab: the notebooks' profile is the class one (about 6 minutes for 01..04) unless PROFILE=... or
+# $TIEBIAS_PROFILE names another; JupyterLab opens at the repository root (README.md, runs/, notebooks/)
+LAB_PROFILE = $(if $(filter file,$(origin PROFILE)),$(or $(TIEBIAS_PROFILE),class),$(PROFILE))
+LAB_RUN = $(or $(TIEBIAS_RUN_DIR),runs/$(LAB_PROFILE))
+LAB_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
+LAB_ARGS ?=
 
 .PHONY: setup study test test-portable lab lint bench clean-runs lock
 
@@ -56,7 +62,10 @@ test-portable: $(STAMP)
 
 lab: setup
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (tiebias)"
-	$(BIN)/jupyter lab notebooks/
+	@echo "The notebooks use the '$(LAB_PROFILE)' profile (TIEBIAS_PROFILE=$(LAB_PROFILE)) and the run folder $(LAB_RUN)/."
+	@echo "Another profile: make lab PROFILE=default (or smoke, long, gpu), or set profile = \"...\" in a notebook's first cell."
+	@echo "Open notebooks/01_train.ipynb .. 04_ablate.ipynb in order and Run All in each."
+	TIEBIAS_PROFILE=$(LAB_PROFILE) $(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" $(LAB_ROOT) $(LAB_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check lib tests bench scripts

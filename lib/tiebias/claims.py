@@ -10,6 +10,9 @@ A notebook computes the numbers (tables from ``comparisons``, ``gradients``, ``l
 3. tuned lens: the CI of the early-layer KL gap (tied - untied) above 0, at a converged lens budget;
 4. causality: with k, the input cosine rises and the output cosine falls by more than ``NOISE_SDS``
    seed sd each.
+
+Above all four: a run that is not evidence (:func:`tiebias.evidence.not_meaningful`: the smoke profile, models not
+below the unigram baseline) records every claim as "not meaningful", and :func:`record` puts the reason first.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import divergence, report
+from . import divergence, evidence, report
 from .comparisons import token_gap
 from .lens_study import at_budget, at_protocol, convergence, early_gap, ladder_gaps
 from .paper import FIG4_OUTPUT_SHARE, TABLE1, TABLE2_STEP10K, TABLE7_PPL
+from .report import NOT_MEANINGFUL
 from .runs import Run
 
 CLAIM3_KEYS = {"package": "claim3_tuned_lens", "reference": "claim3_tuned_lens_reference"}
@@ -34,9 +38,12 @@ NOISE_SDS = 2  # "beyond noise": a change larger than this many seed standard de
 CLAIM2_SHARE = 0.5  # claim 2 holds when the output path carries more than half of the gradient
 
 
-@dataclass(frozen=True)
+@dataclass
 class Verdict:
-    """One claim's headline: ``holds`` is ``value > threshold``; ``text`` is what the notebook prints."""
+    """One claim's headline: ``holds`` is ``value > threshold``; ``text`` is what the notebook prints.
+
+    :func:`record` rewrites ``status`` and ``text`` of a verdict from a run that is not evidence.
+    """
 
     claim: str
     value: float
@@ -57,10 +64,20 @@ class Verdict:
 
 
 def record(dest: Run, v: Verdict) -> dict:
-    """Store a verdict as the run's (or an external pair's folder's) headline for its claim."""
+    """Store a verdict as the run's (or an external pair's folder's) headline for its claim.
+
+    From a run that is not evidence (:func:`tiebias.evidence.not_meaningful`) the record's status is "not
+    meaningful" with the reason (the rule's own reading kept in ``details["reading"]``), and ``v`` says so too:
+    the banner first in its text, the same status, so what the notebook prints next matches the record.
+    """
+    why = evidence.not_meaningful(dest)
+    if why and v.status != NOT_MEANINGFUL:
+        v.details["reading"] = v.status or ("holds" if v.holds else "does not hold")
+        v.text, v.status = f"{evidence.banner(why)}\n{v.text}", NOT_MEANINGFUL
+    status = v.details.get("reading") if v.status == NOT_MEANINGFUL else v.status
     return report.record(dest, v.claim, value=v.value, threshold=v.threshold, statement=v.statement, unit=v.unit,
                          spread=v.spread, noise_floor=v.noise_floor, paper=v.paper, n_seeds=v.n_seeds,
-                         details=v.details, status=v.status)
+                         details=v.details, status=status, not_meaningful=why)
 
 
 def beyond_noise(change: float, sd: float) -> bool | None:

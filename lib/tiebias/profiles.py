@@ -1,4 +1,4 @@
-"""Profiles: small TOML files of study parameters (``smoke``, ``default``, ``gpu``, ``long``).
+"""Profiles: small TOML files of study parameters (``smoke``, ``class``, ``default``, ``gpu``, ``long``).
 
 Profile keys are names of the parameter vocabulary (:mod:`tiebias.params`), checked against it.
 Every notebook's papermill parameters that are profile keys default to ``None``, meaning "take it from

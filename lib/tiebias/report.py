@@ -2,7 +2,8 @@
 
 Each notebook records its claim's headline with :func:`record`: our value, its spread over seeds, the
 noise floor where one applies, the paper's value, and a verdict that is *computed* here from the
-value and a threshold (``value > threshold``), never typed in. :func:`write_summary` gathers them into
+value and a threshold (``value > threshold``), never typed in; in a run that is not evidence
+(:mod:`tiebias.evidence`) the status says "not meaningful" whatever the comparison. :func:`write_summary` gathers them into
 ``<run>/summary.json``; :func:`write_report` converts the executed notebooks to HTML and writes an
 index page ``<run>/report.html`` with the summary table and the key figures.
 """
@@ -36,6 +37,8 @@ LENS_PROTOCOL_NOTE = (
     "claim3_tuned_lens_reference reads it as the paper's public code does (hidden state i through translator i - 1, "
     "the last, already normed, state through the last translator and the final norm again). The paper's numbers "
     "(Figure 2) come from the reference code's reading, with lenses trained for 100 steps.")
+NOT_MEANINGFUL = "not meaningful"
+"""The status of every claim of a run that is not evidence (the rule: :func:`tiebias.evidence.not_meaningful`)."""
 KEY_FIGURES = ["01_gradient_flow", "02_table1", "02_cosine_histograms", "03_tuned_lens_kl", "04_dose_response",
                "01_loss_curves"]
 
@@ -61,13 +64,15 @@ def _number(name: str, x: Any) -> float:
 
 def record(run: Run, claim: str, *, value: float, threshold: float, statement: str, unit: str = "",
            spread: float | None = None, noise_floor: float | None = None, paper: Any = None,
-           n_seeds: int | None = None, details: dict | None = None, status: str | None = None) -> dict:
+           n_seeds: int | None = None, details: dict | None = None, status: str | None = None,
+           not_meaningful: str | None = None) -> dict:
     """Store one claim's headline; the verdict is ``value > threshold`` (both stored, so anyone can check).
 
     ``status`` is the verdict in words; by default "holds" / "does not hold" from the comparison, or a
     rule's own outcome when the comparison is not enough (e.g. claim 3's "not converged"). A value that
     cannot exist (NaN, e.g. claim 4 with one seed) is accepted only with a ``status`` saying why; it is
-    stored as ``null`` with that reason, and the verdict is false.
+    stored as ``null`` with that reason, and the verdict is false. ``not_meaningful`` (a reason: the run is not
+    evidence) makes the status ``NOT_MEANINGFUL`` whatever the comparison, the reason stored beside it.
 
     Everything is checked before the file is written (under the run's writer lock); a spread or
     noise floor that is not a number is stored as ``null`` with its reason under ``null_reasons``.
@@ -81,16 +86,21 @@ def record(run: Run, claim: str, *, value: float, threshold: float, statement: s
         raise ValueError(f"n_seeds: {n_seeds!r} is not allowed; need None or an integer >= 1")
     if status is not None and (not isinstance(status, str) or not status.strip()):
         raise ValueError(f"status: {status!r} is not allowed; need None or a non-empty string")
+    if not_meaningful is not None and (not isinstance(not_meaningful, str) or not not_meaningful.strip()):
+        raise ValueError(f"not_meaningful: {not_meaningful!r} is not allowed; need None or a non-empty reason")
     if details is not None and not isinstance(details, dict):
         raise ValueError(f"details: {type(details).__name__} is not a dict")
+    value_null = str(status)  # why a NaN value is stored as null: the rule's own reason, not the run's
+    if not_meaningful:
+        status = NOT_MEANINGFUL
     entry = {"claim": claim, "description": CLAIMS[claim], "value": value, "threshold": threshold,
              "verdict": bool(value > threshold),
              "status": status or ("holds" if value > threshold else "does not hold"), "statement": str(statement), "unit": unit,
              "spread": spread, "noise_floor": noise_floor, "paper": paper, "n_seeds": n_seeds,
-             "details": details or {}}
+             "details": details or {}, **({"not_meaningful": not_meaningful} if not_meaningful else {})}
     one = "one seed: a spread needs two or more" if n_seeds == 1 else "not a number (fewer than two values?)"
     reasons = {"spread": one, "noise_floor": "not a number (the noise floor needs two or more seeds)",
-               "value": str(status)}
+               "value": value_null}
     sanitise_json(entry)  # not serialisable: stop before the file is touched
     with run.writing(f"recording {claim}"):
         write_json_atomic(run.result_path(claim), entry, reasons)
@@ -162,10 +172,9 @@ def write_report(run: Run) -> Path:
         if r is None:
             rows.append(f"<tr><td>{html.escape(desc)}</td><td colspan=6>not run</td></tr>")
             continue
-        verdict = r.get("status") or ("holds" if r["verdict"] else "does not hold")
         rows.append("<tr>" + "".join(f"<td>{v}</td>" for v in (
             html.escape(desc), f"{_fmt(r['value'])} {html.escape(r['unit'])}", _fmt(r["spread"]), _fmt(r["noise_floor"]),
-            _fmt(r["paper"]), f"<b>{verdict}</b> (value &gt; {_fmt(r['threshold'])})", html.escape(r["statement"]))) + "</tr>")
+            _fmt(r["paper"]), _verdict_cell(r), html.escape(r["statement"]))) + "</tr>")
     figs = [f for f in KEY_FIGURES if run.figure_path(f).exists()]
     fig_html = "\n".join(f'<h3>{html.escape(f)}</h3><iframe src="figures/{f}.html" loading="lazy"></iframe>' for f in figs)
     links = " · ".join(f'<a href="report/{p}.html">{html.escape(p)}</a>' for p in bodies)
@@ -177,7 +186,7 @@ th{{background:#f3f3f3}}iframe{{width:100%;height:660px;border:1px solid #ddd}}<
 <p>Run folder <code>{html.escape(str(run.path))}</code>, profile <b>{html.escape(str(cfg.get('profile')))}</b>,
 preset {html.escape(str(cfg.get('preset')))}, {html.escape(str(cfg.get('steps')))} steps, seeds {html.escape(str(cfg.get('seeds')))}.
 Notebooks: {links or 'none executed'}</p>
-<h2>Summary of the four claims (claim 3 under two lens readings)</h2>
+{_caveat(claims)}<h2>Summary of the four claims (claim 3 under two lens readings)</h2>
 <table><tr><th>claim</th><th>this run</th><th>spread over seeds</th><th>noise floor</th><th>paper</th><th>verdict</th>
 <th>statement</th></tr>{''.join(rows)}</table>
 <p>{html.escape(LENS_PROTOCOL_NOTE)}</p>
@@ -193,6 +202,24 @@ Notebooks: {links or 'none executed'}</p>
         _write_text_atomic(run.report_path, doc)
     shutil.rmtree(scratch, ignore_errors=True)
     return run.report_path
+
+
+def _verdict_cell(r: dict) -> str:
+    """A claim's verdict for the summary table: the status in bold, or "not meaningful" plainly, never a bold word."""
+    status = r.get("status") or ("holds" if r["verdict"] else "does not hold")
+    if status == NOT_MEANINGFUL:
+        return f"<i>{NOT_MEANINGFUL}</i> (see the note above the table)"
+    return f"<b>{html.escape(status)}</b> (value &gt; {_fmt(r['threshold'])})"
+
+
+def _caveat(claims: dict[str, dict]) -> str:
+    """The banner above the summary table when the run is not evidence (the reasons its claims recorded)."""
+    why = dict.fromkeys(r["not_meaningful"] for r in claims.values() if r.get("not_meaningful"))
+    if not why:
+        return ""
+    return ('<p style="border:2px solid #b00;padding:8px"><b>Not meaningful: these numbers cannot be read as evidence '
+            f"for or against the claims</b>, because {html.escape('; '.join(why))}. They show only that the analysis "
+            "runs.</p>\n")
 
 
 def _write_text_atomic(path: Path, text: str) -> None:

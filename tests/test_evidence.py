@@ -1,0 +1,101 @@
+"""The rule above the four claims: a plumbing profile, or models not below the unigram baseline, make every
+verdict "not meaningful" (summary record, printed text, report page)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from tiebias import claims, evidence, report, tokens
+from tiebias.runs import Run
+
+UNIGRAM = 6.0
+HAIR = 1e-3
+"""A loss difference far below anything a training change moves (tens of millinats to nats), yet strictly below."""
+
+
+def _fake_models(run: Run, losses: dict[str, float | None]) -> None:
+    """Finished-model markers with the given final validation losses (the rule reads nothing else)."""
+    for key, loss in losses.items():
+        d = run.models_dir / key
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "complete.json").write_text(json.dumps({"complete": True, "key": key, "final_val_loss": loss}))
+
+
+def _unigram(run: Run) -> float:
+    return tokens.unigram_loss(run.frequencies(), run.tokens("validation"))
+
+
+def _verdict() -> claims.Verdict:
+    return claims.Verdict("claim2_gradient_flow", value=0.8, threshold=0.5, unit="output share",
+                          statement="output path carried 80%", text="Claim 2 holds in this run.")
+
+
+def test_a_hair_below_the_baseline_beats_it() -> None:
+    assert evidence.short_of_unigram({"tied-s0": UNIGRAM - HAIR, "untied-s0": UNIGRAM - 1.0}, UNIGRAM) is None
+
+
+@pytest.mark.parametrize("loss", [UNIGRAM, UNIGRAM + HAIR, 9.0, math.nan, None])
+def test_a_model_at_or_above_the_baseline_is_named(loss: float | None) -> None:
+    why = evidence.short_of_unigram({"tied-s0": UNIGRAM - 1.0, "untied-s1": loss}, UNIGRAM)
+    assert why is not None and why.startswith("1 of 2 models do not beat the unigram baseline of 6.000 nats")
+    assert "untied-s1" in why and "tied-s0" not in why.replace("untied-s1", "")
+    assert ("missing" if loss is None else f"{loss:.3f}") in why
+
+
+def test_run_rule_reads_the_models_and_the_profile(fresh_run: Run, tmp_path: Path) -> None:
+    assert evidence.not_meaningful(Run(tmp_path / "pair")) is None  # no study record: an external pair's folder
+    u = _unigram(fresh_run)
+    _fake_models(fresh_run, {"tied-s0": u - HAIR, "untied-s0": u - 0.5})
+    assert evidence.not_meaningful(fresh_run) is None
+    fresh_run.update_config(study={"profile": "class"})
+    assert evidence.not_meaningful(fresh_run) is None
+    _fake_models(fresh_run, {"untied-s0": u + HAIR})
+    assert "untied-s0" in evidence.not_meaningful(fresh_run)
+    _fake_models(fresh_run, {"untied-s0": u - 0.5})
+    fresh_run.update_config(study={"profile": "smoke"})  # models that learned do not make a plumbing run evidence
+    assert "'smoke' profile is a plumbing check" in evidence.not_meaningful(fresh_run)
+    fresh_run.update_config(study={"profile": "lib/tiebias/profiles/smoke.toml"})  # the same profile by its path
+    assert "'smoke' profile is a plumbing check" in evidence.not_meaningful(fresh_run)
+
+
+def test_record_in_a_smoke_run_says_not_meaningful_everywhere(fresh_run: Run) -> None:
+    fresh_run.update_config(study={"profile": "smoke"})
+    v = _verdict()
+    e = claims.record(fresh_run, v)
+    assert e["status"] == v.status == report.NOT_MEANINGFUL and "plumbing check" in e["not_meaningful"]
+    assert e["details"]["reading"] == "holds" and e["verdict"] is True  # the comparison stays; the words say why not
+    assert v.text.startswith("NOT MEANINGFUL: these numbers cannot be read as evidence") and v.text.endswith("holds in this run.")
+    claims.record(fresh_run, v)  # recorded again (a rerun cell): one banner, the rule's reading kept
+    assert v.text.count("NOT MEANINGFUL") == 1 and v.details["reading"] == "holds"
+    stored = json.loads(fresh_run.result_path("claim2_gradient_flow").read_text())
+    assert stored["status"] == report.NOT_MEANINGFUL and stored["details"]["reading"] == "holds"
+    summary = json.loads(report.write_summary(fresh_run).read_text())
+    assert summary["claims"]["claim2_gradient_flow"]["status"] == report.NOT_MEANINGFUL
+    page = report.write_report(fresh_run).read_text()
+    assert "<i>not meaningful</i>" in page and "<b>holds</b>" not in page
+    assert "cannot be read as evidence" in page and "plumbing check" in page
+
+
+def test_record_in_a_run_that_learned_keeps_the_verdict(fresh_run: Run) -> None:
+    fresh_run.update_config(study={"profile": "class"})
+    _fake_models(fresh_run, {"tied-s0": _unigram(fresh_run) - HAIR})
+    v = _verdict()
+    e = claims.record(fresh_run, v)
+    assert e["status"] == "holds" and v.status is None and "not_meaningful" not in e
+    assert v.text == "Claim 2 holds in this run."
+    page = report.write_report(fresh_run).read_text()
+    assert "<b>holds</b>" in page and "cannot be read as evidence" not in page
+
+
+def test_a_value_that_cannot_exist_keeps_its_own_null_reason(fresh_run: Run) -> None:
+    e = report.record(fresh_run, "claim4_causality", value=math.nan, threshold=1.0, statement="s",
+                      status=claims.ONE_SEED_STATUS, not_meaningful="a plumbing run")
+    stored = json.loads(fresh_run.result_path("claim4_causality").read_text())
+    assert e["status"] == stored["status"] == report.NOT_MEANINGFUL and stored["value"] is None
+    assert stored["null_reasons"]["value"] == claims.ONE_SEED_STATUS
+    with pytest.raises(ValueError, match="^not_meaningful: ''"):
+        report.record(fresh_run, "claim4_causality", value=1.5, threshold=1.0, statement="s", not_meaningful="")
