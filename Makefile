@@ -63,9 +63,9 @@ test-portable: $(STAMP)
 lab: setup
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (tiebias)"
 	@echo "The notebooks use the '$(LAB_PROFILE)' profile (TIEBIAS_PROFILE=$(LAB_PROFILE)) and the run folder $(LAB_RUN)/."
-	@echo "Another profile: make lab PROFILE=default (or smoke, long, gpu), or set profile = \"...\" in a notebook's first cell."
+	@echo "Another profile: make lab PROFILE=default (or smoke, depth, long, gpu), or set profile = \"...\" in a notebook's first cell."
 	@echo "Open notebooks/01_train.ipynb .. 04_ablate.ipynb in order and Run All in each."
-	TIEBIAS_PROFILE=$(LAB_PROFILE) $(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" $(LAB_ROOT) $(LAB_ARGS)
+	TIEBIAS_PROFILE=$(LAB_PROFILE) $(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --ContentsManager.post_save_hook=tiebias.nbfilter.post_save $(LAB_ROOT) $(LAB_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check lib tests bench scripts

@@ -6,6 +6,7 @@ A run folder is trained by the 01 notebook (smoke profile, its seeds), JupyterLa
 figure drawn and no wider than its output area, each explorer rendered and updating when typed into
 (empty input gives a message, not a traceback), and the saved notebook holds no plotly.js bundle. A pasted
 1,160-character text gives each explorer a one-line message saying it was cut; leading spaces show the word.
+The exercises' answers stay folded until their summary is clicked.
 
 Needs Debian's ``chromium`` (apt-get install -y chromium) and ``playwright`` from PyPI; skipped when
 either is missing. ``.ci/run`` installs both.
@@ -285,3 +286,17 @@ def test_03_prompt_explorer_cuts_long_input(page, lab) -> None:
     _explore(page, LONG_TEXT, f"input cut to its first {explorers.MAX_PROMPT_CHARS} characters (it had 1,160)")
     _one_line(page, 300)
     _tables(page, 1)
+
+
+def test_02_exercise_answers_stay_folded_until_opened(page, lab) -> None:
+    """Each exercise's answer is a <details> block: JupyterLab shows its summary only, and the answer on a click."""
+    _visible(page, lab, "02_align")
+    details = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedMarkdown details")
+    assert details.count() >= 2, "02 has two or more exercises, each with a folded answer"
+    first = details.first
+    first.scroll_into_view_if_needed()
+    answer = first.locator(":scope > :not(summary)").first
+    assert first.locator("summary").inner_text().strip().startswith("Answer")
+    assert not answer.is_visible()
+    first.locator("summary").click()
+    sync_api.expect(answer).to_be_visible()
