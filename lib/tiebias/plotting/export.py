@@ -1,68 +1,44 @@
-"""Static PNGs of plotly figures (e.g. the README's images), drawn by headless Chromium.
+"""Static PNGs of plotly figures (e.g. the README's images), at their own size, without the toolbar.
 
-The page holds the figure alone, at its own size, without the mode bar (toolbar), and the browser window
-has exactly that size, so the image carries no toolbar and no blank margin. Chromium is used because
-it is what renders the figures in the notebooks and the report (no kaleido needed).
+The drawing is :func:`tiebias.figure_png.figures_to_png` (plotly.js in headless Chromium, the same as the
+walkthrough's pictures); this module sizes the figures and writes the README's images from a run.
 """
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import tempfile
+import json
 from pathlib import Path
 
 import plotly.graph_objects as go
 
-DEFAULT_WIDTH = 1000  # pixels, when the figure sets no width (about a notebook's output area)
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--hide-scrollbars", "--force-device-scale-factor=1",
-         "--virtual-time-budget=15000"]
+from ..figure_png import chromium, figures_to_png
+
+__all__ = ["DEFAULT_HEIGHT", "DEFAULT_WIDTH", "chromium", "from_run", "sized", "write_png", "write_pngs"]
+
+DEFAULT_WIDTH, DEFAULT_HEIGHT = 1000, 450  # pixels, when the figure sets no size (about a notebook's output area)
 
 
-def chromium() -> str | None:
-    """Path of a Chromium (or Chrome) binary, or None."""
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
+def sized(fig: go.Figure) -> dict:
+    """The figure's JSON with its width and height set (``DEFAULT_WIDTH`` / ``DEFAULT_HEIGHT`` when it has none)."""
+    out = go.Figure(fig).update_layout(width=int(fig.layout.width or DEFAULT_WIDTH),
+                                       height=int(fig.layout.height or DEFAULT_HEIGHT))
+    return json.loads(out.to_json())
 
 
-def page(fig: go.Figure) -> tuple[str, int, int]:
-    """A standalone HTML page holding ``fig`` alone (no mode bar, no page margin), with its width and height."""
-    from plotly.offline import get_plotlyjs
-
-    width = int(fig.layout.width or DEFAULT_WIDTH)
-    height = int(fig.layout.height or 450)
-    body = go.Figure(fig).update_layout(width=width, height=height).to_html(
-        include_plotlyjs=False, full_html=False, config={"displayModeBar": False, "staticPlot": True})
-    html = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><script>{get_plotlyjs()}</script>"
-            f"<style>html,body{{margin:0;padding:0;overflow:hidden;background:white}}</style></head>"
-            f"<body>{body}</body></html>")
-    return html, width, height
+def write_pngs(figs: list[go.Figure], outs: list[str | Path]) -> list[Path]:
+    """Write each figure as a PNG of exactly its size, in one browser start; RuntimeError naming the fix without
+    Chromium."""
+    images = figures_to_png([sized(f) for f in figs], scale=1)
+    paths = [Path(o) for o in outs]
+    for data, path in zip(images, paths, strict=True):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return paths
 
 
-def write_png(fig: go.Figure, out: str | Path, browser: str | None = None) -> Path:
-    """Write ``fig`` as a PNG of exactly its size (layout width, default ``DEFAULT_WIDTH``, and height).
-
-    Raises RuntimeError naming the fix when no Chromium is installed or it wrote no image.
-    """
-    browser = browser or chromium()
-    if browser is None:
-        raise RuntimeError("no Chromium found: install it (apt-get install -y chromium) to write PNGs")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    html, width, height = page(fig)
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "figure.html"
-        src.write_text(html, encoding="utf-8")
-        res = subprocess.run([browser, *FLAGS, f"--user-data-dir={tmp}/profile", f"--window-size={width},{height}",
-                              f"--screenshot={out.resolve()}", src.as_uri()], capture_output=True, text=True,
-                             timeout=180)
-    if not out.is_file():
-        raise RuntimeError(f"{browser} wrote no image for {out} (exit {res.returncode}): {res.stderr[-500:]}")
-    return out
+def write_png(fig: go.Figure, out: str | Path) -> Path:
+    """Write one figure as a PNG of exactly its size (:func:`write_pngs`)."""
+    return write_pngs([fig], [out])[0]
 
 
 def from_run(run_dir: str | Path, out_dir: str | Path, names: list[str] | None = None) -> list[Path]:
@@ -77,14 +53,16 @@ def from_run(run_dir: str | Path, out_dir: str | Path, names: list[str] | None =
     if not (run_dir / "figures").is_dir():
         raise ValueError(f"run_dir: {str(run_dir)!r} has no figures/ folder (run the notebooks on it first)")
     names = sorted(p.stem for p in out_dir.glob("*.png")) if names is None else names
-    written = []
+    found = []
     for name in names:
-        src = run_dir / "figures" / f"{name}.json"
-        if not src.is_file():
-            print(f"skipped {name}: {src} does not exist")
-            continue
-        written.append(write_png(pio.read_json(src), out_dir / f"{name}.png"))
-        print(f"wrote {written[-1]}")
+        if (run_dir / "figures" / f"{name}.json").is_file():
+            found.append(name)
+        else:
+            print(f"skipped {name}: {run_dir / 'figures' / (name + '.json')} does not exist")
+    written = write_pngs([pio.read_json(run_dir / "figures" / f"{n}.json") for n in found],
+                         [out_dir / f"{n}.png" for n in found])
+    for path in written:
+        print(f"wrote {path}")
     return written
 
 
