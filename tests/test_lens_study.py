@@ -72,6 +72,17 @@ def test_depth_models_share_data_and_differ_only_in_preset(two_seed_run: Run, ti
         lens_depth.train_depth_models(two_seed_run, "huge", [0], tiny_config)
 
 
+def test_an_interrupted_depth_folder_is_rebuilt_whole(two_seed_run: Run, tiny_config) -> None:
+    from dataclasses import replace
+
+    half = two_seed_run.depth_dir("tiny")
+    (half / "tokens").mkdir(parents=True)
+    (half / "tokens" / "train.npy").write_bytes(b"cut short")  # a copy stopped midway: no config.json
+    sub = lens_depth.train_depth_models(two_seed_run, "tiny", [0], replace(tiny_config, steps=4), progress=False)
+    assert sub.tokens("train").equal(two_seed_run.tokens("train")) and sub.config == two_seed_run.config
+    assert (sub.path / ".tiebias-run.json").is_file() and not (sub.path.parent / ".tiny.tmp").exists()
+
+
 # --------------------------------------------------------------------------- ladder
 
 

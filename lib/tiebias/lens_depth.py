@@ -35,15 +35,30 @@ def train_depth_models(run: Run, preset: str, seeds: Sequence[int], config: Any,
     get_preset(preset)
     sub = Run(run.depth_dir(preset))
     if not sub.config_path.exists():
-        sub.path.mkdir(parents=True, exist_ok=True)
-        for src, dst in ((run.tokenizer_dir, sub.tokenizer_dir), (run.tokens_dir, sub.tokens_dir)):
-            if not dst.exists():
-                shutil.copytree(src, dst)
-        shutil.copy2(run.frequencies_path, sub.frequencies_path)
-        shutil.copy2(run.config_path, sub.config_path)  # last: marks the sub-run as ready
+        _prepare_sub_run(run, sub, preset)
     train_many(sub, [(v, seed) for seed in seeds for v in ("tied", "untied")], replace(config, preset=preset),
                progress=progress)
     return sub
+
+
+def _prepare_sub_run(run: Run, sub: Run, preset: str) -> None:
+    """Copy the run's data into ``sub`` as a whole: built in a temporary folder, then renamed, under the run's writer
+    lock, so an interrupted copy leaves nothing half-made (a leftover without config.json is rebuilt)."""
+    from .folder_guard import mark
+
+    with run.writing(f"preparing the {preset} models' folder"):
+        tmp = sub.path.with_name(f".{preset}.tmp")
+        for leftover in (tmp, sub.path):
+            if leftover.exists():
+                shutil.rmtree(leftover)
+        part = Run(tmp)
+        tmp.mkdir(parents=True)
+        shutil.copytree(run.tokenizer_dir, part.tokenizer_dir)
+        shutil.copytree(run.tokens_dir, part.tokens_dir)
+        shutil.copy2(run.frequencies_path, part.frequencies_path)
+        shutil.copy2(run.config_path, part.config_path)
+        mark(tmp, "run")
+        tmp.rename(sub.path)
 
 
 def depth_table(tables: Mapping[str, pd.DataFrame], protocols: Sequence[str], *, level: float = 0.95) -> pd.DataFrame:
