@@ -29,8 +29,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 
-from tiebias.alignment import METHODS, align, align_all  # noqa: E402
-from tiebias.neighbours import knn_overlap  # noqa: E402
+from tiebias.align.maps import METHODS, align, align_all  # noqa: E402
+from tiebias.align.neighbours import knn_overlap  # noqa: E402
 
 TIME_TARGET_S = 60.0
 MEM_TARGET_MIB = 4096.0

@@ -3,7 +3,7 @@
 For each HTML file (report.html, report/*.html, figures/*.html) Chromium loads the page, runs its
 scripts, and dumps the DOM; a plotly figure has drawn when its ``plotly-graph-div`` holds a
 ``main-svg``. Optionally writes PNGs of the figures (``--screenshots DIR``, drawn from each figure's JSON by
-``tiebias.plotting.export``: no toolbar, no blank margin); ``python -m tiebias.plotting.export RUN_DIR``
+``tiebias.output.plotting.export``: no toolbar, no blank margin); ``python -m tiebias.output.plotting.export RUN_DIR``
 refreshes just the README's images.
 Skips with exit code 0 and a message when no Chromium is installed (``apt-get install chromium``).
 
@@ -46,7 +46,7 @@ def screenshot(page: Path, out: Path) -> None:
     """PNG of the figure saved next to ``page`` (``<name>.json``), at its own size, without the plotly toolbar."""
     import plotly.io as pio
 
-    from tiebias.plotting import export
+    from tiebias.output.plotting import export
 
     export.write_png(pio.read_json(page.with_suffix(".json")), out)
 

@@ -4,7 +4,7 @@ Each measurement runs in a fresh process (OpenMP settings only take effect at st
 thread policies:
 
 - ``fixed``: all cores (``TIEBIAS_THREADS`` = cores): what torch does out of the box;
-- ``tiebias``: what the kit does: a :class:`tiebias.threads.ThreadTuner` choosing the thread count
+- ``tiebias``: what the kit does: a :class:`tiebias.system.threads.ThreadTuner` choosing the thread count
   from measured steps;
 - ``passive``: the tuner plus sleeping idle OpenMP workers (``OMP_WAIT_POLICY=PASSIVE``), for comparison.
 
@@ -35,8 +35,8 @@ def worker(preset: str, steps: int, policy: str, batch: int, seq: int) -> dict:
 
     import torch
 
-    from tiebias.models import build
-    from tiebias.threads import ThreadTuner
+    from tiebias.models.build import build
+    from tiebias.system.threads import ThreadTuner
 
     vocab = 4096  # the default profile's vocabulary
     model = build(preset, family="llama", tied=True, vocab_size=vocab, seed=0)

@@ -1,7 +1,7 @@
-"""Single- vs multi-process training throughput of tiebias.train on this machine (CPU, gloo).
+"""Single- vs multi-process training throughput of tiebias.train.trainer on this machine (CPU, gloo).
 
 Trains the same model and global batch once in one process and once under torchrun with N processes,
-and reports tokens/s of each from the runs' summaries (training loop only, as tiebias.train reports it).
+and reports tokens/s of each from the runs' summaries (training loop only, as tiebias.train.trainer reports it).
 
     python bench/ddp_throughput.py [--preset small] [--steps 40] [--procs 2]
 """
@@ -19,8 +19,8 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from tiebias.runs import Run
-from tiebias.train import TrainConfig
+from tiebias.run.folder import Run
+from tiebias.train.trainer import TrainConfig
 
 WORKER = Path(__file__).resolve().parents[1] / "tests" / "_ddp_worker.py"
 

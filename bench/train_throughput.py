@@ -1,6 +1,6 @@
-"""Training throughput: tiebias.train vs a bare PyTorch loop, provenance on vs off, FLOP/s vs peak,
-eager vs torch.compile, glibc's allocator defaults vs freed memory kept (tiebias.alloc), one model at a
-time vs two side by side (tiebias.sweeps), where a step's time goes, and step time alone vs next to
+"""Training throughput: tiebias.train.trainer vs a bare PyTorch loop, provenance on vs off, FLOP/s vs peak,
+eager vs torch.compile, glibc's allocator defaults vs freed memory kept (tiebias.system.alloc), one model at a
+time vs two side by side (tiebias.train.sweeps), where a step's time goes, and step time alone vs next to
 other processes.
 
 Ratios are measured in one run, interleaving the contenders over several rounds and taking the
@@ -22,12 +22,12 @@ from pathlib import Path
 
 import torch
 
-from tiebias.alloc import MALLOC_ENV, kept_heap
-from tiebias.models import build, count_parameters, get_preset
-from tiebias.runs import Run
-from tiebias.steploop import batch_for_step, checkpoint_steps, lr_at
-from tiebias.sweeps import train_many
-from tiebias.train import TrainConfig, train
+from tiebias.models.build import build, count_parameters, get_preset
+from tiebias.run.folder import Run
+from tiebias.system.alloc import MALLOC_ENV, kept_heap
+from tiebias.train.steploop import batch_for_step, checkpoint_steps, lr_at
+from tiebias.train.sweeps import train_many
+from tiebias.train.trainer import TrainConfig, train
 
 
 def bare_loop(run: Run, cfg: TrainConfig, seed: int = 0, compiled: bool = False, heap: str = "keep") -> float:
@@ -35,7 +35,7 @@ def bare_loop(run: Run, cfg: TrainConfig, seed: int = 0, compiled: bool = False,
 
     ``compiled``: the model goes through ``torch.compile`` (inductor); the rate is taken over the steps
     after the first two (which pay for compilation), and the compile time is printed. ``heap``: ``keep``
-    runs the loop in :func:`tiebias.alloc.kept_heap` as the kit's loops do, ``default`` with glibc's defaults.
+    runs the loop in :func:`tiebias.system.alloc.kept_heap` as the kit's loops do, ``default`` with glibc's defaults.
     """
     before = os.environ.get(MALLOC_ENV)
     os.environ[MALLOC_ENV] = heap
@@ -114,7 +114,7 @@ def profile_split(run: Run, cfg: TrainConfig, steps: int = 3) -> list[tuple[str,
 
 
 def lib_loop(run: Run, cfg: TrainConfig) -> tuple[float, float]:
-    """tiebias.train: tokens/s end to end (with evaluation and checkpoint I/O) and of the training steps alone.
+    """tiebias.train.trainer: tokens/s end to end (with evaluation and checkpoint I/O) and of the training steps alone.
 
     The step-only rate leaves out the step intervals that contain an evaluation or a checkpoint write
     (they land in the interval after the step that triggered them).
@@ -130,7 +130,7 @@ def lib_loop(run: Run, cfg: TrainConfig) -> tuple[float, float]:
 
 
 def side_by_side(run: Run, cfg: TrainConfig, workers: int) -> float:
-    """Two models (tied and untied, seed 0) trained by :func:`tiebias.sweeps.train_many`: tokens per second, both together."""
+    """Two models (tied and untied, seed 0) trained by :func:`tiebias.train.sweeps.train_many`: tokens per second, both together."""
     t0 = time.perf_counter()
     train_many(run, [("tied", 0), ("untied", 0)], cfg, workers=workers, progress=False, overwrite=True, resume=False)
     dt = time.perf_counter() - t0
@@ -163,8 +163,8 @@ def main() -> None:
         # the default profile's evaluation and checkpoint cadence, so "end to end" is what a study pays
         base = TrainConfig(preset=args.preset, steps=args.steps, eval_every=100, eval_tokens=8192,
                            checkpoint_every=50, warmup_steps=min(20, args.steps // 4))
-        cfgs = {"bare loop": None, "tiebias.train, provenance off": replace(base, record_provenance=False),
-                "tiebias.train, provenance on": base}
+        cfgs = {"bare loop": None, "tiebias.train.trainer, provenance off": replace(base, record_provenance=False),
+                "tiebias.train.trainer, provenance on": base}
         cfgs["bare loop, glibc allocator defaults"] = "default heap"
         if not args.no_compile:
             cfgs["bare loop, torch.compile"] = "compiled"
@@ -198,7 +198,7 @@ def main() -> None:
           f"median of {args.rounds} rounds, torch threads {torch.get_num_threads()}")
     for k, v in med.items():
         print(f"  {k:32s} {v:9.0f} tokens/s   {v * flops_per_token / 1e9:6.1f} GFLOP/s")
-    off, on = "tiebias.train, provenance off", "tiebias.train, provenance on"
+    off, on = "tiebias.train.trainer, provenance off", "tiebias.train.trainer, provenance on"
     print(f"  library overhead, training steps (bare / train, provenance off): "
           f"{med['bare loop'] / med[off + ', steps only']:.3f}x")
     print(f"  library overhead, end to end incl. evaluation + checkpoints:     {med['bare loop'] / med[off]:.3f}x")
@@ -206,10 +206,10 @@ def main() -> None:
           f"{med[off + ', steps only'] / med[on + ', steps only']:.3f}x")
     print(f"  provenance overhead, end to end (off / on):                      {med[off] / med[on]:.3f}x")
     print(f"  matmul peak (2048^2 float32): {peak / 1e9:.1f} GFLOP/s; training achieves "
-          f"{med['tiebias.train, provenance on'] * flops_per_token / peak:.1%} of it")
-    print(f"  freed memory kept (tiebias.alloc) vs glibc's defaults, bare loop: "
+          f"{med['tiebias.train.trainer, provenance on'] * flops_per_token / peak:.1%} of it")
+    print(f"  freed memory kept (tiebias.system.alloc) vs glibc's defaults, bare loop: "
           f"{med['bare loop'] / med['bare loop, glibc allocator defaults']:.3f}x")
-    print(f"  two models side by side vs one at a time (tiebias.sweeps.train_many, end to end): "
+    print(f"  two models side by side vs one at a time (tiebias.train.sweeps.train_many, end to end): "
           f"{med['two models side by side (1 thread each)'] / med['two models one at a time (2 threads)']:.3f}x")
     if "bare loop, torch.compile" in med:
         print(f"  torch.compile (inductor) vs eager, bare loop, after compilation: "

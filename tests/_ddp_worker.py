@@ -3,7 +3,7 @@
 import json
 import sys
 
-from tiebias.train import TrainConfig, train
+from tiebias.train.trainer import TrainConfig, train
 
 if __name__ == "__main__":
     run_dir, variant, cfg_json = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -86,7 +86,8 @@ _TOKENIZER: list[Any] = []
 def corpus_tokenizer(vocab_size: int = 320) -> Any:
     """A byte-level BPE tokenizer trained on the embedded corpus's training split (cached per process)."""
     if not _TOKENIZER:
-        from tiebias import data, tokens
+        from tiebias.data import corpus as data
+        from tiebias.data import tokens
 
         texts = data.load_corpus(None)["train"]["text"][:4]  # a few works are plenty for 320 tokens
         _TOKENIZER.append(tokens.train_tokenizer(texts, vocab_size=vocab_size))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tiebias.runs import Run
-from tiebias.train import TrainConfig, train
+from tiebias.run.folder import Run
+from tiebias.train.trainer import TrainConfig, train
 
 TINY = dict(preset="tiny", steps=12, batch_size=4, seq_len=32, lr=3e-3, warmup_steps=2, eval_every=4,
             eval_tokens=512, checkpoint_every=4)

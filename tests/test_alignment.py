@@ -12,9 +12,9 @@ from _embedding_helpers import CORPUS_A, CORPUS_B, centre, cos_rows, llama, make
 from scipy.linalg import orthogonal_procrustes
 from transformers import PreTrainedTokenizerFast
 
-from tiebias import alignment as al
-from tiebias.alignment import METHODS, align, align_all, compare
-from tiebias.embeddings import Embeddings, extract, match_vocab
+from tiebias.align import maps as al
+from tiebias.align.embeddings import Embeddings, extract, match_vocab
+from tiebias.align.maps import METHODS, align, align_all, compare
 
 
 @pytest.fixture(scope="module")

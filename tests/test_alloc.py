@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from tiebias import alloc, threads
+from tiebias.system import alloc, threads
 
 
 class FakeLibc:

@@ -18,12 +18,19 @@ from _families import corpus_tokenizer, save_tiny
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from tiebias import ablate, claims, comparisons, divergence, lens_ladder, profiles, sources, study
-from tiebias.gradients import GradientProvenance, check_factor
-from tiebias.params import PARAMS
-from tiebias.runs import Run
-from tiebias.train import TrainConfig, train
-from tiebias.variants import Variant
+from tiebias import study
+from tiebias.ablate import sweep as ablate
+from tiebias.align import comparisons
+from tiebias.config import profiles
+from tiebias.config.params import PARAMS
+from tiebias.config.variants import Variant
+from tiebias.lens import ladder as lens_ladder
+from tiebias.models import sources
+from tiebias.run.folder import Run
+from tiebias.train import divergence
+from tiebias.train.gradients import GradientProvenance, check_factor
+from tiebias.train.trainer import TrainConfig, train
+from tiebias.verdicts import claims
 
 LENS = dict(steps=2, tokens_per_step=64, seq_len=32, eval_tokens=64, progress=False)
 

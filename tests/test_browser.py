@@ -259,7 +259,7 @@ def _one_line(page, limit: int) -> str:
 
 
 def test_02_word_explorer_cuts_long_input_and_strips_spaces(page, lab) -> None:
-    from tiebias import explorers
+    from tiebias.output import explorers
 
     _visible(page, lab, "02_align")
     _explore(page, LONG_TEXT, f"input cut to its first {explorers.MAX_WORD_CHARS} characters (it had 1,160)")
@@ -280,7 +280,7 @@ def test_03_lens_in_jupyterlab(page, lab) -> None:
 
 
 def test_03_prompt_explorer_cuts_long_input(page, lab) -> None:
-    from tiebias import explorers
+    from tiebias.output import explorers
 
     _visible(page, lab, "03_lens")
     _explore(page, LONG_TEXT, f"input cut to its first {explorers.MAX_PROMPT_CHARS} characters (it had 1,160)")

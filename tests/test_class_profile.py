@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tiebias import profiles
-from tiebias.evidence import PLUMBING_PROFILES
+from tiebias.config import profiles
 from tiebias.study import check_study
+from tiebias.verdicts.evidence import PLUMBING_PROFILES
 
 
 def test_class_profile_can_carry_claims_1_2_and_4(tmp_path: Path) -> None:

@@ -18,8 +18,8 @@ import papermill as pm
 import pytest
 
 from tiebias import study
-from tiebias.runs import Run
-from tiebias.variants import step_of
+from tiebias.config.variants import step_of
+from tiebias.run.folder import Run
 
 LIB = Path(__file__).resolve().parents[1] / "lib"
 # What the CLI prints on a failed notebook is two lines (the error, the executed notebook); the bound leaves two

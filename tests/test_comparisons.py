@@ -1,7 +1,9 @@
 import pytest
 
-from tiebias import claims, comparisons, stats
-from tiebias.runs import Run
+from tiebias import stats
+from tiebias.align import comparisons
+from tiebias.run.folder import Run
+from tiebias.verdicts import claims
 
 
 def test_table1_rows_pairings_and_claim(two_seed_run: Run) -> None:

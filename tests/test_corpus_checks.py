@@ -17,8 +17,10 @@ import datasets
 import pandas as pd
 import pytest
 
-from tiebias import corpus_checks, data, tokens
-from tiebias.runs import Run
+from tiebias.data import checks as corpus_checks
+from tiebias.data import corpus as data
+from tiebias.data import tokens
+from tiebias.run.folder import Run
 
 
 def _docs(n: int, tag: str = "doc") -> list[str]:

@@ -1,4 +1,4 @@
-"""Tests for tiebias.data: corpus loading and splits, tokenizer, token statistics, unigram baseline."""
+"""Tests for tiebias.data.corpus: corpus loading and splits, tokenizer, token statistics, unigram baseline."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from tiebias import data, tokens
+from tiebias.data import corpus as data
+from tiebias.data import tokens
 
 REPO = Path(__file__).resolve().parent.parent
 

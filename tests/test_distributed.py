@@ -13,8 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tiebias.runs import Run
-from tiebias.train import TrainConfig, estimate_memory, make_accelerator, train
+from tiebias.run.folder import Run
+from tiebias.train.trainer import TrainConfig, estimate_memory, make_accelerator, train
 
 WORKER = Path(__file__).with_name("_ddp_worker.py")
 

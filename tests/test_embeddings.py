@@ -9,8 +9,8 @@ import torch
 from _embedding_helpers import CORPUS_A, llama, make_tokenizer
 from transformers import AutoModelForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
 
-from tiebias.embeddings import Embeddings, checkpoint_matrices, extract, match_vocab, require_untied
-from tiebias.token_stats import evolution
+from tiebias.align.embeddings import Embeddings, checkpoint_matrices, extract, match_vocab, require_untied
+from tiebias.align.token_stats import evolution
 
 
 @pytest.fixture(scope="module")

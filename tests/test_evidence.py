@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tiebias import claims, evidence, report, tokens
-from tiebias.runs import Run
+from tiebias.data import tokens
+from tiebias.output import report
+from tiebias.run.folder import Run
+from tiebias.verdicts import claims, evidence
 
 UNIGRAM = 6.0
 HAIR = 1e-3

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tiebias import exercises
-from tiebias.params import NOTEBOOKS, PARAMS
+from tiebias.config.params import NOTEBOOKS, PARAMS
 from tiebias.study import check_study, notebooks_dir, parse_set
+from tiebias.teach import exercises
 
 HEADER, EXERCISES = exercises.load()
 # parameters that shape the models: a run folder cannot take a second value of these, so such an exercise

@@ -20,11 +20,14 @@ from nbclient import NotebookClient
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from tiebias import comparisons, explorers, lens_eval, notebook, token_text, tokens
-from tiebias import lens as tl
-from tiebias import models as tm
-from tiebias.embeddings import Embeddings
-from tiebias.plotting import lens as lplot
+from tiebias.align import comparisons
+from tiebias.align.embeddings import Embeddings
+from tiebias.data import tokens
+from tiebias.lens import evaluate as lens_eval
+from tiebias.lens import lenses as tl
+from tiebias.models import build as tm
+from tiebias.output import explorers, notebook, token_text
+from tiebias.output.plotting import lens as lplot
 
 TEXT_A = ["the king and the queen rode to the kingdom of the king", "love is sweet, said the king to the queen"] * 40
 TEXT_B = ["a queen sang; the queen danced with the duke and the king", "blood and love, the duke said"] * 40
@@ -193,7 +196,7 @@ def _execute(cells: list[str], tmp_path: Path) -> nbformat.NotebookNode:
 
 
 def test_executed_notebook_has_figures_without_the_plotly_bundle_and_html_export_has_it_once(tmp_path: Path) -> None:
-    cells = ["from tiebias import notebook\nimport plotly.graph_objects as go\nnotebook.setup()",
+    cells = ["from tiebias.output import notebook\nimport plotly.graph_objects as go\nnotebook.setup()",
              "go.Figure(go.Bar(x=[1, 2], y=[3, 4]))",
              "display(go.Figure(go.Scatter(x=[1, 2], y=[3, 1])))"]
     nb = _execute(cells, tmp_path)
@@ -252,7 +255,7 @@ def test_make_setup_installs_a_filter_that_keeps_executed_notebooks_out_of_git(t
     venv = Path(sys.prefix)  # the environment running the tests stands in for .venv (-o: do not reinstall it)
     subprocess.run(["make", "-o", str(venv / ".installed"), "setup", f"VENV={venv}"], cwd=repo, check=True,
                    capture_output=True)
-    assert "-m tiebias.nbfilter" in git("config", "filter.nbstripout.clean")  # nbstripout --keep-id, kernel blocks
+    assert "-m tiebias.output.nbfilter" in git("config", "filter.nbstripout.clean")  # nbstripout --keep-id, kernel blocks
     path = repo / "notebooks" / "03_lens.ipynb"
     nb = nbformat.read(path, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]

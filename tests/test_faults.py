@@ -26,12 +26,14 @@ import torch
 from conftest import TINY
 from safetensors.torch import load_file
 
-from tiebias import comparisons, embeddings, lens_ladder, report
-from tiebias.files import DamagedFileError, write_json_atomic
-from tiebias.layout import LOCK_HOLDER
-from tiebias.runs import Run, RunLockedError
-from tiebias.train import TrainConfig, train
-from tiebias.variants import parse_variants
+from tiebias.align import comparisons, embeddings
+from tiebias.config.variants import parse_variants
+from tiebias.lens import ladder as lens_ladder
+from tiebias.output import report
+from tiebias.run.files import DamagedFileError, write_json_atomic
+from tiebias.run.folder import Run, RunLockedError
+from tiebias.run.layout import LOCK_HOLDER
+from tiebias.train.trainer import TrainConfig, train
 
 CFG = replace(TrainConfig(**TINY), steps=8)  # checkpoints 0, 1, 2, 4, 8; validation at 0, 4, 8
 HINT = "overwrite=True (notebook parameter / --set overwrite=true)"
@@ -418,7 +420,7 @@ def test_truncated_result(run: Run) -> None:
 # -- the writer lock -----------------------------------------------------------------------------------
 HOLDER = """
 import sys, time
-from tiebias.runs import Run
+from tiebias.run.folder import Run
 with Run(sys.argv[1]).writing("a test holder"):
     print("locked", flush=True)
     time.sleep(300)

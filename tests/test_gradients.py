@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from tiebias.gradients import GradientProvenance
-from tiebias.models import build
+from tiebias.models.build import build
+from tiebias.train.gradients import GradientProvenance
 
 
 def _batch(vocab: int = 300) -> torch.Tensor:

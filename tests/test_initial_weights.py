@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tiebias import comparisons
-from tiebias import train as train_module
-from tiebias.files import RunFolderError
-from tiebias.runs import Run
-from tiebias.train import TrainConfig, train
+from tiebias.align import comparisons
+from tiebias.run.files import RunFolderError
+from tiebias.run.folder import Run
+from tiebias.train import trainer as train_module
+from tiebias.train.trainer import TrainConfig, train
 
 
 def _snapshot(path: Path) -> dict[str, str]:

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tiebias import comparisons, inventory, study
-from tiebias.runs import Run
+from tiebias import study
+from tiebias.align import comparisons
+from tiebias.run import inventory
+from tiebias.run.folder import Run
 
 
 @pytest.fixture

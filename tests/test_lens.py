@@ -1,4 +1,4 @@
-"""Tests for tiebias.lens, lens_fit and lens_eval: indexing, KL units, training, save/load and input checks on tiny models."""
+"""Tests for tiebias.lens.lenses, lens_fit and lens_eval: indexing, KL units, training, save/load and input checks on tiny models."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from transformers import (
 )
 from tuned_lens import TunedLens
 
-from tiebias import lens as L
-from tiebias import lens_eval as E
-from tiebias import lens_fit as F
-from tiebias.plotting import lens as lplot
+from tiebias.lens import evaluate as E
+from tiebias.lens import fit as F
+from tiebias.lens import lenses as L
+from tiebias.output.plotting import lens as lplot
 
 VOCAB = 256
 SEQ = 64

@@ -1,4 +1,4 @@
-"""Tests for tiebias.lens_cache: a lens trained through the activation cache equals one trained on the model, bit for bit."""
+"""Tests for tiebias.lens.cache: a lens trained through the activation cache equals one trained on the model, bit for bit."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import torch
 import transformers as tr
 from _families import tiny_config
 
-from tiebias import lens as L
-from tiebias import lens_cache as C
-from tiebias import lens_fit as F
-from tiebias import lens_ladder
+from tiebias.lens import cache as C
+from tiebias.lens import fit as F
+from tiebias.lens import ladder as lens_ladder
+from tiebias.lens import lenses as L
 
 VOCAB = 300
 SEQ = 32

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tiebias import lens_depth, stats
+from tiebias import stats
+from tiebias.lens import depth as lens_depth
 
 SEEDS = [0, 1, 2, 3, 4]
 

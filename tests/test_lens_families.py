@@ -21,8 +21,9 @@ from _families import FAMILIES, PACKAGE_FAMILIES, char_tokenizer, missing, save_
 from transformers import AutoModelForCausalLM, PreTrainedModel
 from tuned_lens import TunedLens
 
-from tiebias import lens as tl
-from tiebias import lens_eval, lens_fit
+from tiebias.lens import evaluate as lens_eval
+from tiebias.lens import fit as lens_fit
+from tiebias.lens import lenses as tl
 
 VOCAB = 300
 SEQ = 32
@@ -224,7 +225,8 @@ def test_lens_study_on_external_pairs_by_path(tmp_path: Path) -> None:
     The families the installed transformers has are checked; then the test is skipped naming any it lacks."""
     from _families import corpus_tokenizer
 
-    from tiebias import lens_ladder, sources
+    from tiebias.lens import ladder as lens_ladder
+    from tiebias.models import sources
 
     tok = corpus_tokenizer()
     models = {}

@@ -10,8 +10,8 @@ import torch
 import transformers as tr
 from _families import tiny_config
 
-from tiebias import lens_ladder
-from tiebias import lens_precision as LP
+from tiebias.lens import ladder as lens_ladder
+from tiebias.lens import precision as LP
 
 VOCAB, SEQ = 300, 32
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -82,8 +82,8 @@ def test_rung_recorded_before_the_precision_counts_as_auto(tmp_path: Path, monke
 
 def test_damaged_rung_record_and_evaluation_cache_are_named(tmp_path: Path) -> None:
     """A rung.json or a cached evaluation that does not parse stops with the file named and what to do."""
-    from tiebias import lens_rung_eval
-    from tiebias.files import DamagedFileError
+    from tiebias.lens import rung_eval as lens_rung_eval
+    from tiebias.run.files import DamagedFileError
 
     torch.manual_seed(0)
     model = tr.AutoModelForCausalLM.from_config(tiny_config("llama", True, VOCAB)).eval().requires_grad_(False)

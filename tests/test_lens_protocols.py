@@ -12,8 +12,8 @@ import torch
 import transformers as tr
 from _families import tiny_config
 
-from tiebias import lens as L
-from tiebias import lens_eval as E
+from tiebias.lens import evaluate as E
+from tiebias.lens import lenses as L
 
 VOCAB, SEQ, LAYERS = 300, 16, 3
 pytestmark = pytest.mark.usefixtures("one_thread")

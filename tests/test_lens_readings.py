@@ -9,11 +9,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tiebias import claims, lens_eval, lens_ladder, lens_readings, lens_rung_eval, lens_study, report
-from tiebias import lens as tl
-from tiebias.params import LENS_PROTOCOLS, coerce
-from tiebias.plotting import lens as lplot
-from tiebias.runs import Run
+from tiebias.config.params import LENS_PROTOCOLS, coerce
+from tiebias.lens import evaluate as lens_eval
+from tiebias.lens import ladder as lens_ladder
+from tiebias.lens import lenses as tl
+from tiebias.lens import readings as lens_readings
+from tiebias.lens import rung_eval as lens_rung_eval
+from tiebias.lens import tables as lens_study
+from tiebias.output import report
+from tiebias.output.plotting import lens as lplot
+from tiebias.run.folder import Run
+from tiebias.verdicts import claims
 
 RECIPE = dict(steps=6, tokens_per_step=256, seq_len=32)  # as tests/test_lens_study.py: the same cached lenses
 BOTH = ["package", "reference"]
@@ -159,7 +165,7 @@ def test_report_lists_both_readings_and_says_which_the_paper_uses(fresh_run: Run
 
 
 def test_external_pair_gets_both_protocols_and_the_four_readings(two_seed_run: Run) -> None:
-    from tiebias import sources
+    from tiebias.models import sources
 
     models = sources.load_models({"tied": two_seed_run.model_path("tied", 0),
                                   "untied": two_seed_run.model_path("untied", 0)})

@@ -7,9 +7,15 @@ import pandas as pd
 import pytest
 import torch
 
-from tiebias import claims, lens_depth, lens_eval, lens_fit, lens_ladder, lens_study, sources
-from tiebias import lens as tl
-from tiebias.runs import Run
+from tiebias.lens import depth as lens_depth
+from tiebias.lens import evaluate as lens_eval
+from tiebias.lens import fit as lens_fit
+from tiebias.lens import ladder as lens_ladder
+from tiebias.lens import lenses as tl
+from tiebias.lens import tables as lens_study
+from tiebias.models import sources
+from tiebias.run.folder import Run
+from tiebias.verdicts import claims
 
 RECIPE = dict(steps=6, tokens_per_step=256, seq_len=32)
 
@@ -298,8 +304,8 @@ def test_scale_table_on_checkpoints(two_seed_run: Run) -> None:
 
 
 def test_summaries_and_figures(two_seed_run: Run, tmp_path: Path) -> None:
-    from tiebias import report
-    from tiebias.plotting import lens as lplot
+    from tiebias.output import report
+    from tiebias.output.plotting import lens as lplot
 
     seq = _synthetic({1: 0.6, 2: 0.5})
     kl = lens_study.per_layer(seq)

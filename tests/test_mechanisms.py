@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from tiebias import mechanisms
-from tiebias.gradients import GradientProvenance
+from tiebias.teach import mechanisms
+from tiebias.train.gradients import GradientProvenance
 
 # float32 rounding of one product or norm is about 6e-8 relative; the changes these tests guard against (a factor
 # applied to the wrong path, a transposed map) move the checked numbers by tens of percent or more.
@@ -51,7 +51,7 @@ def test_source_shows_where_the_factor_is_applied() -> None:
 
 def test_map_formulas_match_the_library() -> None:
     t = mechanisms.map_check()
-    assert np.allclose(t["formula"], t["tiebias.alignment"], rtol=0, atol=F64_ABS)
+    assert np.allclose(t["formula"], t["tiebias.align.maps"], rtol=0, atol=F64_ABS)
     assert t.loc["orthogonal", "max |W^T W - I|"] < F64_ABS
     assert t.loc["linear", "max |W^T W - I|"] > 0.1  # the stretch in the toy target is not a rotation
     # in-sample, each map can do at least what the more constrained one does

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from tiebias.models import PRESETS, build, count_parameters, is_tied, make_config
+from tiebias.models.build import PRESETS, build, count_parameters, is_tied, make_config
 
 
 @pytest.mark.parametrize("family", ["llama", "neox"])

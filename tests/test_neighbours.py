@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from tiebias.neighbours import knn_overlap, nearest, neighbour_overlap
+from tiebias.align.neighbours import knn_overlap, nearest, neighbour_overlap
 
 
 def knn_reference(x: np.ndarray, k: int) -> list[set[int]]:

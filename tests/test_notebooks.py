@@ -7,7 +7,7 @@ import nbformat
 import papermill as pm
 import pytest
 
-from tiebias.runs import Run
+from tiebias.run.folder import Run
 
 NB = Path(__file__).resolve().parents[1] / "notebooks"
 

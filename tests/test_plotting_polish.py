@@ -14,8 +14,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from tiebias import claims, notebook
-from tiebias.plotting import ablation, alignment, export, lens, style, training
+from tiebias.output import notebook
+from tiebias.output.plotting import ablation, alignment, export, lens, style, training
+from tiebias.verdicts import claims
 
 KS = [1.0, 2.0, 5.0, 10.0, 20.0]
 rng = np.random.default_rng(0)

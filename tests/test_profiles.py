@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from tiebias import profiles
-from tiebias.params import PARAM_LIST, PARAMS, PROFILE_KEYS, coerce, notebook_parameters
+from tiebias.config import profiles
+from tiebias.config.params import PARAM_LIST, PARAMS, PROFILE_KEYS, coerce, notebook_parameters
 from tiebias.study import parse_set, run_study
 
 SMOKE = (profiles.PROFILE_DIR / "smoke.toml").read_text()

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from tiebias import report
-from tiebias.runs import Run
+from tiebias.output import report
+from tiebias.run.folder import Run
 
 
 def test_record_computes_verdict_and_rejects_bad_input(fresh_run: Run) -> None:

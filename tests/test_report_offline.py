@@ -6,15 +6,15 @@ import nbformat
 import plotly.graph_objects as go
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from tiebias import notebook, report
-from tiebias.runs import Run
-from tiebias.static_pages import (
+from tiebias.output import notebook, report
+from tiebias.output.static_pages import (
     WIDGET_STATE,
     WIDGET_VIEW,
     expand_widgets,
     export_offline_html,
     remote_references,
 )
+from tiebias.run.folder import Run
 
 
 def _model(name: str, **state: object) -> dict:

@@ -6,11 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from tiebias import folder_guard, profiles, sources, study
+from tiebias import study
 from tiebias.__main__ import main
-from tiebias.folder_guard import NotARunFolderError, check_folder, mark
-from tiebias.layout import MARKERS, RunLayout
-from tiebias.runs import Run
+from tiebias.config import profiles
+from tiebias.models import sources
+from tiebias.run import guard as folder_guard
+from tiebias.run.folder import Run
+from tiebias.run.guard import NotARunFolderError, check_folder, mark
+from tiebias.run.layout import MARKERS, RunLayout
 
 HOW = ("--run-dir PATH", "-p run_dir PATH", "make study RUN=PATH")
 

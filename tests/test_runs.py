@@ -4,8 +4,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tiebias.runs import Run
-from tiebias.variants import Variant, model_key, parse_key
+from tiebias.config.variants import Variant, model_key, parse_key
+from tiebias.run.folder import Run
 
 
 @pytest.mark.parametrize("name,tied,fin,fout", [
@@ -57,7 +57,7 @@ def test_missing_corpus_and_config(tmp_path) -> None:
 
 
 def test_models_table_and_missing_model(fresh_run: Run, tiny_config) -> None:
-    from tiebias.train import train
+    from tiebias.train.trainer import train
 
     train(fresh_run, "untied", 4, tiny_config, progress=False)
     df = fresh_run.models()
@@ -71,7 +71,7 @@ def test_models_table_and_missing_model(fresh_run: Run, tiny_config) -> None:
 
 
 def test_step_folder_names() -> None:
-    from tiebias.variants import step_dir, step_of
+    from tiebias.config.variants import step_dir, step_of
 
     assert step_dir(0) == "step-0" and step_dir(128) == "step-128"
     assert step_of("step-128") == 128 and step_of(Path("/x/checkpoints/step-7")) == 7
@@ -108,7 +108,7 @@ def test_run_paths(tmp_path) -> None:
 
 
 def test_checkpoint_paths_match_training(fresh_run: Run, tiny_config) -> None:
-    from tiebias.train import train
+    from tiebias.train.trainer import train
 
     train(fresh_run, "tied", 0, tiny_config, progress=False)
     steps = [s for s, _ in fresh_run.checkpoints("tied", 0)]

@@ -9,8 +9,10 @@ import pandas as pd
 import pytest
 import torch
 
-from tiebias import claims, comparisons, sources
-from tiebias.embeddings import Embeddings
+from tiebias.align import comparisons
+from tiebias.align.embeddings import Embeddings
+from tiebias.models import sources
+from tiebias.verdicts import claims
 
 
 def _pair(out_noise: float, in_noise: float, n: int = 400, d: int = 16, seed: int = 0) -> dict[int, dict[str, Embeddings]]:

@@ -9,7 +9,8 @@ import torch
 import transformers
 from _families import corpus_tokenizer, save_tiny, tiny_config
 
-from tiebias import comparisons, embeddings, sources
+from tiebias.align import comparisons, embeddings
+from tiebias.models import sources
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tiebias.report import CLAIMS
+from tiebias.output.report import CLAIMS
 from tiebias.study import NOTEBOOKS, run_study
 
 
@@ -61,7 +61,7 @@ def tolerance(name: str, ref: dict, key: str) -> float:
     ``value``: one seed sd in the value's unit (claims 1-3: ``spread``; claim 4's value counts changes in units
     of ``NOISE_SDS`` seed sd, so one seed sd is ``1 / NOISE_SDS``). Spread, noise floor, threshold: their own size.
     """
-    from tiebias.claims import NOISE_SDS
+    from tiebias.verdicts.claims import NOISE_SDS
 
     if key != "value":
         return TOLERANCE_FRACTION * abs(float(ref[key]))

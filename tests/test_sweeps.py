@@ -1,4 +1,4 @@
-"""Several models side by side (tiebias.parallel, tiebias.sweeps): same models as one at a time, clean stops."""
+"""Several models side by side (tiebias.system.parallel, tiebias.train.sweeps): same models as one at a time, clean stops."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tiebias import parallel
-from tiebias.runs import Run, RunLockedError
-from tiebias.sweeps import train_many
-from tiebias.train import TrainConfig
+from tiebias.run.folder import Run, RunLockedError
+from tiebias.system import parallel
+from tiebias.train.sweeps import train_many
+from tiebias.train.trainer import TrainConfig
 
 JOBS = [("tied", 0), ("untied", 0), ("tied_in5", 1)]
 
@@ -79,7 +79,7 @@ def test_interrupted_models_resume_to_the_same_weights(fresh_run: Run, tiny_conf
             return run
         return real([wrap(t) for t in tasks], workers)
 
-    import tiebias.sweeps as sweeps
+    import tiebias.train.sweeps as sweeps
     sweeps.side_by_side = interrupting
     try:
         partial = train_many(cut, JOBS[:2], tiny_config, workers=2, progress=False)
@@ -122,7 +122,7 @@ def test_a_second_process_holding_the_run_is_refused(fresh_run: Run, tiny_config
 
     code = textwrap.dedent(f"""
         import sys, time
-        from tiebias.runs import Run
+        from tiebias.run.folder import Run
         with Run({str(fresh_run.path)!r}).writing("holding"):
             print("held", flush=True)
             time.sleep(30)
@@ -138,7 +138,7 @@ def test_a_second_process_holding_the_run_is_refused(fresh_run: Run, tiny_config
 
 
 def test_lens_ladders_side_by_side_match_one_at_a_time(two_seed_run: Run, tmp_path) -> None:
-    from tiebias import lens_ladder
+    from tiebias.lens import ladder as lens_ladder
 
     kw = dict(steps=4, tokens_per_step=2 * 32, seq_len=32, eval_tokens=4 * 32, budgets=[1, 2], progress=False)
     tables = {}
@@ -165,8 +165,8 @@ def test_a_stopped_job_does_not_hide_the_real_error() -> None:
 
 def test_bad_thread_and_stop_settings_stop_before_anything_is_written(fresh_run: Run, tiny_config: TrainConfig,
                                                                        two_seed_run: Run, tmp_path) -> None:
-    from tiebias import lens_ladder
-    from tiebias.train import train
+    from tiebias.lens import ladder as lens_ladder
+    from tiebias.train.trainer import train
 
     for kw, match in [({"num_threads": 0}, "num_threads"), ({"num_threads": "fast"}, "num_threads"),
                       ({"should_stop": True}, "should_stop")]:

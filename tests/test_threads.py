@@ -5,7 +5,7 @@ import time
 import pytest
 import torch
 
-from tiebias import threads
+from tiebias.system import threads
 
 
 @pytest.fixture

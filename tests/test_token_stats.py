@@ -12,7 +12,7 @@ import torch
 from _embedding_helpers import cos_rows
 from scipy.stats import spearmanr
 
-from tiebias.token_stats import by_frequency, evolution, load_counts, norm_frequency, row_norms
+from tiebias.align.token_stats import by_frequency, evolution, load_counts, norm_frequency, row_norms
 
 
 def test_norm_frequency_and_counts(tmp_path: Path) -> None:

@@ -6,9 +6,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tiebias.runs import Run
-from tiebias.steploop import checkpoint_steps, lr_at
-from tiebias.train import TrainConfig, train
+from tiebias.run.folder import Run
+from tiebias.train.steploop import checkpoint_steps, lr_at
+from tiebias.train.trainer import TrainConfig, train
 
 
 def _weights(run: Run, variant: str, seed: int) -> dict[str, torch.Tensor]:
@@ -156,7 +156,7 @@ def test_thread_count_does_not_change_the_weights(fresh_run: Run, tiny_config: T
 
 def test_allocator_setting_does_not_change_the_weights(fresh_run: Run, tiny_config: TrainConfig, tmp_path,
                                                        monkeypatch) -> None:
-    """Keeping freed memory (tiebias.alloc) changes where tensors live, never the numbers."""
+    """Keeping freed memory (tiebias.system.alloc) changes where tensors live, never the numbers."""
     runs = {}
     for mode in ("keep", "default"):
         monkeypatch.setenv("TIEBIAS_MALLOC", mode)

@@ -13,9 +13,9 @@ import pytest
 
 from tiebias import __main__ as cli
 from tiebias import study
-from tiebias.runs import Run
-from tiebias.train import TrainConfig, train
-from tiebias.variation import ParameterChangedError, fresh_run_dir
+from tiebias.run.folder import Run
+from tiebias.run.variation import ParameterChangedError, fresh_run_dir
+from tiebias.train.trainer import TrainConfig, train
 
 
 def test_message_names_parameter_values_and_the_fresh_route() -> None:
@@ -56,7 +56,7 @@ def test_in_a_notebook_and_the_cli_it_is_one_message(tmp_path: Path, monkeypatch
     params = nbformat.v4.new_code_cell("profile = 'smoke'\nrun_dir = None")
     params.metadata["tags"] = ["parameters"]
     nb.cells = [params, nbformat.v4.new_code_cell(
-        "from tiebias.variation import ParameterChangedError\n"
+        "from tiebias.run.variation import ParameterChangedError\n"
         "def deep(n):\n    return deep(n - 1) if n else ParameterChangedError('runs/x', {'preset': ('tiny', 'mini')}, "
         "'model tied-s0 was trained with the folder\\'s value', 'retrain it')\n"
         "raise deep(20)")]

@@ -18,9 +18,11 @@ import nbformat
 import papermill as pm
 import pytest
 
-from tiebias import ablate, profiles, study
+from tiebias import study
 from tiebias.__main__ import main
-from tiebias.params import (
+from tiebias.ablate import sweep as ablate
+from tiebias.config import profiles
+from tiebias.config.params import (
     KINDS,
     NOTEBOOKS,
     PARAM_LIST,
@@ -147,7 +149,7 @@ def test_every_notebook_parameter_is_read_after_resolution(name: str) -> None:
 
 
 def test_methods_are_the_alignment_methods() -> None:
-    from tiebias.alignment import METHODS
+    from tiebias.align.maps import METHODS
 
     assert PARAMS["methods"].default == list(METHODS)
 

@@ -10,9 +10,11 @@ import plotly.graph_objects as go
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from tiebias import figure_png, profiles, walkthrough
-from tiebias.notebook import PLOTLY_MIME
-from tiebias.params import NOTEBOOKS
+from tiebias.config import profiles
+from tiebias.config.params import NOTEBOOKS
+from tiebias.output import figure_png
+from tiebias.output.notebook import PLOTLY_MIME
+from tiebias.teach import walkthrough
 
 ROOT = profiles.repo_root()
 FIX = "regenerate it: make walkthrough RUN=runs/class (after python -m tiebias study --profile class)"

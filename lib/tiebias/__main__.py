@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from . import profiles
+from tiebias.config import profiles
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             print(profiles.markdown_table() if args.markdown else profiles.describe(args.name))
             return 0
         if args.cmd == "walkthrough":
-            from .walkthrough import write_walkthrough
+            from tiebias.teach.walkthrough import write_walkthrough
 
             try:
                 print(f"walkthrough: {len(write_walkthrough(args.run))} files written")

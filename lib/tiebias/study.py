@@ -8,10 +8,10 @@ from typing import Any
 
 import papermill as pm
 
-from . import profiles
-from .folder_guard import Kind, check_folder, mark
-from .params import NOTEBOOKS, PARAMS, coerce
-from .runs import Run
+from tiebias.config import profiles
+from tiebias.config.params import NOTEBOOKS, PARAMS, coerce
+from tiebias.run.folder import Run
+from tiebias.run.guard import Kind, check_folder, mark
 
 PATH_PARAMETERS = ("corpus", "tied_source", "untied_source")  # local paths or hub names
 # the kernel process's own log says nothing about the study (the notebook holds its errors): a warning that ZMQ runs
@@ -84,7 +84,7 @@ def check_study(profile: str | Path | None = None, run_dir: str | Path | None = 
 
     Every override must be a parameter of at least one notebook that will run; otherwise it would be
     accepted and then silently dropped. The run folder must be new, empty or the kit's, and apart from a
-    local corpus (:mod:`tiebias.folder_guard`).
+    local corpus (:mod:`tiebias.run.guard`).
     """
     overrides = dict(overrides or {})
     for k in ("profile", "run_dir"):
@@ -153,7 +153,7 @@ def run_study(profile: str | Path | None = None, run_dir: str | Path | None = No
         _execute(name, src, out_dir / f"{name}.ipynb", p, progress)
         times[name] = time.perf_counter() - t0
         print(f"{name}: {times[name]:.0f} s -> {out_dir / (name + '.ipynb')}")
-    from .report import write_report, write_summary
+    from tiebias.output.report import write_report, write_summary
 
     run = Run(params["run_dir"])
     if run.config_path.exists():

@@ -1,0 +1,244 @@
+"""Gradient-scaling ablation (paper Tables 2, 6, 7) as a dose-response study over seeds.
+
+A sweep trains tied models whose input-path gradient is multiplied by k (optionally the output
+path's by 1/k), next to the untied reference of the same seed, then asks: does the shared matrix move
+towards the untied *input* matrix and away from the untied *output* matrix as k grows, by more than
+the spread between seeds?
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from tiebias.align import embeddings
+from tiebias.align import maps as alignment
+from tiebias.config.variants import Variant
+from tiebias.run.folder import Run
+from tiebias.train import divergence
+from tiebias.train.gradients import FACTOR_RANGE, check_factor
+from tiebias.train.steploop import evaluate_loss
+from tiebias.train.sweeps import train_many
+from tiebias.train.trainer import TrainConfig
+
+
+def check_factors(factors: Any, name: str = "factors") -> list[float]:
+    """Validate a list of gradient factors (each as :func:`tiebias.train.gradients.check_factor`), no duplicates."""
+    if isinstance(factors, (int, float)) and not isinstance(factors, bool):
+        factors = [factors]
+    if isinstance(factors, str):
+        factors = [f for f in factors.replace(" ", "").split(",") if f]
+    try:
+        items = list(factors)
+    except TypeError:
+        raise ValueError(f"{name}: {factors!r} is not a list of numbers (e.g. [1, 2, 5, 10])") from None
+    if not items:
+        raise ValueError(f"{name}: empty; give one or more factors k > 0 (e.g. [1, 2, 5, 10])")
+    out = []
+    for f in items:
+        try:
+            if isinstance(f, bool):
+                raise TypeError
+            x = float(f)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}: {f!r} is not a number; each factor must be {FACTOR_RANGE}") from None
+        out.append(check_factor(name, f if isinstance(f, (int, float)) else x))  # named as given
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name}: {items!r} repeats a factor")
+    return sorted(out)
+
+
+def sweep_variants(factors: Iterable[float], *, inverse_output: bool = False) -> list[Variant]:
+    """Tied variants for input factors k (k=1 is the plain tied model); optionally output x 1/k."""
+    ks = check_factors(list(factors))
+    return [Variant(True, k, 1.0 / k if inverse_output else 1.0) for k in ks]
+
+
+def estimate_seconds(run: Run, cfg: TrainConfig, n_models: int) -> float:
+    """Estimated training time of ``n_models`` new models, from the throughput of models already in the run.
+
+    Falls back to a short timed probe (a few steps of the same preset) when the run has none.
+    """
+    rates = []
+    for key in run.models().query("complete").key:
+        s = run.summary(*_split_key(key))
+        if s.get("tokens_per_second") and _same_shape(run, key, cfg):
+            rates.append(s["tokens_per_second"])
+    if rates:
+        tps = float(np.median(rates))
+    else:
+        tps = _probe_tokens_per_second(run, cfg)
+    return n_models * cfg.steps * cfg.batch_size * cfg.seq_len / tps
+
+
+def _split_key(key: str) -> tuple[Variant, int]:
+    from tiebias.config.variants import parse_key
+
+    return parse_key(key)
+
+
+def _same_shape(run: Run, key: str, cfg: TrainConfig) -> bool:
+    from tiebias.run.files import OVERWRITE_HINT, read_json
+
+    c = read_json(run.train_config_path(*_split_key(key)), f"restore it, or retrain {key} ({OVERWRITE_HINT})")
+    return all(c.get(k) == getattr(cfg, k) for k in ("preset", "family", "batch_size", "seq_len"))
+
+
+def _probe_tokens_per_second(run: Run, cfg: TrainConfig, steps: int = 3) -> float:
+    from tiebias.models.build import build
+    from tiebias.train.steploop import batch_for_step
+
+    ids = run.tokens("train")
+    model = build(cfg.preset, family=cfg.family, vocab_size=run.config["tokenizer_size"])
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    x = batch_for_step(ids, 0, 0, cfg.batch_size, cfg.seq_len)
+    model(input_ids=x, labels=x).loss.backward()  # warm-up
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        opt.zero_grad()
+        model(input_ids=x, labels=x).loss.backward()
+        opt.step()
+    return steps * cfg.batch_size * cfg.seq_len / (time.perf_counter() - t0)
+
+
+def plan(run: Run, variants: Sequence[Variant], seeds: Sequence[int], cfg: TrainConfig,
+         budget_minutes: float | None = None) -> pd.DataFrame:
+    """Which (variant, seed) models the sweep needs, which the run already has, and the time estimate.
+
+    Warns before anything starts when the estimate exceeds ``budget_minutes``.
+    """
+    rows = []
+    for seed in seeds:
+        for v in [*variants, Variant(False)]:
+            rows.append({"variant": v.name, "seed": seed, "input_factor": v.input_factor,
+                         "output_factor": v.output_factor, "trained": run.is_complete(v, seed)})
+    df = pd.DataFrame(rows).drop_duplicates(["variant", "seed"])
+    todo = int((~df.trained).sum())
+    est = estimate_seconds(run, cfg, todo) if todo else 0.0
+    df.attrs["estimated_seconds"] = est
+    df.attrs["to_train"] = todo
+    if budget_minutes is not None and est > 60 * budget_minutes:
+        warnings.warn(f"ablation sweep: {todo} models to train, estimated {est / 60:.1f} min, over the budget of "
+                      f"{budget_minutes:g} min; reduce factors, seeds or steps", stacklevel=2)
+    return df
+
+
+def run_sweep(run: Run, variants: Sequence[Variant], seeds: Sequence[int], cfg: TrainConfig,
+              progress: bool = True, overwrite: bool = False) -> list[dict]:
+    """Train every missing model of the sweep (tied variants and the untied reference per seed).
+
+    ``overwrite=True`` retrains a model whose folder was made with a different config (see ``train``). Two
+    models train at a time on a CPU (:func:`tiebias.train.sweeps.train_many`), the same models as one by one.
+    """
+    return train_many(run, _sweep_models(variants, seeds), cfg, progress=progress, overwrite=overwrite)
+
+
+def common_steps(run: Run, variants: Sequence[Variant], seeds: Sequence[int]) -> list[int]:
+    """Checkpoint steps present for every tied variant and the untied reference of every seed."""
+    sets = [{s for s, _ in run.checkpoints(v, seed)} for seed in seeds for v in [*variants, Variant(False)]]
+    return sorted(set.intersection(*sets)) if sets else []
+
+
+def compared_steps(steps: Sequence[int], most: int = 4) -> list[int]:
+    """The checkpoints compared: the final step and up to ``most - 1`` earlier ones in its last 7/8.
+
+    The paper compares step 1k and 10k; early checkpoints (before 1/8 of training) are mostly the
+    shared initialisation and say little about the trend.
+    """
+    steps = sorted(steps)
+    picked = sorted({s for s in steps if s > 0 and s >= steps[-1] // 8}) if steps else []
+    return picked[-most:]
+
+
+def reference_for(seeds: Sequence[int]) -> str:
+    """The headline reference: another seed's untied model when there are two or more seeds.
+
+    Same seed shares the starting matrix, which inflates the input cosine; with one seed it is all there is.
+    """
+    return "cross" if len(seeds) > 1 else "same"
+
+
+def alignment_table(run: Run, variants: Sequence[Variant], seeds: Sequence[int], *,
+                    steps: Sequence[int | None] = (None,), methods: Sequence[str] = ("orthogonal", "linear"),
+                    heldout_folds: int = 0, reference: str = "same") -> pd.DataFrame:
+    """Per (k, seed, step, method): cosine of the untied input and untied output matrices mapped onto the tied one.
+
+    Same direction as Table 1's rows ("untied input -> tied"), at the same step as the tied model, as
+    in the paper's Table 2. ``reference="same"`` compares with the untied model of the same seed (which
+    started from the same input matrix, so its input cosine is inflated by the shared start);
+    ``"cross"`` with the untied model of the next seed in ``seeds`` (needs two or more seeds).
+    ``None`` in ``steps`` is the final model.
+    """
+    if reference not in ("same", "cross"):
+        raise ValueError(f"reference: unknown value {reference!r}; allowed: 'same', 'cross'")
+    seeds = list(seeds)
+    if reference == "cross" and len(seeds) < 2:
+        raise ValueError(f"reference: 'cross' needs at least two seeds, got {seeds}")
+    divergence.check_models(run, _sweep_models(variants, seeds), "claim 4's alignment")
+    rows = []
+    for i, seed in enumerate(seeds):
+        ref_seed = seed if reference == "same" else seeds[(i + 1) % len(seeds)]
+        for step in steps:
+            ref = embeddings.extract(run.model_path(Variant(False), ref_seed, step), run.tokenizer_dir)
+            embeddings.require_untied(ref, "the ablation's reference")
+            for v in variants:
+                tied = embeddings.extract(run.model_path(v, seed, step), run.tokenizer_dir)
+                if not tied.tied:
+                    raise ValueError(f"variant: {v.name!r} is not a tied model")
+                res_in = alignment.align_all(ref.input, tied.input, methods, heldout_folds=heldout_folds)
+                res_out = alignment.align_all(ref.output, tied.input, methods, heldout_folds=heldout_folds)
+                for m in methods:
+                    rows.append({"variant": v.name, "k": v.input_factor, "output_factor": v.output_factor,
+                                 "seed": seed, "reference_seed": ref_seed,
+                                 "step": step if step is not None else _final_step(run, v, seed),
+                                 "method": m, "vs_untied_input": res_in[m].mean,
+                                 "vs_untied_output": res_out[m].mean})
+    return pd.DataFrame(rows)
+
+
+def _sweep_models(variants: Sequence[Variant], seeds: Sequence[int]) -> list[tuple[Variant, int]]:
+    """Every model of a sweep: the tied variants and the untied reference of each seed."""
+    return [(v, seed) for seed in seeds for v in [*variants, Variant(False)]]
+
+
+def _final_step(run: Run, v: Variant, seed: int) -> int:
+    return int(run.summary(v, seed)["steps"])
+
+
+def perplexities(run: Run, variants: Sequence[Variant], seeds: Sequence[int], *, seq_len: int,
+                 max_tokens: int = 32768, splits: Sequence[str] = ("validation", "test")) -> pd.DataFrame:
+    """Perplexity of every final model (tied variants and untied) on held-out splits (Table 7 analog)."""
+    divergence.check_models(run, _sweep_models(variants, seeds), "a perplexity")
+    rows = []
+    data = {s: run.tokens(s) for s in splits}
+    for seed in seeds:
+        for v in [*variants, Variant(False)]:
+            model = run.load_model(v, seed)
+            row: dict[str, Any] = {"variant": v.name, "k": v.input_factor if v.tied else math.nan,
+                                   "tied": v.tied, "seed": seed}
+            for s, ids in data.items():
+                loss = evaluate_loss(model, ids, seq_len=seq_len, max_tokens=max_tokens)
+                row[f"{s}_loss"] = loss
+                row[f"{s}_ppl"] = math.exp(loss)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def gradient_shares(run: Run, variants: Sequence[Variant], seeds: Sequence[int]) -> pd.DataFrame:
+    """Mean output share of the applied embedding gradient per (k, seed): does scaling rebalance the paths?"""
+    divergence.check_models(run, [(v, seed) for seed in seeds for v in variants], "a gradient share")
+    rows = []
+    for seed in seeds:
+        for v in variants:
+            m = run.metrics(v, seed)
+            rows.append({"variant": v.name, "k": v.input_factor, "seed": seed,
+                         "output_share": float(m.output_share.mean()),
+                         "median_out_in_ratio": float((m.output_norm / m.input_norm).median())})
+    return pd.DataFrame(rows)

@@ -1,0 +1,231 @@
+"""Table-level alignment comparisons for notebook 02: Table 1 and 5 analogs with seeds and noise floors.
+
+Built on :mod:`tiebias.align.maps` (scores), :mod:`tiebias.align.embeddings` (loading) and
+:mod:`tiebias.align.token_stats` (drift). Tied and untied models of one seed start from the same input
+matrix (by design, see :mod:`tiebias.models.build`), so a same-seed "untied input -> tied" score is inflated by
+that shared start; cross-seed pairs (tied of seed i against untied of seed j != i) are the headline.
+The noise floor is how alike two independently trained matrices *of the same kind* are.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from tiebias import stats
+from tiebias.align import embeddings, token_stats
+from tiebias.align import maps as alignment
+from tiebias.align.embeddings import Embeddings
+from tiebias.align.neighbours import check_knn_k
+from tiebias.config.variants import Variant
+from tiebias.run import inventory
+from tiebias.run.folder import Run
+from tiebias.train import divergence
+from tiebias.train.checkpoints import require_initial
+
+# (label, source model kind, source matrix, target model kind, target matrix)
+COMPARISONS = [
+    ("untied input -> untied output", "untied", "input", "untied", "output"),
+    ("untied output -> tied", "untied", "output", "tied", "input"),
+    ("untied input -> tied", "untied", "input", "tied", "input"),
+]
+NOISE_FLOOR = [
+    ("tied -> tied (noise floor)", "tied", "input", "tied", "input"),
+    ("untied input -> untied input (noise floor)", "untied", "input", "untied", "input"),
+    ("untied output -> untied output (noise floor)", "untied", "output", "untied", "output"),
+]
+
+
+def load_models(run: Run, seeds: Sequence[int] | None = None, step: int | None = None) -> dict[int, dict[str, Embeddings]]:
+    """Embeddings of the tied and untied model of every seed (both complete) in a run.
+
+    ``seeds`` None: every seed of the run, which must all be finished (a half-made run is refused,
+    :func:`tiebias.run.inventory.require_complete`), so no seed is left out without a word.
+    """
+    if seeds is None:
+        seeds = inventory.require_complete(run, ("tied", "untied"))
+    if not seeds:
+        raise ValueError(f"run: {run.path} has no seed with both a complete 'tied' and 'untied' model; "
+                         f"models present: {', '.join(run.models().key) or 'none'} (train them with 01_train)")
+    run.tokenizer()  # a missing or damaged tokenizer/ is named with how to restore it
+    out = {}
+    for s in seeds:
+        for v in ("tied", "untied"):
+            if not run.is_complete(v, s):
+                raise ValueError(f"seeds: seed {s} has no complete {v!r} model in {run.path}")
+        divergence.check_models(run, [("tied", s), ("untied", s)], "an alignment")
+        tied = embeddings.extract(run.model_path("tied", s, step), run.tokenizer_dir)
+        untied = embeddings.extract(run.model_path("untied", s, step), run.tokenizer_dir)
+        out[s] = {"tied": _require(tied, True), "untied": embeddings.require_untied(untied, "the untied side")}
+    return out
+
+
+def load_sources(tied_source: Any, untied_source: Any, *, tied_tokenizer: Any = None,
+                 untied_tokenizer: Any = None) -> dict[int, dict[str, Embeddings]]:
+    """One tied / untied pair from any two HF models (local folders or hub ids), as a one-'seed' set.
+
+    Folders and hub ids are checked from their configs first (:func:`tiebias.models.sources.check_sources`: the
+    tied side tied, the untied side untied, a causal-LM head, the embeddings fit in free memory), so a
+    swapped pair is refused before any weights are read. Loaded models skip that check. Unlike
+    :func:`tiebias.models.sources.load_models` (whole models for the lens), only the two embedding matrices are read.
+    """
+    from transformers import PreTrainedModel
+
+    from tiebias.models import sources
+
+    named = {k: v for k, v in (("tied", tied_source), ("untied", untied_source)) if not isinstance(v, PreTrainedModel)}
+    if named:
+        sources.check_sources(named, need="embeddings")
+    tied = _require(embeddings.extract(tied_source, tied_tokenizer), True)
+    untied = embeddings.require_untied(embeddings.extract(untied_source, untied_tokenizer), "untied_source")
+    return {0: {"tied": tied, "untied": untied}}
+
+
+def _require(emb: Embeddings, tied: bool) -> Embeddings:
+    """Return ``emb``, or refuse an untied model offered as the tied side."""
+    if tied and not emb.tied:
+        raise ValueError(f"tied_source: {emb.source!r} is an untied model; the tied side needs one shared matrix")
+    return emb
+
+
+def _pairs(seeds: list[int], same_kind: bool, within: bool) -> list[tuple[int, int, str]]:
+    """(source seed, target seed, pairing label) for one comparison."""
+    if within:
+        return [(s, s, "within model") for s in seeds]
+    if same_kind:
+        return [(a, b, "cross seed") for a, b in itertools.combinations(seeds, 2)]
+    same = [(s, s, "same seed") for s in seeds]
+    cross = [(a, b, "cross seed") for a, b in itertools.permutations(seeds, 2)]
+    return same + cross
+
+
+def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = alignment.METHODS, *,
+           heldout_folds: int = 0, knn_k: int | None = 10, noise_floor: bool = True,
+           keep_scores: bool = False) -> pd.DataFrame:
+    """One row per (comparison, pairing, seeds): mean cosine per method (+ held-out, + KNN@k).
+
+    Pairings: ``within model`` (untied input -> its own output), ``same seed`` and ``cross seed``
+    (different seeds, the headline), and noise-floor rows between two seeds of the same kind.
+    ``keep_scores`` adds per-token linear scores (column ``per_token``) for histograms.
+    """
+    check_knn_k(knn_k)
+    seeds = sorted(models)
+    if not seeds:
+        raise ValueError("models: empty; give at least one seed's {'tied': ..., 'untied': ...} (see load_models)")
+    rows = []
+    specs = [(c, False) for c in COMPARISONS] + ([(c, True) for c in NOISE_FLOOR] if noise_floor else [])
+    for (label, ka, wa, kb, wb), same_kind in specs:
+        within = label.startswith("untied input -> untied output")
+        for sa, sb, pairing in _pairs(seeds, same_kind, within):
+            row = alignment.compare(models[sa][ka], models[sb][kb], wa, wb, methods, knn_k=knn_k,
+                                    return_scores=keep_scores)
+            out = {"comparison": label, "pairing": pairing, "seed_source": sa, "seed_target": sb,
+                   "n_tokens": row["n_tokens"], **{m: row[m] for m in methods}}
+            if knn_k is not None:
+                out[f"knn@{knn_k}"] = row[f"knn@{knn_k}"]
+            if heldout_folds:
+                ho = alignment.compare(models[sa][ka], models[sb][kb], wa, wb,
+                                       [m for m in methods if m != "identity"], heldout_folds)
+                for m in methods:
+                    if m != "identity":
+                        out[f"{m} (held-out)"] = ho[m]
+            if keep_scores:
+                out["per_token"] = row["per_token"]
+                out["token_ids"] = row["token_ids"]
+            rows.append(out)
+    return pd.DataFrame(rows)
+
+
+def score_columns(df: pd.DataFrame) -> list[str]:
+    """The score columns of a Table-1 frame (every column that is not an identifier or per-token data)."""
+    skip = {"comparison", "pairing", "seed_source", "seed_target", "n_tokens", "per_token", "token_ids"}
+    return [c for c in df.columns if c not in skip]
+
+
+def token_gap(df: pd.DataFrame, method: str = "orthogonal", *, pairing: str = "same seed", seed_target: int | None = None,
+              n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> stats.BootstrapCI:
+    """Paired bootstrap over tokens of one tied model's gap (untied output -> tied) - (untied input -> tied).
+
+    Both rows score the same untied model's tokens against the same tied matrix, so each token gives one
+    difference of per-token cosines; the rows come from ``table1(..., keep_scores=True)``.
+    """
+    d = df[df.pairing == pairing]
+    if seed_target is None:
+        seed_target = int(d.seed_target.min())
+    rows = {}
+    for comp in ("untied output -> tied", "untied input -> tied"):
+        r = d[(d.comparison == comp) & (d.seed_target == seed_target)]
+        if r.empty:
+            raise ValueError(f"df: no {comp!r} row for pairing {pairing!r} and tied seed {seed_target}")
+        if "per_token" not in r:
+            raise ValueError("df: one pair needs per-token scores for the token bootstrap; build the table with "
+                             "table1(..., keep_scores=True)")
+        rows[comp] = r.iloc[0]
+    a, b = rows["untied output -> tied"], rows["untied input -> tied"]
+    if method not in a.per_token or method not in b.per_token:
+        raise ValueError(f"method: no per-token {method!r} scores in the table; have {sorted(a.per_token)}")
+    ids_a, ids_b = a.token_ids.cpu().numpy(), b.token_ids.cpu().numpy()
+    _, ia, ib = np.intersect1d(ids_a, ids_b, assume_unique=True, return_indices=True)
+    diff = a.per_token[method].double().cpu().numpy()[ia] - b.per_token[method].double().cpu().numpy()[ib]
+    return stats.bootstrap_mean(diff, n_boot=n_boot, level=level, seed=seed)
+
+
+def moved_from_init(run: Run, seeds: Sequence[int]) -> pd.DataFrame:
+    """How far each final matrix moved from its step-0 value: mean per-token cosine and relative distance."""
+    _require_initial(run, seeds)
+    rows = []
+    for s in seeds:
+        for variant, which in (("tied", "input"), ("untied", "input"), ("untied", "output")):
+            v = Variant.parse(variant)
+            start = embeddings.extract(run.model_path(v, s, 0), run.tokenizer_dir).matrix(which)
+            end = embeddings.extract(run.model_path(v, s), run.tokenizer_dir).matrix(which)
+            ev = token_stats.evolution([(0, start), (1, end)])
+            last = ev.iloc[-1]
+            rows.append({"matrix": f"{variant} {which}" if variant == "untied" else "tied", "seed": s,
+                         "cos_to_init": float(last["cos_to_init"]),
+                         "dist_to_init": float(last["dist_to_init"])})
+    return pd.DataFrame(rows)
+
+
+def evolution_table(run: Run, seeds: Sequence[int]) -> pd.DataFrame:
+    """Figure 3 analog: untied input and output (and tied) matrices through the checkpoints, per seed.
+
+    Drift is measured from the step-0 checkpoint (the initial weights), which every model must still have.
+    """
+    _require_initial(run, seeds)
+    frames = []
+    for s in seeds:
+        for variant, which in (("untied", "input"), ("untied", "output"), ("tied", "input")):
+            mats = embeddings.checkpoint_matrices(run.model_dir(variant, s), which)
+            ev = token_stats.evolution(mats)
+            ev.insert(0, "matrix", f"{variant} {which}" if variant == "untied" else "tied")
+            ev.insert(1, "seed", s)
+            frames.append(ev)
+    return pd.concat(frames, ignore_index=True)
+
+
+def _require_initial(run: Run, seeds: Sequence[int]) -> None:
+    """Every tied and untied model of ``seeds`` still has its step-0 checkpoint (else the earliest left would pose as it)."""
+    for s in seeds:
+        for variant in ("tied", "untied"):
+            require_initial(run.checkpoints_dir(variant, s))
+
+
+def neighbour_table(emb: Embeddings, which: str, token_id: int, k: int = 10) -> pd.DataFrame:
+    """The k nearest tokens (cosine, self excluded) of one token in one matrix, as a token/cosine table."""
+    m = emb.matrix(which)
+    if not 0 <= token_id < m.shape[0]:
+        raise ValueError(f"token_id: {token_id} is outside the vocabulary (0..{m.shape[0] - 1})")
+    k = check_knn_k(k, m.shape[0], "k")
+    x = torch.nn.functional.normalize(m.double(), dim=1)
+    sims = x @ x[token_id]
+    sims[token_id] = -math.inf
+    top = sims.topk(k)
+    return pd.DataFrame({"token": [emb.tokens[i] for i in top.indices.tolist()],
+                         "cosine": top.values.numpy().round(3)})

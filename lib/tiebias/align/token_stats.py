@@ -1,0 +1,187 @@
+"""Per-token statistics of one embedding matrix: row norms against corpus frequency, and drift over training.
+
+``norm_frequency`` is the paper's Figure 5 (row norm against log10 count, with a rank correlation),
+``by_frequency`` summarises any per-token score in frequency bins, ``evolution`` is Figure 3 (how far a
+matrix moves from its initialisation over checkpoints); ``load_counts`` reads a run's token counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from tiebias.align.matrices import F64, Matrix, as_matrix, chunk_rows, cosine_rows, row_blocks, row_blocks_f64
+
+
+def row_norms(m: Matrix) -> Tensor:
+    """L2 norm of every row, in float64."""
+    x = as_matrix(m, "m")
+    chunk = chunk_rows(x.shape[1])
+    return torch.cat([torch.linalg.vector_norm(blk, dim=1) for blk in row_blocks_f64(x, None, chunk)]).cpu()
+
+
+def load_counts(counts: Any, vocab_size: int) -> np.ndarray:
+    """Token counts as an int64 array of length ``vocab_size`` indexed by token id.
+
+    Accepts an array-like of that length, a DataFrame with ``id`` and ``count`` columns, or the path of
+    a run's ``token_frequencies.csv``; ids missing from a table count 0.
+    """
+    if isinstance(counts, (str, Path)):
+        p = Path(counts)
+        if not p.is_file():
+            raise ValueError(f"counts: no such file {str(p)!r}")
+        counts = pd.read_csv(p)
+    if isinstance(counts, pd.DataFrame):
+        if not {"id", "count"} <= set(counts.columns):
+            raise ValueError(f"counts table needs 'id' and 'count' columns, has {list(counts.columns)}")
+        ids = counts["id"].to_numpy(dtype=np.int64)
+        cnt = counts["count"].to_numpy(dtype=np.float64)
+        if (ids < 0).any() or len(np.unique(ids)) != len(ids):
+            raise ValueError("counts table: ids must be unique and non-negative")
+        over = ids >= vocab_size
+        if (cnt[over] > 0).any():
+            raise ValueError(f"counts table has non-zero counts for ids >= vocab_size={vocab_size}")
+        arr = np.zeros(vocab_size, dtype=np.float64)
+        arr[ids[~over]] = cnt[~over]
+    else:
+        arr = counts.detach().cpu().numpy() if isinstance(counts, Tensor) else np.asarray(counts)
+        arr = arr.astype(np.float64, copy=False).reshape(-1)
+        if arr.shape[0] != vocab_size:
+            raise ValueError(f"counts has {arr.shape[0]} entries, expected one per token ({vocab_size})")
+    if not np.isfinite(arr).all() or (arr < 0).any():
+        raise ValueError("counts must be finite and non-negative")
+    return arr.astype(np.int64)
+
+
+@dataclass(repr=False)
+class NormFrequency:
+    """Per-token norm against log10 count (``table``) and their Spearman rank correlation.
+
+    ``spearman`` uses the tokens seen at least once (log10 of 0 is undefined); ``spearman_all`` also
+    ranks the unseen tokens (tied, lowest).
+    """
+
+    table: pd.DataFrame
+    spearman: float
+    pvalue: float
+    spearman_all: float
+    n_seen: int
+    n_unseen: int
+
+    def __repr__(self) -> str:
+        return (f"NormFrequency(spearman={self.spearman:.4f} over {self.n_seen} seen tokens, "
+                f"all={self.spearman_all:.4f}, unseen={self.n_unseen})")
+
+
+def norm_frequency(emb_matrix: Matrix, counts: Any, *, tokens: Sequence[str] | None = None) -> NormFrequency:
+    """Row norm and log10 corpus count of every token (Figure 5), with the rank correlation."""
+    from scipy.stats import spearmanr
+
+    norms = row_norms(emb_matrix).numpy()
+    c = load_counts(counts, norms.shape[0])
+    seen = c > 0
+    with np.errstate(divide="ignore"):
+        logf = np.where(seen, np.log10(np.maximum(c, 1)), np.nan)
+    table = pd.DataFrame({"id": np.arange(norms.shape[0]), "count": c, "log10_freq": logf, "norm": norms,
+                          "seen": seen})
+    if tokens is not None:
+        if len(tokens) != norms.shape[0]:
+            raise ValueError(f"tokens has {len(tokens)} entries, expected {norms.shape[0]}")
+        table.insert(1, "token", list(tokens))
+    rho, p = (spearmanr(logf[seen], norms[seen]) if seen.sum() > 2 else (math.nan, math.nan))
+    rho_all = spearmanr(c, norms)[0] if norms.shape[0] > 2 else math.nan
+    return NormFrequency(table, float(rho), float(p), float(rho_all), int(seen.sum()), int((~seen).sum()))
+
+
+def by_frequency(per_token_scores: Any, counts: Any, bins: int = 5) -> pd.DataFrame:
+    """Mean/std/count of a per-token score in frequency-quantile bins, rarest first.
+
+    Seen tokens are split into ``bins`` quantile bins of their count (ties stay together, so bins may be
+    fewer or uneven); tokens never seen form their own ``unseen`` bin.  NaN scores are ignored.
+    """
+    s = per_token_scores.detach().cpu().numpy() if isinstance(per_token_scores, Tensor) \
+        else np.asarray(per_token_scores)
+    s = s.astype(np.float64).reshape(-1)
+    if s.size == 0:
+        raise ValueError("per_token_scores is empty")
+    if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 1:
+        raise ValueError(f"bins must be a positive int, got {bins!r}")
+    c = load_counts(counts, s.shape[0])
+    seen = c > 0
+    labels = np.full(s.shape[0], "unseen", dtype=object)
+    if seen.any():
+        ranks = pd.Series(c[seen]).rank(method="average")
+        codes = pd.qcut(ranks, q=min(bins, int(seen.sum())), labels=False, duplicates="drop").to_numpy()
+        labels[seen] = [f"q{int(q) + 1}" for q in codes]
+    df = pd.DataFrame({"bin": labels, "count": c, "score": s})
+    order = ["unseen"] + sorted({x for x in labels if x != "unseen"}, key=lambda q: int(q[1:]))
+    rows = []
+    for b in order:
+        g = df[df["bin"] == b]
+        if g.empty:
+            continue
+        sc = g["score"].dropna()
+        rows.append({"bin": b, "count_min": int(g["count"].min()), "count_max": int(g["count"].max()),
+                     "n": int(sc.size), "mean": float(sc.mean()) if sc.size else math.nan,
+                     "std": float(sc.std(ddof=1)) if sc.size > 1 else math.nan})
+    out = pd.DataFrame(rows)
+    out["sem"] = out["std"] / np.sqrt(out["n"].clip(lower=1))
+    return out
+
+
+def evolution(checkpoints: Sequence[tuple[int, Matrix]]) -> pd.DataFrame:
+    """Drift of one matrix over training (Figure 3), one row per checkpoint sorted by step.
+
+    ``cos_to_init``: mean per-token cosine to the earliest checkpoint (step 0 when the run saved its
+    initialisation); ``cos_to_prev``: to the previous checkpoint; ``norm_change``: relative change of
+    the Frobenius norm, ||W_t|| / ||W_0|| - 1; ``dist_to_init``: ||W_t - W_0|| / ||W_0||.
+    """
+    if len(checkpoints) == 0:
+        raise ValueError("checkpoints is empty")
+    items = sorted(((int(s), as_matrix(m, f"checkpoints[step={s}]")) for s, m in checkpoints),
+                   key=lambda t: t[0])
+    steps = [s for s, _ in items]
+    if len(set(steps)) != len(steps):
+        raise ValueError(f"checkpoints: duplicate steps in {steps}")
+    shape0 = items[0][1].shape
+    for s, m in items:
+        if m.shape != shape0:
+            raise ValueError(f"checkpoints: step {s} has shape {tuple(m.shape)}, step {steps[0]} has "
+                             f"{tuple(shape0)}")
+    chunk = chunk_rows(shape0[1])
+    cdt = F64 if any(m.dtype == F64 for _, m in items) else torch.float32
+    w0 = items[0][1]
+    rows = []
+    prev: Tensor | None = None
+    norm0 = 0.0
+    for s, m in items:
+        cos0 = cosp = sq = sqd = 0.0
+        prev_blocks = row_blocks(prev, None, chunk) if prev is not None else None
+        for xm, x0 in zip(row_blocks(m, None, chunk), row_blocks(w0, None, chunk), strict=True):
+            # row reductions at the input precision, summed over rows in float64
+            xm, x0 = xm.to(cdt), x0.to(cdt)
+            cos0 += float(cosine_rows(xm, x0).sum())
+            if prev_blocks is not None:
+                cosp += float(cosine_rows(xm, next(prev_blocks).to(cdt)).sum())
+            sq += float(torch.linalg.vector_norm(xm, dim=1).to(F64).square().sum())
+            sqd += float(torch.linalg.vector_norm(xm - x0, dim=1).to(F64).square().sum())
+        if prev is None:
+            norm0 = math.sqrt(sq)
+        n = m.shape[0]
+        rows.append({"step": s, "cos_to_init": cos0 / n,
+                     "cos_to_prev": math.nan if prev is None else cosp / n,
+                     "norm_change": math.sqrt(sq) / norm0 - 1 if norm0 > 0 else math.nan,
+                     "dist_to_init": math.sqrt(sqd) / norm0 if norm0 > 0 else math.nan})
+        prev = m
+    return pd.DataFrame(rows)
+
+
+__all__ = ["NormFrequency", "by_frequency", "evolution", "load_counts", "norm_frequency", "row_norms"]

@@ -1,0 +1,246 @@
+"""Profiles: small TOML files of study parameters (``smoke``, ``class``, ``default``, ``gpu``, ``long``).
+
+Profile keys are names of the parameter vocabulary (:mod:`tiebias.config.params`), checked against it.
+Every notebook's papermill parameters that are profile keys default to ``None``, meaning "take it from
+the profile"; any value given explicitly (papermill ``-p``, ``--set``, ``make study STEPS=...``) wins.
+The profile is chosen by the ``profile`` parameter, whose default is the ``TIEBIAS_PROFILE`` environment
+variable, so a test harness (nbval) can pick the smoke profile without editing the notebook.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tiebias.config.params import (
+    PARAM_LIST,
+    PARAMS,
+    PROFILE_KEYS,
+    REQUIRED,
+    TRAIN_KEYS,
+    coerce,
+    notebook_parameters,
+    unknown_name,
+)
+from tiebias.run.guard import check_run_dir_text
+from tiebias.train.steploop import checkpoint_steps
+from tiebias.train.trainer import TrainConfig
+
+PROFILE_DIR = Path(__file__).with_name("profiles")
+PROFILE_ENV = "TIEBIAS_PROFILE"
+RUN_DIR_ENV = "TIEBIAS_RUN_DIR"
+LENS_MAX_SEQ_LEN = 128  # 03's lenses read sequences of min(seq_len, this)
+
+
+def available() -> list[str]:
+    """Names of the shipped profiles."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
+
+
+def load_profile(name: str | Path) -> dict[str, Any]:
+    """Parameters of a shipped profile (by name) or of any TOML file (by path), checked against the vocabulary.
+
+    Unknown keys, notebook-only names, missing required keys and bad values are errors naming the key;
+    optional keys a profile leaves out get their default.
+    """
+    path = Path(name)
+    if path.suffix != ".toml":
+        path = PROFILE_DIR / f"{name}.toml"
+    if not path.exists():
+        raise ValueError(f"profile: unknown value {str(name)!r}; allowed: {', '.join(available())} "
+                         "or a path to a .toml file")
+    try:
+        with path.open("rb") as f:
+            raw = tomllib.load(f)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"profile: {path} is not valid TOML ({e})") from None
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        p = PARAMS.get(key)
+        if p is None:
+            raise unknown_name(key, PROFILE_KEYS, f"unknown key in profile {path}")
+        if not p.profile:
+            raise ValueError(f"{key}: a notebook parameter ({', '.join(p.notebooks)}), not a profile key (in {path}); "
+                             f"give it with --set {key}=... or papermill -p {key} ...; profile keys: "
+                             f"{', '.join(PROFILE_KEYS)}")
+        try:
+            out[key] = coerce(key, value)
+        except ValueError as e:
+            raise ValueError(f"{e} (in profile {path})") from None
+    missing = [k for k in PROFILE_KEYS if k not in out and PARAMS[k].required]
+    if missing:
+        raise ValueError(f"{missing[0]}: missing from profile {path} ({PARAMS[missing[0]].help}); "
+                         f"every profile needs: {', '.join(k for k in PROFILE_KEYS if PARAMS[k].required)}")
+    for k in PROFILE_KEYS:
+        if k not in out:
+            out[k] = coerce(k, copy.deepcopy(PARAMS[k].default))
+    return out
+
+
+def default_profile() -> str:
+    """The profile used when none is given: $TIEBIAS_PROFILE, else 'default'."""
+    return os.environ.get(PROFILE_ENV, "default")
+
+
+def repo_root() -> Path:
+    """The checkout root when installed in editable mode, else the current directory."""
+    here = Path(__file__).resolve().parents[3]
+    return here if (here / "pyproject.toml").exists() else Path.cwd()
+
+
+def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None, *,
+            notebooks: Sequence[str] | None = None, **overrides: Any) -> dict[str, Any]:
+    """Merge a profile with explicit overrides (``None`` means "not given") and fill in the run folder.
+
+    Every value is checked (the training recipe as a whole too) before anything is written, so a bad
+    value stops here with an error naming it. Notebook-only parameters given here come back checked too.
+    Values that must agree with others (lens settings with the training recipe) are checked for the
+    ``notebooks`` that will run (None: all of them), so a study stops here rather than hours later in 03.
+    """
+    name = profile or default_profile()
+    params = load_profile(name)
+    for k, v in overrides.items():
+        if k not in PARAMS:
+            raise unknown_name(k, [n for n in PARAMS if n not in ("profile", "run_dir")], "not a parameter")
+        if v is None and PARAMS[k].profile:
+            continue
+        params[k] = coerce(k, v)
+    train_config(params)  # the recipe as a whole (e.g. seq_len within the preset's positions, warmup_steps < steps)
+    if notebooks is None or "03_lens" in notebooks:
+        check_lens(params)
+    check_run_dir_text(run_dir)  # "" is a mistake, not "not given" (that is None)
+    rd = run_dir or os.environ.get(RUN_DIR_ENV) or repo_root() / "runs" / Path(str(name)).stem
+    params["profile"] = str(name)
+    params["run_dir"] = str(Path(rd).expanduser().resolve())
+    return params
+
+
+def resolve_notebook(notebook: str, namespace: Mapping[str, Any]) -> dict[str, Any]:
+    """Resolve every parameter a notebook declares (read from its namespace, e.g. ``globals()``).
+
+    The names come from the vocabulary, so a notebook cannot declare a parameter and then drop it.
+    """
+    names = [n for n in notebook_parameters(notebook) if n not in ("profile", "run_dir")]
+    missing = [n for n in names if n not in namespace]
+    if missing:
+        raise ValueError(f"{notebook}: its parameters cell does not declare {', '.join(missing)}; "
+                         f"it needs: {', '.join(notebook_parameters(notebook))}")
+    return resolve(namespace.get("profile"), namespace.get("run_dir"), notebooks=(notebook,),
+                   **{n: namespace[n] for n in names})
+
+
+def study_record(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The profile keys and the profile name of resolved parameters, as recorded in config.json."""
+    return {"profile": params["profile"], **{k: params[k] for k in PROFILE_KEYS}}
+
+
+def train_config(params: Mapping[str, Any], **changes: Any) -> TrainConfig:
+    """The TrainConfig named by resolved parameters (keys other than its fields are ignored)."""
+    cfg = TrainConfig(**{k: params[k] for k in TRAIN_KEYS if k in params})
+    for k, v in changes.items():
+        setattr(cfg, k, v)
+    return cfg.validate()
+
+
+def lens_seq_len(seq_len: int) -> int:
+    """Sequence length of 03's lenses: the training one, capped at LENS_MAX_SEQ_LEN (lens cost grows with it)."""
+    return min(seq_len, LENS_MAX_SEQ_LEN)
+
+
+def check_lens(params: Mapping[str, Any]) -> None:
+    """Refuse lens settings 03 could not use with this training recipe, naming them, before anything trains.
+
+    ``lens_tokens_per_step`` must be whole lens sequences and ``lens_eval_tokens`` at least one (the rules of
+    ``lens_fit.train_lens`` and ``lens_eval.evaluate``), every ``lens_checkpoints`` step one at which training
+    saves a checkpoint, and every ``lens_depth_presets`` entry a shape the recipe can train.
+    """
+    n, seq_len = lens_seq_len(params["seq_len"]), params["seq_len"]
+    unit = f"the lens sequence length {n} (min(seq_len={seq_len}, {LENS_MAX_SEQ_LEN}))"
+    tps = params["lens_tokens_per_step"]
+    if tps % n:
+        below = tps - tps % n
+        hint = f"e.g. {below} or {below + n}" if below else f"e.g. {n} or {2 * n}"
+        raise ValueError(f"lens_tokens_per_step: {tps} is not allowed with seq_len={seq_len}; need a multiple of "
+                         f"{unit}, {hint}")
+    if params["lens_eval_tokens"] < n:
+        raise ValueError(f"lens_eval_tokens: {params['lens_eval_tokens']} is not allowed with seq_len={seq_len}; "
+                         f"need at least one lens sequence, i.e. >= {unit}")
+    _check_lens_checkpoints(params)
+    for depth in params["lens_depth_presets"]:
+        try:
+            train_config(params, preset=depth)
+        except ValueError as e:
+            raise ValueError(f"lens_depth_presets: {depth!r} cannot be trained with this recipe ({e})") from None
+
+
+def _check_lens_checkpoints(params: Mapping[str, Any]) -> None:
+    """Every lens_checkpoints step must be one at which training (steps, checkpoint_every) saves a checkpoint."""
+    steps, every, wanted = params["steps"], params["checkpoint_every"], params["lens_checkpoints"]
+    saved = checkpoint_steps(steps, every)
+    bad = [s for s in wanted if s not in saved]
+    if not bad:
+        return
+    beyond = [s for s in bad if s > steps]
+    why = (f"{beyond[0]} is beyond the training's steps={steps}" if beyond
+           else f"training saves no checkpoint at step {bad[0]} (checkpoint_every={every})")
+    shown = ", ".join(map(str, saved)) if len(saved) <= 24 else ", ".join(map(str, saved[:16])) + f", ..., {steps}"
+    raise ValueError(f"lens_checkpoints: {wanted} is not allowed: {why}; allowed: steps at which training saves a "
+                     f"checkpoint (0, powers of two, multiples of checkpoint_every and the last: {shown}), "
+                     "or [] for none")
+
+
+def _show(value: Any) -> str:
+    """A value as written in a profile TOML (strings quoted, lists bracketed)."""
+    if value is REQUIRED:
+        return "required"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return f'"{value}"'
+    if value is None:
+        return "none"
+    if isinstance(value, list):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return repr(value)
+
+
+def markdown_table() -> str:
+    """The vocabulary as a Markdown table (the README's key table is this text)."""
+    names = available()
+    profs = {n: load_profile(n) for n in names}
+    head = ["name", "type", "notebooks", *(f"`{n}`" for n in names), "what it is"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for p in PARAM_LIST:
+        if p.profile:
+            vals = [f"`{_show(profs[n][p.name])}`" for n in names]
+            note = "" if p.required else f" Optional in a profile, default `{_show(p.default)}`."
+        else:
+            vals = ["-"] * len(names)
+            defaults = sorted({_show(p.default_for(nb)) for nb in p.notebooks}) if p.name not in ("profile", "run_dir") else []
+            note = " Notebook parameter, not a profile key" + (f"; default `{'` / `'.join(defaults)}`." if defaults else ".")
+        nbs = ", ".join(nb[:2] for nb in p.notebooks)
+        lines.append(f"| `{p.name}` | {p.type_text()} | {nbs} | " + " | ".join(vals) + f" | {p.help}.{note} |")
+    return "\n".join(lines)
+
+
+def describe(name: str | None = None) -> str:
+    """Text for ``python -m tiebias profiles``: the vocabulary, or one profile's values with their meaning."""
+    if name is None:
+        width = max(len(p.name) for p in PARAM_LIST)
+        rows = [f"profiles: {', '.join(available())} (python -m tiebias profiles NAME shows one)", "",
+                "parameters (profile key = notebook parameter = --set name = make variable, upper-case):"]
+        for p in PARAM_LIST:
+            where = "profile key" if p.profile else "notebook only"
+            default = "" if p.required else f", default {_show(p.default)}"
+            rows.append(f"  {p.name:<{width}}  {p.type_text()} ({where}{default}; {', '.join(p.notebooks)})")
+            rows.append(f"  {'':<{width}}  {p.help} -> {p.configures}")
+        return "\n".join(rows)
+    values = load_profile(name)
+    width = max(len(k) for k in values)
+    return "\n".join([f"[{name}]"] + [f"  {k:<{width}} = {_show(v):<24} # {PARAMS[k].help}" for k, v in values.items()])

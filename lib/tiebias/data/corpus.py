@@ -1,0 +1,382 @@
+"""Corpora for the weight-tying study: a text corpus split into train/validation/test.
+
+The embedded Shakespeare corpus by default, or local files, or a hub dataset; documents are split
+deterministically when the source does not name its splits. Tokenizers and token statistics are in
+:mod:`tiebias.data.tokens`. Nothing is cached on disk by this module.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pyarrow as pa
+
+from tiebias.data.checks import (
+    SPLIT_WORDS,
+    check_text_bytes,
+    fingerprint_files,
+    fingerprint_texts,
+    load_failure,
+    split_groups,
+)
+
+__all__ = [
+    "DATA_ENV_VAR",
+    "EMBEDDED_CORPUS",
+    "SPLITS",
+    "corpus_fingerprint",
+    "data_dir",
+    "load_corpus",
+]
+
+SPLITS: tuple[str, str, str] = ("train", "validation", "test")
+EMBEDDED_CORPUS = "shakespeare"
+DATA_ENV_VAR = "TIEBIAS_DATA_DIR"
+
+# Local file extension -> `datasets` builder.
+_BUILDERS: dict[str, str] = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+_ALLOWED_EXTS = "/".join(_BUILDERS)
+# Endings that mark a string as a (mistyped) file path rather than a hub dataset name.
+_PATH_ENDINGS = (*_BUILDERS, ".gz", ".csv", ".tsv", ".arrow", ".zip", ".xz", ".bz2")
+# "name", "user/name", optionally ":config"; anything else that does not exist is a bad path.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[A-Za-z0-9][\w.\-]*)?(:[\w.\-]+)?$")
+_SNAP_WINDOW = 2000  # characters to look ahead for a line break when cutting a document
+
+Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None
+
+
+# ----------------------------------------------------------------------------------------------
+# Corpus loading
+# ----------------------------------------------------------------------------------------------
+
+
+def data_dir() -> Path:
+    """Folder holding the embedded corpus: ``$TIEBIAS_DATA_DIR`` if set, else ``<repo>/data``."""
+    override = os.environ.get(DATA_ENV_VAR)
+    if override:
+        return Path(override).expanduser()
+    return Path(__file__).resolve().parents[3] / "data"
+
+
+def load_corpus(
+    source: Source = None,
+    *,
+    text_column: str = "text",
+    val_fraction: float = 0.05,
+    test_fraction: float = 0.05,
+    seed: int = 0,
+) -> datasets.DatasetDict:
+    """Load a corpus as a ``DatasetDict`` with "train", "validation" and "test", each with a "text" column.
+
+    ``source`` is one of:
+
+    - ``None`` or ``"shakespeare"``: the embedded corpus (one row per work, plus a "title" column),
+      split by work as fixed in ``data/splits.json``; the fraction and seed arguments are ignored.
+    - a local ``.txt``/``.jsonl``/``.json``/``.parquet`` file, a folder (searched recursively, hidden
+      entries skipped) or a list of files. A ``.txt`` file is one document; json/parquet rows are
+      documents whose text is in ``text_column``. In a folder or list, a file whose name (or a folder
+      below the given one) names a split keeps it; if some do, all must (see
+      :func:`tiebias.data.checks.split_groups`). A single file given by path is split like one corpus.
+    - otherwise a hub dataset name ``"name"`` or ``"user/name"``, optionally ``":config"`` (needs network).
+
+    Missing splits are cut from the documents deterministically (``seed``): ``val_fraction`` and
+    ``test_fraction`` of the documents, at least one each once there are 3 or more documents; with
+    fewer than 3, each document is cut by character ranges (first part train, then validation, then
+    test) at line breaks. Empty documents are dropped.
+    """
+    _check_fraction("val_fraction", val_fraction)
+    _check_fraction("test_fraction", test_fraction)
+    if val_fraction + test_fraction >= 1:
+        raise ValueError(
+            f"val_fraction, test_fraction: {val_fraction} + {test_fraction} leaves no training data; "
+            "their sum must be below 1"
+        )
+    if not isinstance(text_column, str) or not text_column:
+        raise ValueError(f"text_column: {text_column!r} is not a column name; give a non-empty string")
+
+    if source is None or (isinstance(source, str) and source.strip().lower() == EMBEDDED_CORPUS):
+        return _load_embedded()
+    if isinstance(source, (list, tuple)):
+        if not source:
+            raise ValueError(f"source: empty list of files; give at least one {_ALLOWED_EXTS} file")
+        files = [_checked_file(Path(p).expanduser(), listed=True) for p in source]
+        groups = split_groups(files, None)
+        return _load_local(groups, text_column, val_fraction, test_fraction, seed, label=str(source))
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(
+            f"source: {source!r} is a {type(source).__name__}; give None, 'shakespeare', a path, "
+            "a list of paths or a hub dataset name"
+        )
+
+    text = os.fspath(source)
+    path = Path(text).expanduser()
+    if path.exists():
+        groups = split_groups(_checked_dir(path), path) if path.is_dir() else {"train": [_checked_file(path)]}
+        return _load_local(groups, text_column, val_fraction, test_fraction, seed, label=text)
+    if isinstance(source, str) and _looks_like_hub_name(text):
+        return _load_hub(text, text_column, val_fraction, test_fraction, seed)
+    raise ValueError(
+        f"source: path '{text}' does not exist; give the embedded corpus name '{EMBEDDED_CORPUS}', "
+        f"an existing {_ALLOWED_EXTS} file or folder, or a hub dataset name ('name' or 'user/name', "
+        "optionally ':config')"
+    )
+
+
+def corpus_fingerprint(source: str | os.PathLike[str] | None, loaded: datasets.DatasetDict | None = None) -> dict | None:
+    """A corpus's fingerprint, which a run folder records to notice a corpus edited after its tokens were made.
+
+    The embedded corpus and local files: sha256 over the files' names and bytes (the files
+    :func:`load_corpus` reads). A hub dataset: sha256 over the ``loaded`` texts, None without them
+    (reading it again needs the network). None also for a path that no longer exists.
+    """
+    if source is None or (isinstance(source, str) and source.strip().lower() == EMBEDDED_CORPUS):
+        folder = data_dir()
+        files = [folder / "shakespeare.jsonl.gz", folder / "splits.json"]
+        return fingerprint_files(files, folder) if all(f.is_file() for f in files) else None
+    path = Path(os.fspath(source)).expanduser()
+    if path.is_dir():
+        return fingerprint_files(_checked_dir(path), path)
+    if path.is_file():
+        return fingerprint_files([_checked_file(path)], None)
+    if loaded is None:
+        return None
+    return fingerprint_texts(os.fspath(source), {s: loaded[s]["text"] for s in SPLITS})
+
+
+def _check_fraction(name: str, value: float) -> None:
+    """Reject split fractions outside [0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"{name}: {value!r} is not a fraction; give a number in [0, 1)")
+
+
+def _looks_like_hub_name(text: str) -> bool:
+    """True for ``name``/``user/name``(``:config``) strings that cannot be mistaken for a file path."""
+    if text.startswith((".", "~", "/")) or "\\" in text or (os.altsep and os.altsep in text):
+        return False
+    if text.lower().split(":", 1)[0].endswith(_PATH_ENDINGS):
+        return False
+    return bool(_HUB_ID.match(text))
+
+
+def _load_embedded() -> datasets.DatasetDict:
+    """Read the shipped Shakespeare corpus and its fixed by-work split."""
+    folder = data_dir()
+    corpus_file, splits_file = folder / "shakespeare.jsonl.gz", folder / "splits.json"
+    for needed in (corpus_file, splits_file):
+        if not needed.is_file():
+            raise FileNotFoundError(
+                f"source: embedded corpus file '{needed}' is missing; set {DATA_ENV_VAR} to the folder "
+                "holding shakespeare.jsonl.gz and splits.json, or rebuild them with scripts/make_corpus.py"
+            )
+    with gzip.open(corpus_file, "rt", encoding="utf-8") as handle:
+        works = {row["title"]: row["text"] for row in map(json.loads, handle) if row}
+    plan = json.loads(splits_file.read_text(encoding="utf-8"))
+    seen: set[str] = set()
+    out = {}
+    for split in SPLITS:
+        titles = plan.get(split)
+        if not isinstance(titles, list) or not titles:
+            raise ValueError(f"{splits_file}: split '{split}' must be a non-empty list of work titles")
+        unknown = [t for t in titles if t not in works]
+        repeated = [t for t in titles if t in seen]
+        if unknown or repeated:
+            raise ValueError(
+                f"{splits_file}: split '{split}' has unknown {unknown} or repeated {repeated} works"
+            )
+        seen.update(titles)
+        out[split] = datasets.Dataset.from_dict({"title": titles, "text": [works[t] for t in titles]})
+    return datasets.DatasetDict(out)
+
+
+def _checked_file(path: Path, *, listed: bool = False) -> Path:
+    """Return ``path`` if it is an existing file with a supported extension, else raise naming ``source``."""
+    if not path.exists():
+        what = "listed file" if listed else "path"
+        raise ValueError(f"source: {what} '{path}' does not exist; give existing {_ALLOWED_EXTS} files")
+    if not path.is_file():
+        raise ValueError(f"source: '{path}' is not a file; a list may only hold {_ALLOWED_EXTS} files")
+    if path.suffix.lower() not in _BUILDERS:
+        raise ValueError(f"source: file '{path}' has extension '{path.suffix}'; allowed: {_ALLOWED_EXTS}")
+    return path
+
+
+def _checked_dir(folder: Path) -> list[Path]:
+    """All supported data files under ``folder`` (recursive, sorted, hidden entries skipped)."""
+    files = sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file()
+        and p.suffix.lower() in _BUILDERS
+        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )
+    if not files:
+        raise ValueError(f"source: folder '{folder}' holds no {_ALLOWED_EXTS} files")
+    return files
+
+
+def _load_local(
+    groups: dict[str, list[Path]],
+    text_column: str,
+    val_fraction: float,
+    test_fraction: float,
+    seed: int,
+    *,
+    label: str,
+) -> datasets.DatasetDict:
+    """Load local files (grouped by split) through ``datasets`` builders, then complete the splits.
+
+    Every text/json file is checked (UTF-8, no NUL bytes) before any is loaded.
+    """
+    for path in (f for fs in groups.values() for f in fs):
+        if _BUILDERS[path.suffix.lower()] in ("text", "json"):
+            check_text_bytes(path)
+    parts = {s: _load_files(fs, text_column) for s, fs in groups.items() if fs}
+    return _complete_splits(parts, val_fraction, test_fraction, seed, label=label)
+
+
+def _load_files(files: list[Path], text_column: str) -> datasets.Dataset:
+    """One ``Dataset`` with a single "text" column from files of possibly mixed formats.
+
+    A load that fails, or a json text column that is not text, is reported with the file and line.
+    """
+    pieces = []
+    for builder in dict.fromkeys(_BUILDERS[f.suffix.lower()] for f in files):
+        chosen = [f for f in files if _BUILDERS[f.suffix.lower()] == builder]
+        kwargs = {"sample_by": "document"} if builder == "text" else {}
+        try:
+            ds = datasets.load_dataset(builder, data_files={"data": [str(f) for f in chosen]}, split="data",
+                                       **kwargs)
+        except (datasets.exceptions.DatasetGenerationError, pa.ArrowException) as err:
+            raise load_failure(chosen, builder, text_column, err) from None
+        column = "text" if builder == "text" else text_column
+        if builder == "json" and column in ds.column_names and not _is_text(ds.features[column]):
+            raise load_failure(chosen, builder, text_column, ValueError(f"column '{column}' is not text"))
+        pieces.append(_text_only(ds, column, where=", ".join(map(str, chosen))))
+    return pieces[0] if len(pieces) == 1 else datasets.concatenate_datasets(pieces)
+
+
+def _is_text(feature: object) -> bool:
+    """Whether a ``datasets`` feature is a string column."""
+    return isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")
+
+
+def _text_only(ds: datasets.Dataset, column: str, *, where: str) -> datasets.Dataset:
+    """Keep only ``column`` (renamed to "text"), checking that it exists and holds strings."""
+    if column not in ds.column_names:
+        raise ValueError(
+            f"text_column: column '{column}' not found in {where}; available columns: {ds.column_names}"
+        )
+    feature = ds.features[column]
+    if not _is_text(feature):
+        raise ValueError(f"text_column: column '{column}' in {where} holds {feature}, not text")
+    ds = ds.select_columns([column])
+    return ds.rename_column(column, "text") if column != "text" else ds
+
+
+def _load_hub(
+    name: str, text_column: str, val_fraction: float, test_fraction: float, seed: int
+) -> datasets.DatasetDict:
+    """Load a hub dataset (network), normalise split names and keep only the text column."""
+    repo, _, config = name.partition(":")
+    try:
+        loaded = datasets.load_dataset(repo, config or None)
+    except Exception as err:  # re-raised with the context a user needs
+        raise ValueError(
+            f"source: '{name}' is not an existing local path, and loading it as a hub dataset failed "
+            f"({type(err).__name__}: {err}); give '{EMBEDDED_CORPUS}', an existing {_ALLOWED_EXTS} file "
+            "or folder, or a reachable hub dataset name"
+        ) from err
+    if not isinstance(loaded, datasets.DatasetDict):
+        raise ValueError(f"source: hub dataset '{name}' did not load as a DatasetDict")
+    renamed: dict[str, datasets.Dataset] = {}
+    for split, ds in loaded.items():
+        key = SPLIT_WORDS.get(str(split).lower(), str(split))
+        renamed[key] = _text_only(ds, text_column, where=f"hub dataset '{name}' split '{split}'")
+    if "train" not in renamed:
+        renamed = {"train": datasets.concatenate_datasets(list(renamed.values()))}
+    parts = {s: renamed[s] for s in SPLITS if s in renamed}
+    return _complete_splits(parts, val_fraction, test_fraction, seed, label=name)
+
+
+def _complete_splits(
+    parts: dict[str, datasets.Dataset],
+    val_fraction: float,
+    test_fraction: float,
+    seed: int,
+    *,
+    label: str,
+) -> datasets.DatasetDict:
+    """Drop empty documents and cut whichever of validation/test is missing out of train."""
+    parts = {s: _non_empty(ds) for s, ds in parts.items()}
+    if sum(len(ds) for ds in parts.values()) == 0:
+        raise ValueError(f"source: corpus '{label}' has no non-empty documents")
+    vf = 0.0 if "validation" in parts else val_fraction
+    tf = 0.0 if "test" in parts else test_fraction
+    if vf or tf:
+        train, val, test = _split_documents(parts["train"], vf, tf, seed, label=label)
+        parts["train"] = train
+        parts.setdefault("validation", val)
+        parts.setdefault("test", test)
+    empty = datasets.Dataset.from_dict(
+        {"text": []}, features=datasets.Features({"text": datasets.Value("string")})
+    )
+    return datasets.DatasetDict({s: parts.get(s, empty) for s in SPLITS})
+
+
+def _non_empty(ds: datasets.Dataset) -> datasets.Dataset:
+    """Rows whose text is not empty or whitespace only."""
+    keep = [i for i, t in enumerate(ds["text"]) if t and not t.isspace()]
+    return ds if len(keep) == len(ds) else ds.select(keep)
+
+
+def _split_documents(
+    ds: datasets.Dataset, val_fraction: float, test_fraction: float, seed: int, *, label: str
+) -> tuple[datasets.Dataset, datasets.Dataset, datasets.Dataset]:
+    """Split by document (seeded shuffle) when there are >= 3 documents, else by character ranges."""
+    n = len(ds)
+    if n >= 3:
+        n_val = max(1, round(n * val_fraction)) if val_fraction > 0 else 0
+        n_test = max(1, round(n * test_fraction)) if test_fraction > 0 else 0
+        while n_val + n_test > n - 1:  # keep at least one training document
+            if n_val >= n_test and n_val > 1:
+                n_val -= 1
+            else:
+                n_test -= 1
+        order = np.random.default_rng(seed).permutation(n)
+        val_idx = sorted(order[:n_val].tolist())
+        test_idx = sorted(order[n_val : n_val + n_test].tolist())
+        train_idx = sorted(order[n_val + n_test :].tolist())
+        return ds.select(train_idx), ds.select(val_idx), ds.select(test_idx)
+
+    pieces: dict[str, list[str]] = {s: [] for s in SPLITS}
+    for text in ds["text"]:
+        cut_a = _snap(text, int(len(text) * (1 - val_fraction - test_fraction)))
+        cut_b = max(cut_a, _snap(text, int(len(text) * (1 - test_fraction))))
+        for split, piece in zip(SPLITS, (text[:cut_a], text[cut_a:cut_b], text[cut_b:]), strict=True):
+            if piece and not piece.isspace():
+                pieces[split].append(piece)
+    wanted = {"train": True, "validation": val_fraction > 0, "test": test_fraction > 0}
+    short = [s for s in SPLITS if wanted[s] and not pieces[s]]
+    if short:
+        chars = sum(len(t) for t in ds["text"])
+        raise ValueError(
+            f"source: corpus '{label}' is too small to split ({n} document(s), {chars} characters): "
+            f"{short} would be empty; give more text or set val_fraction/test_fraction to 0"
+        )
+    as_ds = {s: datasets.Dataset.from_dict({"text": pieces[s]}) for s in SPLITS}
+    return as_ds["train"], as_ds["validation"], as_ds["test"]
+
+
+def _snap(text: str, pos: int) -> int:
+    """Move a cut position to just after the next line break, if one is near; keeps lines whole."""
+    if pos <= 0 or pos >= len(text):
+        return max(0, min(pos, len(text)))
+    newline = text.find("\n", pos, pos + _SNAP_WINDOW)
+    return newline + 1 if newline >= 0 else pos

@@ -1,0 +1,386 @@
+"""Measuring a tuned lens (paper claim 3): the per-layer evaluation table and the notebook helpers.
+
+:func:`evaluate` gives, per layer, KL to the model's final distribution in bits and next-token
+cross-entropy for the tuned and the logit lens; row L reads the residual stream entering the
+final norm (see :mod:`tiebias.lens.lenses` for the layer indexing). :func:`top_tokens_by_layer` and
+:func:`trajectory` feed the notebook's views; the trajectory figure is
+:func:`tiebias.output.plotting.lens.trajectory_figure`. The token-stream checks, chunking and thread
+setting here are shared with :mod:`tiebias.lens.fit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel
+from tuned_lens import TunedLens
+from tuned_lens.nn import Lens, LogitLens
+
+from tiebias.lens.lenses import LN2, _check_lens, _layout, check_model, new_logit_lens
+from tiebias.system.threads import check_num_threads, loop_threads
+
+if TYPE_CHECKING:  # plotting pulls in plotly; imported where used
+    from tuned_lens.plotting import PredictionTrajectory
+
+__all__ = ["PROTOCOLS", "evaluate", "kl_bits", "top_tokens_by_layer", "trajectory"]
+
+PROTOCOLS = ("package", "reference")
+"""How a tuned lens's translators are matched to hidden states: see :func:`evaluate`."""
+
+
+def kl_bits(p_logits: Tensor, q_logits: Tensor) -> Tensor:
+    """KL(p || q) in bits over the last axis, from logits or log-probabilities of p and q."""
+    log_p = p_logits.float().log_softmax(-1)
+    log_q = q_logits.float().log_softmax(-1)
+    return (log_p.exp() * (log_p - log_q)).sum(-1) / LN2
+
+
+# --------------------------------------------------------------------------- inputs and hooks
+
+
+def _check_tokens(tokens: Any, seq_len: int, vocab_size: int, name: str = "tokens") -> Tensor:
+    """Validate a 1-D integer token stream holding at least one sequence."""
+    if not isinstance(seq_len, int) or seq_len < 2:
+        raise ValueError(f"seq_len: must be an int >= 2, got {seq_len!r}")
+    if (
+        not isinstance(tokens, Tensor)
+        or tokens.dim() != 1
+        or tokens.dtype.is_floating_point
+        or tokens.dtype == torch.bool
+    ):
+        shape = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
+        raise ValueError(f"{name}: expected a 1-D torch.LongTensor token stream, got {shape}")
+    if tokens.numel() < seq_len:
+        raise ValueError(
+            f"{name}: the text has {tokens.numel()} tokens, fewer than one sequence of "
+            f"seq_len={seq_len}; pass at least {seq_len} tokens or lower seq_len"
+        )
+    lo, hi = int(tokens.min()), int(tokens.max())
+    if lo < 0 or hi >= vocab_size:
+        raise ValueError(
+            f"{name}: token ids must lie in [0, {vocab_size - 1}] (vocab_size), got range [{lo}, {hi}]"
+        )
+    return tokens.long()
+
+
+def _sequences(tokens: Tensor, seq_len: int) -> Tensor:
+    """Non-overlapping (n, seq_len) chunks of the stream; the tail shorter than seq_len is dropped."""
+    n = tokens.numel() // seq_len
+    return tokens[: n * seq_len].view(n, seq_len)
+
+
+@contextmanager
+def _capture_final_norm_input(model: PreTrainedModel) -> Iterator[list[Tensor]]:
+    """Collect the residual stream entering the final norm (hidden_states[-1] is already normed)."""
+    store: list[Tensor] = []
+    norm = _layout(model).final_norm
+
+    def hook(_module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+        store.append(args[0])
+
+    handle = norm.register_forward_pre_hook(hook)
+    try:
+        yield store
+    finally:
+        handle.remove()
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def evaluate(
+    model: PreTrainedModel,
+    tokens: Tensor,
+    lens: TunedLens | None = None,
+    *,
+    seq_len: int = 128,
+    max_tokens: int = 32768,
+    batch_size: int = 8,
+    num_threads: int | str | None = "auto",
+    per_sequence: bool = False,
+    logit_lens: bool = True,
+    protocol: str = "package",
+) -> pd.DataFrame:
+    """Per-layer KL to the final distribution (bits) and next-token CE (nats) for the tuned and logit lens.
+
+    One row per layer index 0..L (0 = embedding output, L = model output). Columns:
+    ``layer``, ``kl_tuned_bits``, ``kl_logit_bits`` (mean over all positions of
+    KL(final || lens)), ``ce_tuned_nats``, ``ce_logit_nats`` (against the next token, over
+    positions 0..seq_len-2 of each sequence), ``ce_model_nats`` (the model's own, equal in
+    every row) and ``n_tokens`` (positions scored for KL). Tuned columns are NaN when
+    ``lens`` is None, logit columns when ``logit_lens`` is False (it does not depend on the
+    tuned lens, so a budget ladder computes it once). Uses the first ``max_tokens`` tokens
+    in non-overlapping sequences; deterministic and gradient-free. ``num_threads`` as in
+    :func:`tiebias.lens.fit.train_lens`.
+
+    ``per_sequence=True`` returns the same columns for every evaluation sequence (a
+    leading ``sequence`` column, ``n_tokens`` = seq_len), the input of a bootstrap over
+    sequences; the mean over sequences of each column is the per-layer table.
+
+    ``protocol`` (one of :data:`PROTOCOLS`) says which translator reads which hidden state: ``"package"`` as
+    the tuned-lens package trains them (translator i on hidden state i, the model's head on the stream entering
+    the final norm at row L); ``"reference"`` as the paper's public code reads them (row i is
+    ``hidden_states[i]`` through translator ``max(0, i - 1)``; row L, the already-normed last hidden state,
+    through translator L - 1 and the final norm again; the logit lens likewise).
+    """
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol: {protocol!r} is not allowed; allowed: {', '.join(PROTOCOLS)}")
+    check_model(model)
+    tokens = _check_tokens(tokens, seq_len, model.config.vocab_size)
+    if lens is not None:
+        _check_lens(model, lens)
+    if not isinstance(max_tokens, int) or max_tokens < seq_len:
+        raise ValueError(f"max_tokens: must be an int >= seq_len={seq_len}, got {max_tokens!r}")
+    if not isinstance(batch_size, int) or batch_size <= 0:
+        raise ValueError(f"batch_size: must be a positive int, got {batch_size!r}")
+    check_num_threads(num_threads)
+    seqs = _sequences(tokens, seq_len)[: max_tokens // seq_len]
+    logit = new_logit_lens(model) if logit_lens else None
+    sums, ce_model = _score(model, seqs, lens, logit, batch_size, num_threads, protocol)
+    n_ce = seq_len - 1
+    cols = {
+        "kl_tuned_bits": (sums["kl_t"] / seq_len, lens is not None),
+        "kl_logit_bits": (sums["kl_l"] / seq_len, logit_lens),
+        "ce_tuned_nats": (sums["ce_t"] / n_ce, lens is not None),
+        "ce_logit_nats": (sums["ce_l"] / n_ce, logit_lens),
+    }
+    return _table(cols, ce_model, seq_len, per_sequence)
+
+
+def _score(
+    model: PreTrainedModel,
+    seqs: Tensor,
+    lens: TunedLens | None,
+    logit: LogitLens | None,
+    batch_size: int,
+    num_threads: int | str | None,
+    protocol: str = "package",
+) -> tuple[dict[str, Tensor], Tensor]:
+    """Per-layer, per-sequence sums (KL bits over seq_len positions, CE nats over seq_len - 1; float64).
+
+    Returns ``{"kl_t", "kl_l", "ce_t", "ce_l"}`` of shape (L + 1, sequences) and the model's own CE per sequence."""
+    n_layers = model.config.num_hidden_layers
+    n_seq = len(seqs)
+    sums = {k: torch.zeros(n_layers + 1, n_seq, dtype=torch.float64) for k in ("kl_t", "kl_l", "ce_t", "ce_l")}
+    ce_model = torch.zeros(n_seq, dtype=torch.float64)
+    was_training = model.training
+    model.eval()
+    try:
+        with (torch.no_grad(), loop_threads(num_threads, model.device.type) as tuner,
+              _capture_final_norm_input(model) as pre_norm):
+            for start in range(0, n_seq, batch_size):
+                x = seqs[start : start + batch_size].to(model.device)
+                rows = slice(start, start + x.shape[0])
+                pre_norm.clear()
+                with tuner.step():
+                    out = model(input_ids=x, output_hidden_states=True)
+                    if len(out.hidden_states) != n_layers + 1 or len(pre_norm) != 1:
+                        raise RuntimeError(
+                            f"unexpected hidden-state layout: {len(out.hidden_states)} hidden states, "
+                            f"{len(pre_norm)} final-norm calls for {n_layers} layers"
+                        )
+                    ce_model[rows] = _score_batch(out, pre_norm[0], x, lens, logit, sums, rows, protocol)
+    finally:
+        model.train(was_training)
+    return sums, ce_model
+
+
+def _score_batch(
+    out: Any,
+    pre_norm: Tensor,
+    x: Tensor,
+    lens: TunedLens | None,
+    logit: LogitLens | None,
+    sums: dict[str, Tensor],
+    rows: slice,
+    protocol: str = "package",
+) -> Tensor:
+    """Fill the ``rows`` columns of ``sums`` from one forward pass; return the model's own CE sum per sequence."""
+    n_layers = len(out.hidden_states) - 1
+    log_p = out.logits.float().log_softmax(-1)
+    p = log_p.exp()
+    neg_entropy = torch.linalg.vecdot(p, log_p)
+    targets = x[:, 1:]
+    ce_model = _ce_per_seq(log_p, targets)
+    for i, logit_q, tuned_q in _readings(out, pre_norm, lens, logit, n_layers, protocol):
+        per_lens = [("l", logit_q)] if logit_q is not None else []
+        if tuned_q is not None:
+            per_lens.append(("t", tuned_q))
+        for tag, logits in per_lens:
+            log_q = logits.float().log_softmax(-1)
+            kl_nats = neg_entropy - torch.linalg.vecdot(p, log_q)
+            sums[f"kl_{tag}"][i, rows] = kl_nats.sum(-1, dtype=torch.float64).cpu() / LN2
+            sums[f"ce_{tag}"][i, rows] = _ce_per_seq(log_q, targets)
+    return ce_model
+
+
+def _readings(out: Any, pre_norm: Tensor, lens: TunedLens | None, logit: LogitLens | None, n_layers: int,
+              protocol: str) -> Iterator[tuple[int, Tensor | None, Tensor | None]]:
+    """(row, logit-lens logits, tuned-lens logits) for rows 0..L under ``protocol``."""
+    if protocol == "reference":  # every hidden state, translator max(0, i - 1), the last one normed twice
+        for i, h in enumerate(out.hidden_states):
+            idx = max(0, i - 1)
+            yield i, logit(h, idx) if logit is not None else None, lens(h, idx) if lens is not None else None
+        return
+    for i, h in enumerate([*out.hidden_states[:-1], pre_norm]):
+        # The last layer has no translator: the tuned lens is the model's head there.
+        tuned = (lens(h, i) if i < n_layers else lens.unembed(h)) if lens is not None else None
+        yield i, logit(h, i) if logit is not None else None, tuned
+
+
+def _table(
+    cols: dict[str, tuple[Tensor, bool]], ce_model: Tensor, seq_len: int, per_sequence: bool
+) -> pd.DataFrame:
+    """The evaluation frame from per-layer, per-sequence means: one row per (sequence, layer) or per layer."""
+    n_seq = len(ce_model)
+    n_layers = next(iter(cols.values()))[0].shape[0] - 1
+    n_ce = seq_len - 1
+    nan = float("nan")
+    if per_sequence:
+        layer = torch.arange(n_layers + 1).repeat_interleave(n_seq)
+        frame: dict[str, Any] = {"sequence": torch.arange(n_seq).repeat(n_layers + 1).numpy(),
+                                 "layer": layer.numpy()}
+        for name, (values, present) in cols.items():
+            frame[name] = values.reshape(-1).numpy() if present else nan
+        frame["ce_model_nats"] = (ce_model / n_ce).repeat(n_layers + 1).numpy()
+        frame["n_tokens"] = seq_len
+        return pd.DataFrame(frame)
+    rows_out = []
+    for i in range(n_layers + 1):
+        row: dict[str, Any] = {"layer": i}
+        for name, (values, present) in cols.items():
+            row[name] = float(values[i].mean()) if present else nan
+        row["ce_model_nats"] = float(ce_model.sum() / (n_ce * n_seq))
+        row["n_tokens"] = n_seq * seq_len
+        rows_out.append(row)
+    return pd.DataFrame(rows_out)
+
+
+def _ce_per_seq(log_q: Tensor, targets: Tensor) -> Tensor:
+    """Summed next-token cross-entropy (nats) per sequence of log-probabilities log_q[:, :-1] against targets."""
+    picked = log_q[:, :-1].gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return -picked.sum(-1, dtype=torch.float64).cpu()
+
+
+# --------------------------------------------------------------------------- notebook helpers
+
+
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    """Token ids for ``text`` without special tokens, from a transformers or tokenizers tokenizer."""
+    if hasattr(tokenizer, "encode"):
+        try:
+            enc = tokenizer.encode(text, add_special_tokens=False)
+        except TypeError:
+            enc = tokenizer.encode(text)
+        return list(getattr(enc, "ids", enc))
+    raise ValueError(f"tokenizer: expected an object with .encode(), got {type(tokenizer).__name__}")
+
+
+def trajectory(model: PreTrainedModel, lens: Lens, tokenizer: Any, text: str) -> PredictionTrajectory:
+    """The package's PredictionTrajectory of ``text`` (targets = the next token; the last is eos or itself).
+
+    ``PredictionTrajectory.from_lens_and_model`` indexes correctly (lens i on
+    hidden_states[i], model logits for the last row). Plot with
+    :func:`tiebias.output.plotting.lens.trajectory_figure`.
+    The package converts logits to numpy, which has no bfloat16: logits of 16-bit models
+    (bf16 on a GPU) are handed over in float32.
+    """
+    from tuned_lens.plotting import PredictionTrajectory
+
+    check_model(model)
+    if isinstance(lens, TunedLens):
+        _check_lens(model, lens)
+    ids = _encode(tokenizer, text)
+    if len(ids) < 2:
+        raise ValueError(f"text: needs at least 2 tokens, got {len(ids)} from {text!r}")
+    eos = getattr(tokenizer, "eos_token_id", None)
+    targets = ids[1:] + [eos if eos is not None else ids[-1]]
+    if next(model.parameters()).dtype in (torch.float32, torch.float64):
+        return PredictionTrajectory.from_lens_and_model(lens, model, ids, tokenizer=tokenizer, targets=targets)
+    return PredictionTrajectory.from_lens_and_model(
+        _Float32Logits(lens), _Float32Logits(model), ids, tokenizer=tokenizer, targets=targets  # type: ignore[arg-type]
+    )
+
+
+class _Float32Logits:
+    """Calls a model or lens and returns its logits in float32 (numpy, used by the package, has no bfloat16)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.device = getattr(inner, "device", None)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        out = self.inner(*args, **kwargs)
+        if isinstance(out, Tensor):
+            return out.float()
+        out.logits = out.logits.float()
+        return out
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self(*args, **kwargs)
+
+
+def top_tokens_by_layer(
+    model: PreTrainedModel, lens: TunedLens | None, tokenizer: Any, prompt: str, k: int = 5
+) -> pd.DataFrame:
+    """Top-k next-token predictions after ``prompt`` at every layer, for the tuned and logit lens.
+
+    Long format: columns ``layer`` (0..L), ``lens`` ("tuned" or "logit"), ``rank`` (1..k),
+    ``token_id``, ``token`` (decoded) and ``prob``. The tuned rows are omitted when
+    ``lens`` is None.
+    """
+    check_model(model)
+    if lens is not None:
+        _check_lens(model, lens)
+    if not isinstance(k, int) or not 1 <= k <= model.config.vocab_size:
+        raise ValueError(f"k: must be an int in [1, {model.config.vocab_size}] (vocab_size), got {k!r}")
+    ids = _encode(tokenizer, prompt)
+    if not ids:
+        raise ValueError(f"prompt: must encode to at least 1 token, got {prompt!r}")
+    device = model.device
+    logit_lens = new_logit_lens(model)
+    n_layers = model.config.num_hidden_layers
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), _capture_final_norm_input(model) as pre_norm:
+            out = model(input_ids=torch.tensor([ids], device=device), output_hidden_states=True)
+            stream = [*out.hidden_states[:-1], pre_norm[0]]
+            rows = []
+            for i, h in enumerate(stream):
+                last = h[:, -1]
+                lenses: list[tuple[str, Tensor]] = [("logit", logit_lens(last, i))]
+                if lens is not None:
+                    lenses.insert(0, ("tuned", lens(last, i) if i < n_layers else lens.unembed(last)))
+                for name, logits in lenses:
+                    probs = logits.float().softmax(-1)[0]
+                    top = probs.topk(k)
+                    for r, (pr, tid) in enumerate(
+                        zip(top.values.tolist(), top.indices.tolist(), strict=True)
+                    ):
+                        rows.append(
+                            {
+                                "layer": i,
+                                "lens": name,
+                                "rank": r + 1,
+                                "token_id": tid,
+                                "token": _decode(tokenizer, tid),
+                                "prob": pr,
+                            }
+                        )
+    finally:
+        model.train(was_training)
+    return pd.DataFrame(rows)
+
+
+def _decode(tokenizer: Any, token_id: int) -> str:
+    """Readable text of one token id."""
+    try:
+        return str(tokenizer.decode([token_id]))
+    except Exception:  # any tokenizer quirk falls back to the raw id
+        return str(token_id)

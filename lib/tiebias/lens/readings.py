@@ -1,0 +1,114 @@
+"""Claim 3 taken apart (notebook 03): which of the paper's two lens ingredients makes tied early layers read worse?
+
+The paper's public code differs from the tuned-lens package in two ways: it reads hidden state i with
+translator i - 1 (the *reference protocol*, :data:`tiebias.lens.evaluate.PROTOCOLS`), and it trains each lens
+for only 100 steps (the *reference budget*, :data:`tiebias.paper.FIG2_LENS`). :func:`decomposition` gives
+the tied-untied gap under the four combinations: (a) neither, (b) the reading, (c) the budget, (d) both;
+:func:`describe` says in one sentence which of them produce a positive gap of the paper's kind and how
+large it is against the paper's Figure 2. The intervals are :func:`tiebias.lens.tables.early_gap`'s.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from tiebias.lens.ladder import REFERENCE_BUDGET
+from tiebias.lens.tables import at_budget, at_protocol, early_gap, gaps, per_layer, same_depth
+from tiebias.paper import FIG2_LENS, FIG2_OLMO_KL_BITS
+
+__all__ = ["READINGS", "REFERENCE_BUDGET_LADDER", "decomposition", "describe"]
+
+READINGS: dict[str, tuple[str, str, str]] = {
+    "a": ("package", "verdict", "package reading, verdict budget (neither ingredient)"),
+    "b": ("reference", "verdict", "reference reading, verdict budget (the reading alone)"),
+    "c": ("package", "reference", "package reading, reference budget (the budget alone)"),
+    "d": ("reference", "reference", "reference reading, reference budget (both ingredients)"),
+}
+"""The four readings: key -> (protocol, lens budget: the verdict's or the reference's, label)."""
+
+REFERENCE_BUDGET_LADDER: dict[str, Any] = {"recipes": ["package"], "budgets": [1], "steps": FIG2_LENS["steps"],
+                                           "subdir": REFERENCE_BUDGET}
+"""``lens_ladder.kl_table`` arguments of the reference budget: the package's SGD recipe for the paper's 100
+steps, one rung, in its own sub-folder (``lens_ladder.REFERENCE_BUDGET``). Tokens per step stay the profile's
+``lens_tokens_per_step``: our models are about 1000x smaller than OLMo-1B, whose script uses 131,072 tokens per
+step (32k-131k for the paper's 1B-8B models)."""
+
+
+def _layer_means(sub: pd.DataFrame, a: str, b: str) -> dict[str, float]:
+    """Mean tuned-lens KL of ``a`` and ``b`` at layers 0 and 1 (NaN where a model has no such layer)."""
+    m = per_layer(sub).groupby(["variant", "layer"]).kl_tuned_bits.mean()
+    return {f"{v}_l{i}": float(m.get((v, i), math.nan)) for i in (0, 1) for v in (a, b)}
+
+
+def _per_layer(sub: pd.DataFrame, paired: bool, level: float, a: str, b: str) -> pd.DataFrame:
+    """Per-layer tied and untied KL with the gap and its CI (models of different depth: means only)."""
+    if same_depth(sub):
+        return gaps(sub, paired=paired, level=level, a=a, b=b)
+    m = per_layer(sub).groupby(["layer", "variant"]).kl_tuned_bits.mean().unstack("variant")
+    return m.reset_index().assign(gap=math.nan, ci_low=math.nan, ci_high=math.nan)
+
+
+def decomposition(verdict_table: pd.DataFrame, reference_table: pd.DataFrame, *, paired: bool = True,
+                  level: float = 0.95, a: str = "tied", b: str = "untied") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The early-layer gap under the four :data:`READINGS`: (one row per reading, the per-layer table of each).
+
+    ``verdict_table``: the per-sequence ladder table with both protocols (its first recipe at its largest budget
+    is the verdict's lens); ``reference_table``: the reference-budget ladder (:data:`REFERENCE_BUDGET_LADDER`)
+    with both protocols. Rows: ``reading``, ``label``, ``protocol``, ``recipe``, ``lens_steps``, the early gap
+    ``gap`` with ``ci_low``/``ci_high``/``method``/``n_seeds``, layer-0 and layer-1 KL of each variant, their gaps,
+    and the paper's (Figure 2, OLMo-1B).
+    """
+    rows, layers = [], []
+    paper0 = FIG2_OLMO_KL_BITS[0]["tied"] - FIG2_OLMO_KL_BITS[0]["untied"]
+    paper1 = FIG2_OLMO_KL_BITS[1]["tied"] - FIG2_OLMO_KL_BITS[1]["untied"]
+    for key, (protocol, budget, label) in READINGS.items():
+        sub = at_budget(at_protocol(verdict_table if budget == "verdict" else reference_table, protocol))
+        g = early_gap(sub, paired=paired, level=level, a=a, b=b)
+        kl = _layer_means(sub, a, b)
+        rows.append({"reading": key, "label": label, "protocol": protocol, "recipe": str(sub.recipe.iloc[0]),
+                     "lens_steps": int(sub.lens_steps.iloc[0]), "gap": g["value"], "ci_low": g["ci_low"],
+                     "ci_high": g["ci_high"], "method": g["method"], "n_seeds": g["n_seeds"], **kl,
+                     "gap_l0": kl[f"{a}_l0"] - kl[f"{b}_l0"], "gap_l1": kl[f"{a}_l1"] - kl[f"{b}_l1"],
+                     "paper_gap_l0": paper0, "paper_gap_l1": paper1})
+        layers.append(_per_layer(sub, paired, level, a, b).assign(reading=key, label=label))
+    return pd.DataFrame(rows), pd.concat(layers, ignore_index=True)
+
+
+def describe(table: pd.DataFrame) -> str:
+    """One sentence from :func:`decomposition`'s rows: which readings give a gap of the paper's kind, and its size.
+
+    "Of the paper's kind" means tied early layers read worse with a 95% CI above 0; its size is compared with
+    the paper's layer-0 and layer-1 gaps (Figure 2, OLMo-1B).
+    """
+    return _headline(table) + _size_caveat(table)
+
+
+def _size_caveat(table: pd.DataFrame) -> str:
+    """What a small run's sentence is worth: two seeds give a t-interval with one degree of freedom."""
+    n = int(table.n_seeds.min())
+    if str(table.method.iloc[0]).startswith("t-interval") and n < 3:
+        return (f" With {n} seed{'s' if n != 1 else ''} per variant these intervals are very wide and the lenses of a "
+                "small run are close to noise: read this as a check that the readings run, not as evidence.")
+    return ""
+
+
+def _headline(table: pd.DataFrame) -> str:
+    """Which readings give a gap of the paper's kind, and how large it is against the paper's."""
+    r0 = table.iloc[0]
+    paper = (f"the paper's +{r0.paper_gap_l0:.2f} bits at the input layer and +{r0.paper_gap_l1:.2f} at layer 1 "
+             "(Figure 2, OLMo-1B)")
+    positive = table[table.ci_low > 0]
+    if positive.empty:
+        gaps_text = ", ".join(f"({r.reading}) {r.gap:+.3g} [{r.ci_low:+.3g}, {r.ci_high:+.3g}]"
+                              for r in table.itertuples())
+        return (f"No reading gives a positive early-layer gap of the paper's kind (95% CI above 0): {gaps_text} "
+                f"bits, against {paper}.")
+    which = "; ".join(f"({r.reading}) {r.label}: {r.gap:+.3g} bits [{r.ci_low:+.3g}, {r.ci_high:+.3g}], input layer "
+                      f"{r.gap_l0:+.3g} ({r.gap_l0 / r.paper_gap_l0:.1%} of the paper's), layer 1 {r.gap_l1:+.3g} "
+                      f"({r.gap_l1 / r.paper_gap_l1:.1%})" for r in positive.itertuples())
+    rest = ", ".join(f"({r.reading})" for r in table.itertuples() if r.ci_low <= 0 or not math.isfinite(r.ci_low))
+    return (f"A positive early-layer gap of the paper's kind (95% CI above 0) appears under {which}"
+            f"{'; not under ' + rest if rest else ''}; compare {paper}.")

@@ -1,0 +1,277 @@
+"""Tuned-lens tables of notebook 03: per-layer KL, tied-untied gaps with intervals, ladder convergence.
+
+The tables come from :mod:`tiebias.lens.ladder` (long format: one row per model, lens rung, layer and,
+optionally, evaluation sequence). Gaps are tied - untied, with an interval over seeds (t) when there are
+two or more, else a bootstrap over evaluation sequences ("one pair: no seed noise floor"). The early
+layers are the input layer and the first third of the blocks; a ladder has converged when its last
+rung moved the early-layer gap by less than that gap's interval half-width. The verdict built from
+these numbers is :func:`tiebias.verdicts.claims.claim3`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from tiebias import stats
+from tiebias.run.folder import Run
+
+if TYPE_CHECKING:
+    from tiebias.verdicts.claims import Verdict
+
+
+METRICS = ["kl_tuned_bits", "kl_logit_bits", "ce_tuned_nats", "ce_logit_nats", "ce_model_nats"]
+ID_COLUMNS = ["variant", "seed", "step", "recipe", "budget", "lens_steps", "protocol"]
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def per_layer(seq_table: pd.DataFrame) -> pd.DataFrame:
+    """Mean over evaluation sequences of a per-sequence table: one row per model, lens and layer."""
+    if "sequence" not in seq_table:
+        return seq_table
+    keys = [c for c in ID_COLUMNS if c in seq_table] + ["layer"]
+    g = seq_table.groupby(keys, sort=False, dropna=False)
+    out = g[METRICS].mean()
+    out["n_tokens"] = g["n_tokens"].sum()
+    return out.reset_index()
+
+
+def at_protocol(df: pd.DataFrame, protocol: str = "package") -> pd.DataFrame:
+    """The rows of one lens protocol (:data:`tiebias.lens.evaluate.PROTOCOLS`); a table without the column is all package."""
+    if "protocol" not in df:
+        if protocol != "package":
+            raise ValueError(f"protocol: {protocol!r} not in the table; it has no protocol column (package rows only)")
+        return df
+    sub = df[df.protocol == protocol]
+    if sub.empty:
+        raise ValueError(f"protocol: {protocol!r} not in the table; have {sorted(set(df.protocol))}")
+    return sub.reset_index(drop=True)
+
+
+def at_budget(df: pd.DataFrame, budget: int | None = None, recipe: str | None = None) -> pd.DataFrame:
+    """The rows of one recipe (default: the first in the table) and one budget (default: its largest)."""
+    if "recipe" not in df:
+        return df
+    recipe = recipe if recipe is not None else str(df.recipe.iloc[0])
+    sub = df[df.recipe == recipe]
+    if sub.empty:
+        raise ValueError(f"recipe: {recipe!r} not in the table; have {sorted(set(df.recipe))}")
+    budget = int(sub.budget.max()) if budget is None else int(budget)
+    sub = sub[sub.budget == budget]
+    if sub.empty:
+        raise ValueError(f"budget: {budget} not in the table for recipe {recipe!r}")
+    return sub.reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- gaps and confidence intervals
+
+
+def gap_table(df: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied", b: str = "untied",
+              level: float = 0.95) -> pd.DataFrame:
+    """Per layer: mean of ``a`` and ``b``, and the paired gap a - b over seeds with sd, t-interval and p-value.
+
+    ``significant`` means the confidence interval of the gap excludes 0 (needs two or more seeds; see
+    :func:`gaps` for one pair). The table must hold one lens per model (select a rung with
+    :func:`at_budget` first); repeated (layer, seed, variant) rows are refused rather than averaged.
+    """
+    df = per_layer(df)
+    if df.duplicated(["layer", "seed", "variant"]).any():
+        raise ValueError("df: several rows per (layer, seed, variant), e.g. several lens budgets or recipes; "
+                         "select one with lens_study.at_budget(df, budget, recipe)")
+    wide = df.pivot_table(index=["layer", "seed"], columns="variant", values=column)
+    if a not in wide or b not in wide:
+        raise ValueError(f"variants: need both {a!r} and {b!r} in the table, have {list(wide.columns)}")
+    gap = (wide[a] - wide[b]).rename("gap").reset_index()
+    rows = []
+    for layer, g in gap.groupby("layer"):
+        x = g.gap.to_numpy(dtype=float)
+        x = x[np.isfinite(x)]
+        n = len(x)
+        mean = float(x.mean()) if n else math.nan
+        sd = float(x.std(ddof=1)) if n > 1 else math.nan
+        if n > 1 and sd > 0:
+            half, p = stats.t_half_width(sd, n, level), stats.one_sample_p(x)
+        else:
+            half, p = math.nan, math.nan
+        lo, hi = mean - half, mean + half
+        rows.append({"layer": int(layer), a: float(wide.loc[layer][a].mean()), b: float(wide.loc[layer][b].mean()),
+                     "gap": mean, "gap_sd": sd, "ci_low": lo, "ci_high": hi, "p_value": p, "n_seeds": n,
+                     "significant": bool(n > 1 and (lo > 0 or hi < 0)), "ci_method": "seeds (t)"})
+    return pd.DataFrame(rows)
+
+
+def _n_seeds(df: pd.DataFrame, a: str, b: str) -> int:
+    """Seeds with both variants."""
+    return len(set(df[df.variant == a].seed) & set(df[df.variant == b].seed))
+
+
+def gaps(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied", b: str = "untied", *,
+         paired: bool = True, level: float = 0.95, n_boot: int = 2000) -> pd.DataFrame:
+    """Per-layer gap table of one rung with a CI: over seeds (t) with two or more seeds, else a bootstrap over sequences.
+
+    Same columns as :func:`gap_table`; ``ci_method`` says which interval it is. One pair of models of
+    different depth has no per-layer gap (compare :func:`early_gap` on relative depth instead).
+    """
+    if _n_seeds(seq_table, a, b) > 1 or "sequence" not in seq_table:
+        return gap_table(seq_table, column, a, b, level)
+    depth = seq_table.groupby("variant").layer.max()
+    if depth.get(a) != depth.get(b):
+        raise ValueError(f"layers: {a} has {depth.get(a)} layers and {b} {depth.get(b)}; per-layer gaps need equal "
+                         "depth; use lens_study.early_gap (relative depth)")
+    rows = []
+    for layer, g in seq_table.groupby("layer"):
+        xa = g[g.variant == a].sort_values("sequence")[column].to_numpy()
+        xb = g[g.variant == b].sort_values("sequence")[column].to_numpy()
+        mean, lo, hi = stats.bootstrap_diff(xa, xb, paired=paired, n_boot=n_boot, level=level)
+        rows.append({"layer": int(layer), a: float(xa.mean()), b: float(xb.mean()), "gap": mean, "gap_sd": math.nan,
+                     "ci_low": lo, "ci_high": hi, "p_value": math.nan, "n_seeds": 1,
+                     "significant": bool(lo > 0 or hi < 0), "ci_method": "bootstrap over sequences"})
+    return pd.DataFrame(rows)
+
+
+def early_layers(n_layers: int) -> list[int]:
+    """The layers called "early" in verdicts: the input layer and the first third of the blocks."""
+    return list(range(0, max(1, math.ceil(n_layers / 3)) + 1))
+
+
+def early_gap(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied", b: str = "untied", *,
+              paired: bool = True, level: float = 0.95, n_boot: int = 2000) -> dict[str, Any]:
+    """The early-layer gap of one rung with its CI: each model's mean over its own early layers, a minus b.
+
+    With two or more seeds: the mean over seeds of the paired per-seed gap and its t-interval. With one
+    pair: a bootstrap over evaluation sequences (no seed noise floor). Models of different depth each
+    use their own early layers (the first third on relative depth). Keys: value, ci_low, ci_high,
+    half_width, n_seeds, method, early_layers (per variant), per_seed.
+    """
+    df = seq_table[seq_table.variant.isin([a, b])]
+    if df.duplicated([c for c in ("layer", "seed", "variant", "sequence") if c in df]).any():
+        raise ValueError("seq_table: several rows per model and layer (several budgets or recipes); select one "
+                         "with lens_study.at_budget")
+    depth = df.groupby("variant").layer.max()
+    if a not in depth or b not in depth:
+        raise ValueError(f"variants: need both {a!r} and {b!r} in the table, have {sorted(depth.index)}")
+    early = {v: early_layers(int(depth[v])) for v in (a, b)}
+    mask = np.zeros(len(df), dtype=bool)
+    for v, layers in early.items():
+        mask |= ((df.variant == v) & df.layer.isin(layers)).to_numpy()
+    e = df[mask]
+    n_seeds = _n_seeds(df, a, b)
+    out: dict[str, Any] = {"early_layers": early, "n_seeds": n_seeds,
+                           "depth_note": "" if depth[a] == depth[b] else
+                           f"{a} has {int(depth[a])} layers, {b} {int(depth[b])}: compared on relative depth "
+                           f"(each model's first third)"}
+    if n_seeds > 1 or "sequence" not in e:
+        per_seed = e.groupby(["seed", "variant"])[column].mean().unstack("variant")
+        x = (per_seed[a] - per_seed[b]).dropna().to_numpy(dtype=float)
+        mean = float(x.mean())
+        sd = float(x.std(ddof=1)) if len(x) > 1 else math.nan
+        half = stats.t_half_width(sd, len(x), level)
+        out.update(value=mean, ci_low=mean - half, ci_high=mean + half, half_width=half, sd=sd,
+                   method=f"t-interval over {len(x)} seeds", per_seed=x.tolist())
+        return out
+    per_seq = e.groupby(["variant", "sequence"])[column].mean()
+    mean, lo, hi = stats.bootstrap_diff(per_seq[a].to_numpy(), per_seq[b].to_numpy(),
+                                paired=paired and depth[a] == depth[b], n_boot=n_boot, level=level)
+    out.update(value=mean, ci_low=lo, ci_high=hi, half_width=(hi - lo) / 2, sd=math.nan,
+               method="one pair: no seed noise floor; bootstrap over evaluation sequences", per_seed=[mean])
+    return out
+
+
+def ladder_gaps(seq_table: pd.DataFrame, recipe: str | None = None, column: str = "kl_tuned_bits", *,
+                paired: bool = True, level: float = 0.95) -> pd.DataFrame:
+    """The early-layer gap with its CI at every budget of one recipe's ladder (default: the first recipe)."""
+    recipe = recipe if recipe is not None else str(seq_table.recipe.iloc[0])
+    rows = []
+    for budget in sorted(set(seq_table[seq_table.recipe == recipe].budget)):
+        g = early_gap(at_budget(seq_table, budget, recipe), column, paired=paired, level=level)
+        rows.append({"recipe": recipe, "budget": int(budget), "gap": g["value"], "ci_low": g["ci_low"],
+                     "ci_high": g["ci_high"], "half_width": g["half_width"], "n_seeds": g["n_seeds"],
+                     "method": g["method"]})
+    return pd.DataFrame(rows)
+
+
+def convergence(ladder: pd.DataFrame) -> dict[str, Any]:
+    """Whether the ladder converged: its last rung moved the early-layer gap by less than that gap's CI half-width.
+
+    ``ladder`` is :func:`ladder_gaps` output. ``converged`` is None with a single budget (nothing to
+    compare), else a bool; ``change`` is the last rung's change of the gap, ``half_width`` the largest
+    budget's CI half-width (NaN, e.g. with zero spread, counts as not converged).
+    """
+    lad = ladder.sort_values("budget")
+    if len(lad) < 2:
+        return {"converged": None, "change": math.nan, "half_width": float(lad.half_width.iloc[-1]),
+                "budgets": lad.budget.tolist()}
+    change = float(lad.gap.iloc[-1] - lad.gap.iloc[-2])
+    half = float(lad.half_width.iloc[-1])
+    return {"converged": bool(math.isfinite(half) and abs(change) < half), "change": change, "half_width": half,
+            "budgets": lad.budget.tolist()}
+
+
+def same_depth(table: pd.DataFrame) -> bool:
+    """Whether every model in the table has the same number of layers (per-layer gaps need that)."""
+    return table.groupby("variant").layer.max().nunique() == 1
+
+
+def ladder_layers(kl: pd.DataFrame, layers: Sequence[int] = (0, 1, 2), column: str = "kl_tuned_bits") -> pd.DataFrame:
+    """Tuned-lens KL of the given layers at every rung, per variant: "mean ± sd" over seeds (rows recipe, budget)."""
+    sub = per_layer(kl)
+    sub = sub[sub.layer.isin(layers)]
+    g = sub.groupby(["recipe", "budget", "layer", "variant"], sort=False)[column]
+    cell = (g.mean().map("{:.3g}".format) + " ± " + g.std(ddof=1).fillna(0).map("{:.2g}".format)).rename(column)
+    return cell.unstack(["layer", "variant"])
+
+
+def describe_scale(scale: pd.DataFrame, level: float = 0.95) -> str:
+    """One sentence per checkpoint of :func:`scale_table`: validation loss, early-layer gap and whether its CI is above 0."""
+    parts = []
+    for r in scale.itertuples():
+        where = "above 0" if r.ci_low > 0 else ("below 0" if r.ci_high < 0 else "includes 0")
+        conv = {True: "", False: ", lens not converged", None: ""}[r.converged]
+        parts.append(f"step {r.step} (val loss {r.val_loss:.2f}): {r.gap:+.3g} bits [{r.ci_low:+.3g}, {r.ci_high:+.3g}], "
+                     f"CI {where}{conv}")
+    above = [int(r.step) for r in scale.itertuples() if r.ci_low > 0]
+    tail = (f"Tied early layers read worse (CI above 0) at steps {above}." if above
+            else "At no checkpoint does the CI of the gap lie above 0.")
+    return f"Early-layer gap ({int(level * 100)}% CI) by training step: " + "; ".join(parts) + ". " + tail
+
+
+def describe_gaps(gaps: pd.DataFrame) -> str:
+    """One sentence on a per-layer gap table: where tied reads worse, and where the CI excludes 0."""
+    c = layer_summary(gaps)
+    return (f"Tied - untied tuned-lens KL: {c['input_layer_gap']:+.3g} bits at the input layer, {c['value']:+.3g} on "
+            f"average over the early layers {c['early_layers']}; tied > untied at layers {c['positive_layers'] or 'none'}; "
+            f"the 95% CI ({gaps.ci_method.iloc[0]}) excludes 0 at layers {c['significant_layers'] or 'none'}.")
+
+
+def final_point(run: Run, variants: Sequence[str], seeds: Sequence[int], verdict: Verdict) -> dict[str, float]:
+    """A run's final models as one scale-axis point: mean final validation loss and the claim-3 gap and CI."""
+    losses = [run.summary(v, s).get("final_val_loss", math.nan) for v in variants for s in seeds]
+    return {"val_loss": float(np.mean(losses)), "gap": verdict.value, "ci_low": verdict.details["ci_low"],
+            "ci_high": verdict.details["ci_high"]}
+
+
+def layer_summary(gaps: pd.DataFrame) -> dict[str, Any]:
+    """Per-layer summary of a gap table: early-layer mean gap, RMS seed sd, significant and positive layers."""
+    n_layers = int(gaps.layer.max())
+    early = early_layers(n_layers)
+    e = gaps[gaps.layer.isin(early)]
+    value = float(e.gap.mean())
+    sd = float(np.sqrt(np.nanmean(e.gap_sd.to_numpy() ** 2))) if e.n_seeds.min() > 1 else math.nan
+    sig = e[e.significant].layer.tolist()
+    return {"early_layers": early, "value": value, "sd": sd,
+            "input_layer_gap": float(gaps[gaps.layer == 0].gap.iloc[0]),
+            "significant_layers": gaps[gaps.significant].layer.tolist(), "significant_early_layers": sig,
+            "positive_layers": gaps[gaps.gap > 0].layer.tolist()}
+
+
+def relative_depth(gaps: pd.DataFrame) -> pd.DataFrame:
+    """Add ``depth`` = layer / number of layers, so models of different depth share one axis."""
+    out = gaps.copy()
+    out["depth"] = out.layer / out.layer.max()
+    return out

@@ -1,0 +1,336 @@
+"""External models named by the user (local folders or hub ids): config-first checks, then loading.
+
+Everything that can be known from a model's ``config.json`` is checked before any weights load, so a
+wrong or swapped pair (a ``tied_source`` that is untied), a family with no causal-LM head, a family
+the lens cannot follow, or a model too large for free memory is refused in seconds rather than after
+a multi-GB download or load. The config is instantiated on the meta device (no memory) to read the
+parameter count and the real tying of input and output embeddings.
+
+Labels are roles: ``"tied"`` must be a tied model, ``"untied"`` an untied one (any other label is
+not checked for tying); errors name the notebook parameter ``<label>_source``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from tiebias.lens import lenses as tl
+from tiebias.run.folder import Run
+from tiebias.run.guard import check_folder, mark
+
+__all__ = [
+    "MAX_UNKNOWN_SHARE", "SourceInfo", "check_sources", "check_tokenizers", "estimate_bytes", "external_dir",
+    "external_path", "free_memory", "inspect", "load_models", "pair_slug", "param_name",
+]
+
+ROLES = {"tied": True, "untied": False}
+"""Labels whose tying is required: ``tied`` must share one matrix, ``untied`` must not."""
+
+Need = Literal["model", "embeddings"]
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """What a model's config says, read without loading weights."""
+
+    label: str
+    source: str
+    model_type: str
+    architecture: str
+    tied: bool
+    tie_word_embeddings: Any
+    num_hidden_layers: int
+    hidden_size: int
+    vocab_size: int
+    n_params: int
+    local_safetensors: bool
+
+    @property
+    def param(self) -> str:
+        """The notebook parameter that named this source."""
+        return param_name(self.label)
+
+
+def param_name(label: str) -> str:
+    """``tied`` -> ``tied_source``: the parameter a source comes from, for error messages."""
+    return f"{label}_source"
+
+
+def _source_str(source: Any, label: str) -> str:
+    """The source as a string (folder or hub id), or ValueError naming the parameter."""
+    if source is None:
+        raise ValueError(f"{param_name(label)}: missing; give a model folder or a hub id")
+    if not isinstance(source, (str, os.PathLike)):
+        raise ValueError(f"{param_name(label)}: expected a model folder or a hub id, got {type(source).__name__}")
+    text = str(source)
+    path = Path(text).expanduser()
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise ValueError(f"{param_name(label)}: {text!r} is a folder without config.json, not a model folder")
+    return str(path) if path.is_dir() else text
+
+
+def _skeleton(config: Any, label: str, source: str) -> Any:
+    """The causal-LM model of ``config`` on the meta device (no memory), or ValueError if the family has none."""
+    from transformers import AutoModelForCausalLM
+
+    model_type = getattr(config, "model_type", "?")
+    try:
+        with torch.device("meta"):
+            skeleton = AutoModelForCausalLM.from_config(config)
+    except ValueError as exc:
+        raise ValueError(
+            f"{param_name(label)}: {source!r} is a {model_type!r} model ({type(config).__name__}) with no causal-LM "
+            f"head in transformers (AutoModelForCausalLM does not support it); allowed: decoder-only causal LMs"
+        ) from exc
+    if skeleton.get_output_embeddings() is None or skeleton.get_input_embeddings() is None:
+        raise ValueError(f"{param_name(label)}: {source!r} ({model_type!r}, {type(skeleton).__name__}) has no "
+                         f"{'output' if skeleton.get_output_embeddings() is None else 'input'} embedding")
+    return skeleton
+
+
+def inspect(source: Any, label: str, *, lens: bool = False, revision: str | None = None) -> SourceInfo:
+    """Read one source's config (no weights): family, tying, depth, width, vocabulary and parameter count.
+
+    ``lens`` also checks that the lens can follow the family (final norm and head found by layout,
+    no logit soft-capping or scaling), as :func:`tiebias.lens.lenses.find_layout` does on a loaded model.
+    """
+    from transformers import AutoConfig
+
+    src = _source_str(source, label)
+    try:
+        config = AutoConfig.from_pretrained(src, revision=revision)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ValueError(f"{param_name(label)}: cannot read a model config from {src!r} ({exc})") from exc
+    skeleton = _skeleton(config, label, src)
+    if lens:
+        try:
+            tl.find_layout(skeleton)
+        except ValueError as exc:
+            raise ValueError(f"{param_name(label)}: {src!r}: {str(exc).removeprefix('model: ')}") from None
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    tied = skeleton.get_output_embeddings().weight is skeleton.get_input_embeddings().weight
+    path = Path(src)
+    return SourceInfo(
+        label=label, source=src, model_type=str(getattr(config, "model_type", "?")),
+        architecture=type(skeleton).__name__, tied=bool(tied),
+        tie_word_embeddings=getattr(text, "tie_word_embeddings", None),
+        num_hidden_layers=int(getattr(text, "num_hidden_layers", 0) or 0),
+        hidden_size=int(getattr(text, "hidden_size", 0) or 0),
+        vocab_size=int(skeleton.get_output_embeddings().weight.shape[0]),
+        n_params=sum(p.numel() for p in skeleton.parameters()),
+        local_safetensors=path.is_dir() and ((path / "model.safetensors").is_file()
+                                             or (path / "model.safetensors.index.json").is_file()),
+    )
+
+
+def _check_role(info: SourceInfo) -> None:
+    """Refuse a ``tied`` source that is untied and an ``untied`` source that is tied."""
+    want = ROLES.get(info.label)
+    if want is None or info.tied == want:
+        return
+    other = "untied" if want else "tied"
+    if want:
+        why = "the tied side needs one matrix shared by the input and output embeddings"
+    else:
+        why = "the untied side needs separate input and output embedding matrices"
+    raise ValueError(
+        f"{info.param}: {info.source!r} is {other} (its config has tie_word_embeddings={info.tie_word_embeddings!r}, "
+        f"{info.model_type}); {why}. Were {param_name('tied')} and {param_name('untied')} swapped?"
+    )
+
+
+def estimate_bytes(info: SourceInfo, dtype: torch.dtype = torch.float32, *, need: Need = "model",
+                   lens: bool = False) -> int:
+    """Memory to load a source: all weights, or only its embedding matrices (``need="embeddings"``).
+
+    Embeddings alone are read straight from local safetensors files (see :func:`tiebias.align.embeddings.extract`);
+    a hub id or a folder without safetensors loads the whole model. ``lens`` adds a tuned lens with
+    Adam state (one width x width translator per layer: weights, gradients, two moments, float32).
+    """
+    if need not in ("model", "embeddings"):
+        raise ValueError(f"need: must be 'model' or 'embeddings', got {need!r}")
+    size = torch.empty((), dtype=dtype).element_size()
+    if need == "embeddings" and info.local_safetensors:
+        total = info.vocab_size * info.hidden_size * (1 if info.tied else 2) * size
+    else:
+        total = info.n_params * size
+    if lens:
+        total += 4 * info.num_hidden_layers * info.hidden_size * (info.hidden_size + 1) * 4
+    return int(total)
+
+
+def free_memory(device: str | torch.device = "cpu") -> int:
+    """Bytes free on ``device``: the CUDA allocator's free memory, else MemAvailable from /proc/meminfo."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return int(torch.cuda.mem_get_info(dev)[0])
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def check_sources(sources: dict[str, Any], *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+                  need: Need = "model", lens: bool = False) -> dict[str, SourceInfo]:
+    """Check every source from its config before any weights load; returns what the configs say.
+
+    Refuses (ValueError naming ``<label>_source``): a missing source, a family with no causal-LM
+    head, a ``tied`` source that is untied or an ``untied`` one that is tied, with ``lens`` a family
+    the lens cannot follow, and a pair whose estimated memory (:func:`estimate_bytes`, all sources
+    together) exceeds :func:`free_memory` on ``device``. With ``lens``, warns when the models differ
+    in depth (the lens study then compares layers on relative depth).
+    """
+    if not isinstance(sources, dict) or not sources:
+        raise ValueError(f"sources: expected a non-empty dict label -> model folder or hub id, got {sources!r}")
+    infos = {label: inspect(src, label, lens=lens) for label, src in sources.items()}
+    for info in infos.values():
+        _check_role(info)
+    need_bytes = {label: estimate_bytes(i, dtype, need=need, lens=lens) for label, i in infos.items()}
+    total = sum(need_bytes.values())
+    free = free_memory(device)
+    if total > free:
+        parts = ", ".join(f"{infos[k].param} {infos[k].source!r} {_gib(v)} ({infos[k].n_params / 1e9:.2f} B params)"
+                          for k, v in need_bytes.items())
+        raise ValueError(
+            f"{', '.join(i.param for i in infos.values())}: loading needs about {_gib(total)} "
+            f"({parts}; {str(dtype).removeprefix('torch.')}{' weights' if need == 'model' else ''}) but only "
+            f"{_gib(free)} is free on {torch.device(device)}; use a machine with more memory or a 16-bit dtype"
+        )
+    depths = {i.num_hidden_layers for i in infos.values()}
+    if lens and len(depths) > 1:
+        desc = " and ".join(f"{i.param} {i.source!r} has {i.num_hidden_layers} layers" for i in infos.values())
+        warnings.warn(f"{desc}: layers are compared on relative depth (layer / number of layers)", UserWarning,
+                      stacklevel=2)
+    return infos
+
+
+def load_models(sources: dict[str, Any], *, device: str | torch.device = "cpu",
+                dtype: torch.dtype = torch.float32) -> dict[str, tuple[Any, Any]]:
+    """Load causal LMs with their tokenizers for lensing (label -> (model, tokenizer)) after config-first checks.
+
+    :func:`check_sources` (with the lens checks) runs first and the tokenizers load next (both cheap),
+    so every refusal comes before the first weight is read; each loaded model then passes
+    :func:`tiebias.lens.lenses.check_model` (one short forward pass).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    infos = check_sources(sources, dtype=dtype, device=device, need="model", lens=True)
+    tokenizers = {}
+    for label, info in infos.items():
+        try:
+            tok = AutoTokenizer.from_pretrained(info.source)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{info.param}: no tokenizer loads from {info.source!r} ({exc}); save one in the "
+                             f"model folder") from exc
+        if len(tok) > info.vocab_size:
+            raise ValueError(f"{info.param}: the tokenizer of {info.source!r} has {len(tok)} tokens but the model's "
+                             f"vocabulary only {info.vocab_size}; allowed: a tokenizer no larger than the model's head")
+        tokenizers[label] = tok
+    out = {}
+    for label, info in infos.items():
+        model = AutoModelForCausalLM.from_pretrained(info.source, dtype=dtype).to(device).eval()
+        tl.check_model(model)
+        out[label] = (model, tokenizers[label])
+    return out
+
+
+MAX_UNKNOWN_SHARE = 0.01
+"""Most of a corpus a tokenizer may write as its unknown token. Byte-level BPE and byte-fallback tokenizers (every
+family the kit names) write none; above 1% the tokenizer cannot read the corpus, and a lens measured there would
+read the unknown token rather than the text."""
+
+
+def check_tokenizers(models: dict[str, tuple[Any, Any]], texts: list[str], corpus: str) -> None:
+    """Refuse, before any lens trains, models whose tokenizers 03 cannot compare on ``texts`` (label -> (model, tokenizer)).
+
+    Each tokenizer must read the text (at most :data:`MAX_UNKNOWN_SHARE` unknown tokens) and share tokens with the
+    first one (:func:`tiebias.align.embeddings.match_tokens`, the check 02 makes on the pair's vocabularies). Errors
+    name ``<label>_source``.
+    """
+    from tiebias.align import embeddings
+    from tiebias.data import tokens
+
+    labels = list(models)
+    for label, (model, tok) in models.items():
+        share = tokens.unknown_share(tok, texts)
+        if share > MAX_UNKNOWN_SHARE:
+            unk = tok.convert_ids_to_tokens(tokens.unknown_id(tok))
+            raise ValueError(
+                f"{param_name(label)}: the tokenizer of {_name(model)!r} writes {share:.0%} of the corpus {corpus!r} "
+                f"as its unknown token {unk!r}, so a lens would be measured on that token, not on the text; allowed: "
+                f"at most {MAX_UNKNOWN_SHARE:.0%}. Give a corpus the tokenizer reads (corpus=...), or a model whose "
+                "tokenizer covers this text")
+    for label in labels[1:]:
+        a, b = models[labels[0]], models[label]
+        try:
+            embeddings.match_tokens(embeddings.token_strings(a[1]), embeddings.token_strings(b[1]), _name(a[0]),
+                                    _name(b[0]))
+        except ValueError as e:
+            raise ValueError(f"{param_name(labels[0])}, {param_name(label)}: {e}; a pair is compared on the tokens its "
+                             "vocabularies share (02 refuses this pair too); allowed: models whose tokenizers share "
+                             "tokens") from None
+
+
+def _name(model: Any) -> str:
+    """What a loaded model was loaded from (folder or hub id), for messages."""
+    return str(getattr(model, "name_or_path", "") or type(model).__name__)
+
+
+def pair_slug(tied_source: Any, untied_source: Any) -> str:
+    """A folder name for an external pair: both model names plus a short hash of the full sources."""
+
+    def name(src: Any) -> str:
+        p = Path(str(src)).expanduser()
+        return p.name if p.is_dir() else str(src).replace("/", "--")
+
+    def full(src: Any) -> str:
+        p = Path(str(src)).expanduser()
+        return str(p.resolve()) if p.is_dir() else str(src)
+
+    digest = hashlib.sha1(f"{full(tied_source)}\n{full(untied_source)}".encode()).hexdigest()[:8]
+    raw = f"{name(tied_source)}__{name(untied_source)}__{digest}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", raw)
+
+
+def external_path(tied_source: Any, untied_source: Any, run_dir: Any = None, *, root: Any = "runs",
+                  corpus: Any = None) -> Path:
+    """Where an external pair's figures, tables and results go, checked, creating nothing.
+
+    ``run_dir`` if given, else ``<root>/external/<slug>``. Never a run's folder nor a folder of the user's
+    (nor the corpus's): a folder that is not new, empty or an external pair's is refused
+    (:func:`tiebias.run.guard.check_folder`), so an external pair cannot overwrite a run's or your figures.
+    """
+    if run_dir is not None:
+        return check_folder(run_dir, "pair", corpus=corpus)
+    path = Path(root).expanduser().resolve() / "external" / pair_slug(tied_source, untied_source)
+    return check_folder(path, "pair", corpus=corpus, kit_made=True)  # the kit's own name: an older pair folder
+
+
+def external_dir(tied_source: Any, untied_source: Any, run_dir: Any = None, *, root: Any = "runs",
+                 corpus: Any = None) -> Run:
+    """The external pair's folder (:func:`external_path`), created and marked, with ``figures/`` and ``metrics/``.
+
+    Returns a :class:`tiebias.run.folder.Run` on that folder (for ``figures_dir``, ``metrics_dir`` and
+    :func:`tiebias.output.report.record`).
+    """
+    path = external_path(tied_source, untied_source, run_dir, root=root, corpus=corpus)
+    mark(path, "pair")
+    out = Run(path)
+    out.figures_dir.mkdir(parents=True, exist_ok=True)
+    out.metrics_dir.mkdir(parents=True, exist_ok=True)
+    return out

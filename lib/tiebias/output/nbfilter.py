@@ -1,0 +1,92 @@
+"""The git filter for notebooks: outputs and what JupyterLab writes on save dropped, so git sees only sources.
+
+nbstripout alone drops outputs and execution counts but keeps the notebook's ``kernelspec`` and
+``language_info``, which JupyterLab rewrites on every save (the running kernel's display name, Python
+version, lexer, ...): an unchanged notebook saved in JupyterLab would show as modified. :func:`clean`
+runs nbstripout (cell ids kept) and writes those two blocks as the committed notebooks hold them.
+``make setup`` installs ``python -m tiebias.output.nbfilter`` as the clean filter and the diff text
+conversion named in ``.gitattributes``.
+
+    python -m tiebias.output.nbfilter < executed.ipynb > source.ipynb      (as git's clean filter)
+    python -m tiebias.output.nbfilter executed.ipynb                        (as git's diff textconv)
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+LANGUAGE_INFO = {"name": "python"}
+# nbstripout's own list (its command line adds these), plus cell metadata JupyterLab may add while you read
+EXTRA_KEYS = ["metadata.signature", "metadata.widgets", "cell.metadata.collapsed", "cell.metadata.ExecuteTime",
+              "cell.metadata.execution", "cell.metadata.heading_collapsed", "cell.metadata.hidden",
+              "cell.metadata.scrolled", "metadata.papermill", "cell.metadata.papermill"]
+
+
+def strip(nb: Any) -> Any:
+    """A notebook without outputs, counts or save-time metadata; a Python notebook gets the committed kernel blocks."""
+    from nbstripout import strip_output
+
+    nb = strip_output(nb, keep_output=False, keep_count=False, keep_id=True, extra_keys=EXTRA_KEYS)
+    language = nb.metadata.get("kernelspec", {}).get("language") or nb.metadata.get("language_info", {}).get("name")
+    if language == "python":
+        nb.metadata["kernelspec"] = dict(KERNELSPEC)
+        nb.metadata["language_info"] = dict(LANGUAGE_INFO)
+    return nb
+
+
+def clean(text: str) -> str:
+    """The text git stores for a notebook's text (what the clean filter writes)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=UserWarning)
+        nb = strip(nbformat.reads(text, as_version=nbformat.NO_CONVERT))
+        out = io.StringIO()
+        nbformat.write(nb, out)
+    return out.getvalue()
+
+
+def post_save(model: dict | None = None, os_path: str = "", contents_manager: Any = None, **_: Any) -> None:
+    """Jupyter's post-save hook: a saved notebook whose stored text is unchanged gets its git record refreshed.
+
+    git status compares file sizes before contents, so it lists a notebook whose outputs changed its size
+    even when the filtered text is as committed; ``git add`` of such a file stages nothing and refreshes
+    that record. A notebook with real changes, an untracked one or one outside git is left alone. Enable
+    it with ``jupyter lab --ContentsManager.post_save_hook=tiebias.output.nbfilter.post_save``.
+    """
+    path = Path(os_path)
+    if path.suffix != ".ipynb" or shutil.which("git") is None:
+        return
+
+    def git(*args: str) -> int:
+        return subprocess.run(["git", *args, "--", path.name], cwd=path.parent, capture_output=True,
+                              timeout=120).returncode
+
+    try:
+        if git("ls-files", "--error-unmatch") == 0 and git("diff", "--quiet") == 0:
+            git("add")
+    except (OSError, subprocess.SubprocessError):
+        pass  # saving never fails because of git
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Filter stdin to stdout, or print the cleaned text of the file named (git's textconv)."""
+    args = sys.argv[1:] if argv is None else argv
+    if args:
+        with open(args[0], encoding="utf-8") as f:
+            text = f.read()
+    else:
+        text = sys.stdin.read()
+    sys.stdout.write(clean(text))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Alignment figures: Table 1 bars, Figure 1 histograms, Figure 3 evolution, Figure 5 norms, frequency bins."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from tiebias.output.plotting.style import log_axis
+from tiebias.paper import TABLE1
+
+PAIRING_COLORS = {"within model": "#7f7f7f", "same seed": "#ff7f0e", "cross seed": "#1f77b4"}
+MATRIX_COLORS = {"untied input": "#1f77b4", "untied output": "#d62728", "tied": "#9467bd"}
+
+
+def table1_bars(df: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
+    """Mean +- sd over seed pairs of each comparison and pairing, with the paper's values as diamonds."""
+    fig = go.Figure()
+    comps = list(dict.fromkeys(df.comparison))
+    for pairing, color in PAIRING_COLORS.items():
+        d = df[df.pairing == pairing]
+        if d.empty:
+            continue
+        g = d.groupby("comparison", sort=False)[method]
+        mean, sd = g.mean().reindex(comps), g.std(ddof=1).reindex(comps)
+        fig.add_bar(x=comps, y=mean.values, error_y=dict(array=np.nan_to_num(sd.values)), name=pairing,
+                    marker_color=color)
+    for model, symbol in (("OLMo-1B", "diamond"), ("GPT-Neo / Pythia", "diamond-open")):
+        xs = [c for c in comps if c in TABLE1[model]]
+        fig.add_scatter(x=xs, y=[TABLE1[model][c][method] for c in xs], mode="markers", name=f"paper, {model}",
+                        marker=dict(symbol=symbol, size=12, color="black"))
+    fig.update_layout(barmode="group", height=460, yaxis_title=f"mean cosine ({method})",
+                      xaxis_title="comparison (matrix mapped -> matrix it is compared with)",
+                      title=f"Table 1 analog: {method} alignment (bars: mean ± sd over seed pairs)")
+    return fig
+
+
+def cosine_histograms(scores: dict[str, np.ndarray], method: str = "linear") -> go.Figure:
+    """Figure 1 analog: distribution of per-token cosines after the map, one histogram per comparison."""
+    fig = go.Figure()
+    colors = ["#d62728", "#1f77b4", "#7f7f7f"]
+    for (label, s), c in zip(scores.items(), colors, strict=False):
+        s = np.asarray(s)
+        fig.add_histogram(x=s, name=f"{label} (mean {np.nanmean(s):.3f})", opacity=0.6, nbinsx=60, marker_color=c)
+    fig.update_layout(barmode="overlay", height=400, xaxis_title=f"per-token cosine after {method} map",
+                      yaxis_title="tokens", title="Figure 1 analog: per-token alignment")
+    return fig
+
+
+def evolution(ev: pd.DataFrame) -> go.Figure:
+    """Figure 3 analog: mean per-token cosine to initialisation and to the previous checkpoint, by matrix."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("cosine to initialisation", "cosine to previous checkpoint"))
+    for m, color in MATRIX_COLORS.items():
+        d = ev[ev.matrix == m]
+        if d.empty:
+            continue
+        for j, col in enumerate(("cos_to_init", "cos_to_prev"), start=1):
+            g = d.groupby("step")[col]
+            mean, sd = g.mean(), g.std(ddof=1).fillna(0)
+            x = np.maximum(mean.index.values, 0.5)  # log axis: show step 0 at 0.5
+            fig.add_scatter(x=x, y=mean.values, error_y=dict(array=sd.values), mode="lines+markers", name=m,
+                            line=dict(color=color), legendgroup=m, showlegend=j == 1, row=1, col=j)
+    log_axis(fig, np.maximum(ev.step.to_numpy(dtype=float), 0.5), "x")
+    fig.update_xaxes(title_text="training step (log; step 0 shown at 0.5)")
+    fig.update_yaxes(title_text="mean per-token cosine", row=1, col=1)
+    fig.update_yaxes(title_text="mean per-token cosine", row=1, col=2)
+    fig.update_layout(height=420, title="Figure 3 analog: how far each matrix moves (mean ± sd over seeds)")
+    return fig
+
+
+def norm_frequency(tables: dict[str, pd.DataFrame], rhos: dict[str, float]) -> go.Figure:
+    """Figure 5 analog: token row norm against log10 training frequency, one panel per matrix."""
+    names = list(tables)
+    fig = make_subplots(rows=1, cols=len(names), shared_yaxes=False,
+                        subplot_titles=[f"{n} (Spearman {rhos[n]:+.2f})" for n in names])
+    for j, n in enumerate(names, start=1):
+        t = tables[n]
+        seen = t[t.seen]
+        fig.add_scattergl(x=seen.log10_freq, y=seen.norm, mode="markers", marker=dict(size=3, opacity=0.4,
+                          color=MATRIX_COLORS.get(n, "#444")), name=n,
+                          text=seen["token"] if "token" in seen else None, showlegend=False, row=1, col=j)
+        fig.update_xaxes(title_text="log10 training frequency (count)", row=1, col=j)
+        fig.update_yaxes(title_text="row L2 norm", row=1, col=j)
+    fig.update_layout(height=400, title="Figure 5 analog: norm vs frequency (tokens seen in training)")
+    return fig
+
+
+def by_frequency(tables: dict[str, pd.DataFrame]) -> go.Figure:
+    """Alignment per frequency bin (rarest first): does the output bias grow where input gradients are rare?
+
+    Bars: mean per-token cosine of the bin; error bars: ± the per-token sd within the bin (the spread of
+    tokens, not an uncertainty of the mean), clipped to the cosine's range [-1, 1].
+    """
+    fig = go.Figure()
+    colors = ["#d62728", "#1f77b4", "#7f7f7f"]
+    for (label, t), c in zip(tables.items(), colors, strict=False):
+        mean, sd = t["mean"].to_numpy(dtype=float), t["std"].fillna(0).to_numpy(dtype=float)
+        up, down = np.minimum(sd, 1 - mean), np.minimum(sd, mean + 1)
+        n = t["n"] if "n" in t else pd.Series(np.nan, index=t.index)
+        fig.add_bar(x=t["bin"], y=mean, name=label, marker_color=c,
+                    error_y=dict(type="data", array=up, arrayminus=down, symmetric=False),
+                    customdata=np.column_stack([sd, n]),
+                    hovertemplate="%{x}: mean %{y:.3f}, per-token sd %{customdata[0]:.3f}, "
+                                  "%{customdata[1]} tokens<extra>%{fullData.name}</extra>")
+    fig.update_layout(barmode="group", height=420, xaxis_title="frequency bin (q1 = rarest seen tokens)",
+                      yaxis_title="mean per-token cosine",
+                      title="Alignment by token frequency (error bars: ± per-token sd within the bin, clipped at 1)")
+    return fig

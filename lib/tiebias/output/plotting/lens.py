@@ -1,0 +1,205 @@
+"""Lens figures: per-layer KL (paper Figure 2) and cross-entropy, tied vs untied, the gap, the lens-budget ladder,
+the scale axis (gap against validation loss and relative depth), claim 3 under four lens readings and one prompt's
+prediction trajectory."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from tiebias.output import token_text
+from tiebias.output.plotting.style import log_axis
+
+if TYPE_CHECKING:
+    from tuned_lens.plotting import PredictionTrajectory
+
+COLORS = {"tied": "#d62728", "untied": "#1f77b4"}
+
+
+def per_layer(df: pd.DataFrame, columns: dict[str, str], title: str, yaxis: str) -> go.Figure:
+    """One panel per column (e.g. tuned and logit lens KL); a line per variant, mean +- sd over seeds."""
+    fig = make_subplots(rows=1, cols=len(columns), subplot_titles=list(columns.values()), shared_yaxes=True)
+    for j, col in enumerate(columns, start=1):
+        for v in dict.fromkeys(df.variant):
+            g = df[df.variant == v].groupby("layer")[col]
+            mean, sd = g.mean(), g.std(ddof=1).fillna(0)
+            fig.add_scatter(x=mean.index, y=mean.values, error_y=dict(array=sd.values), mode="lines+markers",
+                            name=v, line=dict(color=COLORS.get(v, "#7f7f7f")), legendgroup=v, showlegend=j == 1,
+                            row=1, col=j)
+        fig.update_xaxes(title_text="layer (0 = embeddings, last = model output)", dtick=1, row=1, col=j)
+    fig.update_yaxes(title_text=yaxis, row=1, col=1)
+    fig.update_layout(height=420, title=title)
+    return fig
+
+
+def gap(gaps: pd.DataFrame, title: str = "tied - untied tuned-lens KL per layer (mean, 95% CI over seeds)") -> go.Figure:
+    """The per-layer gap with its confidence interval; significant layers marked."""
+    err_hi = np.nan_to_num(gaps.ci_high - gaps.gap)
+    err_lo = np.nan_to_num(gaps.gap - gaps.ci_low)
+    colors = ["#d62728" if s else "#aaaaaa" for s in gaps.significant]
+    fig = go.Figure(go.Bar(x=gaps.layer, y=gaps.gap, marker_color=colors,
+                           error_y=dict(type="data", array=err_hi, arrayminus=err_lo, symmetric=False)))
+    fig.add_hline(y=0, line=dict(color="black", width=1))
+    fig.update_layout(height=380, title=title + " (red: CI excludes 0)", xaxis_title="layer",
+                      yaxis_title="KL gap (bits)", xaxis=dict(dtick=1))
+    return fig
+
+
+def _ci_errors(g: pd.DataFrame) -> dict:
+    """Asymmetric plotly error bars from ``ci_low`` / ``ci_high`` around ``gap`` (missing CI: no bar)."""
+    return dict(type="data", array=np.nan_to_num(g.ci_high - g.gap), arrayminus=np.nan_to_num(g.gap - g.ci_low),
+                symmetric=False)
+
+
+def gap_by_depth(gaps: dict[str, pd.DataFrame]) -> go.Figure:
+    """Tied - untied tuned-lens KL gap against relative depth (layer / layers), one line per model depth, with CIs."""
+    fig = go.Figure()
+    for (name, g), color in zip(gaps.items(), ["#d62728", "#1f77b4", "#2ca02c"], strict=False):
+        x = g.layer / g.layer.max()
+        fig.add_scatter(x=x, y=g.gap, mode="lines+markers", name=f"{name} ({int(g.layer.max())} layers)",
+                        line=dict(color=color), error_y=_ci_errors(g))
+    fig.add_hline(y=0, line=dict(color="black", width=1))
+    fig.update_layout(height=380, title="tied - untied tuned-lens KL by relative depth (mean, 95% CI)",
+                      xaxis_title="layer / number of layers", yaxis_title="KL gap (bits)")
+    return fig
+
+
+def ladder(df: pd.DataFrame, column: str = "kl_tuned_bits", title: str = "") -> go.Figure:
+    """Per-layer KL against lens budget (training steps), tied and untied: one panel per layer, mean ± sd over seeds.
+
+    ``df`` is a per-layer table with ``recipe``, ``budget`` and ``lens_steps``; the model-output layer
+    (0 bits by construction) is left out. Recipes after the first are dashed.
+    """
+    layers = sorted(set(df.layer))[:-1] or sorted(set(df.layer))
+    recipes = list(dict.fromkeys(df.recipe))
+    cols = min(len(layers), 4)
+    rows = -(-len(layers) // cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"layer {i}" for i in layers],
+                        horizontal_spacing=0.08, vertical_spacing=0.22 if rows > 1 else 0.12)
+    for j, layer in enumerate(layers):
+        r, c = j // cols + 1, j % cols + 1
+        for recipe in recipes:
+            for v in dict.fromkeys(df.variant):
+                g = df[(df.layer == layer) & (df.variant == v) & (df.recipe == recipe)].groupby("lens_steps")[column]
+                mean, sd = g.mean(), g.std(ddof=1).fillna(0)
+                name = v if len(recipes) == 1 else f"{v}, {recipe}"
+                fig.add_scatter(x=mean.index, y=mean.values, error_y=dict(array=sd.values), mode="lines+markers",
+                                name=name, legendgroup=name, showlegend=j == 0,
+                                line=dict(color=COLORS.get(v, "#7f7f7f"), dash="solid" if recipe == recipes[0] else "dash"),
+                                row=r, col=c)
+        log_axis(fig, df.lens_steps, "x", row=r, col=c)
+        fig.update_xaxes(title_text="lens training steps", row=r, col=c)
+        fig.update_yaxes(title_text="KL (bits)", row=r, col=c)
+    fig.update_layout(height=320 * rows + 80,
+                      title=title or "tuned-lens KL per layer against lens budget (mean ± sd over seeds)")
+    return fig
+
+
+def ladder_gap(ladder_gaps: pd.DataFrame) -> go.Figure:
+    """The early-layer gap (tied - untied) with its CI at each lens budget: did more lens training move it?"""
+    fig = go.Figure()
+    for recipe, g in ladder_gaps.groupby("recipe", sort=False):
+        fig.add_scatter(x=g.budget, y=g.gap, mode="lines+markers", name=str(recipe), error_y=_ci_errors(g))
+    fig.add_hline(y=0, line=dict(color="black", width=1))
+    fig.update_layout(height=360, title="early-layer tuned-lens KL gap (tied - untied) by lens budget, 95% CI",
+                      xaxis_title="lens budget (multiple of lens_steps)", yaxis_title="KL gap (bits)")
+    return log_axis(fig, ladder_gaps.budget, "x")
+
+
+def gap_vs_loss(scale: pd.DataFrame, extra: dict[str, dict] | None = None) -> go.Figure:
+    """Early-layer gap with its CI against validation loss, one point per checkpoint (labelled by step).
+
+    ``extra`` adds single labelled points (e.g. a second depth): name -> {"val_loss", "gap", "ci_low", "ci_high"}.
+    """
+    fig = go.Figure()
+    fig.add_scatter(x=scale.val_loss, y=scale.gap, mode="lines+markers+text", name="checkpoints of the run",
+                    text=[f"step {s}" for s in scale.step], textposition="top center",
+                    error_y=_ci_errors(scale), line=dict(color="#d62728"))
+    for (name, pt), color in zip((extra or {}).items(), ["#1f77b4", "#2ca02c", "#9467bd"], strict=False):
+        g = pd.DataFrame([pt])
+        fig.add_scatter(x=g.val_loss, y=g.gap, mode="markers+text", name=name, text=[name],
+                        textposition="bottom center", marker=dict(size=11, symbol="diamond", color=color),
+                        error_y=_ci_errors(g))
+    fig.add_hline(y=0, line=dict(color="black", width=1))
+    fig.update_layout(height=400, title="early-layer tuned-lens KL gap (tied - untied) against model quality, 95% CI",
+                      xaxis_title="validation loss (nats; lower = better trained)", yaxis_title="KL gap (bits)",
+                      xaxis=dict(autorange="reversed"))
+    return fig
+
+
+class _Formatter:
+    """The package's token formatter in this kit's whitespace notation (:mod:`tiebias.output.token_text`)."""
+
+    def __init__(self, max_chars: int = 8) -> None:
+        self.max_chars = max_chars
+        self.vectorized_format = np.vectorize(self.format, otypes=[object])
+
+    def format(self, token: Any) -> str:
+        """``Ġking`` -> ``␣king``, cut to ``max_chars``; a non-string (unknown id) -> ``<unk>``."""
+        return token_text.show(token, self.max_chars) if isinstance(token, str) else "<unk>"
+
+
+def trajectory_figure(
+    traj: PredictionTrajectory,
+    statistic: Literal["cross_entropy", "entropy", "forward_kl", "rank", "max_probability"] = "cross_entropy",
+    title: str = "",
+    token_width: int = 80,
+    max_width: int = 900,
+) -> Any:
+    """Plotly heatmap of one trajectory statistic (layers x tokens), each cell labelled with the lens's top token.
+
+    ``token_width`` pixels per token plus 200, capped at ``max_width`` so the figure fits a notebook
+    (about 950 px wide). Tokens are shown in :mod:`tiebias.output.token_text`'s notation (legend in the x-axis
+    title), cell labels at a legible 12 px, and the top row is named "model output" (the model's own
+    prediction, not a lens). Re-implements ``TrajectoryStatistic.figure`` because the package sets
+    ``colorbar.titleside``, which plotly >= 6 rejects; the colorbar title is passed in the current
+    ``colorbar.title.side`` form instead.
+    """
+    from dataclasses import replace
+
+    if statistic not in ("cross_entropy", "entropy", "forward_kl", "rank", "max_probability"):
+        raise ValueError(
+            f"statistic: must be one of cross_entropy, entropy, forward_kl, rank, max_probability; got {statistic!r}"
+        )
+    if isinstance(max_width, bool) or not isinstance(max_width, int) or max_width < 300:
+        raise ValueError(f"max_width: must be an int >= 300 (pixels), got {max_width!r}")
+    stat = getattr(traj, statistic)(formatter=_Formatter())
+    rows = stat.stats.shape[0]
+    layers = [str(i) for i in range(rows - 1)] + ["model output"] if stat.includes_output else list(map(str, range(rows)))
+    labels = stat.sequence_labels
+    if traj.tokenizer is not None:
+        labels = np.array([token_text.show(t, 10) for t in traj.tokenizer.convert_ids_to_tokens(traj.input_ids.tolist())])
+    stat = replace(stat, sequence_labels=labels, _layer_labels=np.array(layers))
+    heat = stat.heatmap(colorbar={"title": {"text": f"{stat.name} ({stat.units})", "side": "right"}},
+                        textfont={"size": 12})
+    return go.Figure(heat).update_layout(
+        title_text=title,
+        title_x=0.5,
+        width=min(max_width, 200 + token_width * stat.stats.shape[1]),
+        height=max(320, 150 + 34 * rows),
+        xaxis_title=f"input token ({token_text.SPACE} = space, {token_text.NEWLINE} = newline)",
+        yaxis_title="layer (0 = embeddings)",
+    )
+
+
+def readings(layers: pd.DataFrame, table: pd.DataFrame, a: str = "tied", b: str = "untied") -> go.Figure:
+    """Claim 3 under four readings (``tiebias.lens.readings.decomposition``): per-layer KL of ``a`` and ``b``, one panel
+    per reading, titled with its early-layer gap and 95% CI."""
+    keys = list(table.reading)
+    titles = [f"({r.reading}) {r.protocol} reading, {r.lens_steps} steps<br>early gap {r.gap + 0.0:+.3g} "
+              f"[{r.ci_low + 0.0:+.3g}, {r.ci_high + 0.0:+.3g}]" for r in table.itertuples()]
+    fig = make_subplots(rows=1, cols=len(keys), subplot_titles=titles, shared_yaxes=True, horizontal_spacing=0.03)
+    for j, key in enumerate(keys):
+        g = layers[layers.reading == key]
+        for v in (a, b):
+            fig.add_scatter(x=g.layer, y=g[v], mode="lines+markers", name=v, legendgroup=v, showlegend=j == 0,
+                            line=dict(color=COLORS.get(v, "#7f7f7f")), row=1, col=j + 1)
+        fig.update_xaxes(title_text="layer", row=1, col=j + 1)
+    fig.update_yaxes(title_text="tuned-lens KL (bits)", col=1)
+    fig.update_annotations(font_size=11)
+    fig.update_layout(height=420, title="tied vs untied tuned-lens KL per layer under the four readings (mean over seeds)")
+    return fig

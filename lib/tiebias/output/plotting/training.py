@@ -1,0 +1,79 @@
+"""Training figures: loss curves and the gradient-flow figure (paper Figure 4)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from tiebias.output.plotting.style import log_axis, reference_line
+from tiebias.paper import FIG4_OUTPUT_SHARE
+from tiebias.verdicts import claims
+
+COLORS = {"tied": "#d62728", "untied": "#1f77b4"}
+
+
+def _color(variant: str, i: int = 0) -> str:
+    base = variant.split("_")[0]
+    if variant in COLORS:
+        return COLORS[variant]
+    palette = ["#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+    return palette[i % len(palette)] if base == "tied" else COLORS.get(base, "#7f7f7f")
+
+
+def loss_curves(train: dict[str, pd.DataFrame], val: dict[str, pd.DataFrame], *, smooth: int = 10,
+                unigram: float | None = None) -> go.Figure:
+    """Training loss (smoothed, thin) and validation loss (markers) per model key ``<variant>-s<seed>``."""
+    fig = go.Figure()
+    variants = sorted({k.rsplit("-s", 1)[0] for k in train})
+    for key, df in train.items():
+        variant = key.rsplit("-s", 1)[0]
+        c = _color(variant, variants.index(variant))
+        fig.add_scatter(x=df.step, y=df.loss.rolling(smooth, min_periods=1).mean(), mode="lines",
+                        line=dict(color=c, width=1), opacity=0.6, name=f"{key} train", legendgroup=variant)
+        if key in val:
+            v = val[key]
+            fig.add_scatter(x=v.step, y=v.val_loss, mode="lines+markers", line=dict(color=c, width=2, dash="dot"),
+                            name=f"{key} validation", legendgroup=variant)
+    if unigram is not None:
+        fig.add_hline(y=unigram, line=dict(color="gray", dash="dash"),
+                      annotation_text=f"unigram baseline {unigram:.2f}", annotation_position="top right")
+    fig.update_layout(title="Loss (nats per token)", xaxis_title="step", yaxis_title="cross-entropy (nats)",
+                      height=420)
+    return fig
+
+
+def gradient_flow(metrics: dict[str, pd.DataFrame], *, first_n: int | None = None,
+                  smooth: int = 5) -> go.Figure:
+    """Paper Figure 4 for tied models: path norms (log scale) and the output path's share per step."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=("L2 norm of the gradient reaching the shared matrix, by path",
+                                        "output path's share  out / (in + out)"))
+    for i, (key, df) in enumerate(metrics.items()):
+        d = df if first_n is None else df[df.step <= first_n]
+        show = i == 0
+        fig.add_scatter(x=d.step, y=d.output_norm.rolling(smooth, min_periods=1).mean(), mode="lines",
+                        line=dict(color="#d62728", width=1.5), name="output path", legendgroup="out",
+                        showlegend=show, row=1, col=1, hovertext=key)
+        fig.add_scatter(x=d.step, y=d.input_norm.rolling(smooth, min_periods=1).mean(), mode="lines",
+                        line=dict(color="#1f77b4", width=1.5), name="input path", legendgroup="in",
+                        showlegend=show, row=1, col=1, hovertext=key)
+    shares = pd.concat([(df if first_n is None else df[df.step <= first_n]).set_index("step").output_share
+                        for df in metrics.values()], axis=1)
+    mean = shares.mean(axis=1).rolling(smooth, min_periods=1).mean()
+    fig.add_scatter(x=mean.index, y=mean.values, mode="lines", fill="tozeroy", line=dict(color="#d62728"),
+                    name=f"output share (mean of {shares.shape[1]})", row=2, col=1)
+    fig.add_scatter(x=mean.index, y=[1.0] * len(mean), mode="lines", fill="tonexty", line=dict(color="#1f77b4"),
+                    name="input share", row=2, col=1)
+    for label, value in (("paper, quoted", FIG4_OUTPUT_SHARE["quoted"]),
+                         ("paper, reproduction log", FIG4_OUTPUT_SHARE["reproduction_log_mean"])):
+        fig.add_hline(y=value, line=dict(color="black", dash="dash", width=1), row=2, col=1,
+                      annotation_text=f"{label}: {value:.0%}", annotation_position="bottom right")
+    reference_line(fig, claims.CLAIM2_SHARE, f"claim 2 holds above {claims.CLAIM2_SHARE:.0%}", row=2, col=1)
+    norms = [v for df in metrics.values() for c in ("input_norm", "output_norm") for v in df[c]]
+    log_axis(fig, norms, "y", row=1, col=1)
+    fig.update_yaxes(title_text="gradient L2 norm", row=1, col=1)
+    fig.update_yaxes(range=[0, 1], title_text="share", row=2, col=1)
+    fig.update_xaxes(title_text="training step", row=2, col=1)
+    fig.update_layout(height=620, title="Gradient flow into the tied embedding (cf. paper Figure 4)")
+    return fig

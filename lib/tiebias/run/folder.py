@@ -1,0 +1,412 @@
+"""The run folder: one place on disk that every notebook reads and writes (layout: :mod:`tiebias.run.layout`).
+
+One process writes a run folder at a time: training and recording results hold the folder's lock,
+and a second writer stops at once with an error naming the holder's PID. Readers never wait.
+Every JSON file the kit writes is strict JSON (no NaN/Infinity: ``null`` plus a reason), and every
+file a reader finds damaged is named in the error together with what to do about it
+(:mod:`tiebias.run.files`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
+
+from tiebias.config.variants import Variant, model_key, parse_key, step_of
+from tiebias.data.checks import check_unchanged
+from tiebias.data.tokens import (
+    BYTE_ALPHABET_SIZE,
+    SPECIAL_TOKENS,
+    encode,
+    load_frequencies,
+    save_frequencies,
+    token_frequencies,
+    train_tokenizer,
+)
+from tiebias.run.files import (
+    OVERWRITE_HINT,
+    RunFolderError,
+    check_model_folder,
+    damaged,
+    diff_config,
+    read_json,
+    read_log,
+    sanitise_json,
+    write_json_atomic,
+)
+from tiebias.run.guard import check_folder, empty_folder, mark
+from tiebias.run.layout import COMPLETE_NAME, LENS_SUBDIR, RunLayout
+from tiebias.run.variation import ParameterChangedError
+from tiebias.system.parallel import CONSTRUCTION
+
+SPLITS = ("train", "validation", "test")
+_DATA_KEYS = ("corpus", "vocab_size", "n_documents", "n_tokens", "tokenizer_size", "corpus_fingerprint")
+
+
+class RunLockedError(RunFolderError):
+    """Another live process holds the run folder's writer lock."""
+
+
+# -- the writer lock ----------------------------------------------------------------------------------
+@dataclass
+class _Held:
+    """A writer lock this process holds (nested :meth:`Run.writing` blocks and its threads reuse it)."""
+
+    lock: Any
+    pid: int
+
+
+_HELD: dict[str, _Held] = {}
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether a process of this host has that PID (one of another user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Run(RunLayout):
+    """A run folder: its paths (:class:`tiebias.run.layout.RunLayout`), its writer lock, creation and reading."""
+
+    def __repr__(self) -> str:
+        """``Run('<path>')``."""
+        return f"Run({str(self.path)!r})"
+
+    # -- the writer lock ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def writing(self, what: str = "writing") -> Iterator[Run]:
+        """Hold this folder's writer lock for the block; a second writer gets :class:`RunLockedError` at once.
+
+        Reentrant within one process (a notebook that trains, then records results). The lock is an OS
+        lock (``filelock``), released by the OS when its holder dies, so a killed writer never blocks the
+        next one; ``.lock-holder.json`` beside it only names the holder (PID, host, start) for the error.
+        """
+        key = str(self.path.resolve())
+        held = _HELD.get(key)
+        if held is not None and held.pid == os.getpid():  # nested, or a thread of the holder (side by side)
+            yield self
+            return
+        from filelock import FileLock, Timeout
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(self.lock_path), thread_local=False)
+        try:
+            lock.acquire(blocking=False)
+        except Timeout:
+            raise RunLockedError(self._locked_message(what)) from None
+        try:
+            write_json_atomic(self.lock_holder_path, {
+                "pid": os.getpid(), "host": socket.gethostname(), "what": what,
+                "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")})
+            _HELD[key] = _Held(lock, os.getpid())
+            yield self
+        finally:
+            _HELD.pop(key, None)
+            with contextlib.suppress(FileNotFoundError):
+                self.lock_holder_path.unlink()
+            lock.release()
+
+    def lock_holder(self) -> dict | None:
+        """Who holds the writer lock, as recorded next to it (None if nobody recorded a live holder)."""
+        try:
+            info = json.loads(self.lock_holder_path.read_text())
+            pid, host = int(info["pid"]), str(info["host"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if host == socket.gethostname() and not _pid_alive(pid):
+            return None  # left behind by a killed writer: the OS has already released its lock
+        return info
+
+    def _locked_message(self, what: str) -> str:
+        """The error text for a writer that finds the lock held: who holds it, and what to do."""
+        info = None
+        for _ in range(20):  # the holder writes its PID just after taking the lock
+            info = self.lock_holder()
+            if info is not None:
+                break
+            time.sleep(0.05)
+        head = f"run folder {self.path}: cannot start {what}: "
+        tail = ("; wait for it to finish, or stop it (a stopped or killed process releases the lock at once), "
+                "or use another run folder. Reading the folder is not blocked.")
+        if info is None:
+            return head + f"another process holds the writer lock {self.lock_path} (its PID is not recorded)" + tail
+        return (head + f"it is being written by PID {info['pid']} on {info['host']} since {info.get('started')} "
+                f"({info.get('what')})" + tail)
+
+    # -- creation ---------------------------------------------------------------------------------
+    @classmethod
+    def prepare(cls, path: str | Path, *, corpus: str | Path | None = None, vocab_size: int = 4096,
+                overwrite: bool = False, extra: dict | None = None) -> Run:
+        """Create a run folder (corpus split, tokenizer, token streams, frequencies) or reopen one.
+
+        Reopening checks that corpus, its fingerprint (files changed since?) and vocabulary size match
+        what the folder was made with; a mismatch stops with an error instead of silently mixing two
+        studies. ``overwrite=True`` empties the folder first. A folder that is not the kit's (or is the
+        corpus's) is refused (:mod:`tiebias.run.guard`). Everything is validated (and the corpus loaded)
+        before the folder is touched, and the writing happens under the folder's writer lock.
+        """
+        from tiebias.data import corpus as data  # local import: data pulls in `datasets`, slow to import
+
+        run = cls(path)
+        corpus_name = "shakespeare" if corpus in (None, "", "shakespeare") else str(corpus)
+        minimum = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < minimum:
+            raise ValueError(f"vocab_size: {vocab_size!r} is not allowed; give an integer >= {minimum} "
+                             "(byte-level BPE: 256 byte tokens + 1 special token), such as 4096")
+        if extra is not None:
+            sanitise_json(extra)
+        check_folder(path, "run", corpus=corpus)  # never a user's folder or the corpus (tiebias.run.guard)
+        wanted = {"corpus": corpus_name, "vocab_size": vocab_size}
+        keep: dict = {}
+        have: dict = {}
+        fingerprint = data.corpus_fingerprint(corpus_name)  # a hub dataset: None until it is loaded
+        if run.config_path.exists() and not overwrite:
+            have = run.config
+            diff = diff_config(have, wanted, list(wanted))
+            if diff:
+                raise ParameterChangedError(run.path, diff, "its tokenizer and tokens were made with the folder's value",
+                                            "empty it and start again with Run.prepare(..., overwrite=True)")
+            check_unchanged(run.path, have, fingerprint)
+            if run._data_ready():
+                return run
+            keep = {k: v for k, v in have.items() if k not in _DATA_KEYS}
+        ds = data.load_corpus(None if corpus_name == "shakespeare" else corpus)
+        if fingerprint is None:
+            fingerprint = data.corpus_fingerprint(corpus_name, ds)
+            check_unchanged(run.path, have, fingerprint)
+        with run.writing("preparing the run folder"):
+            if overwrite and run.config_path.exists():
+                empty_folder(run.path)
+            mark(run.path, "run")
+            tok = train_tokenizer(ds["train"]["text"], vocab_size=vocab_size)
+            tmp_tok = run.path / ".tokenizer.tmp"
+            if tmp_tok.exists():
+                shutil.rmtree(tmp_tok)
+            tok.save_pretrained(tmp_tok)
+            if run.tokenizer_dir.exists():
+                shutil.rmtree(run.tokenizer_dir)
+            os.replace(tmp_tok, run.tokenizer_dir)
+            run.tokens_dir.mkdir(exist_ok=True)
+            n_tokens = {}
+            for split in SPLITS:
+                ids = encode(tok, ds[split]["text"])
+                dtype = np.uint16 if len(tok) <= 65535 else np.int32
+                tmp = run.tokens_dir / f".{split}.tmp.npy"
+                np.save(tmp, ids.numpy().astype(dtype))
+                os.replace(tmp, run.tokens_path(split))
+                n_tokens[split] = int(ids.numel())
+            counts = token_frequencies(tok, ds["train"]["text"])
+            save_frequencies(run.frequencies_path, tok, counts)
+            cfg = {**keep, **wanted, "n_documents": {s: len(ds[s]) for s in SPLITS}, "n_tokens": n_tokens,
+                   "tokenizer_size": len(tok), "corpus_fingerprint": fingerprint, **(extra or {})}
+            write_json_atomic(run.config_path, cfg)
+        return run
+
+    def _data_ready(self) -> bool:
+        """Whether tokenizer, token splits and frequencies are all there (Run.prepare has nothing to do)."""
+        return (self.tokenizer_dir / "tokenizer.json").exists() and all(
+            self.tokens_path(s).exists() for s in SPLITS) and self.frequencies_path.exists()
+
+    def update_config(self, **values: Any) -> None:
+        """Merge values into config.json under the writer lock (the data keys of Run.prepare are refused).
+
+        Call it after the work the values describe has succeeded (see :meth:`record_study`), so the
+        file never describes work that was refused or failed.
+        """
+        bad = sorted(set(values) & set(_DATA_KEYS))
+        if bad:
+            raise ValueError(f"update_config: {bad} describe the folder's data and are set by Run.prepare only; "
+                             "record study parameters under another key (e.g. study=...)")
+        sanitise_json(values)  # not serialisable: stop before taking the lock or touching the file
+        _ = self.config  # missing or damaged: stop before the lock creates anything
+        with self.writing("updating config.json"):
+            cfg = self.config
+            cfg.update(values)
+            write_json_atomic(self.config_path, cfg)
+
+    def save_table(self, table: pd.DataFrame, name: str) -> Path:
+        """Write a notebook's table to ``metrics/<name>.csv`` atomically, under the writer lock."""
+        if not isinstance(name, str) or not name.strip() or any(c in name for c in "/\\") or name.startswith("."):
+            raise ValueError(f"name: {name!r} is not allowed; need a plain file name such as 'lens_gap' "
+                             "(no folders, not starting with '.')")
+        if not isinstance(table, pd.DataFrame):
+            raise ValueError(f"table: {type(table).__name__} is not a pandas DataFrame")
+        path = self.table_path(name)
+        with self.writing(f"saving table {name}"):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp")
+            table.to_csv(tmp, index=False)
+            os.replace(tmp, path)
+        return path
+
+    def record_study(self, values: dict[str, Any], section: str = "study") -> None:
+        """Record the parameters of work that has just succeeded under ``config.json[section]``."""
+        if not isinstance(section, str) or not section or section in _DATA_KEYS:
+            raise ValueError(f"section: {section!r} is not allowed; give a name such as 'study' or 'ablation' "
+                             f"(not one of {', '.join(_DATA_KEYS)})")
+        if not isinstance(values, dict):
+            raise ValueError(f"values: {type(values).__name__} is not a dict of parameters")
+        self.update_config(**{section: values})
+
+    # -- reading ----------------------------------------------------------------------------------
+    @property
+    def config(self) -> dict:
+        """config.json as a dict; a missing or damaged file is named with what to do."""
+        if not self.config_path.exists():
+            raise FileNotFoundError(f"run: {self.path} has no config.json; create it with Run.prepare(...) "
+                                    "or run notebooks/01_train.ipynb")
+        cfg = read_json(self.config_path, "it records the corpus, vocabulary and token counts of this folder: "
+                        f"restore it from a copy, or {OVERWRITE_HINT} (Run.prepare) to empty the folder and rebuild it")
+        if not isinstance(cfg, dict):
+            raise damaged(self.config_path, "not a JSON object", f"{OVERWRITE_HINT} to rebuild the folder")
+        return cfg
+
+    def tokenizer(self) -> PreTrainedTokenizerFast:
+        """The run's tokenizer; a missing or damaged ``tokenizer/`` folder is named with how to restore it."""
+        d = self.tokenizer_dir
+        copies = sorted(p.parent for p in self.models_dir.glob("*/tokenizer.json"))
+        fix = (f"copy the tokenizer files of {copies[0]} (tokenizer.json, tokenizer_config.json, "
+               "special_tokens_map.json) into it, or " if copies else "")
+        fix += "rerun Run.prepare (notebook 01_train), which rebuilds it from the corpus (deterministic)"
+        if not (d / "tokenizer.json").is_file():
+            raise FileNotFoundError(f"tokenizer: {d} is missing or has no tokenizer.json; {fix}")
+        try:
+            return AutoTokenizer.from_pretrained(d)
+        except Exception as e:  # any loader failure: reported with the folder named
+            raise damaged(d, e, fix) from None
+
+    def tokens(self, split: str) -> torch.Tensor:
+        """The encoded split as a 1-D LongTensor."""
+        if split not in SPLITS:
+            raise ValueError(f"split: unknown value {split!r}; allowed: {', '.join(SPLITS)}")
+        p = self.tokens_path(split)
+        if not p.exists():
+            raise FileNotFoundError(f"tokens: {p} is missing; rerun Run.prepare (notebook 01_train) to rebuild it")
+        try:
+            arr = np.load(p)
+        except (OSError, ValueError, EOFError) as e:
+            raise damaged(p, e, "delete it and rerun Run.prepare (notebook 01_train), which rebuilds it "
+                          "deterministically") from None
+        return torch.from_numpy(arr.astype(np.int64))
+
+    def frequencies(self) -> np.ndarray:
+        """Token counts over the training split, indexed by token id."""
+        return load_frequencies(self.frequencies_path)
+
+    def models(self) -> pd.DataFrame:
+        """One row per model folder: key, variant, tied, factors, seed, complete, final step."""
+        rows = []
+        root = self.models_dir
+        for d in sorted(root.iterdir()) if root.exists() else []:
+            try:
+                v, seed = parse_key(d.name)
+            except ValueError:
+                continue
+            done = (d / COMPLETE_NAME).exists()  # this folder's own marker, whatever the spelling of its name
+            rows.append({"key": d.name, "variant": v.name, "tied": v.tied, "input_factor": v.input_factor,
+                         "output_factor": v.output_factor, "seed": seed, "complete": done,
+                         "checkpoints": len(self.checkpoints(v, seed))})
+        return pd.DataFrame(rows, columns=["key", "variant", "tied", "input_factor", "output_factor", "seed",
+                                           "complete", "checkpoints"])
+
+    def seeds(self, variant: str | Variant) -> list[int]:
+        """Seeds for which a complete model of this variant exists."""
+        df = self.models()
+        v = Variant.parse(variant).name
+        return sorted(df[(df.variant == v) & df.complete].seed.tolist())
+
+    def is_complete(self, variant: str | Variant, seed: int) -> bool:
+        """Whether the model finished training (its completion marker exists)."""
+        return self.complete_path(variant, seed).exists()
+
+    def summary(self, variant: str | Variant, seed: int) -> dict:
+        """What training wrote when it finished this model (losses, time, throughput)."""
+        p = self.complete_path(variant, seed)
+        if not p.exists():
+            raise FileNotFoundError(f"model {model_key(variant, seed)} in {self.path} has not finished training")
+        return read_json(p, f"delete it and train {model_key(variant, seed)} again: training resumes from its "
+                         "final checkpoint and rewrites this file")
+
+    def checkpoints(self, variant: str | Variant, seed: int) -> list[tuple[int, Path]]:
+        """(step, folder) of every complete checkpoint, sorted by step."""
+        root = self.checkpoints_dir(variant, seed)
+        out = []
+        for d in root.iterdir() if root.exists() else []:
+            step = step_of(d)
+            if step is not None and (d / "config.json").exists():
+                out.append((step, d))
+        return sorted(out)
+
+    def model_path(self, variant: str | Variant, seed: int, step: int | None = None) -> Path:
+        """Folder of the final model (step None) or of the checkpoint at ``step``."""
+        if step is None:
+            if not self.is_complete(variant, seed):
+                raise FileNotFoundError(
+                    f"model {model_key(variant, seed)} in {self.path} is missing or unfinished; "
+                    f"complete models: {', '.join(self.models().query('complete').key) or 'none'}")
+            return self.model_dir(variant, seed)
+        for s, d in self.checkpoints(variant, seed):
+            if s == step:
+                return d
+        have = [s for s, _ in self.checkpoints(variant, seed)]
+        raise ValueError(f"step: no checkpoint {step} for {model_key(variant, seed)}; available: {have}")
+
+    def lens_dir(self, variant: str | Variant, seed: int, step: int | None = None) -> Path:
+        """Where a model's lens lives: ``models/<key>/lens/``, or ``<checkpoint>/lens/`` of an existing checkpoint.
+
+        For a step, the checkpoint must exist (else :meth:`model_path` names the available steps).
+        """
+        if step is None:
+            return self.model_dir(variant, seed) / LENS_SUBDIR
+        return self.model_path(variant, seed, step) / LENS_SUBDIR
+
+    def load_model(self, variant: str | Variant, seed: int, step: int | None = None,
+                   device: str | torch.device = "cpu") -> PreTrainedModel:
+        """Load a trained model (or a checkpoint) in eval mode; a damaged file is named with what to do."""
+        from transformers import AutoModelForCausalLM
+
+        path = self.model_path(variant, seed, step)
+        key = model_key(variant, seed)
+        if step is None:
+            todo = (f"delete {self.complete_path(variant, seed)} and train {key} again: training resumes from "
+                    "the newest good checkpoint and rewrites the final model")
+        else:
+            others = [s for s, _ in self.checkpoints(variant, seed) if s != step]
+            todo = f"use another step (available: {others}), or retrain {key} ({OVERWRITE_HINT})"
+        check_model_folder(path, todo)
+        try:
+            with CONSTRUCTION:  # loading patches torch.nn.init process-wide: one load at a time
+                m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        except Exception as e:  # any loader failure: reported with the folder named
+            raise damaged(path, e, todo) from None
+        return m.to(device).eval()
+
+    def metrics(self, variant: str | Variant, seed: int, kind: str = "train") -> pd.DataFrame:
+        """Per-step training metrics (``kind='train'``) or validation losses (``kind='val'``).
+
+        A last row still being written (no line end yet) is left out; a garbage row is an error
+        naming the file and the line.
+        """
+        p = self.metrics_path(variant, seed, kind)
+        key = model_key(variant, seed)
+        if not p.exists():
+            raise FileNotFoundError(f"no {kind} metrics for {key} in {self.path}")
+        return read_log(p, todo=f"remove the bad lines, or retrain {key} ({OVERWRITE_HINT})")

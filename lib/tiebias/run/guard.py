@@ -1,0 +1,157 @@
+"""Which folders the kit writes into: its own run folders, or a new or empty folder, never a user's folder.
+
+A run folder is marked when the kit first creates it (:data:`tiebias.run.layout.MARKERS`: one file for a
+run, another for an external pair's folder); a run folder made by an earlier version of the kit is
+recognised by its ``config.json`` (the kit's own keys). Any other folder that holds files is refused
+before anything is written, and so is a run folder that is, holds or lies inside a local corpus
+(the run's files would be read as texts the next time the corpus is loaded).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from tiebias.run.files import RunFolderError, write_json_atomic
+from tiebias.run.layout import LOCK_HOLDER, LOCK_NAME, MARKERS, RunLayout
+
+Kind = Literal["run", "pair"]
+KIT_CONFIG_KEYS = ("corpus", "vocab_size")  # every config.json the kit writes has these
+KIT_NOTEBOOKS = ("01_train.ipynb", "02_align.ipynb", "03_lens.ipynb", "04_ablate.ipynb")
+HOW_TO_PASS = "--run-dir PATH, -p run_dir PATH with papermill or run_dir = '...' in a notebook, make study RUN=PATH"
+_WHAT = {"run": "a run folder", "pair": "an external pair's folder"}
+_FOR = {"run": "", "pair": " (the folder notebooks 02 / 03 write to for tied_source / untied_source)"}
+
+
+class NotARunFolderError(RunFolderError):
+    """A folder the kit must not write into: not its own, the corpus's, or of the other kind."""
+
+
+def check_run_dir_text(run_dir: Any, param: str = "run_dir") -> None:
+    """Refuse an empty or whitespace-only folder name (only ``None`` means "not given")."""
+    if isinstance(run_dir, str) and not run_dir.strip():
+        raise NotARunFolderError(
+            f"{param}: {run_dir!r} is empty; give a folder ({HOW_TO_PASS}), or leave {param} out (None) for "
+            "$TIEBIAS_RUN_DIR, else runs/<profile>")
+
+
+def _kit_config(path: Path) -> tuple[bool, str]:
+    """Whether ``config.json`` is one the kit wrote (its keys), and if not, why."""
+    try:
+        cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        return False, f"its config.json does not load as JSON, {type(e).__name__}"
+    if isinstance(cfg, dict) and all(k in cfg for k in KIT_CONFIG_KEYS):
+        return True, ""
+    return False, f"its config.json is not one this kit writes, with no {' / '.join(KIT_CONFIG_KEYS)} keys"
+
+
+def folder_kind(path: str | Path) -> Kind | None:
+    """``"run"`` or ``"pair"`` for a folder of the kit (marked, or an earlier version's run), else None."""
+    layout = RunLayout(path)
+    for kind in MARKERS:
+        if layout.marker_path(kind).is_file():
+            return kind  # type: ignore[return-value]
+    return "run" if layout.config_path.is_file() and _kit_config(layout.path)[0] else None
+
+
+def _leftovers(path: Path) -> list[str]:
+    """The entries of a folder that make it non-empty: all but a writer lock and the kit's executed notebooks."""
+    out = []
+    for p in sorted(path.iterdir()):
+        if p.name in (LOCK_NAME, LOCK_HOLDER):
+            continue
+        if p.name == "notebooks" and p.is_dir() and all(q.name in KIT_NOTEBOOKS for q in p.iterdir()):
+            continue  # left by an earlier version's study, which made notebooks/ before the run
+        out.append(p.name + ("/" if p.is_dir() else ""))
+    return out
+
+
+def _inside(a: Path, b: Path) -> bool:
+    """Whether ``a`` is ``b`` or lies inside it."""
+    return a == b or b in a.parents
+
+
+def check_corpus(path: Path, corpus: Any, param: str = "run_dir") -> None:
+    """Refuse a run folder that is, holds or lies inside the local corpus (a file or a folder of texts)."""
+    if not isinstance(corpus, (str, Path)) or not str(corpus).strip():
+        return
+    c = Path(corpus).expanduser()
+    if not c.exists():
+        return  # the embedded corpus or a hub dataset: nothing on disk to protect
+    c = c.resolve()
+    if _inside(path, c):
+        where = "is the corpus folder" if path == c else "lies inside the corpus folder"
+    elif _inside(c, path):
+        where = "holds the corpus"
+    else:
+        return
+    raise NotARunFolderError(
+        f"{param}, corpus: {param} {str(path)!r} {where} {str(c)!r}; the run's files would be written among "
+        f"the texts and read as texts the next time the corpus is loaded. Choose a {param} outside the corpus "
+        f"({HOW_TO_PASS}), or move the corpus out of the run folder. Nothing was written.")
+
+
+def check_folder(path: str | Path, kind: Kind = "run", *, corpus: Any = None, param: str = "run_dir",
+                 kit_made: bool = False) -> Path:
+    """The resolved folder if the kit may write there as ``kind``; else :class:`NotARunFolderError`, nothing written.
+
+    Allowed: a new or empty folder, or a folder of the kit of the same kind. ``kit_made`` accepts a
+    folder without a marker at a place only the kit names (an earlier version's external pair folder).
+    """
+    check_run_dir_text(path, param)
+    p = Path(path).expanduser().resolve()
+    check_corpus(p, corpus, param)
+    if p.exists() and not p.is_dir():
+        raise NotARunFolderError(f"{param}: {str(p)!r} is a file, not a folder; choose another {param} "
+                                 f"({HOW_TO_PASS}). Nothing was written.")
+    have = folder_kind(p) if p.exists() else None
+    if have == kind or not p.exists() or (have is None and kit_made):
+        return p
+    if have is not None:
+        fix = (f"give a new or empty folder, or leave {param} None for runs/external/<pair>" if kind == "pair"
+               else f"choose another {param} ({HOW_TO_PASS})")
+        held = "holds a run or a model (config.json or models/)" if have == "run" else f"is {_WHAT[have]}"
+        raise NotARunFolderError(f"{param}: {str(p)!r} {held}, not {_WHAT[kind]}{_FOR[kind]}: {fix}. "
+                                 "Nothing was written.")
+    left = _leftovers(p)
+    if not left:
+        return p
+    why = f"no {MARKERS[kind]} file" + ("" if kind == "pair" else ", no config.json")
+    if kind == "run" and (p / "config.json").exists():
+        why = _kit_config(p)[1]
+    shown = ", ".join(left[:6]) + (", ..." if len(left) > 6 else "")
+    raise NotARunFolderError(
+        f"{param}: {str(p)!r} is not {_WHAT[kind]} of this kit{_FOR[kind]}: {why}, and it is not empty (it "
+        f"holds {shown}). The kit writes only into its own folders or into a new or empty one, so that nothing "
+        f"of yours is replaced. Choose another {param} ({HOW_TO_PASS}). Nothing was written.")
+
+
+def mark(path: str | Path, kind: Kind = "run") -> None:
+    """Write the marker that makes ``path`` a folder of the kit (the folder is created if missing)."""
+    marker = RunLayout(path).marker_path(kind)
+    if not marker.is_file():
+        write_json_atomic(marker, {"kind": kind, "note": f"{_WHAT[kind]} of the tiebias kit; the kit writes "
+                                   "only into folders marked so, or into new or empty ones"})
+
+
+def claim_folder(path: str | Path, kind: Kind = "run", *, corpus: Any = None, param: str = "run_dir",
+                 kit_made: bool = False) -> Path:
+    """Check ``path`` (:func:`check_folder`), then create and mark it: the first write into a folder."""
+    p = check_folder(path, kind, corpus=corpus, param=param, kit_made=kit_made)
+    mark(p, kind)
+    return p
+
+
+def empty_folder(path: Path) -> None:
+    """Delete everything in a run folder except its writer lock (held by the caller): ``overwrite=True``."""
+    import shutil
+
+    for p in path.iterdir():
+        if p.name in (LOCK_NAME, LOCK_HOLDER):
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()

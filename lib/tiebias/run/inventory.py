@@ -1,0 +1,60 @@
+"""Which models of a run are finished: the check an analysis makes before it reads any of them.
+
+A model folder without its ``complete.json`` was interrupted (01 or 04 stopped mid-training). An analysis
+that quietly kept the finished models only would compare fewer seeds than the run was made with, and
+claim 1 would change its method (one pair: a bootstrap over tokens instead of cross-seed pairs) without a
+word. So the analyses refuse a half-made run, naming its unfinished models and what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+from tiebias.config.variants import Variant, model_key
+from tiebias.run.folder import Run
+
+COMPLETE, INTERRUPTED, MISSING = "complete", "interrupted", "missing"
+
+
+def model_status(run: Run, variants: Sequence[str | Variant], seeds: Sequence[int] | None = None) -> pd.DataFrame:
+    """One row per variant and seed: key, variant, seed, status (complete, interrupted or missing).
+
+    ``seeds`` None: every seed that has a model folder of any of ``variants``.
+    """
+    names = [Variant.parse(v).name for v in variants]
+    if seeds is None:
+        listed = run.models()
+        seeds = sorted(set(listed[listed.variant.isin(names)].seed.tolist()))
+    rows = []
+    for s in seeds:
+        for v in names:
+            status = (COMPLETE if run.is_complete(v, s) else INTERRUPTED if run.model_dir(v, s).is_dir()
+                      else MISSING)
+            rows.append({"key": model_key(v, s), "variant": v, "seed": int(s), "status": status})
+    return pd.DataFrame(rows, columns=["key", "variant", "seed", "status"])
+
+
+def require_complete(run: Run, variants: Sequence[str | Variant], seeds: Sequence[int] | None = None, *,
+                     trained_by: str = "01_train") -> list[int]:
+    """The seeds to analyse, each with a finished model of every variant; a half-made run is refused.
+
+    ``seeds`` None: every seed with a model folder of any of ``variants`` (an empty run gives ``[]``, for
+    the caller to refuse in its own words). Any of those models interrupted or missing stops with a
+    ValueError naming each, and saying to run ``trained_by`` again (it resumes them) or to choose the
+    seeds whose models are finished.
+    """
+    status = model_status(run, variants, seeds)
+    bad = status[status.status != COMPLETE]
+    if bad.empty:
+        return sorted(set(status.seed.tolist()))
+    what = {INTERRUPTED: "interrupted: no complete.json", MISSING: "not trained"}
+    listed = ", ".join(f"{r.key} ({what[r.status]})" for r in bad.itertuples())
+    done = sorted(set(status.seed) - set(bad.seed))
+    alternative = f"; or analyse only the finished seeds: seeds={done}" if done else ""
+    raise ValueError(f"run {run.path}: unfinished models: {listed}. Run {trained_by} again with the same "
+                     f"parameters: it resumes the interrupted models and trains the missing ones{alternative}")
+
+
+__all__ = ["COMPLETE", "INTERRUPTED", "MISSING", "model_status", "require_complete"]

@@ -1,0 +1,123 @@
+"""The notebooks' exercises: defined once in ``notebooks/exercises.toml``, rendered into each notebook's last cells.
+
+Each exercise asks for a prediction, changes one thing with a one-line ``python -m tiebias study`` command in a
+fresh run folder, says what to look at, and hides an answer with measured numbers in a collapsible block.
+Keeping the definitions in one file lets a test run every command and check the notebooks show them as written.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tiebias.config import profiles
+from tiebias.config.params import NOTEBOOKS
+
+CELL_PREFIX = "exercise-"
+"""Notebook cell ids of rendered exercise cells start with this (``exercise-01_train`` is the heading cell)."""
+FIELDS = ("id", "notebook", "title", "predict", "set", "only", "look", "answer")
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One exercise: where it appears, the change it makes (``--set`` and ``--only``), and its texts."""
+
+    id: str
+    notebook: str
+    title: str
+    predict: str
+    set: tuple[str, ...]
+    only: tuple[str, ...]
+    look: str
+    answer: str
+
+    def argv(self, profile: str, run_dir: str | Path | None = None) -> list[str]:
+        """Arguments after ``python -m tiebias``; the run folder defaults to ``runs/ex-<id>``."""
+        args = ["study", "--profile", profile, "--run-dir", str(run_dir or f"runs/ex-{self.id}")]
+        for s in self.set:
+            args += ["--set", s]
+        for name in self.only:
+            args += ["--only", name]
+        return args
+
+    def command(self, profile: str) -> str:
+        """The one-line command shown in the notebook."""
+        return shlex.join(["python", "-m", "tiebias", *self.argv(profile)])
+
+
+def default_path() -> Path:
+    """``notebooks/exercises.toml`` in the checkout."""
+    return profiles.repo_root() / "notebooks" / "exercises.toml"
+
+
+def load(path: str | Path | None = None) -> tuple[dict[str, Any], list[Exercise]]:
+    """The file's header (``profile``, ``intro``) and its exercises, checked; errors name the exercise and field."""
+    data = tomllib.loads(Path(path or default_path()).read_text())
+    header = {k: data.get(k) for k in ("profile", "intro")}
+    if not isinstance(header["profile"], str) or not isinstance(header["intro"], str):
+        raise ValueError("exercises: the file needs a 'profile' (the profile of the commands) and an 'intro' text")
+    return header, [_parse(raw) for raw in data.get("exercise", [])]
+
+
+def _parse(raw: dict[str, Any]) -> Exercise:
+    """One ``[[exercise]]`` table as an Exercise, refusing missing fields, unknown notebooks and bad --set items."""
+    name = raw.get("id", "?")
+    missing = [f for f in FIELDS if f not in raw]
+    if missing or set(raw) - set(FIELDS):
+        raise ValueError(f"exercise {name}: fields {sorted(raw)}; needs exactly {list(FIELDS)}")
+    for nb in [raw["notebook"], *raw["only"]]:
+        if nb not in NOTEBOOKS:
+            raise ValueError(f"exercise {name}: notebook {nb!r} is not one of {', '.join(NOTEBOOKS)}")
+    bad = [s for s in raw["set"] if "=" not in s or " " in s]
+    if bad or not raw["set"]:
+        raise ValueError(f"exercise {name}: set {raw['set']!r}; needs one or more NAME=VALUE items without spaces")
+    return Exercise(**{**raw, "set": tuple(raw["set"]), "only": tuple(raw["only"])})
+
+
+def markdown(ex: Exercise, profile: str) -> str:
+    """The markdown cell of one exercise: predict, the command, what to look at, the collapsible answer."""
+    return (f"### Exercise {ex.id} · {ex.title}\n\n**Predict first.** {ex.predict.strip()}\n\n"
+            f"**Change one thing** (in a fresh run folder, so your run stays as it is):\n\n"
+            f"```bash\n{ex.command(profile)}\n```\n\n**Look at** {ex.look.strip()}\n\n"
+            f"<details><summary>Answer</summary>\n\n{ex.answer.strip()}\n\n</details>")
+
+
+def cells(notebook: str, path: str | Path | None = None) -> list[dict[str, Any]]:
+    """The notebook's exercise cells (a heading cell, then one per exercise), as nbformat markdown cells."""
+    header, exercises = load(path)
+    mine = [e for e in exercises if e.notebook == notebook]
+    if not 2 <= len(mine) <= 3:
+        raise ValueError(f"notebook {notebook}: {len(mine)} exercises in the file; each notebook has 2 or 3")
+    texts = [(f"{CELL_PREFIX}{notebook}", f"## Exercises\n\n{header['intro'].strip()}")]
+    texts += [(f"{CELL_PREFIX}{e.id}", markdown(e, header["profile"])) for e in mine]
+    return [{"cell_type": "markdown", "id": cid, "metadata": {}, "source": _lines(text)} for cid, text in texts]
+
+
+def _lines(text: str) -> list[str]:
+    """Notebook JSON's list-of-lines form of a cell source."""
+    return text.splitlines(keepends=True)
+
+
+def rendered(notebook_path: str | Path) -> list[dict[str, Any]]:
+    """The exercise cells the notebook holds now, or [] if they are not its last cells (then it is out of date)."""
+    nb = json.loads(Path(notebook_path).read_text())
+    mine = [str(c.get("id", "")).startswith(CELL_PREFIX) for c in nb["cells"]]
+    first = mine.index(True) if True in mine else len(mine)
+    return nb["cells"][first:] if all(mine[first:]) else []
+
+
+def sync(notebook_path: str | Path, path: str | Path | None = None) -> bool:
+    """Replace the notebook's exercise cells (always its last cells) with the rendering; True if it changed."""
+    nb_path = Path(notebook_path)
+    nb = json.loads(nb_path.read_text())
+    kept = [c for c in nb["cells"] if not str(c.get("id", "")).startswith(CELL_PREFIX)]
+    new = kept + cells(nb_path.stem, path)
+    if new == nb["cells"]:
+        return False
+    nb["cells"] = new
+    nb_path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    return True

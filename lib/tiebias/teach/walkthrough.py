@@ -1,0 +1,276 @@
+"""The walkthrough: a run's executed notebooks as Markdown with static figures, readable in a repository browser.
+
+Repository browsers render Markdown and images but run no plotly and no widgets, and the committed
+notebooks are stripped of outputs. :func:`write_walkthrough` turns the executed notebooks of one run
+folder into ``walkthrough/NN_name.md`` (prose, code, printed text, tables, figures as PNG files under
+``walkthrough/images/``) plus an index ``walkthrough/README.md`` that says which profile and run they
+show and how to regenerate them. Before each cell a hidden marker holds the cell's id and a digest of
+its source, so a test can check that the walkthrough follows the notebook sources cell by cell.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from tiebias.config.params import NOTEBOOKS
+from tiebias.config.profiles import PROFILE_DIR, repo_root
+from tiebias.output.figure_png import figures_to_png
+from tiebias.output.notebook import PLOTLY_MIME
+from tiebias.output.static_pages import expand_widgets
+
+MARKER = "<!-- cell {id} {digest} -->"
+MARKER_RE = re.compile(r"^<!-- cell (\S+) ([0-9a-f]{12}) -->$", re.M)
+INJECTED = "injected-parameters"  # papermill's cell holding the values a run was executed with
+REGENERATE = "make walkthrough RUN={run}"
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_STYLE = re.compile(r"<style[^>]*>.*?</style>", re.S | re.I)
+_LINK = re.compile(r"(\]\(|src=\")(?!https?:|#|/|\.\./|mailto:)([^)\"\s]+)")
+
+
+def out_dir() -> Path:
+    """Where the walkthrough lives: ``walkthrough/`` at the repository root."""
+    return repo_root() / "walkthrough"
+
+
+def digest(source: str) -> str:
+    """A short digest of a cell's source (12 hex digits of its SHA-256)."""
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()[:12]
+
+
+def _source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def _injected(cell: dict) -> bool:
+    return INJECTED in cell.get("metadata", {}).get("tags", [])
+
+
+def source_cells(nb: dict) -> list[tuple[str, str]]:
+    """(id, source digest) of every cell of a notebook, papermill's injected-parameters cell left out."""
+    return [(str(c.get("id")), digest(_source(c))) for c in nb["cells"] if not _injected(c)]
+
+
+def markers(markdown: str) -> list[tuple[str, str]]:
+    """The (id, digest) cell markers of a rendered notebook, in order."""
+    return MARKER_RE.findall(markdown)
+
+
+def relink(markdown: str) -> str:
+    """Relative links and images of a notebook's Markdown, pointed from ``walkthrough/`` to ``notebooks/``."""
+    return _LINK.sub(lambda m: f"{m.group(1)}../notebooks/{m.group(2)}", markdown)
+
+
+def check_executed(executed: dict, source: dict, name: str) -> None:
+    """Stop when an executed notebook's cells are not those of the notebook source (it is from an older version)."""
+    have, want = source_cells(executed), source_cells(source)
+    if have != want:
+        i = next((i for i, (a, b) in enumerate(zip(have, want, strict=False)) if a != b), min(len(have), len(want)))
+        raise ValueError(f"{name}: the run's executed notebook has other cells than notebooks/{name}.ipynb (first "
+                         f"difference at cell {i}: {len(have)} cells executed, {len(want)} in the source); execute "
+                         f"the current notebooks on that run folder first (python -m tiebias study --profile "
+                         "PROFILE --run-dir RUN), then regenerate the walkthrough")
+
+
+def _fence(text: str, lang: str = "") -> str:
+    """``text`` in a fenced code block whose fence is longer than any backtick run inside."""
+    ticks = "`" * max(3, 1 + max((len(r) for r in re.findall(r"`+", text)), default=0))
+    return f"{ticks}{lang}\n{text.rstrip(chr(10))}\n{ticks}"
+
+
+def _stream_text(text: str) -> str:
+    """Printed text as a terminal would show it: colours dropped, a carriage return overwriting its line."""
+    lines = _ANSI.sub("", text).split("\n")
+    return "\n".join(line.rsplit("\r", 1)[-1] for line in lines)
+
+
+def _html(text: str) -> str:
+    """An HTML output for Markdown: style blocks dropped (shown as text by repository browsers), no blank lines."""
+    return "\n".join(line for line in _STYLE.sub("", text).splitlines() if line.strip())
+
+
+class _Page:
+    """One notebook being rendered: its Markdown blocks and the images they refer to."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.blocks, self.images, self.figures = name, [], {}, {}
+
+    def image(self, cell: int, ext: str) -> str:
+        """A new image's path, relative to the walkthrough folder."""
+        n = sum(p.startswith(f"images/{self.name}/cell{cell:02d}-") for p in (*self.images, *self.figures)) + 1
+        return f"images/{self.name}/cell{cell:02d}-{n}.{ext}"
+
+    def output(self, cell: int, out: dict) -> str | None:
+        """One output as Markdown (an image is recorded and linked), None for an output with nothing to show."""
+        kind = out.get("output_type")
+        if kind == "stream":
+            return _fence(_stream_text(_source({"source": out.get("text", "")})), "text")
+        if kind == "error":
+            return _fence(f"{out.get('ename')}: {out.get('evalue')}", "text")
+        data = out.get("data", {})
+        if PLOTLY_MIME in data:
+            path = self.image(cell, "png")
+            self.figures[path] = data[PLOTLY_MIME]
+            return f"![figure {len(self.figures)} of {self.name}]({path})"
+        for mime, ext in (("image/png", "png"), ("image/jpeg", "jpg")):
+            if mime in data:
+                path = self.image(cell, ext)
+                self.images[path] = base64.b64decode(_source({"source": data[mime]}))
+                return f"![image]({path})"
+        if "text/html" in data:
+            return _html(_source({"source": data["text/html"]}))
+        if "text/markdown" in data:
+            return _source({"source": data["text/markdown"]})
+        if "text/plain" in data:
+            return _fence(_source({"source": data["text/plain"]}), "text")
+        return None
+
+
+def _merged(outputs: list[dict]) -> list[dict]:
+    """Consecutive printed text of one stream joined into one output (one text block, not one per print)."""
+    out: list[dict] = []
+    for o in outputs:
+        if out and o.get("output_type") == "stream" == out[-1].get("output_type") and o.get("name") == out[-1]["name"]:
+            out[-1] = {**out[-1], "text": _source({"source": out[-1]["text"]}) + _source({"source": o["text"]})}
+        else:
+            out.append(o)
+    return out
+
+
+def render_notebook(nb: dict, name: str) -> _Page:
+    """An executed notebook (widgets already expanded) as Markdown blocks, one marker before each cell."""
+    page = _Page(name)
+    for i, cell in enumerate(nb["cells"]):
+        src = _source(cell)
+        if _injected(cell):
+            page.blocks.append("*The parameters this run was executed with (inserted by papermill):*\n\n"
+                               + _fence(src, "python"))
+            continue
+        page.blocks.append(MARKER.format(id=cell.get("id"), digest=digest(src)))
+        if cell["cell_type"] == "markdown":
+            page.blocks.append(relink(src))
+        elif cell["cell_type"] == "code":
+            page.blocks.append(_fence(src, "python"))
+            page.blocks.extend(b for b in (page.output(i, o) for o in _merged(cell.get("outputs", []))) if b)
+        else:
+            page.blocks.append(_fence(src))
+    return page
+
+
+def _profile_note(profile: str) -> str:
+    """The comment at the top of a shipped profile's TOML file (what the profile is for), else ''."""
+    path = PROFILE_DIR / f"{profile}.toml"
+    if not path.is_file():
+        return ""
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("# ").strip())
+    return " ".join(lines).removeprefix(f"{profile}:").strip()
+
+
+def _header(name: str, study: dict) -> str:
+    return (f"<!-- generated by `python -m tiebias walkthrough` from an executed run: edit notebooks/{name}.ipynb, "
+            "not this file -->\n"
+            f"> **Walkthrough** of [`notebooks/{name}.ipynb`](../notebooks/{name}.ipynb) as executed on a run of the "
+            f"**{study.get('profile')}** profile ([index and how to regenerate](README.md)). The figures are "
+            "static pictures of the notebook's interactive plotly figures; the explorers show the state they were "
+            "saved in. Run the notebook to hover, zoom and type into them.")
+
+
+def _title(nb: dict) -> str:
+    """The first Markdown heading of a notebook."""
+    for cell in nb["cells"]:
+        for line in _source(cell).splitlines() if cell["cell_type"] == "markdown" else []:
+            if line.startswith("#"):
+                return line.lstrip("# ").strip()
+    return ""
+
+
+def _fmt(x: Any) -> str:
+    return f"{x:.3g}" if isinstance(x, float) else "–" if x is None else str(x)
+
+
+def index_page(run_label: str, summary: dict, titles: dict[str, str]) -> str:
+    """``walkthrough/README.md``: which profile and run, the claims' verdicts, and how to regenerate it."""
+    study = summary.get("config", {}).get("study", {})
+    profile = str(summary.get("profile") or study.get("profile"))
+    timings = summary.get("timings_seconds", {})
+    rows = [f"| [{n}]({n}.md) | {titles[n]} | {_fmt(round(timings[n])) if n in timings else '–'} s |" for n in titles]
+    claims = [f"| {c.get('description', k)} | {_fmt(c.get('value'))} {c.get('unit') or ''} | **{c.get('status')}** |"
+              for k, c in summary.get("claims", {}).items()]
+    note = _profile_note(profile)
+    return "\n".join([
+        "# Walkthrough: the four notebooks as executed", "",
+        "The study's notebooks with everything they printed and drew, to read before (or instead of) running "
+        "them. The notebooks in `notebooks/` are kept without outputs; these pages show one executed run.", "",
+        f"**Profile: `{profile}`**" + (f": {note}" if note else ".") + f" Preset `{study.get('preset')}`, "
+        f"{study.get('steps')} steps, seeds {study.get('seeds')}, corpus `{study.get('corpus')}`; run folder "
+        f"`{run_label}`.", "",
+        "| notebook | what it shows | run time |", "| --- | --- | --- |", *rows, "",
+        *(["| claim | this run | verdict |", "| --- | --- | --- |", *claims, ""] if claims else []),
+        "Figures are PNG pictures of the interactive figures (drawn by plotly.js in headless Chromium); the "
+        "explorers show the state they were saved in.", "",
+        "Regenerate after changing a notebook (needs Chromium):", "",
+        _fence(f"python -m tiebias study --profile {profile} --run-dir {run_label}\n"
+               + REGENERATE.format(run=run_label), "sh"), "",
+        "`tests/test_walkthrough.py` checks that these pages hold the cells of `notebooks/*.ipynb` in order.", ""])
+
+
+def _run_label(run_dir: Path) -> str:
+    """The run folder relative to the repository root when it lies inside, else as given."""
+    try:
+        return str(run_dir.resolve().relative_to(repo_root().resolve()))
+    except ValueError:
+        return str(run_dir)
+
+
+def write_walkthrough(run_dir: str | Path, out: str | Path | None = None, scale: float = 1.5) -> list[Path]:
+    """Render the executed notebooks of ``run_dir`` into ``out`` (default ``walkthrough/``); the files written."""
+    from tiebias.study import notebooks_dir
+
+    run_dir, out = Path(run_dir), Path(out) if out is not None else out_dir()
+    executed = {n: run_dir / "notebooks" / f"{n}.ipynb" for n in NOTEBOOKS}
+    executed = {n: p for n, p in executed.items() if p.is_file()}
+    summary_path = run_dir / "summary.json"
+    if not executed or not summary_path.is_file():
+        raise ValueError(f"run_dir: {str(run_dir)!r} holds no executed study (notebooks/*.ipynb and summary.json); "
+                         "run one first: python -m tiebias study --profile class --run-dir runs/class")
+    summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    pages, titles = {}, {}
+    for name, path in executed.items():
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        check_executed(nb, json.loads((notebooks_dir() / f"{name}.ipynb").read_text(encoding="utf-8")), name)
+        titles[name] = _title(nb)
+        pages[name] = render_notebook(expand_widgets(nb), name)
+    pngs = {name: figures_to_png(list(p.figures.values()), scale) for name, p in pages.items()}
+    return _write(out, pages, pngs, summary, titles, _run_label(run_dir))
+
+
+def _write(out: Path, pages: dict[str, _Page], pngs: dict[str, list[bytes]], summary: dict,
+           titles: dict[str, str], run_label: str) -> list[Path]:
+    """Replace the walkthrough's files by the rendered pages, their images and the index."""
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out / "images", ignore_errors=True)
+    for old in out.glob("*.md"):
+        old.unlink()
+    written = []
+    study = summary.get("config", {}).get("study", {})
+    for name, page in pages.items():
+        for rel, data in [*page.images.items(), *zip(page.figures, pngs[name], strict=True)]:
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            (out / rel).write_bytes(data)
+            written.append(out / rel)
+        md = out / f"{name}.md"
+        md.write_text("\n\n".join([_header(name, {**study, "profile": summary.get("profile")}), *page.blocks]) + "\n",
+                      encoding="utf-8")
+        written.append(md)
+    (out / "README.md").write_text(index_page(run_label, summary, titles), encoding="utf-8")
+    return [*written, out / "README.md"]
