@@ -1,20 +1,152 @@
-"""Structure rules a reader relies on: modules readable in one sitting, functions a few named steps."""
+"""Structure rules a reader relies on: layers that import only downward, no cycles, private names kept at home,
+notebooks that use only what a subpackage exports, and functions a few named steps each."""
+
+from __future__ import annotations
 
 import ast
+import json
+import re
+from functools import cache
 from pathlib import Path
 
 import pytest
 
-LIB = Path(__file__).resolve().parents[1] / "lib" / "tiebias"
+ROOT = Path(__file__).resolve().parents[1]
+LIB = ROOT / "lib" / "tiebias"
 MODULES = sorted(LIB.rglob("*.py"))
-MAX_MODULE_LINES = 420
 MAX_FUNCTION_LINES = 80
+
+LAYERS = ("config", "system", "stats", "paper", "data", "run", "models", "train", "align", "lens", "ablate",
+          "verdicts", "output", "teach", "study", "__main__")
+"""The declared order, lowest first: a unit (subpackage or top-level module) imports only from itself and the units
+before it. ``config`` is the parameter vocabulary and imports no torch; ``study`` and ``__main__`` are entry points."""
+
+
+def module_name(path: Path) -> str:
+    return ".".join(("tiebias", *path.relative_to(LIB).with_suffix("").parts)).removesuffix(".__init__")
+
+
+NAMES = {module_name(p) for p in MODULES}
+
+
+def unit_of(module: str) -> str:
+    """The layer a module belongs to: its subpackage, or itself for a top-level module."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _resolve(node: ast.ImportFrom, here: str, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = here.split(".")
+    base = base if is_package else base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+@cache
+def imports(path: Path) -> tuple[tuple[str, str, int], ...]:
+    """Every tiebias import in a module (top level, inside functions and under TYPE_CHECKING alike):
+    (target module, imported name or '', line)."""
+    here = module_name(path)
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, "", node.lineno) for a in node.names if a.name.split(".")[0] == "tiebias"]
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(node, here, path.name == "__init__.py")
+            if target.split(".")[0] != "tiebias":
+                continue
+            for a in node.names:
+                sub = f"{target}.{a.name}"
+                out.append((sub, "", node.lineno) if sub in NAMES else (target, a.name, node.lineno))
+    return tuple(out)
+
+
+def test_every_unit_is_declared() -> None:
+    units = {unit_of(m) for m in NAMES} - {"__init__"}
+    assert units <= set(LAYERS), f"undeclared units {sorted(units - set(LAYERS))}; add them to LAYERS in order"
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(LIB)))
-def test_module_fits_one_sitting(path: Path) -> None:
-    n = len(path.read_text().splitlines())
-    assert n <= MAX_MODULE_LINES, f"{path.relative_to(LIB)}: {n} lines; split it by concern"
+def test_imports_point_down(path: Path) -> None:
+    here = unit_of(module_name(path))
+    if here == "__init__":
+        return
+    rank = LAYERS.index(here)
+    upward = [f"line {line}: {target} ({unit_of(target)})" for target, _, line in imports(path)
+              if unit_of(target) != "__init__" and LAYERS.index(unit_of(target)) > rank]
+    assert not upward, f"{path.relative_to(LIB)} ({here}) imports from a later layer: {'; '.join(upward)}"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(LIB)))
+def test_private_names_stay_in_their_unit(path: Path) -> None:
+    here = unit_of(module_name(path))
+    foreign = [f"line {line}: {target}.{name}" for target, name, line in imports(path)
+               if name.startswith("_") and not name.startswith("__") and unit_of(target) != here]
+    aliases = {name or target.rsplit(".", 1)[-1]: target for target, name, _ in imports(path) if not name}
+    tree = ast.parse(path.read_text())
+    foreign += [f"line {n.lineno}: {aliases[n.value.id]}.{n.attr}" for n in ast.walk(tree)
+                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in aliases
+                and n.attr.startswith("_") and not n.attr.startswith("__")
+                and unit_of(aliases[n.value.id]) != here]
+    assert not foreign, f"{path.relative_to(LIB)} uses private names of another unit: {'; '.join(foreign)}"
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {m: set() for m in NAMES}
+    for p in MODULES:
+        here = module_name(p)
+        for target, _, _ in imports(p):
+            # importing a name from a package counts as importing the package's __init__
+            if target in NAMES and target != here and not here.startswith(target + "."):
+                graph[here].add(target)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles() -> None:
+    cycles = _cycles(_graph())
+    assert not cycles, f"import cycles (type-only imports count): {cycles}"
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(LIB)))
@@ -29,6 +161,34 @@ def test_functions_are_short(path: Path) -> None:
 def test_every_module_imports() -> None:
     import importlib
 
-    for p in MODULES:
-        name = ".".join(("tiebias", *p.relative_to(LIB).with_suffix("").parts)).removesuffix(".__init__")
+    for name in sorted(NAMES):
         importlib.import_module(name)
+
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+_NB_IMPORT = re.compile(r"^\s*from (tiebias[\w.]*) import \(?([\w ,\n]+?)\)?\s*$", re.M)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebooks_use_what_subpackages_export(path: Path) -> None:
+    """A notebook imports names a subpackage's ``__init__`` lists in ``__all__`` (or a top-level module's names)."""
+    import importlib.util
+
+    cells = json.loads(path.read_text())["cells"]
+    code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    bad = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import) and any(a.name.startswith("tiebias") for a in node.names):
+            bad.append(f"import {', '.join(a.name for a in node.names)} (use from ... import)")
+        if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tiebias")):
+            continue
+        if node.module == "tiebias":
+            bad += [f"tiebias.{a.name}" for a in node.names if a.name not in ("stats", "paper")]
+            continue
+        spec = importlib.util.find_spec(node.module)
+        if spec is None or not spec.submodule_search_locations:
+            bad.append(f"from {node.module} import ... (import from the subpackage, not a module inside it)")
+            continue
+        exported = set(getattr(importlib.import_module(node.module), "__all__", ()))
+        bad += [f"{node.module}.{a.name}" for a in node.names if a.name not in exported]
+    assert not bad, f"{path.name} imports names no subpackage exports: {bad}"
