@@ -137,13 +137,13 @@ def test_ladder_builds_one_cache_and_only_when_training(models, tmp_path: Path, 
 
 def test_batch_dependent_activations_get_no_cache(models, monkeypatch) -> None:
     """Where a sequence's activations depend on its batch mates, the cache would change the lens: declined."""
-    real = C._frozen_forward
+    real = C.frozen_forward
 
     def mixing(model, target, x):
         hs, st = real(model, target, x)
         return tuple(h + 1e-3 * h.mean(0, keepdim=True) for h in hs), st
 
-    monkeypatch.setattr(C, "_frozen_forward", mixing)
+    monkeypatch.setattr(C, "frozen_forward", mixing)
     with pytest.warns(UserWarning, match="cache declined"):
         assert C.build_cache(models[("llama", True)], _tokens(30), seq_len=SEQ, tokens_per_step=4 * SEQ) is None
 
