@@ -25,6 +25,7 @@ from tiebias.config import profiles
 from tiebias.config.params import PARAMS
 from tiebias.config.variants import Variant
 from tiebias.lens import ladder as lens_ladder
+from tiebias.lens import rungs as lens_rungs
 from tiebias.models import sources
 from tiebias.run.folder import Run
 from tiebias.train import divergence
@@ -57,9 +58,9 @@ def test_warmup_not_shorter_than_steps_is_refused() -> None:
 
 
 def test_lens_recipes_warm_up_for_fewer_steps_than_they_train() -> None:
-    for recipe in lens_ladder.RECIPES:
+    for recipe in lens_rungs.RECIPES:
         for steps in range(1, 400):
-            assert lens_ladder.recipe_kwargs(recipe, steps)["warmup_steps"] < steps, (recipe, steps)
+            assert lens_rungs.recipe_kwargs(recipe, steps)["warmup_steps"] < steps, (recipe, steps)
 
 
 # -- case 12: seeds beyond what seeding accepts ----------------------------------------------------------------
@@ -187,7 +188,7 @@ def test_analyses_refuse_a_diverged_model_by_name(diverged_run: Run) -> None:
     with pytest.raises(ValueError, match=named):  # 02
         comparisons.load_models(diverged_run, [0])
     with pytest.raises(ValueError, match=named):  # 03
-        lens_ladder.kl_table(diverged_run, ["tied", "untied"], [0], **LENS)
+        lens_ladder.train_lens_ladders(diverged_run, ["tied", "untied"], [0], **LENS)
     for call in (lambda: ablate.alignment_table(diverged_run, [Variant(True)], [0]),  # 04
                  lambda: ablate.perplexities(diverged_run, [Variant(True)], [0], seq_len=32),
                  lambda: ablate.gradient_shares(diverged_run, [Variant(True)], [0])):
@@ -248,7 +249,7 @@ def test_03_refuses_a_pair_whose_tokenizer_cannot_read_the_corpus(tmp_path: Path
     with pytest.raises(ValueError, match=r"^tied_source: the tokenizer of '.*tied' writes 8\d% of the corpus "
                                          r"'shakespeare' as its unknown token '<unk>', so a lens would be measured on "
                                          r"that token, not on the text; allowed: at most 1%"):
-        lens_ladder.kl_table_models(pair, None, folder=tmp_path / "out", **LENS)
+        lens_ladder.train_pair_lens_ladders(pair, None, folder=tmp_path / "out", **LENS)
     assert not (tmp_path / "out").exists()  # refused before any lens was trained
 
 
@@ -259,5 +260,5 @@ def test_03_refuses_a_pair_sharing_no_token_as_02_does(tmp_path: Path) -> None:
                            knn_k=None)
     with pytest.raises(ValueError, match=r"^tied_source, untied_source: no shared tokens between '.*tied' and "
                                          r"'.*untied'; .*allowed: models whose tokenizers share tokens"):
-        lens_ladder.kl_table_models(pair, None, folder=tmp_path / "out", **LENS)
+        lens_ladder.train_pair_lens_ladders(pair, None, folder=tmp_path / "out", **LENS)
     assert not (tmp_path / "out").exists()

@@ -446,7 +446,7 @@ def test_second_writer_refused_with_holder_pid(run: Run, holder: subprocess.Pope
             RunLockedError, pid)
     refused(run, lambda: Run.prepare(run.path, vocab_size=512, overwrite=True), RunLockedError, pid)
     refused(run, lambda: run.record_study({"steps": 8}), RunLockedError, pid)
-    refused(run, lambda: lens_ladder.kl_table(run, ["tied"], [0], steps=2, tokens_per_step=2 * CFG.seq_len,
+    refused(run, lambda: lens_ladder.train_lens_ladders(run, ["tied"], [0], steps=2, tokens_per_step=2 * CFG.seq_len,
                                              seq_len=CFG.seq_len, eval_tokens=2 * CFG.seq_len, progress=False),
             RunLockedError, pid, "lenses of tied-s0")
     refused(run, lambda: run.save_table(pd.DataFrame({"a": [1]}), "lens_gap"), RunLockedError, pid,

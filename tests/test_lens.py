@@ -21,6 +21,7 @@ from tuned_lens import TunedLens
 
 from tiebias.lens import evaluate as E
 from tiebias.lens import fit as F
+from tiebias.lens import frozen
 from tiebias.lens import lenses as L
 from tiebias.output.plotting import lens as lplot
 
@@ -191,7 +192,7 @@ def test_fused_training_loss_equals_kl() -> None:
     log_p = final.log_softmax(-1)
     p = log_p.exp()
     stats = (p @ w, p @ b, (p * log_p).sum(-1))
-    for mine, ref in zip(F._target_stats(final, w, b), stats, strict=True):
+    for mine, ref in zip(frozen.target_stats(final, w, b), stats, strict=True):
         torch.testing.assert_close(mine, ref, rtol=1e-5, atol=1e-5)
     n = torch.randn(5, 7, 16, generator=gen, requires_grad=True)
     fused = F._kl_nats_fused(n, w, b, *stats)

@@ -12,8 +12,8 @@ from _families import tiny_config
 
 from tiebias.lens import cache as C
 from tiebias.lens import fit as F
-from tiebias.lens import ladder as lens_ladder
 from tiebias.lens import lenses as L
+from tiebias.lens import rungs as lens_rungs
 
 VOCAB = 300
 SEQ = 32
@@ -112,8 +112,8 @@ def test_cap_falls_back_to_the_model(models, tmp_path: Path) -> None:
         C.build_cache(model, tokens, seq_len=SEQ, max_bytes=-1)
     # The ladder trains the same lenses with and without its cache.
     kw = dict(steps=3, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=[1, 2], progress=False)
-    a = lens_ladder.train_ladder(model, tokens, tmp_path / "a", **kw)
-    b = lens_ladder.train_ladder(model, tokens, tmp_path / "b", max_cache_bytes=0, **kw)
+    a = lens_rungs.train_ladder(model, tokens, tmp_path / "a", **kw)
+    b = lens_rungs.train_ladder(model, tokens, tmp_path / "b", max_cache_bytes=0, **kw)
     for budget in (1, 2):
         _assert_same(a[budget], b[budget])
 
@@ -127,23 +127,23 @@ def test_ladder_builds_one_cache_and_only_when_training(models, tmp_path: Path, 
         built.append(real(*args, **kwargs))
         return built[-1]
 
-    monkeypatch.setattr(lens_ladder.lens_cache, "build_cache", counting)
+    monkeypatch.setattr(lens_rungs.lens_cache, "build_cache", counting)
     kw = dict(steps=3, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=[1, 2, 4], progress=False)
-    lens_ladder.train_ladder(model, tokens, tmp_path, **kw)
+    lens_rungs.train_ladder(model, tokens, tmp_path, **kw)
     assert len(built) == 1 and built[0] is not None
-    lens_ladder.train_ladder(model, tokens, tmp_path, **kw)  # every rung finished: nothing to train
+    lens_rungs.train_ladder(model, tokens, tmp_path, **kw)  # every rung finished: nothing to train
     assert len(built) == 1
 
 
 def test_batch_dependent_activations_get_no_cache(models, monkeypatch) -> None:
     """Where a sequence's activations depend on its batch mates, the cache would change the lens: declined."""
-    real = C._frozen_forward
+    real = C.frozen_forward
 
     def mixing(model, target, x):
         hs, st = real(model, target, x)
         return tuple(h + 1e-3 * h.mean(0, keepdim=True) for h in hs), st
 
-    monkeypatch.setattr(C, "_frozen_forward", mixing)
+    monkeypatch.setattr(C, "frozen_forward", mixing)
     with pytest.warns(UserWarning, match="cache declined"):
         assert C.build_cache(models[("llama", True)], _tokens(30), seq_len=SEQ, tokens_per_step=4 * SEQ) is None
 
@@ -169,8 +169,8 @@ def test_short_ladder_over_a_long_stream_builds_no_cache(models, tmp_path: Path,
     """Building costs one forward per sequence: a ladder drawing fewer than MIN_VISITS per sequence skips it."""
     model, tokens = models[("llama", True)], _tokens(30)
     built: list = []
-    monkeypatch.setattr(lens_ladder.lens_cache, "build_cache", lambda *a, **k: built.append(1))
-    lens_ladder.train_ladder(model, tokens, tmp_path, steps=2, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=[1, 2],
+    monkeypatch.setattr(lens_rungs.lens_cache, "build_cache", lambda *a, **k: built.append(1))
+    lens_rungs.train_ladder(model, tokens, tmp_path, steps=2, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=[1, 2],
                              progress=False)  # 2 x 2 x 4 = 16 draws from 30 sequences
     assert built == []
     assert not C.pays_off(44, 30) and C.pays_off(45, 30)
@@ -180,7 +180,7 @@ def test_bad_cache_and_stop_settings_name_the_parameter(models, tmp_path: Path) 
     model, tokens = models[("llama", True)], _tokens(30)
     for bad in (-1, 1.5, True, "1GiB"):
         with pytest.raises(ValueError, match="max_cache_bytes"):
-            lens_ladder.train_ladder(model, tokens, tmp_path / "l", steps=2, tokens_per_step=4 * SEQ, seq_len=SEQ,
+            lens_rungs.train_ladder(model, tokens, tmp_path / "l", steps=2, tokens_per_step=4 * SEQ, seq_len=SEQ,
                                      max_cache_bytes=bad, progress=False)
     assert not (tmp_path / "l").exists()
     with pytest.raises(ValueError, match="should_stop"):

@@ -15,7 +15,7 @@ SEEDS = [0, 1, 2, 3, 4]
 
 
 def ladder_table(n_layers: int, early_gap: float, *, noise: float = 0.05, moved: float = 0.0) -> pd.DataFrame:
-    """A lens-ladder table (``kl_table`` layout, per layer) whose tied models read ``early_gap`` bits worse at
+    """A lens-ladder table (``train_lens_ladders`` layout, per layer) whose tied models read ``early_gap`` bits worse at
     every layer but the output, seed by seed ``early_gap`` +- ``noise`` (the reference reading 1 bit more);
     rung 1 differs from rung 2 by ``moved`` bits."""
     rng = np.random.default_rng(n_layers)

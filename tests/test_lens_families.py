@@ -221,7 +221,7 @@ NOTEBOOK_PAIRS = PAPER_PAIRS + [(f, f) for f in ("olmo2", "mistral", "gpt2")]
 
 
 def test_lens_study_on_external_pairs_by_path(tmp_path: Path) -> None:
-    """03's library path for every family: load_sources by path (own tokenizer), kl_table_models, last-layer KL 0.
+    """03's library path for every family: load_sources by path (own tokenizer), train_pair_lens_ladders, last-layer KL 0.
     The families the installed transformers has are checked; then the test is skipped naming any it lacks."""
     from _families import corpus_tokenizer
 
@@ -238,7 +238,7 @@ def test_lens_study_on_external_pairs_by_path(tmp_path: Path) -> None:
         models.update({f"{f}-{role}": m for role, m in pair.items()})
     if not models:
         pytest.skip("; ".join(lacking))
-    df, lenses = lens_ladder.kl_table_models(models, None, steps=2, tokens_per_step=64, seq_len=32, eval_tokens=128,
+    df, lenses = lens_ladder.train_pair_lens_ladders(models, None, steps=2, tokens_per_step=64, seq_len=32, eval_tokens=128,
                                             folder=tmp_path / "lenses", progress=False)
     assert set(df.variant) == set(models) == set(lenses)
     last = df[df.layer == df.groupby("variant").layer.transform("max")]

@@ -15,6 +15,7 @@ from tiebias.lens import ladder as lens_ladder
 from tiebias.lens import lenses as tl
 from tiebias.lens import readings as lens_readings
 from tiebias.lens import rung_eval as lens_rung_eval
+from tiebias.lens import rungs as lens_rungs
 from tiebias.lens import tables as lens_study
 from tiebias.output import report
 from tiebias.output.plotting import lens as lplot
@@ -50,23 +51,23 @@ def test_bad_protocols_refused_before_anything_is_written(two_seed_run: Run, tmp
     model = two_seed_run.load_model("tied", 0)
     folder = tmp_path / "lens"
     with pytest.raises(ValueError, match="^lens_protocols: .*'paper'"):
-        lens_ladder.ladder_table(model, two_seed_run.tokens("validation"), two_seed_run.tokens("test"), folder,
+        lens_ladder.train_model_lens_ladders(model, two_seed_run.tokens("validation"), two_seed_run.tokens("test"), folder,
                                  eval_tokens=256, progress=False, protocols=["package", "paper"], **RECIPE)
     assert not folder.exists()
 
 
-def test_ladder_table_reads_every_lens_both_ways_and_keeps_the_package_rows(two_seed_run: Run, tmp_path: Path) -> None:
+def test_train_model_lens_ladders_reads_every_lens_both_ways_and_keeps_the_package_rows(two_seed_run: Run, tmp_path: Path) -> None:
     model = two_seed_run.load_model("tied", 0)
     val, test = two_seed_run.tokens("validation"), two_seed_run.tokens("test")
     kw = dict(eval_tokens=256, progress=False, budgets=[1, 2], **RECIPE)
-    both = lens_ladder.ladder_table(model, val, test, tmp_path / "both", protocols=BOTH, **kw)
-    plain = lens_ladder.ladder_table(model, val, test, tmp_path / "plain", **kw)  # no protocol option: package only
+    both = lens_ladder.train_model_lens_ladders(model, val, test, tmp_path / "both", protocols=BOTH, **kw)
+    plain = lens_ladder.train_model_lens_ladders(model, val, test, tmp_path / "plain", **kw)  # no protocol option: package only
     assert list(dict.fromkeys(both.protocol)) == BOTH and set(plain.protocol) == {"package"}
     pkg = lens_study.at_protocol(both, "package")
     assert len(pkg) == len(plain) and (pkg.columns == plain.columns).all()
     np.testing.assert_array_equal(pkg[METRICS].to_numpy(), plain[METRICS].to_numpy())  # same lens, same numbers
     # each protocol's rows are lens_eval.evaluate's reading of that rung's lens
-    lens = tl.load_lens(model, lens_ladder.rung_dir(tmp_path / "both", "cpu", 2))
+    lens = tl.load_lens(model, lens_rungs.rung_dir(tmp_path / "both", "cpu", 2))
     for protocol in BOTH:
         want = lens_eval.evaluate(model, test, lens, seq_len=32, max_tokens=256, per_sequence=True, protocol=protocol)
         got = both[(both.protocol == protocol) & (both.budget == 2)].reset_index(drop=True)
@@ -75,7 +76,7 @@ def test_ladder_table_reads_every_lens_both_ways_and_keeps_the_package_rows(two_
     ref = lens_study.at_protocol(both, "reference")
     assert not np.allclose(ref.kl_tuned_bits, pkg.kl_tuned_bits)  # the readings differ
     # the package reading keeps its cache file name (runs made before protocols are not evaluated again)
-    rung = lens_ladder.rung_dir(tmp_path / "both", "cpu", 1)
+    rung = lens_rungs.rung_dir(tmp_path / "both", "cpu", 1)
     assert (rung / "eval_256x32.csv").is_file() and (rung / "eval_256x32_reference.csv").is_file()
     assert lens_rung_eval.eval_name(256, 32, "package") == "eval_256x32.csv"
     # per_layer keeps the protocols apart
@@ -99,9 +100,9 @@ def test_at_protocol() -> None:
 def readings_tables(two_seed_run: Run):
     """The verdict ladder and a (shortened) reference-budget ladder of the two-seed run, both protocols."""
     kw = dict(eval_tokens=256, progress=False, per_sequence=True, protocols=BOTH)
-    seq = lens_ladder.kl_table(two_seed_run, ["tied", "untied"], [0, 1], **kw, **RECIPE)
+    seq = lens_ladder.train_lens_ladders(two_seed_run, ["tied", "untied"], [0, 1], **kw, **RECIPE)
     ref_budget = {**RECIPE, **lens_readings.REFERENCE_BUDGET_LADDER, "steps": 3}  # 100 steps in a study
-    ref = lens_ladder.kl_table(two_seed_run, ["tied", "untied"], [0, 1], **kw, **ref_budget)
+    ref = lens_ladder.train_lens_ladders(two_seed_run, ["tied", "untied"], [0, 1], **kw, **ref_budget)
     return seq, ref
 
 
@@ -170,8 +171,8 @@ def test_external_pair_gets_both_protocols_and_the_four_readings(two_seed_run: R
     models = sources.load_models({"tied": two_seed_run.model_path("tied", 0),
                                   "untied": two_seed_run.model_path("untied", 0)})
     kw = dict(eval_tokens=256, progress=False, per_sequence=True, protocols=BOTH, folder=two_seed_run.path / "external")
-    seq, _ = lens_ladder.kl_table_models(models, None, **kw, **RECIPE)
-    ref, lenses = lens_ladder.kl_table_models(models, None, **kw, **{**RECIPE, **lens_readings.REFERENCE_BUDGET_LADDER,
+    seq, _ = lens_ladder.train_pair_lens_ladders(models, None, **kw, **RECIPE)
+    ref, lenses = lens_ladder.train_pair_lens_ladders(models, None, **kw, **{**RECIPE, **lens_readings.REFERENCE_BUDGET_LADDER,
                                                                      "steps": 3})
     assert list(dict.fromkeys(seq.protocol)) == BOTH and set(ref.lens_steps) == {3} and set(lenses) == {"tied", "untied"}
     table, _ = lens_readings.decomposition(seq, ref, paired=False)  # one pair: bootstrap over sequences

@@ -12,6 +12,7 @@ from tiebias.lens import evaluate as lens_eval
 from tiebias.lens import fit as lens_fit
 from tiebias.lens import ladder as lens_ladder
 from tiebias.lens import lenses as tl
+from tiebias.lens import rungs as lens_rungs
 from tiebias.lens import tables as lens_study
 from tiebias.models import sources
 from tiebias.run.folder import Run
@@ -20,8 +21,8 @@ from tiebias.verdicts import claims
 RECIPE = dict(steps=6, tokens_per_step=256, seq_len=32)
 
 
-def test_kl_table_gap_and_claim(two_seed_run: Run) -> None:
-    df = lens_ladder.kl_table(two_seed_run, ["tied", "untied"], [0, 1], eval_tokens=256, progress=False, **RECIPE)
+def test_train_lens_ladders_gap_and_claim(two_seed_run: Run) -> None:
+    df = lens_ladder.train_lens_ladders(two_seed_run, ["tied", "untied"], [0, 1], eval_tokens=256, progress=False, **RECIPE)
     n_layers = 2  # tiny preset
     assert len(df) == 2 * 2 * (n_layers + 1)
     last = df[df.layer == n_layers]
@@ -37,7 +38,7 @@ def test_kl_table_gap_and_claim(two_seed_run: Run) -> None:
 
 def test_lens_reused_when_recipe_matches(two_seed_run: Run) -> None:
     lens_ladder.ensure_lens(two_seed_run, "tied", 1, progress=False, **RECIPE)
-    p = lens_ladder.rung_dir(two_seed_run.lens_dir("tied", 1), "cpu", 1) / "params.pt"
+    p = lens_rungs.rung_dir(two_seed_run.lens_dir("tied", 1), "cpu", 1) / "params.pt"
     t = p.stat().st_mtime_ns
     lens_ladder.ensure_lens(two_seed_run, "tied", 1, progress=False, **RECIPE)
     assert p.stat().st_mtime_ns == t
@@ -55,7 +56,7 @@ def test_gap_needs_both_variants() -> None:
 def test_external_models_by_path(two_seed_run: Run) -> None:
     models = sources.load_models({"tied": two_seed_run.model_path("tied", 0),
                                       "untied": two_seed_run.model_path("untied", 0)})
-    df, lenses = lens_ladder.kl_table_models(models, None, eval_tokens=256, progress=False,
+    df, lenses = lens_ladder.train_pair_lens_ladders(models, None, eval_tokens=256, progress=False,
                                             folder=two_seed_run.path / "external", **RECIPE)
     assert set(df.variant) == {"tied", "untied"} and set(lenses) == {"tied", "untied"}
     assert df[df.layer == df.layer.max()].kl_tuned_bits.abs().max() < 1e-3
@@ -71,7 +72,7 @@ def test_depth_models_share_data_and_differ_only_in_preset(two_seed_run: Run, ti
     assert sub.config == two_seed_run.config
     assert sub.load_model("tied", 0).config.num_hidden_layers == 4
     assert sub.summary("untied", 0)["steps"] == 8
-    df = lens_ladder.kl_table(sub, ["tied", "untied"], [0], eval_tokens=256, progress=False, **RECIPE)
+    df = lens_ladder.train_lens_ladders(sub, ["tied", "untied"], [0], eval_tokens=256, progress=False, **RECIPE)
     g = lens_study.relative_depth(lens_study.gap_table(df))
     assert g.depth.max() == 1.0 and len(g) == 5
     with pytest.raises(ValueError, match="preset: unknown value"):
@@ -100,7 +101,7 @@ def test_ladder_resumes_after_interruption(two_seed_run: Run, tmp_path: Path, mo
     model = two_seed_run.load_model("untied", 0)
     tokens = two_seed_run.tokens("validation")
     kw = dict(steps=4, tokens_per_step=64, seq_len=32, progress=False)
-    whole = lens_ladder.train_ladder(model, tokens, tmp_path / "whole", budgets=[1, 2, 3], **kw)
+    whole = lens_rungs.train_ladder(model, tokens, tmp_path / "whole", budgets=[1, 2, 3], **kw)
 
     real = lens_fit.train_lens
     calls: list[int] = []
@@ -113,12 +114,12 @@ def test_ladder_resumes_after_interruption(two_seed_run: Run, tmp_path: Path, mo
 
     monkeypatch.setattr(lens_fit, "train_lens", killed_in_rung_2)
     with pytest.raises(KeyboardInterrupt):
-        lens_ladder.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 2, 3], **kw)
-    first = lens_ladder.rung_dir(tmp_path / "cut", "cpu", 1)
-    assert (first / "trainer.pt").is_file() and not lens_ladder.rung_dir(tmp_path / "cut", "cpu", 2).exists()
+        lens_rungs.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 2, 3], **kw)
+    first = lens_rungs.rung_dir(tmp_path / "cut", "cpu", 1)
+    assert (first / "trainer.pt").is_file() and not lens_rungs.rung_dir(tmp_path / "cut", "cpu", 2).exists()
     calls.clear()
     monkeypatch.setattr(lens_fit, "train_lens", lambda *a, **k: (calls.append(k["steps"]), real(*a, **k))[1])
-    resumed = lens_ladder.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 2, 3], **kw)
+    resumed = lens_rungs.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 2, 3], **kw)
     assert calls == [4, 4]  # rung 1 is not retrained; rungs 2 and 3 are 4 new steps each
     for b in (1, 2, 3):
         a, r = whole[b].state_dict(), resumed[b].state_dict()
@@ -127,21 +128,21 @@ def test_ladder_resumes_after_interruption(two_seed_run: Run, tmp_path: Path, mo
                    for k in whole[1].state_dict() if k.startswith("layer_translators"))
     # only the top rung keeps the trainer state; a finished ladder trains nothing
     assert not (first / "trainer.pt").exists()
-    assert (lens_ladder.rung_dir(tmp_path / "cut", "cpu", 3) / "trainer.pt").is_file()
+    assert (lens_rungs.rung_dir(tmp_path / "cut", "cpu", 3) / "trainer.pt").is_file()
     calls.clear()
-    lens_ladder.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 2, 3], **kw)
+    lens_rungs.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 2, 3], **kw)
     assert calls == []
     # a longer ladder continues from the top rung
-    lens_ladder.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 2, 3, 5], **kw)
+    lens_rungs.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 2, 3, 5], **kw)
     assert calls == [8]
     # another ladder shares the first rung only
     calls.clear()
-    lens_ladder.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 4], **kw)
+    lens_rungs.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 4], **kw)
     assert calls == [4, 12]
 
 
-def test_ladder_table_layout_and_rungs(two_seed_run: Run) -> None:
-    seq = lens_ladder.kl_table(two_seed_run, ["tied", "untied"], [0], eval_tokens=256, progress=False,
+def test_train_lens_ladders_layout_and_rungs(two_seed_run: Run) -> None:
+    seq = lens_ladder.train_lens_ladders(two_seed_run, ["tied", "untied"], [0], eval_tokens=256, progress=False,
                               budgets=[1, 2], recipes=["cpu", "package"], per_sequence=True, **RECIPE)
     assert set(seq.recipe) == {"cpu", "package"} and set(seq.budget) == {1, 2}
     assert set(seq.lens_steps) == {6, 12} and seq.sequence.nunique() == 256 // 32
@@ -150,12 +151,12 @@ def test_ladder_table_layout_and_rungs(two_seed_run: Run) -> None:
     assert top["recipe"] == "cpu" and top["budget"] == 2
     model = two_seed_run.load_model("tied", 0)
     same = tl.load_lens(model, folder).state_dict()
-    rung = tl.load_lens(model, lens_ladder.rung_dir(folder, "cpu", 2)).state_dict()
+    rung = tl.load_lens(model, lens_rungs.rung_dir(folder, "cpu", 2)).state_dict()
     assert all(torch.equal(same[k], rung[k]) for k in same)
     kl = lens_study.per_layer(seq)
     # the aggregated table equals evaluate's per-layer table for that rung
     ref = lens_eval.evaluate(model, two_seed_run.tokens("test"),
-                             tl.load_lens(model, lens_ladder.rung_dir(folder, "package", 1)), seq_len=32, max_tokens=256)
+                             tl.load_lens(model, lens_rungs.rung_dir(folder, "package", 1)), seq_len=32, max_tokens=256)
     got = kl[(kl.variant == "tied") & (kl.recipe == "package") & (kl.budget == 1)].reset_index(drop=True)
     for col in ("kl_tuned_bits", "kl_logit_bits", "ce_tuned_nats", "ce_logit_nats", "ce_model_nats", "n_tokens"):
         np.testing.assert_allclose(got[col].to_numpy(), ref[col].to_numpy(), rtol=1e-5, atol=1e-7)
@@ -167,15 +168,15 @@ def test_ladder_table_layout_and_rungs(two_seed_run: Run) -> None:
 
 
 def test_ladder_and_parameter_validation(two_seed_run: Run) -> None:
-    assert lens_ladder.check_budgets([1, 2, 4]) == [1, 2, 4]
-    assert lens_ladder.check_budgets("1,2,4") == [1, 2, 4] and lens_ladder.check_budgets("[1, 4]") == [1, 4]
+    assert lens_rungs.check_budgets([1, 2, 4]) == [1, 2, 4]
+    assert lens_rungs.check_budgets("1,2,4") == [1, 2, 4] and lens_rungs.check_budgets("[1, 4]") == [1, 4]
     for bad in ([2, 1], [1, 1], [0, 1], [-1], [], [1.5, 2], "x"):
         with pytest.raises(ValueError, match="lens_budgets"):
-            lens_ladder.check_budgets(bad)
-    assert lens_ladder.check_recipes("cpu,package") == ["cpu", "package"]
+            lens_rungs.check_budgets(bad)
+    assert lens_rungs.check_recipes("cpu,package") == ["cpu", "package"]
     for bad in (["adamw"], ["cpu", "cpu"], []):
         with pytest.raises(ValueError, match="lens_recipes"):
-            lens_ladder.check_recipes(bad)
+            lens_rungs.check_recipes(bad)
     assert lens_ladder.check_checkpoints([]) == [] and lens_ladder.check_checkpoints("128,256") == [128, 256]
     with pytest.raises(ValueError, match="lens_checkpoints"):
         lens_ladder.check_checkpoints([256, 128])
@@ -194,7 +195,7 @@ def test_ladder_and_parameter_validation(two_seed_run: Run) -> None:
         lens_ladder.check_params({**good, "lens_budgets": [4, 2]})
     model = two_seed_run.load_model("tied", 0)
     with pytest.raises(ValueError, match="^lens_steps: 0"):
-        lens_ladder.train_ladder(model, two_seed_run.tokens("validation"), "/nonexistent", steps=0,
+        lens_rungs.train_ladder(model, two_seed_run.tokens("validation"), "/nonexistent", steps=0,
                                 tokens_per_step=64, seq_len=32)
 
 
@@ -281,8 +282,8 @@ def test_early_gap_different_depths_uses_relative_depth() -> None:
 # --------------------------------------------------------------------------- scale axis
 
 
-def test_scale_table_on_checkpoints(two_seed_run: Run) -> None:
-    scale, table = lens_ladder.scale_table(two_seed_run, ["tied", "untied"], [0, 1], [4, 8], eval_tokens=256,
+def test_train_checkpoint_lens_ladders_on_checkpoints(two_seed_run: Run) -> None:
+    scale, table = lens_ladder.train_checkpoint_lens_ladders(two_seed_run, ["tied", "untied"], [0, 1], [4, 8], eval_tokens=256,
                                           budgets=[1, 2], progress=False, **RECIPE)
     assert list(scale.step) == [4, 8] and set(table.step) == {4, 8}
     val = two_seed_run.metrics("tied", 0, "val").set_index("step").val_loss
@@ -297,7 +298,7 @@ def test_scale_table_on_checkpoints(two_seed_run: Run) -> None:
     at4 = lens_study.at_budget(table[table.step == 4])
     assert scale.gap[0] == pytest.approx(lens_study.early_gap(at4)["value"])
     with pytest.raises(ValueError, match="step: no checkpoint 5"):
-        lens_ladder.scale_table(two_seed_run, ["tied"], [0], [5], eval_tokens=256, progress=False, **RECIPE)
+        lens_ladder.train_checkpoint_lens_ladders(two_seed_run, ["tied"], [0], [5], eval_tokens=256, progress=False, **RECIPE)
 
 
 # --------------------------------------------------------------------------- notebook helpers and figures

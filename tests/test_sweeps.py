@@ -145,7 +145,7 @@ def test_lens_ladders_side_by_side_match_one_at_a_time(two_seed_run: Run, tmp_pa
     for w in (1, 2):
         run = Run(tmp_path / f"w{w}")
         shutil.copytree(two_seed_run.path, run.path)
-        tables[w] = lens_ladder.kl_table(run, ["tied", "untied"], [0, 1], workers=w, **kw)
+        tables[w] = lens_ladder.train_lens_ladders(run, ["tied", "untied"], [0, 1], workers=w, **kw)
     assert tables[1].equals(tables[2])
 
 
@@ -177,6 +177,6 @@ def test_bad_thread_and_stop_settings_stop_before_anything_is_written(fresh_run:
     before = sorted((p, p.stat().st_mtime_ns) for p in run.path.rglob("*"))
     for w in (0, "two", True):
         with pytest.raises(ValueError, match="workers"):
-            lens_ladder.kl_table(run, ["tied"], [0], steps=2, tokens_per_step=64, seq_len=32, eval_tokens=64,
+            lens_ladder.train_lens_ladders(run, ["tied"], [0], steps=2, tokens_per_step=64, seq_len=32, eval_tokens=64,
                                  workers=w, progress=False)
         assert sorted((p, p.stat().st_mtime_ns) for p in run.path.rglob("*")) == before

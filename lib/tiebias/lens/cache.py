@@ -1,7 +1,7 @@
 """The frozen model's activations for tuned-lens training, computed once per (model, token stream).
 
 Each lens step runs the frozen model on its sequences (``hidden_states[:-1]``) and reduces its final
-logits to the loss's target statistics (:func:`tiebias.lens.fit._target_stats`): about 30% of a step
+logits to the loss's target statistics (:func:`tiebias.lens.frozen.frozen_forward`): about 30% of a step
 for the kit's ``small`` model, and a 1000-step ladder over ~900 validation sequences sees every
 sequence about four times. :class:`LensCache` stores these per sequence, so
 :func:`tiebias.lens.fit.train_lens` can skip the model.
@@ -33,8 +33,8 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from tiebias.lens.evaluate import _sequences
-from tiebias.lens.fit import _check_train_args, _frozen_forward, _Target
+from tiebias.lens.frozen import LensTarget, frozen_forward
+from tiebias.lens.inputs import check_train_args, sequences
 from tiebias.lens.lenses import check_model, new_lens
 from tiebias.system.threads import loop_threads
 
@@ -160,19 +160,19 @@ def build_cache(
     would exceed ``max_bytes``, or a sequence's activations turn out to depend on its batch mates.
     """
     check_model(model)
-    tokens = _check_train_args(model, tokens, steps=1, seq_len=seq_len, tokens_per_step=tokens_per_step,
+    tokens = check_train_args(model, tokens, steps=1, seq_len=seq_len, tokens_per_step=tokens_per_step,
                                warmup_steps=0, lr=1.0, optimizer="adam", batch_size=batch_size,
                                num_threads=num_threads)
     if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
         raise ValueError(f"max_bytes: must be an int >= 0, got {max_bytes!r}")
-    seqs = _sequences(tokens, seq_len)
+    seqs = sequences(tokens, seq_len)
     micro = micro_batch(tokens_per_step, seq_len, batch_size)
     if micro is None or cache_bytes(model, len(seqs), seq_len) > max_bytes:
         return None
     was_training = model.training
     model.eval()
     try:
-        target = _Target.of(new_lens(model), low_precision=False)
+        target = LensTarget.of(new_lens(model), low_precision=False)
         cache = LensCache(*_fill(model, target, seqs, micro, num_threads, progress), micro, seqs.cpu().clone(),
                           model_fingerprint(model))
         same = _rows_independent(model, target, cache)
@@ -185,16 +185,16 @@ def build_cache(
     return cache
 
 
-def _fill(model: PreTrainedModel, target: _Target, seqs: Tensor, micro: int, num_threads: Any,
+def _fill(model: PreTrainedModel, target: LensTarget, seqs: Tensor, micro: int, num_threads: Any,
           progress: bool) -> tuple[list[Tensor], tuple[Tensor, Tensor, Tensor]]:
-    """The cache's tensors, computed chunk by chunk with :func:`tiebias.lens.fit._frozen_forward`."""
+    """The cache's tensors, computed chunk by chunk with :func:`tiebias.lens.frozen.frozen_forward`."""
     n, dev = len(seqs), model.device
     hidden: list[Tensor] = []
     stats: list[Tensor] = []
     with loop_threads(num_threads, dev.type) as tuner:
         for idx, rows in tqdm(_chunks(n, micro), desc="lens activation cache", disable=not progress):
             with tuner.step():
-                hs, st = _frozen_forward(model, target, seqs[idx].to(dev))
+                hs, st = frozen_forward(model, target, seqs[idx].to(dev))
             if not hidden:
                 hidden = [torch.empty((n, *h.shape[1:]), dtype=h.dtype, device=dev) for h in hs]
                 stats = [torch.empty((n, *s.shape[1:]), dtype=s.dtype, device=dev) for s in st]
@@ -204,10 +204,10 @@ def _fill(model: PreTrainedModel, target: _Target, seqs: Tensor, micro: int, num
     return hidden, (stats[0], stats[1], stats[2])
 
 
-def _rows_independent(model: PreTrainedModel, target: _Target, cache: LensCache) -> bool:
+def _rows_independent(model: PreTrainedModel, target: LensTarget, cache: LensCache) -> bool:
     """Whether one forward on sequences from other chunks, in another order, reproduces the cache bit for bit."""
     n = len(cache.sequences)
     idx = torch.linspace(0, n - 1, cache.chunk).round().long().flip(0)
-    hs, st = _frozen_forward(model, target, cache.sequences[idx].to(model.device))
+    hs, st = frozen_forward(model, target, cache.sequences[idx].to(model.device))
     hidden, stats = cache.take(idx)
     return all(torch.equal(a, b) for a, b in zip((*hs, *st), (*hidden, *stats), strict=True))

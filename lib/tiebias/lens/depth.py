@@ -62,7 +62,7 @@ def _prepare_sub_run(run: Run, sub: Run, preset: str) -> None:
 
 
 def depth_table(tables: Mapping[str, pd.DataFrame], protocols: Sequence[str], *, level: float = 0.95) -> pd.DataFrame:
-    """Claim 3 per depth and lens protocol: one row each, from each depth's lens-ladder table (``kl_table``).
+    """Claim 3 per depth and lens protocol: one row each, from each depth's lens-ladder table (``train_lens_ladders``).
 
     Columns: preset, n_layers, protocol, gap (early-layer tied - untied KL, bits), ci_low, ci_high, n_seeds,
     budget, converged, verdict, per_seed (the per-seed gaps :func:`depth_trend` fits).

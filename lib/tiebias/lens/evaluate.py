@@ -4,8 +4,8 @@
 cross-entropy for the tuned and the logit lens; row L reads the residual stream entering the
 final norm (see :mod:`tiebias.lens.lenses` for the layer indexing). :func:`top_tokens_by_layer` and
 :func:`trajectory` feed the notebook's views; the trajectory figure is
-:func:`tiebias.output.plotting.lens.trajectory_figure`. The token-stream checks, chunking and thread
-setting here are shared with :mod:`tiebias.lens.fit`.
+:func:`tiebias.output.plotting.lens.trajectory_figure`. The token stream is checked and chunked by
+:mod:`tiebias.lens.inputs`, as for training.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from transformers import PreTrainedModel
 from tuned_lens import TunedLens
 from tuned_lens.nn import Lens, LogitLens
 
+from tiebias.lens.inputs import check_tokens, sequences
 from tiebias.lens.lenses import LN2, _check_lens, _layout, check_model, new_logit_lens
 from tiebias.system.threads import check_num_threads, loop_threads
 
@@ -40,38 +41,7 @@ def kl_bits(p_logits: Tensor, q_logits: Tensor) -> Tensor:
     return (log_p.exp() * (log_p - log_q)).sum(-1) / LN2
 
 
-# --------------------------------------------------------------------------- inputs and hooks
-
-
-def _check_tokens(tokens: Any, seq_len: int, vocab_size: int, name: str = "tokens") -> Tensor:
-    """Validate a 1-D integer token stream holding at least one sequence."""
-    if not isinstance(seq_len, int) or seq_len < 2:
-        raise ValueError(f"seq_len: must be an int >= 2, got {seq_len!r}")
-    if (
-        not isinstance(tokens, Tensor)
-        or tokens.dim() != 1
-        or tokens.dtype.is_floating_point
-        or tokens.dtype == torch.bool
-    ):
-        shape = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
-        raise ValueError(f"{name}: expected a 1-D torch.LongTensor token stream, got {shape}")
-    if tokens.numel() < seq_len:
-        raise ValueError(
-            f"{name}: the text has {tokens.numel()} tokens, fewer than one sequence of "
-            f"seq_len={seq_len}; pass at least {seq_len} tokens or lower seq_len"
-        )
-    lo, hi = int(tokens.min()), int(tokens.max())
-    if lo < 0 or hi >= vocab_size:
-        raise ValueError(
-            f"{name}: token ids must lie in [0, {vocab_size - 1}] (vocab_size), got range [{lo}, {hi}]"
-        )
-    return tokens.long()
-
-
-def _sequences(tokens: Tensor, seq_len: int) -> Tensor:
-    """Non-overlapping (n, seq_len) chunks of the stream; the tail shorter than seq_len is dropped."""
-    n = tokens.numel() // seq_len
-    return tokens[: n * seq_len].view(n, seq_len)
+# --------------------------------------------------------------------------- hooks
 
 
 @contextmanager
@@ -131,7 +101,7 @@ def evaluate(
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol: {protocol!r} is not allowed; allowed: {', '.join(PROTOCOLS)}")
     check_model(model)
-    tokens = _check_tokens(tokens, seq_len, model.config.vocab_size)
+    tokens = check_tokens(tokens, seq_len, model.config.vocab_size)
     if lens is not None:
         _check_lens(model, lens)
     if not isinstance(max_tokens, int) or max_tokens < seq_len:
@@ -139,7 +109,7 @@ def evaluate(
     if not isinstance(batch_size, int) or batch_size <= 0:
         raise ValueError(f"batch_size: must be a positive int, got {batch_size!r}")
     check_num_threads(num_threads)
-    seqs = _sequences(tokens, seq_len)[: max_tokens // seq_len]
+    seqs = sequences(tokens, seq_len)[: max_tokens // seq_len]
     logit = new_logit_lens(model) if logit_lens else None
     sums, ce_model = _score(model, seqs, lens, logit, batch_size, num_threads, protocol)
     n_ce = seq_len - 1

@@ -26,9 +26,10 @@ several times slower than one when another process held a core). The lens does n
 
 A step runs the frozen model and reduces its logits to the loss's target statistics (about 30% of a step,
 0.027 s of 0.087 s, for the ``small`` model), then the lens's loss and backward per layer; ``cache=``
-(:mod:`tiebias.lens.cache`) takes the former from activations computed once, with the same lens bit for bit.
+(:mod:`tiebias.lens.cache`) takes the former from activations computed once, with the same lens bit for bit: both
+run :func:`tiebias.lens.frozen.frozen_forward`. Token streams and settings are checked by :mod:`tiebias.lens.inputs`.
 
-Continuing (the lens-budget ladder of :mod:`tiebias.lens.tables`): :func:`train_lens` can train a
+Continuing (the lens-budget ladder of :mod:`tiebias.lens.ladder`): :func:`train_lens` can train a
 given lens in place and fill or resume from a ``state`` dict (optimiser moments, the data
 generator, the shuffled order and its cursor, ``steps_done``). Each call runs its own schedule
 (warmup, then linear decay to 0 over its ``steps``), so every call ends with an annealed lens.
@@ -47,13 +48,13 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 from tuned_lens import TunedLens
-from tuned_lens.nn import Unembed
 
-from tiebias.lens.evaluate import _check_tokens, _sequences
+from tiebias.lens.frozen import LensTarget, frozen_forward
+from tiebias.lens.inputs import check_train_args, sequences
 from tiebias.lens.lenses import LN2, _check_lens, check_model, new_lens
 from tiebias.lens.precision import logits_precision
-from tiebias.system.parallel import Stopped, check_should_stop
-from tiebias.system.threads import check_num_threads, loop_threads
+from tiebias.system.parallel import Stopped
+from tiebias.system.threads import loop_threads
 
 if TYPE_CHECKING:
     from tiebias.lens.cache import LensCache
@@ -110,24 +111,6 @@ _kl_nats_fused = _LensKL.apply
 """Per-position KL(p || softmax(W n + b)) in nats; see :class:`_LensKL`."""
 
 
-def _target_stats(logits: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-    """(p W, p . b, sum p log p) of the final distribution p = softmax(logits), in float32.
-
-    Few passes over the vocabulary: shift by the max, exponentiate once, and get the
-    entropy term from sum e (z - max) / sum e - log sum e.
-    """
-    z = logits.float()
-    z = z - z.amax(-1, keepdim=True)
-    e = z.exp()
-    total = e.sum(-1, keepdim=True)
-    neg_entropy = torch.linalg.vecdot(e, z) / total.squeeze(-1) - total.squeeze(-1).log()
-    target_mean = (e @ weight.float()) / total
-    target_bias = (
-        (e @ bias.float()) / total.squeeze(-1) if bias is not None else torch.zeros_like(neg_entropy)
-    )
-    return target_mean, target_bias, neg_entropy
-
-
 # --------------------------------------------------------------------------- training
 
 
@@ -169,7 +152,7 @@ def train_lens(
     model's forward, giving the same lens bit for bit; a cache built for anything else is refused (ValueError).
     """
     model_type = check_model(model)
-    tokens = _check_train_args(model, tokens, steps=steps, seq_len=seq_len, tokens_per_step=tokens_per_step,
+    tokens = check_train_args(model, tokens, steps=steps, seq_len=seq_len, tokens_per_step=tokens_per_step,
                                warmup_steps=warmup_steps, lr=lr, optimizer=optimizer, batch_size=batch_size,
                                num_threads=num_threads, should_stop=should_stop)
     if low_precision is None:
@@ -184,7 +167,7 @@ def train_lens(
     params = [p for p in lens.parameters() if p.requires_grad]
     opt, base_lr, feed = _start(params, tokens, seq_len, seed, resume, optimizer=optimizer, lr=lr, momentum=momentum,
                                 weight_decay=weight_decay)
-    target = _Target.of(lens, low_precision)
+    target = LensTarget.of(lens, low_precision)
     per_step = tokens_per_step // seq_len
     if cache is not None:
         cache.check(model, feed.seqs, tokens_per_step=tokens_per_step, batch_size=batch_size)
@@ -211,41 +194,6 @@ def train_lens(
     if state is not None:
         _fill_state(state, opt, optimizer, feed, steps, seq_len)
     return lens
-
-
-def _check_train_args(
-    model: PreTrainedModel,
-    tokens: Any,
-    *,
-    steps: int,
-    seq_len: int,
-    tokens_per_step: int,
-    warmup_steps: int,
-    lr: float,
-    optimizer: str,
-    batch_size: int,
-    num_threads: int | str | None,
-    should_stop: object = None,
-) -> Tensor:
-    """Validate :func:`train_lens`'s arguments (ValueError naming the first bad one); return the token stream."""
-    if not isinstance(steps, int) or steps <= 0:
-        raise ValueError(f"steps: must be a positive int, got {steps!r}")
-    check_num_threads(num_threads)
-    check_should_stop(should_stop)
-    tokens = _check_tokens(tokens, seq_len, model.config.vocab_size)
-    if not isinstance(tokens_per_step, int) or tokens_per_step < seq_len or tokens_per_step % seq_len:
-        raise ValueError(
-            f"tokens_per_step: must be a positive multiple of seq_len={seq_len}, got {tokens_per_step!r}"
-        )
-    if not isinstance(warmup_steps, int) or not 0 <= warmup_steps < steps:
-        raise ValueError(f"warmup_steps: must be an int in [0, steps={steps}), got {warmup_steps!r}")
-    if lr <= 0:
-        raise ValueError(f"lr: must be > 0, got {lr!r}")
-    if optimizer not in ("adam", "sgd"):
-        raise ValueError(f"optimizer: must be 'adam' or 'sgd', got {optimizer!r}")
-    if not isinstance(batch_size, int) or batch_size <= 0:
-        raise ValueError(f"batch_size: must be a positive int, got {batch_size!r}")
-    return tokens
 
 
 def _resume_from(state: Any, optimizer: str, seq_len: int) -> dict[str, Any] | None:
@@ -315,7 +263,7 @@ def _start(
     The base rates are read before a resumed optimiser state overwrites them with its last scheduled ones."""
     opt = _new_optimizer(params, optimizer, lr, momentum, weight_decay)
     base_lr = [g["lr"] for g in opt.param_groups]
-    seqs = _sequences(tokens, seq_len)
+    seqs = sequences(tokens, seq_len)
     gen = torch.Generator().manual_seed(seed)
     if resume is None:
         return opt, base_lr, _Feed(seqs, gen, torch.randperm(len(seqs), generator=gen), 0, 0)
@@ -339,35 +287,8 @@ def _lr_factor(step: int, steps: int, warmup_steps: int) -> float:
     return max(0.0, (steps - step) / max(1, steps - warmup_steps))
 
 
-@dataclass(frozen=True)
-class _Target:
-    """The frozen unembedding the loss is computed with: final norm, weight (float32 and lens precision), bias."""
-
-    unembed: Unembed
-    weight: Tensor
-    bias: Tensor | None
-    lens_weight: Tensor
-
-    @classmethod
-    def of(cls, lens: TunedLens, low_precision: bool) -> _Target:
-        """From the lens's own unembedding; ``low_precision`` keeps a bf16 copy of the weight for the lens logits."""
-        unembed = lens.unembed
-        weight = unembed.unembedding.weight.detach()
-        lens_weight = weight.to(torch.bfloat16 if low_precision else torch.float32).contiguous()
-        return cls(unembed, weight, unembed.unembedding.bias, lens_weight)
-
-
-def _frozen_forward(
-    model: PreTrainedModel, target: _Target, x: Tensor
-) -> tuple[tuple[Tensor, ...], tuple[Tensor, Tensor, Tensor]]:
-    """(hidden_states[:-1], target statistics) of the frozen model on the sequences ``x``: what the loss needs."""
-    with torch.no_grad():
-        out = model(input_ids=x, output_hidden_states=True)
-        return out.hidden_states[:-1], _target_stats(out.logits, target.weight, target.bias)
-
-
 def _accumulate_gradients(
-    model: PreTrainedModel, lens: TunedLens, target: _Target, seqs: Tensor, idx: Tensor, batch_size: int,
+    model: PreTrainedModel, lens: TunedLens, target: LensTarget, seqs: Tensor, idx: Tensor, batch_size: int,
     cache: LensCache | None,
 ) -> list[float]:
     """One step's gradients on sequences ``idx``, accumulated over micro-batches of ``batch_size``; returns the mean
@@ -380,7 +301,7 @@ def _accumulate_gradients(
         if cache is not None:
             hidden, (target_mean, target_bias, neg_entropy) = cache.take(sel)
         else:
-            hidden, (target_mean, target_bias, neg_entropy) = _frozen_forward(model, target, seqs[sel].to(model.device))
+            hidden, (target_mean, target_bias, neg_entropy) = frozen_forward(model, target, seqs[sel].to(model.device))
         for i, h in enumerate(hidden):
             n = target.unembed.final_norm(lens.transform_hidden(h, i))
             kl = _kl_nats_fused(n, target.lens_weight, target.bias, target_mean, target_bias, neg_entropy)

@@ -228,7 +228,7 @@ def ladder_layers(kl: pd.DataFrame, layers: Sequence[int] = (0, 1, 2), column: s
 
 
 def describe_scale(scale: pd.DataFrame, level: float = 0.95) -> str:
-    """One sentence per checkpoint of :func:`scale_table`: validation loss, early-layer gap and whether its CI is above 0."""
+    """One sentence per checkpoint of :func:`train_checkpoint_lens_ladders`: validation loss, early-layer gap and whether its CI is above 0."""
     parts = []
     for r in scale.itertuples():
         where = "above 0" if r.ci_low > 0 else ("below 0" if r.ci_high < 0 else "includes 0")

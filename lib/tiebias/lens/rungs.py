@@ -1,0 +1,176 @@
+"""One model's lens-budget ladder of one recipe: train each rung, save it, resume an interrupted ladder.
+
+**Ladder.** The lens is trained to ``budgets[0] x lens_steps`` steps and saved; the *same* lens, with its
+optimiser state and data cursor, then continues to the next budget, and so on. Each rung runs its own warmup
+then linear decay to 0 over its new steps (a warm restart), so every saved rung is an annealed lens, and rung 1
+is exactly the single-budget lens of a one-rung ladder. Layout, in the tuned_lens package format::
+
+    <lens folder>/                  the largest rung of the first recipe (publish_top_rung; what other code loads)
+    <lens folder>/<recipe>-x<b>/    every rung: config.json, params.pt, rung.json (+ trainer.pt, eval_*.csv)
+
+``rung.json`` records what determines the rung and is written last (it marks the rung finished);
+``trainer.pt`` (optimiser and data state) is kept at the highest finished rung only, so an interrupted
+ladder resumes from there and a finished rung is never retrained. The rungs a call trains share one
+:mod:`tiebias.lens.cache` activation cache (built only when a rung must be trained, and only under
+``max_cache_bytes``), so the frozen model runs once over the training tokens, not once per step.
+
+**Recipes.** ``cpu``: Adam (amsgrad) at 1e-2 with a short warmup, the kit's CPU-sized default (see
+:func:`tiebias.lens.fit.train_lens`). ``package``: the tuned-lens package's own recipe (SGD with Nesterov
+momentum 0.9, its ``lr_scale`` 1.0 applied as ``1.0 * (1 - 0.9)``, weight decay 1e-3, no warmup),
+at the profile's tokens per step (the package uses 2**18).
+
+Evaluating the rungs and ladders over a run's models are :mod:`tiebias.lens.rung_eval` and
+:mod:`tiebias.lens.ladder`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tiebias.config.params import coerce
+from tiebias.lens import cache as lens_cache
+from tiebias.lens import fit as lens_fit
+from tiebias.lens import lenses as tl
+from tiebias.lens.precision import logits_precision
+from tiebias.run.files import read_json, write_json_atomic
+
+__all__ = ["RECIPES", "check_budgets", "check_recipes", "publish_top_rung", "recipe_kwargs", "rung_dir",
+           "train_ladder"]
+
+RECIPES: dict[str, dict[str, Any]] = {
+    "cpu": {"optimizer": "adam", "lr": 1e-2, "momentum": 0.9, "weight_decay": 1e-3},
+    "package": {"optimizer": "sgd", "lr": 1.0, "momentum": 0.9, "weight_decay": 1e-3, "warmup_steps": 0},
+}
+"""Named lens-training recipes (keyword arguments of :func:`tiebias.lens.fit.train_lens`)."""
+
+_RUNG = "rung.json"
+_TRAINER = "trainer.pt"
+_TOP_RECIPE = "recipe.json"
+
+
+def check_budgets(lens_budgets: Any) -> list[int]:
+    """The ladder: positive, strictly increasing integer multiples of lens_steps (the schema's rule, e.g. [1, 2, 4])."""
+    return coerce("lens_budgets", lens_budgets)
+
+
+def check_recipes(lens_recipes: Any) -> list[str]:
+    """The lens recipes: distinct names from :data:`RECIPES`; the first one carries the verdict (the schema's rule)."""
+    return coerce("lens_recipes", lens_recipes)
+
+
+def recipe_kwargs(recipe: str, steps: int) -> dict[str, Any]:
+    """train_lens keyword arguments of a named recipe for a run of ``steps`` steps (warmup scaled to short runs)."""
+    if recipe not in RECIPES:
+        raise ValueError(f"lens_recipes: unknown recipe {recipe!r}; allowed: {', '.join(RECIPES)}")
+    kw = dict(RECIPES[recipe])
+    kw.setdefault("warmup_steps", min(25, steps // 10))  # the package's Adam warmup of 25, scaled for short runs
+    return kw
+
+
+def rung_dir(folder: str | Path, recipe: str, budget: int) -> Path:
+    """Folder of one rung of a ladder: ``<lens folder>/<recipe>-x<budget>``."""
+    return Path(folder) / f"{recipe}-x{int(budget)}"
+
+
+def _rung_meta(recipe: str, budgets: Sequence[int], k: int, *, steps: int, tokens_per_step: int, seq_len: int,
+               n_tokens: int, model_sha256: str, precision: str) -> dict[str, Any]:
+    """What determines rung k of a ladder (its lens depends on every rung before it, on the model, and on the
+    precision of the lens logits in training)."""
+    return {"recipe": recipe, "train_lens": RECIPES[recipe], "ladder": list(budgets[: k + 1]),
+            "budget": int(budgets[k]), "lens_steps": steps, "tokens_per_step": tokens_per_step, "seq_len": seq_len,
+            "n_train_tokens": int(n_tokens), "model_sha256": model_sha256, "logits_precision": precision}
+
+
+def _rung_done(path: Path, meta: dict[str, Any], auto_precision: str) -> bool:
+    """Whether a rung's lens files exist and the same ladder trained it (no recorded precision: the automatic one)."""
+    f = path / _RUNG
+    if not ((path / "params.pt").is_file() and f.is_file()):
+        return False
+    saved = read_json(f, "delete the rung's folder: it is trained again")
+    saved.setdefault("logits_precision", auto_precision)
+    return saved == meta
+
+
+def train_ladder(model: Any, tokens: Any, folder: str | Path, *, steps: int, tokens_per_step: int, seq_len: int,
+                 budgets: Sequence[int] = (1,), recipe: str = "cpu", progress: bool = True,
+                 max_cache_bytes: int = lens_cache.MAX_BYTES, num_threads: int | str | None = "auto",
+                 should_stop: Callable[[], bool] | None = None) -> dict[int, Any]:
+    """Train (or load) a lens at every budget of the ladder; returns {budget: TunedLens}. Resumable.
+
+    Rung k continues rung k-1's lens and optimiser for ``(budgets[k] - budgets[k-1]) * steps`` steps
+    (schedule per rung, see the module docstring). Finished rungs are loaded, not retrained; an
+    interrupted ladder restarts from the highest finished rung that kept its trainer state. The rungs
+    trained share one activation cache when it fits ``max_cache_bytes`` (0: none) and pays off
+    (:func:`tiebias.lens.cache.pays_off`); the lenses are the same.
+    ``num_threads`` and ``should_stop`` go to :func:`tiebias.lens.fit.train_lens` (a stop keeps finished rungs).
+    """
+    budgets = check_budgets(budgets)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps <= 0:
+        raise ValueError(f"lens_steps: {steps!r} is not allowed; need an integer > 0")
+    if recipe not in RECIPES:
+        raise ValueError(f"lens_recipes: unknown recipe {recipe!r}; allowed: {', '.join(RECIPES)}")
+    if isinstance(max_cache_bytes, bool) or not isinstance(max_cache_bytes, int) or max_cache_bytes < 0:
+        raise ValueError(f"max_cache_bytes: must be an int >= 0 (0: no cache), got {max_cache_bytes!r}")
+    folder = Path(folder)
+    sha = tl._unembed_sha256(model)
+    precision = logits_precision(model.device)
+    metas = [_rung_meta(recipe, budgets, k, steps=steps, tokens_per_step=tokens_per_step, seq_len=seq_len,
+                        n_tokens=tokens.numel(), model_sha256=sha, precision=precision) for k in range(len(budgets))]
+    dirs = [rung_dir(folder, recipe, b) for b in budgets]
+    auto = logits_precision(model.device, "auto")
+    done = 0
+    while done < len(budgets) and _rung_done(dirs[done], metas[done], auto):
+        done += 1
+    out: dict[int, Any] = {}
+    if done == len(budgets):
+        return {b: tl.load_lens(model, d) for b, d in zip(budgets, dirs, strict=True)}
+    start = max((k for k in range(done) if (dirs[k] / _TRAINER).is_file()), default=-1)
+    for k in range(start):
+        out[budgets[k]] = tl.load_lens(model, dirs[k])
+    lens, state = None, {}
+    if start >= 0:
+        lens = tl.load_lens(model, dirs[start])
+        state = torch.load(dirs[start] / _TRAINER, map_location="cpu", weights_only=True)
+        out[budgets[start]] = copy.deepcopy(lens) if start < len(budgets) - 1 else lens
+    draws = (budgets[-1] - (budgets[start] if start >= 0 else 0)) * steps * (tokens_per_step // seq_len)
+    cache = lens_cache.build_cache(model, tokens, seq_len=seq_len, tokens_per_step=tokens_per_step,
+                                   max_bytes=max_cache_bytes, progress=progress, num_threads=num_threads,
+                                   ) if lens_cache.pays_off(draws, tokens.numel() // seq_len) else None
+    for k in range(start + 1, len(budgets)):
+        seg = (budgets[k] - (budgets[k - 1] if k else 0)) * steps
+        kw = recipe_kwargs(recipe, seg)
+        lens = lens_fit.train_lens(model, tokens, steps=seg, tokens_per_step=tokens_per_step, seq_len=seq_len,
+                                   progress=progress, lens=lens, state=state, cache=cache, num_threads=num_threads,
+                                   should_stop=should_stop, low_precision=precision == "bf16", **kw)
+        if dirs[k].exists():
+            shutil.rmtree(dirs[k])
+        tl.save_lens(lens, dirs[k], logits_precision=precision)
+        torch.save(state, dirs[k] / _TRAINER)
+        write_json_atomic(dirs[k] / _RUNG, metas[k])  # last: marks the rung finished
+        if k > 0:
+            (dirs[k - 1] / _TRAINER).unlink(missing_ok=True)
+        out[budgets[k]] = copy.deepcopy(lens) if k < len(budgets) - 1 else lens  # the next rung trains in place
+    return out
+
+
+def publish_top_rung(folder: Path, recipe: str, budgets: Sequence[int], *, steps: int, tokens_per_step: int,
+                     seq_len: int, n_tokens: int, model_sha256: str, precision: str) -> None:
+    """Copy the largest rung's lens files of ``recipe``'s ladder to the top of the lens folder, where
+    :func:`tiebias.lens.lenses.load_lens` finds them (skipped when that rung is already there)."""
+    meta = _rung_meta(recipe, budgets, len(budgets) - 1, steps=steps, tokens_per_step=tokens_per_step,
+                      seq_len=seq_len, n_tokens=n_tokens, model_sha256=model_sha256, precision=precision)
+    src = rung_dir(folder, recipe, budgets[-1])
+    top = folder / _TOP_RECIPE
+    if top.is_file() and json.loads(top.read_text()) == meta and (folder / "params.pt").is_file():
+        return
+    for f in src.iterdir():
+        if f.is_file() and f.name not in (_RUNG, _TRAINER) and not f.name.startswith("eval_"):
+            shutil.copy2(f, folder / f.name)
+    write_json_atomic(top, meta)
