@@ -25,14 +25,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tiebias import stats
 from tiebias.align.comparisons import token_gap
 from tiebias.lens.tables import at_budget, at_protocol, convergence, early_gap, ladder_gaps
-from tiebias.output import report
-from tiebias.output.report import NOT_MEANINGFUL
 from tiebias.paper import FIG4_OUTPUT_SHARE, TABLE1, TABLE2_STEP10K, TABLE7_PPL
 from tiebias.run.folder import Run
 from tiebias.train import divergence
-from tiebias.verdicts import evidence
+from tiebias.verdicts import evidence, records
+from tiebias.verdicts.status import DOES_NOT_HOLD, HOLDS, NOT_MEANINGFUL, printed, status_of
 
 CLAIM3_KEYS = {"package": "claim3_tuned_lens", "reference": "claim3_tuned_lens_reference"}
 """Claim 3's record under each lens protocol (:data:`tiebias.lens.evaluate.PROTOCOLS`): one rule, two readings."""
@@ -74,21 +74,17 @@ def record(dest: Run, v: Verdict) -> dict:
     """
     why = evidence.not_meaningful(dest)
     if why and v.status != NOT_MEANINGFUL:
-        v.details["reading"] = v.status or ("holds" if v.holds else "does not hold")
+        v.details["reading"] = v.status or status_of(v.holds)
         v.text, v.status = f"{evidence.banner(why)}\n{v.text}", NOT_MEANINGFUL
     status = v.details.get("reading") if v.status == NOT_MEANINGFUL else v.status
-    return report.record(dest, v.claim, value=v.value, threshold=v.threshold, statement=v.statement, unit=v.unit,
-                         spread=v.spread, noise_floor=v.noise_floor, paper=v.paper, n_seeds=v.n_seeds,
-                         details=v.details, status=status, not_meaningful=why)
+    return records.record(dest, v.claim, value=v.value, threshold=v.threshold, statement=v.statement, unit=v.unit,
+                          spread=v.spread, noise_floor=v.noise_floor, paper=v.paper, n_seeds=v.n_seeds,
+                          details=v.details, status=status, not_meaningful=why)
 
 
 def beyond_noise(change: float, sd: float) -> bool | None:
     """Whether a change exceeds ``NOISE_SDS`` seed sd (None when there is no sd, e.g. one seed)."""
     return bool(abs(change) > NOISE_SDS * sd) if math.isfinite(sd) else None
-
-
-def _holds_word(holds: bool) -> str:
-    return "HOLDS" if holds else "does NOT hold"
 
 
 # --------------------------------------------------------------------------- claim 1
@@ -159,7 +155,7 @@ def claim1(table1: pd.DataFrame, method: str, n_seeds: int, *, where: str = "in 
     lines = _claim1_lines(c1)
     holds = c1["gap"] > c1["threshold"]
     lines.append(f"Claim 1 (tied closer to untied output than to untied input; rule: {c1['rule']}) "
-                 f"{_holds_word(holds)} {where}.")
+                 f"{printed(status_of(holds))} {where}.")
     olmo = TABLE1["OLMo-1B"]
     return Verdict("claim1_alignment", value=c1["gap"], threshold=c1["threshold"], unit=f"{method} cosine gap",
                    statement=f"untied output -> tied {c1['out_to_tied']:.3f} vs untied input -> tied "
@@ -183,7 +179,7 @@ def claim2(flow: pd.DataFrame, first_n: int) -> Verdict:
              f"Paper: ~{FIG4_OUTPUT_SHARE['quoted']:.0%} quoted, {FIG4_OUTPUT_SHARE['reproduction_log_mean']:.0%} mean "
              f"and {FIG4_OUTPUT_SHARE['median_out_in_ratio']}x in its reproduction log.",
              f"Claim 2 (output path dominates: share > {CLAIM2_SHARE:.0%}) "
-             + ("holds" if value > CLAIM2_SHARE else "does NOT hold") + " in this run."]
+             + printed(status_of(value > CLAIM2_SHARE), loud=False) + " in this run."]
     return Verdict("claim2_gradient_flow", value=value, threshold=CLAIM2_SHARE, unit="output share",
                    statement=f"output path carried {share.mean():.1%} of the tied matrix's gradient over the first "
                              f"{first_n} steps", text="\n".join(lines),
@@ -218,7 +214,7 @@ def _claim3_status(converged: bool | None, ci_low: float) -> str:
         return "not converged"
     if not math.isfinite(ci_low):
         return "undetermined (no confidence interval)"
-    return "holds" if ci_low > 0 else "does not hold"
+    return status_of(ci_low > 0)
 
 
 def _claim3_lines(g: dict[str, Any], conv: dict[str, Any], recipe: str, budget: int, level: float) -> list[str]:
@@ -243,7 +239,7 @@ def _claim3_closing(status: str) -> str:
     if status.startswith("undetermined"):
         return "Claim 3: undetermined (no confidence interval for the gap)."
     return (f"Claim 3 (tied early layers read worse: CI of the gap above 0) "
-            f"{'HOLDS' if status == 'holds' else 'does NOT hold'} here.")
+            f"{printed(status)} here.")
 
 
 def claim3(seq_table: pd.DataFrame, *, paired: bool = True, level: float = 0.95,
@@ -318,7 +314,7 @@ def claim4_rule(head: dict[str, Any]) -> tuple[float, str]:
                           np.divide(-r_out["change"], NOISE_SDS * r_out["seed_std"])))
     if math.isnan(value):
         return value, "undetermined (no seed spread)"
-    return value, "holds" if value > 1.0 else "does not hold"
+    return value, status_of(value > 1.0)
 
 
 def dose_response(table: pd.DataFrame, method: str = "orthogonal", step: int | None = None) -> dict:
@@ -342,7 +338,7 @@ def dose_response(table: pd.DataFrame, method: str = "orthogonal", step: int | N
         stds = d.groupby("k")[col].std(ddof=1)
         rho = float(spearmanr(d.k, d[col]).statistic) if d[col].nunique() > 1 else 0.0
         change = float(means.iloc[-1] - means.iloc[0])
-        noise = float(np.sqrt(np.nanmean(stds.values**2))) if d.seed.nunique() > 1 else math.nan
+        noise = stats.pooled_sd(stds.values) if d.seed.nunique() > 1 else math.nan
         monotone = bool(np.all(np.diff(means.values) > 0) if want == "rises" else np.all(np.diff(means.values) < 0))
         direction_ok = change > 0 if want == "rises" else change < 0
         out[col] = {"expected": want, "means": means.round(4).to_dict(), "change": change, "spearman": rho,
@@ -351,17 +347,13 @@ def dose_response(table: pd.DataFrame, method: str = "orthogonal", step: int | N
     value, status = claim4_rule(out)
     out["claim4_value"] = value
     out["claim4_status"] = status
-    out["claim4_holds"] = status == "holds"
+    out["claim4_holds"] = status == HOLDS
     return out
 
 
 def _claim4_word(status: str) -> str:
     """The printed verdict for a claim-4 status (the same status the record stores)."""
-    if status == "holds":
-        return "HOLDS in this run"
-    if status == "does not hold":
-        return "does NOT hold in this run"
-    return status.upper()
+    return printed(status) + (" in this run" if status in (HOLDS, DOES_NOT_HOLD) else "")
 
 
 def _claim4_lines(verdicts: dict[str, dict], reference: str) -> list[str]:
