@@ -209,7 +209,9 @@ REFERENCE_READING = ("the paper's public code: hidden state i through translator
                      "state through the last translator and the final norm again")
 
 
-def _claim3_status(converged: bool | None, ci_low: float) -> str:
+def claim3_rule(converged: bool | None, ci_low: float) -> str:
+    """Claim 3's one rule, as a status: "not converged" (the lens ladder moved the gap by its CI half-width or more),
+    "undetermined" (no CI, e.g. one seed without per-sequence rows), else "holds" when the CI's low end is above 0."""
     if converged is False:
         return "not converged"
     if not math.isfinite(ci_low):
@@ -262,7 +264,7 @@ def claim3(seq_table: pd.DataFrame, *, paired: bool = True, level: float = 0.95,
     conv = convergence(ladder)
     g = early_gap(at_budget(seq_table, None, recipes[0]), paired=paired, level=level)
     budget = int(ladder.budget.max())
-    status = _claim3_status(conv["converged"], g["ci_low"])
+    status = claim3_rule(conv["converged"], g["ci_low"])
     lines = _claim3_lines(g, conv, recipes[0], budget, level)
     for r in recipes[1:]:
         o = early_gap(at_budget(seq_table, None, r), paired=paired, level=level)
@@ -403,4 +405,4 @@ def claim4_cost(ppl: pd.DataFrame) -> str:
 
 
 __all__ = ["CLAIM2_SHARE", "CLAIM3_KEYS", "NOISE_SDS", "ONE_SEED_STATUS", "Verdict", "alignment_gap", "below_unigram", "beyond_noise", "claim1",
-           "claim2", "claim3", "claim3_side_by_side", "claim4", "claim4_cost", "claim4_rule", "dose_response", "record"]
+           "claim2", "claim3", "claim3_rule", "claim3_side_by_side", "claim4", "claim4_cost", "claim4_rule", "dose_response", "record"]
