@@ -251,7 +251,8 @@ def test_a_model_must_beat_the_unigram_baseline_strictly(loss: float, short: boo
 def test_a_record_stores_the_computed_words(tmp_path: Path) -> None:
     run = Run(tmp_path / "r")
     for value, status in ((0.5 + NUDGE, HOLDS), (0.5, DOES_NOT_HOLD)):
-        assert records.record(run, "claim2_gradient_flow", value=value, threshold=0.5, statement="s")["status"] == status
+        entry = records.record(run, "claim2_gradient_flow", value=value, threshold=0.5, statement="s")
+        assert entry["status"] == status
     stored = records.results(run)["claim2_gradient_flow"]
     assert stored["status"] == DOES_NOT_HOLD and stored["verdict"] is False
     e = records.record(run, "claim2_gradient_flow", value=0.9, threshold=0.5, statement="s", not_meaningful="smoke")

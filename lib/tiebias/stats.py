@@ -57,9 +57,14 @@ def half_width(low: float, high: float) -> float:
     return (high - low) / 2
 
 
+def lies_above_zero(low: float) -> bool:
+    """Whether an interval with low end ``low`` lies wholly above 0 (a NaN end does not): "the CI is above 0"."""
+    return bool(low > 0)
+
+
 def ci_position(low: float, high: float) -> str:
     """Where an interval lies against 0: "above 0", "below 0" or "includes 0" (a NaN end counts as including 0)."""
-    if low > 0:
+    if lies_above_zero(low):
         return "above 0"
     if high < 0:
         return "below 0"
@@ -211,4 +216,5 @@ def bootstrap_diff(a: np.ndarray, b: np.ndarray, *, paired: bool, n_boot: int = 
 
 
 __all__ = ["BootstrapCI", "Slope", "Summary", "bootstrap_diff", "bootstrap_mean", "ci_position", "excludes_zero",
-           "half_width", "one_sample_p", "over_seeds", "pooled_sd", "slope", "summarise", "t_half_width", "t_interval"]
+           "half_width", "lies_above_zero", "one_sample_p", "over_seeds", "pooled_sd", "slope", "summarise",
+           "t_half_width", "t_interval"]

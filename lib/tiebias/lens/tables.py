@@ -229,7 +229,7 @@ def describe_scale(scale: pd.DataFrame, level: float = 0.95) -> str:
         conv = {True: "", False: ", lens not converged", None: ""}[r.converged]
         parts.append(f"step {r.step} (val loss {r.val_loss:.2f}): {r.gap:+.3g} bits [{r.ci_low:+.3g}, {r.ci_high:+.3g}], "
                      f"CI {where}{conv}")
-    above = [int(r.step) for r in scale.itertuples() if stats.ci_position(r.ci_low, r.ci_high) == "above 0"]
+    above = [int(r.step) for r in scale.itertuples() if stats.lies_above_zero(r.ci_low)]
     tail = (f"Tied early layers read worse (CI above 0) at steps {above}." if above
             else "At no checkpoint does the CI of the gap lie above 0.")
     return f"Early-layer gap ({int(level * 100)}% CI) by training step: " + "; ".join(parts) + ". " + tail

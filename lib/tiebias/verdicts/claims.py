@@ -118,7 +118,7 @@ def alignment_gap(df: pd.DataFrame, method: str = "orthogonal", *, n_boot: int =
         return out
     ci = token_gap(df, method, pairing=pairing, n_boot=n_boot, level=level, seed=seed)
     out.update(basis="tokens", ci_low=ci.ci_low, ci_high=ci.ci_high, ci_level=level, n_boot=n_boot,
-               n_tokens=ci.n, threshold=out["gap"] - ci.ci_low, holds=bool(ci.ci_low > 0),
+               n_tokens=ci.n, threshold=out["gap"] - ci.ci_low, holds=stats.lies_above_zero(ci.ci_low),
                note="one pair: no seed noise floor",
                rule=f"holds if the {level:.0%} bootstrap CI over {ci.n} tokens, [{ci.ci_low:+.3f}, {ci.ci_high:+.3f}], lies "
                     f"above 0 (map fitted once on all tokens; only the scored tokens are resampled)")
@@ -216,7 +216,7 @@ def claim3_rule(converged: bool | None, ci_low: float) -> str:
         return "not converged"
     if not math.isfinite(ci_low):
         return "undetermined (no confidence interval)"
-    return status_of(ci_low > 0)
+    return status_of(stats.lies_above_zero(ci_low))
 
 
 def _claim3_lines(g: dict[str, Any], conv: dict[str, Any], recipe: str, budget: int, level: float) -> list[str]:
@@ -404,5 +404,6 @@ def claim4_cost(ppl: pd.DataFrame) -> str:
             f"{TABLE7_PPL[5.0]:.2f} at k=5.")
 
 
-__all__ = ["CLAIM2_SHARE", "CLAIM3_KEYS", "NOISE_SDS", "ONE_SEED_STATUS", "Verdict", "alignment_gap", "below_unigram", "beyond_noise", "claim1",
-           "claim2", "claim3", "claim3_rule", "claim3_side_by_side", "claim4", "claim4_cost", "claim4_rule", "dose_response", "record"]
+__all__ = ["CLAIM2_SHARE", "CLAIM3_KEYS", "NOISE_SDS", "ONE_SEED_STATUS", "Verdict", "alignment_gap", "below_unigram",
+           "beyond_noise", "claim1", "claim2", "claim3", "claim3_rule", "claim3_side_by_side", "claim4", "claim4_cost",
+           "claim4_rule", "dose_response", "record"]

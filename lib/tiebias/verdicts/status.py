@@ -9,7 +9,7 @@ from __future__ import annotations
 HOLDS = "holds"
 DOES_NOT_HOLD = "does not hold"
 NOT_MEANINGFUL = "not meaningful"
-"""The status of every claim of a run that is not evidence (the rule: :func:`tiebias.verdicts.evidence.not_meaningful`)."""
+"""The status of every claim of a run that is not evidence (:func:`tiebias.verdicts.evidence.not_meaningful`)."""
 
 
 def status_of(holds: bool) -> str:
@@ -18,7 +18,7 @@ def status_of(holds: bool) -> str:
 
 
 def printed(status: str, *, loud: bool = True) -> str:
-    """A status as a notebook prints it: "HOLDS" (plain "holds" with ``loud=False``), "does NOT hold", else upper case."""
+    """A status as a notebook prints it: "HOLDS" ("holds" with ``loud=False``), "does NOT hold", else upper case."""
     if status == HOLDS:
         return "HOLDS" if loud else HOLDS
     if status == DOES_NOT_HOLD:
