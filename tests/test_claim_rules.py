@@ -1,7 +1,7 @@
 """The four claims' rules at their edges: just above, just below and exactly at each threshold, one seed, NaN.
 
 Inputs are small synthetic tables in the shape each rule reads; every edge is derived from the rule's own constant
-(``NOISE_SDS``, ``CLAIM2_SHARE``, claim 4's threshold 1), so a changed constant moves the edges with it. Values are
+(``NOISE_SDS``, ``CLAIM2_SHARE``, ``CLAIM4_RATIO``), so a changed constant moves the edges with it. Values are
 built from powers of two, so "exactly at" is exact in floating point.
 """
 
@@ -197,14 +197,15 @@ def head(in_change: float, out_change: float, *, sd: float = SD, seeds: int = 2)
 
 @pytest.mark.parametrize(("factor", "status"), EDGES)
 def test_claim4_holds_only_when_both_changes_beat_noise(factor: float, status: str) -> None:
-    """The weaker of the two changes sits at ``factor`` x NOISE_SDS seed sd; the other is far beyond."""
-    edge = factor * claims.NOISE_SDS * SD
-    far = 10 * claims.NOISE_SDS * SD
+    """The weaker of the two changes sits at ``factor`` x the threshold (CLAIM4_RATIO x NOISE_SDS seed sd)."""
+    edge = factor * claims.CLAIM4_RATIO * claims.NOISE_SDS * SD
+    far = 10 * claims.CLAIM4_RATIO * claims.NOISE_SDS * SD
     for h in (head(edge, -far), head(far, -edge)):
         value, got = claims.claim4_rule(h)
-        assert value == pytest.approx(factor, rel=1e-12) and got == status
+        assert value == pytest.approx(factor * claims.CLAIM4_RATIO, rel=1e-12) and got == status
     assert claims.claim4_rule(head(far, +far))[1] == DOES_NOT_HOLD  # output cosine rose: against the claim
-    assert claims.beyond_noise(edge, SD) is (status == HOLDS)
+    at_noise = factor * claims.NOISE_SDS * SD  # each change on its own: beyond NOISE_SDS sd, strictly
+    assert claims.beyond_noise(at_noise, SD) is claims.beyond_noise(-at_noise, SD) is (status == HOLDS)
 
 
 def test_claim4_one_seed_and_nan_give_no_verdict() -> None:
@@ -231,7 +232,7 @@ def ablation(seeds: int, in_change: float) -> pd.DataFrame:
 
 def test_claim4_end_to_end_and_its_refusals(tmp_path: Path) -> None:
     v = claims.claim4(ablation(2, 4.0), ["orthogonal"], "same")
-    assert v.status == HOLDS and v.value > v.threshold == 1.0
+    assert v.status == HOLDS and v.value > v.threshold == claims.CLAIM4_RATIO
     one = claims.claim4(ablation(1, 4.0), ["orthogonal"], "same")
     assert one.status == claims.ONE_SEED_STATUS and math.isnan(one.value) and one.noise_floor is None
     entry = claims.record(Run(tmp_path / "r"), one)  # recorded as null, with the rule's reason

@@ -38,6 +38,7 @@ CLAIM3_KEYS = {"package": "claim3_tuned_lens", "reference": "claim3_tuned_lens_r
 """Claim 3's record under each lens protocol (:data:`tiebias.lens.evaluate.PROTOCOLS`): one rule, two readings."""
 NOISE_SDS = 2  # "beyond noise": a change larger than this many seed standard deviations
 CLAIM2_SHARE = 0.5  # claim 2 holds when the output path carries more than half of the gradient
+CLAIM4_RATIO = 1.0  # claim 4 holds when both changes, in units of NOISE_SDS seed sd, are above this
 
 
 @dataclass
@@ -316,7 +317,7 @@ def claim4_rule(head: dict[str, Any]) -> tuple[float, str]:
                           np.divide(-r_out["change"], NOISE_SDS * r_out["seed_std"])))
     if math.isnan(value):
         return value, "undetermined (no seed spread)"
-    return value, status_of(value > 1.0)
+    return value, status_of(value > CLAIM4_RATIO)
 
 
 def dose_response(table: pd.DataFrame, method: str = "orthogonal", step: int | None = None) -> dict:
@@ -385,7 +386,7 @@ def claim4(table: pd.DataFrame, methods: Sequence[str], reference: str) -> Verdi
     head = verdicts[methods[0]]
     r_in, r_out = head["vs_untied_input"], head["vs_untied_output"]
     value, status = head["claim4_value"], head["claim4_status"]
-    return Verdict("claim4_causality", value=value, threshold=1.0, unit=f"min change / ({NOISE_SDS} seed sd)",
+    return Verdict("claim4_causality", value=value, threshold=CLAIM4_RATIO, unit=f"min change / ({NOISE_SDS} seed sd)",
                    statement=f"{methods[0]}: k {head['k'][0]:g}->{head['k'][-1]:g} changes untied-input cosine by "
                              f"{r_in['change']:+.4f} and untied-output cosine by {r_out['change']:+.4f} "
                              f"({reference}-seed reference)",
@@ -404,6 +405,6 @@ def claim4_cost(ppl: pd.DataFrame) -> str:
             f"{TABLE7_PPL[5.0]:.2f} at k=5.")
 
 
-__all__ = ["CLAIM2_SHARE", "CLAIM3_KEYS", "NOISE_SDS", "ONE_SEED_STATUS", "Verdict", "alignment_gap", "below_unigram",
+__all__ = ["CLAIM2_SHARE", "CLAIM3_KEYS", "CLAIM4_RATIO", "NOISE_SDS", "ONE_SEED_STATUS", "Verdict", "alignment_gap", "below_unigram",
            "beyond_noise", "claim1", "claim2", "claim3", "claim3_rule", "claim3_side_by_side", "claim4", "claim4_cost",
            "claim4_rule", "dose_response", "record"]
