@@ -10,12 +10,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from tiebias import stats
 from tiebias.lens import tables as lens_tables
 from tiebias.run.folder import Run
 from tiebias.verdicts import claims, records
@@ -37,23 +35,6 @@ def test_status_words_and_their_printed_form() -> None:
     assert printed(HOLDS) == "HOLDS" and printed(HOLDS, loud=False) == "holds"
     assert printed(DOES_NOT_HOLD) == printed(DOES_NOT_HOLD, loud=False) == "does NOT hold"
     assert printed("not converged") == "NOT CONVERGED"
-
-
-def test_ci_against_zero_at_its_edges() -> None:
-    tiny = NUDGE
-    assert stats.ci_position(tiny, 1.0) == "above 0" and stats.excludes_zero(tiny, 1.0)
-    assert stats.ci_position(-1.0, -tiny) == "below 0" and stats.excludes_zero(-1.0, -tiny)
-    for lo, hi in ((0.0, 1.0), (-1.0, 0.0), (-tiny, tiny), (math.nan, math.nan), (math.nan, 1.0)):
-        assert stats.ci_position(lo, hi) == "includes 0" and not stats.excludes_zero(lo, hi), (lo, hi)
-
-
-def test_t_interval_is_the_summary_interval() -> None:
-    x = np.array([0.5, 0.75, 1.25])
-    s = stats.summarise(x)
-    lo, hi, half = stats.t_interval(float(x.mean()), float(x.std(ddof=1)), 3)
-    assert (lo, hi) == (s.ci_low, s.ci_high) and half == stats.half_width(lo, hi) > 0
-    assert all(math.isnan(v) for v in stats.t_interval(1.0, SD, 1))  # one value: no interval
-    assert stats.pooled_sd([SD, SD, math.nan]) == SD
 
 
 # --------------------------------------------------------------------------- claim 1
