@@ -10,6 +10,7 @@ import pytest
 
 from tiebias import stats
 from tiebias.lens import depth as lens_depth
+from tiebias.verdicts import depth as verdict_depth
 
 SEEDS = [0, 1, 2, 3, 4]
 
@@ -50,7 +51,7 @@ def test_slope_recovers_a_line_and_its_interval_covers_it() -> None:
 
 def test_depth_table_applies_claim3_per_depth_and_protocol() -> None:
     tables = {"small": ladder_table(6, 0.0), "small-deep": ladder_table(10, 0.3), "small-16": ladder_table(16, 0.6)}
-    t = lens_depth.depth_table(tables, ["package", "reference"])
+    t = verdict_depth.depth_table(tables, ["package", "reference"])
     assert t.protocol.tolist() == ["package"] * 3 + ["reference"] * 3
     assert t.n_layers.tolist() == [6, 10, 16] * 2 and set(t.n_seeds) == {5} and set(t.budget) == {2}
     pkg = t[t.protocol == "package"]
@@ -62,22 +63,22 @@ def test_depth_table_applies_claim3_per_depth_and_protocol() -> None:
 
 
 def test_depth_trend_and_sentence_say_whether_the_gap_grows() -> None:
-    grows = lens_depth.depth_table({"a": ladder_table(6, 0.0), "b": ladder_table(16, 0.6)}, ["package"])
+    grows = verdict_depth.depth_table({"a": ladder_table(6, 0.0), "b": ladder_table(16, 0.6)}, ["package"])
     s = lens_depth.depth_trend(grows, "package")
     assert s.ci_low > 0 and 0.04 < s.slope < 0.08
-    assert "the gap grows with depth" in lens_depth.describe_depth(grows)
-    flat = lens_depth.depth_table({"a": ladder_table(6, 0.2), "b": ladder_table(16, 0.2)}, ["package"])
-    assert "no measurable trend" in lens_depth.describe_depth(flat)
-    shrinks = lens_depth.depth_table({"a": ladder_table(6, 0.6), "b": ladder_table(16, 0.0)}, ["package"])
-    assert "shrinks" in lens_depth.describe_depth(shrinks)
-    one = lens_depth.depth_table({"a": ladder_table(6, 0.2)}, ["package"])
-    assert "one depth only" in lens_depth.describe_depth(one)
+    assert "the gap grows with depth" in verdict_depth.describe_depth(grows)
+    flat = verdict_depth.depth_table({"a": ladder_table(6, 0.2), "b": ladder_table(16, 0.2)}, ["package"])
+    assert "no measurable trend" in verdict_depth.describe_depth(flat)
+    shrinks = verdict_depth.depth_table({"a": ladder_table(6, 0.6), "b": ladder_table(16, 0.0)}, ["package"])
+    assert "shrinks" in verdict_depth.describe_depth(shrinks)
+    one = verdict_depth.depth_table({"a": ladder_table(6, 0.2)}, ["package"])
+    assert "one depth only" in verdict_depth.describe_depth(one)
     with pytest.raises(ValueError, match="^protocol: 'reference'"):
         lens_depth.depth_trend(grows, "reference")
 
 
 def test_unconverged_depth_is_reported_as_such() -> None:
-    t = lens_depth.depth_table({"a": ladder_table(6, 0.3, moved=1.0)}, ["package"])
+    t = verdict_depth.depth_table({"a": ladder_table(6, 0.3, moved=1.0)}, ["package"])
     assert t.verdict.tolist() == ["not converged"] and t.converged.tolist() == [False]
     with pytest.raises(ValueError, match="^tables: need at least one depth"):
-        lens_depth.depth_table({}, ["package"])
+        verdict_depth.depth_table({}, ["package"])

@@ -307,6 +307,7 @@ def test_train_checkpoint_lens_ladders_on_checkpoints(two_seed_run: Run) -> None
 def test_summaries_and_figures(two_seed_run: Run, tmp_path: Path) -> None:
     from tiebias.output import report
     from tiebias.output.plotting import lens as lplot
+    from tiebias.verdicts import depth as verdict_depth
 
     seq = _synthetic({1: 0.6, 2: 0.5})
     kl = lens_study.per_layer(seq)
@@ -325,7 +326,7 @@ def test_summaries_and_figures(two_seed_run: Run, tmp_path: Path) -> None:
     assert "step 4 (val loss 6.00): +0 bits" in s and "CI includes 0" in s and "lens not converged" in s
     assert s.endswith("at steps [8].")
     v = claims.claim3(seq)
-    pt = lens_study.final_point(two_seed_run, ["tied", "untied"], [0, 1], v)
+    pt = verdict_depth.final_point(two_seed_run, ["tied", "untied"], [0, 1], v)
     want = np.mean([two_seed_run.summary(x, s)["final_val_loss"] for x in ("tied", "untied") for s in (0, 1)])
     assert pt["val_loss"] == pytest.approx(want) and pt["gap"] == v.value
     run = Run(tmp_path / "ext")

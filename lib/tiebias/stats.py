@@ -1,4 +1,5 @@
-"""Statistics shared by every claim: t-intervals over seeds, seed summaries and bootstrap intervals.
+"""Statistics shared by every claim: t-intervals over seeds, seed summaries, bootstrap intervals and where an
+interval lies against 0.
 
 One rule each, used by alignment (claims 1, 2, 4) and the lens study (claim 3): a claim module never
 computes an interval itself.
@@ -45,6 +46,41 @@ def t_half_width(sd: float, n: int, level: float = 0.95) -> float:
     return float(student_t.ppf(0.5 + level / 2, df=n - 1)) * sd / math.sqrt(n)
 
 
+def t_interval(mean: float, sd: float, n: int, level: float = 0.95) -> tuple[float, float, float]:
+    """``(low, high, half_width)`` of the two-sided t-interval around ``mean`` (NaN for n < 2 or a non-finite sd)."""
+    half = t_half_width(sd, n, level)
+    return mean - half, mean + half, half
+
+
+def half_width(low: float, high: float) -> float:
+    """Half the width of an interval (e.g. a percentile bootstrap's, which need not be symmetric about its mean)."""
+    return (high - low) / 2
+
+
+def lies_above_zero(low: float) -> bool:
+    """Whether an interval with low end ``low`` lies wholly above 0 (a NaN end does not): "the CI is above 0"."""
+    return bool(low > 0)
+
+
+def ci_position(low: float, high: float) -> str:
+    """Where an interval lies against 0: "above 0", "below 0" or "includes 0" (a NaN end counts as including 0)."""
+    if lies_above_zero(low):
+        return "above 0"
+    if high < 0:
+        return "below 0"
+    return "includes 0"
+
+
+def excludes_zero(low: float, high: float) -> bool:
+    """Whether an interval excludes 0 (lies wholly above or wholly below it): "significant" in a gap table."""
+    return ci_position(low, high) != "includes 0"
+
+
+def pooled_sd(sds: Any) -> float:
+    """Pooled standard deviation of groups of equal size: root mean square of their sds (NaN groups left out)."""
+    return float(np.sqrt(np.nanmean(np.asarray(sds) ** 2)))
+
+
 def summarise(values: Any, *, level: float = 0.95) -> Summary:
     """Mean +- t-interval of repeated measurements (e.g. one score over seeds: the noise floor)."""
     v = _floats(values)
@@ -57,8 +93,8 @@ def summarise(values: Any, *, level: float = 0.95) -> Summary:
     if v.size == 1:
         return Summary(mean, math.nan, 1, math.nan, math.nan)
     std = float(v.std(ddof=1))
-    half = t_half_width(std, int(v.size), level)
-    return Summary(mean, std, int(v.size), mean - half, mean + half)
+    low, high, _ = t_interval(mean, std, int(v.size), level)
+    return Summary(mean, std, int(v.size), low, high)
 
 
 def one_sample_p(x: np.ndarray) -> float:
@@ -179,5 +215,6 @@ def bootstrap_diff(a: np.ndarray, b: np.ndarray, *, paired: bool, n_boot: int = 
     return float(a.mean() - b.mean()), float(lo), float(hi)
 
 
-__all__ = ["BootstrapCI", "Summary", "bootstrap_diff", "bootstrap_mean", "one_sample_p", "over_seeds",
-           "summarise", "t_half_width"]
+__all__ = ["BootstrapCI", "Slope", "Summary", "bootstrap_diff", "bootstrap_mean", "ci_position", "excludes_zero",
+           "half_width", "lies_above_zero", "one_sample_p", "over_seeds", "pooled_sd", "slope", "summarise",
+           "t_half_width", "t_interval"]

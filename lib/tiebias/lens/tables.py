@@ -4,25 +4,20 @@ The tables come from :mod:`tiebias.lens.ladder` (long format: one row per model,
 optionally, evaluation sequence). Gaps are tied - untied, with an interval over seeds (t) when there are
 two or more, else a bootstrap over evaluation sequences ("one pair: no seed noise floor"). The early
 layers are the input layer and the first third of the blocks; a ladder has converged when its last
-rung moved the early-layer gap by less than that gap's interval half-width. The verdict built from
-these numbers is :func:`tiebias.verdicts.claims.claim3`.
+rung moved the early-layer gap by less than that gap's interval half-width. Every interval comes from
+:mod:`tiebias.stats`; the verdict built from these numbers is :func:`tiebias.verdicts.claims.claim3`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from tiebias import stats
-from tiebias.run.folder import Run
-
-if TYPE_CHECKING:
-    from tiebias.verdicts.claims import Verdict
-
 
 METRICS = ["kl_tuned_bits", "kl_logit_bits", "ce_tuned_nats", "ce_logit_nats", "ce_model_nats"]
 ID_COLUMNS = ["variant", "seed", "step", "recipe", "budget", "lens_steps", "protocol"]
@@ -96,13 +91,12 @@ def gap_table(df: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied", 
         mean = float(x.mean()) if n else math.nan
         sd = float(x.std(ddof=1)) if n > 1 else math.nan
         if n > 1 and sd > 0:
-            half, p = stats.t_half_width(sd, n, level), stats.one_sample_p(x)
+            (lo, hi, _), p = stats.t_interval(mean, sd, n, level), stats.one_sample_p(x)
         else:
-            half, p = math.nan, math.nan
-        lo, hi = mean - half, mean + half
+            lo, hi, p = math.nan, math.nan, math.nan
         rows.append({"layer": int(layer), a: float(wide.loc[layer][a].mean()), b: float(wide.loc[layer][b].mean()),
                      "gap": mean, "gap_sd": sd, "ci_low": lo, "ci_high": hi, "p_value": p, "n_seeds": n,
-                     "significant": bool(n > 1 and (lo > 0 or hi < 0)), "ci_method": "seeds (t)"})
+                     "significant": n > 1 and stats.excludes_zero(lo, hi), "ci_method": "seeds (t)"})
     return pd.DataFrame(rows)
 
 
@@ -131,7 +125,7 @@ def gaps(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied"
         mean, lo, hi = stats.bootstrap_diff(xa, xb, paired=paired, n_boot=n_boot, level=level)
         rows.append({"layer": int(layer), a: float(xa.mean()), b: float(xb.mean()), "gap": mean, "gap_sd": math.nan,
                      "ci_low": lo, "ci_high": hi, "p_value": math.nan, "n_seeds": 1,
-                     "significant": bool(lo > 0 or hi < 0), "ci_method": "bootstrap over sequences"})
+                     "significant": stats.excludes_zero(lo, hi), "ci_method": "bootstrap over sequences"})
     return pd.DataFrame(rows)
 
 
@@ -171,14 +165,14 @@ def early_gap(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "
         x = (per_seed[a] - per_seed[b]).dropna().to_numpy(dtype=float)
         mean = float(x.mean())
         sd = float(x.std(ddof=1)) if len(x) > 1 else math.nan
-        half = stats.t_half_width(sd, len(x), level)
-        out.update(value=mean, ci_low=mean - half, ci_high=mean + half, half_width=half, sd=sd,
+        lo, hi, half = stats.t_interval(mean, sd, len(x), level)
+        out.update(value=mean, ci_low=lo, ci_high=hi, half_width=half, sd=sd,
                    method=f"t-interval over {len(x)} seeds", per_seed=x.tolist())
         return out
     per_seq = e.groupby(["variant", "sequence"])[column].mean()
     mean, lo, hi = stats.bootstrap_diff(per_seq[a].to_numpy(), per_seq[b].to_numpy(),
                                 paired=paired and depth[a] == depth[b], n_boot=n_boot, level=level)
-    out.update(value=mean, ci_low=lo, ci_high=hi, half_width=(hi - lo) / 2, sd=math.nan,
+    out.update(value=mean, ci_low=lo, ci_high=hi, half_width=stats.half_width(lo, hi), sd=math.nan,
                method="one pair: no seed noise floor; bootstrap over evaluation sequences", per_seed=[mean])
     return out
 
@@ -231,11 +225,11 @@ def describe_scale(scale: pd.DataFrame, level: float = 0.95) -> str:
     """One sentence per checkpoint of :func:`train_checkpoint_lens_ladders`: validation loss, early-layer gap and whether its CI is above 0."""
     parts = []
     for r in scale.itertuples():
-        where = "above 0" if r.ci_low > 0 else ("below 0" if r.ci_high < 0 else "includes 0")
+        where = stats.ci_position(r.ci_low, r.ci_high)
         conv = {True: "", False: ", lens not converged", None: ""}[r.converged]
         parts.append(f"step {r.step} (val loss {r.val_loss:.2f}): {r.gap:+.3g} bits [{r.ci_low:+.3g}, {r.ci_high:+.3g}], "
                      f"CI {where}{conv}")
-    above = [int(r.step) for r in scale.itertuples() if r.ci_low > 0]
+    above = [int(r.step) for r in scale.itertuples() if stats.lies_above_zero(r.ci_low)]
     tail = (f"Tied early layers read worse (CI above 0) at steps {above}." if above
             else "At no checkpoint does the CI of the gap lie above 0.")
     return f"Early-layer gap ({int(level * 100)}% CI) by training step: " + "; ".join(parts) + ". " + tail
@@ -249,20 +243,13 @@ def describe_gaps(gaps: pd.DataFrame) -> str:
             f"the 95% CI ({gaps.ci_method.iloc[0]}) excludes 0 at layers {c['significant_layers'] or 'none'}.")
 
 
-def final_point(run: Run, variants: Sequence[str], seeds: Sequence[int], verdict: Verdict) -> dict[str, float]:
-    """A run's final models as one scale-axis point: mean final validation loss and the claim-3 gap and CI."""
-    losses = [run.summary(v, s).get("final_val_loss", math.nan) for v in variants for s in seeds]
-    return {"val_loss": float(np.mean(losses)), "gap": verdict.value, "ci_low": verdict.details["ci_low"],
-            "ci_high": verdict.details["ci_high"]}
-
-
 def layer_summary(gaps: pd.DataFrame) -> dict[str, Any]:
     """Per-layer summary of a gap table: early-layer mean gap, RMS seed sd, significant and positive layers."""
     n_layers = int(gaps.layer.max())
     early = early_layers(n_layers)
     e = gaps[gaps.layer.isin(early)]
     value = float(e.gap.mean())
-    sd = float(np.sqrt(np.nanmean(e.gap_sd.to_numpy() ** 2))) if e.n_seeds.min() > 1 else math.nan
+    sd = stats.pooled_sd(e.gap_sd.to_numpy()) if e.n_seeds.min() > 1 else math.nan
     sig = e[e.significant].layer.tolist()
     return {"early_layers": early, "value": value, "sd": sd,
             "input_layer_gap": float(gaps[gaps.layer == 0].gap.iloc[0]),

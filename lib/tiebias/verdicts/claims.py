@@ -25,19 +25,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tiebias import stats
 from tiebias.align.comparisons import token_gap
 from tiebias.lens.tables import at_budget, at_protocol, convergence, early_gap, ladder_gaps
-from tiebias.output import report
-from tiebias.output.report import NOT_MEANINGFUL
 from tiebias.paper import FIG4_OUTPUT_SHARE, TABLE1, TABLE2_STEP10K, TABLE7_PPL
 from tiebias.run.folder import Run
 from tiebias.train import divergence
-from tiebias.verdicts import evidence
+from tiebias.verdicts import evidence, records
+from tiebias.verdicts.status import DOES_NOT_HOLD, HOLDS, NOT_MEANINGFUL, printed, status_of
 
 CLAIM3_KEYS = {"package": "claim3_tuned_lens", "reference": "claim3_tuned_lens_reference"}
 """Claim 3's record under each lens protocol (:data:`tiebias.lens.evaluate.PROTOCOLS`): one rule, two readings."""
 NOISE_SDS = 2  # "beyond noise": a change larger than this many seed standard deviations
 CLAIM2_SHARE = 0.5  # claim 2 holds when the output path carries more than half of the gradient
+CLAIM4_RATIO = 1.0  # claim 4 holds when both changes, in units of NOISE_SDS seed sd, are above this
 
 
 @dataclass
@@ -74,21 +75,17 @@ def record(dest: Run, v: Verdict) -> dict:
     """
     why = evidence.not_meaningful(dest)
     if why and v.status != NOT_MEANINGFUL:
-        v.details["reading"] = v.status or ("holds" if v.holds else "does not hold")
+        v.details["reading"] = v.status or status_of(v.holds)
         v.text, v.status = f"{evidence.banner(why)}\n{v.text}", NOT_MEANINGFUL
     status = v.details.get("reading") if v.status == NOT_MEANINGFUL else v.status
-    return report.record(dest, v.claim, value=v.value, threshold=v.threshold, statement=v.statement, unit=v.unit,
-                         spread=v.spread, noise_floor=v.noise_floor, paper=v.paper, n_seeds=v.n_seeds,
-                         details=v.details, status=status, not_meaningful=why)
+    return records.record(dest, v.claim, value=v.value, threshold=v.threshold, statement=v.statement, unit=v.unit,
+                          spread=v.spread, noise_floor=v.noise_floor, paper=v.paper, n_seeds=v.n_seeds,
+                          details=v.details, status=status, not_meaningful=why)
 
 
 def beyond_noise(change: float, sd: float) -> bool | None:
     """Whether a change exceeds ``NOISE_SDS`` seed sd (None when there is no sd, e.g. one seed)."""
     return bool(abs(change) > NOISE_SDS * sd) if math.isfinite(sd) else None
-
-
-def _holds_word(holds: bool) -> str:
-    return "HOLDS" if holds else "does NOT hold"
 
 
 # --------------------------------------------------------------------------- claim 1
@@ -122,7 +119,7 @@ def alignment_gap(df: pd.DataFrame, method: str = "orthogonal", *, n_boot: int =
         return out
     ci = token_gap(df, method, pairing=pairing, n_boot=n_boot, level=level, seed=seed)
     out.update(basis="tokens", ci_low=ci.ci_low, ci_high=ci.ci_high, ci_level=level, n_boot=n_boot,
-               n_tokens=ci.n, threshold=out["gap"] - ci.ci_low, holds=bool(ci.ci_low > 0),
+               n_tokens=ci.n, threshold=out["gap"] - ci.ci_low, holds=stats.lies_above_zero(ci.ci_low),
                note="one pair: no seed noise floor",
                rule=f"holds if the {level:.0%} bootstrap CI over {ci.n} tokens, [{ci.ci_low:+.3f}, {ci.ci_high:+.3f}], lies "
                     f"above 0 (map fitted once on all tokens; only the scored tokens are resampled)")
@@ -159,7 +156,7 @@ def claim1(table1: pd.DataFrame, method: str, n_seeds: int, *, where: str = "in 
     lines = _claim1_lines(c1)
     holds = c1["gap"] > c1["threshold"]
     lines.append(f"Claim 1 (tied closer to untied output than to untied input; rule: {c1['rule']}) "
-                 f"{_holds_word(holds)} {where}.")
+                 f"{printed(status_of(holds))} {where}.")
     olmo = TABLE1["OLMo-1B"]
     return Verdict("claim1_alignment", value=c1["gap"], threshold=c1["threshold"], unit=f"{method} cosine gap",
                    statement=f"untied output -> tied {c1['out_to_tied']:.3f} vs untied input -> tied "
@@ -183,7 +180,7 @@ def claim2(flow: pd.DataFrame, first_n: int) -> Verdict:
              f"Paper: ~{FIG4_OUTPUT_SHARE['quoted']:.0%} quoted, {FIG4_OUTPUT_SHARE['reproduction_log_mean']:.0%} mean "
              f"and {FIG4_OUTPUT_SHARE['median_out_in_ratio']}x in its reproduction log.",
              f"Claim 2 (output path dominates: share > {CLAIM2_SHARE:.0%}) "
-             + ("holds" if value > CLAIM2_SHARE else "does NOT hold") + " in this run."]
+             + printed(status_of(value > CLAIM2_SHARE), loud=False) + " in this run."]
     return Verdict("claim2_gradient_flow", value=value, threshold=CLAIM2_SHARE, unit="output share",
                    statement=f"output path carried {share.mean():.1%} of the tied matrix's gradient over the first "
                              f"{first_n} steps", text="\n".join(lines),
@@ -213,12 +210,14 @@ REFERENCE_READING = ("the paper's public code: hidden state i through translator
                      "state through the last translator and the final norm again")
 
 
-def _claim3_status(converged: bool | None, ci_low: float) -> str:
+def claim3_rule(converged: bool | None, ci_low: float) -> str:
+    """Claim 3's one rule, as a status: "not converged" (the lens ladder moved the gap by its CI half-width or more),
+    "undetermined" (no CI, e.g. one seed without per-sequence rows), else "holds" when the CI's low end is above 0."""
     if converged is False:
         return "not converged"
     if not math.isfinite(ci_low):
         return "undetermined (no confidence interval)"
-    return "holds" if ci_low > 0 else "does not hold"
+    return status_of(stats.lies_above_zero(ci_low))
 
 
 def _claim3_lines(g: dict[str, Any], conv: dict[str, Any], recipe: str, budget: int, level: float) -> list[str]:
@@ -243,7 +242,7 @@ def _claim3_closing(status: str) -> str:
     if status.startswith("undetermined"):
         return "Claim 3: undetermined (no confidence interval for the gap)."
     return (f"Claim 3 (tied early layers read worse: CI of the gap above 0) "
-            f"{'HOLDS' if status == 'holds' else 'does NOT hold'} here.")
+            f"{printed(status)} here.")
 
 
 def claim3(seq_table: pd.DataFrame, *, paired: bool = True, level: float = 0.95,
@@ -266,7 +265,7 @@ def claim3(seq_table: pd.DataFrame, *, paired: bool = True, level: float = 0.95,
     conv = convergence(ladder)
     g = early_gap(at_budget(seq_table, None, recipes[0]), paired=paired, level=level)
     budget = int(ladder.budget.max())
-    status = _claim3_status(conv["converged"], g["ci_low"])
+    status = claim3_rule(conv["converged"], g["ci_low"])
     lines = _claim3_lines(g, conv, recipes[0], budget, level)
     for r in recipes[1:]:
         o = early_gap(at_budget(seq_table, None, r), paired=paired, level=level)
@@ -318,7 +317,7 @@ def claim4_rule(head: dict[str, Any]) -> tuple[float, str]:
                           np.divide(-r_out["change"], NOISE_SDS * r_out["seed_std"])))
     if math.isnan(value):
         return value, "undetermined (no seed spread)"
-    return value, "holds" if value > 1.0 else "does not hold"
+    return value, status_of(value > CLAIM4_RATIO)
 
 
 def dose_response(table: pd.DataFrame, method: str = "orthogonal", step: int | None = None) -> dict:
@@ -342,7 +341,7 @@ def dose_response(table: pd.DataFrame, method: str = "orthogonal", step: int | N
         stds = d.groupby("k")[col].std(ddof=1)
         rho = float(spearmanr(d.k, d[col]).statistic) if d[col].nunique() > 1 else 0.0
         change = float(means.iloc[-1] - means.iloc[0])
-        noise = float(np.sqrt(np.nanmean(stds.values**2))) if d.seed.nunique() > 1 else math.nan
+        noise = stats.pooled_sd(stds.values) if d.seed.nunique() > 1 else math.nan
         monotone = bool(np.all(np.diff(means.values) > 0) if want == "rises" else np.all(np.diff(means.values) < 0))
         direction_ok = change > 0 if want == "rises" else change < 0
         out[col] = {"expected": want, "means": means.round(4).to_dict(), "change": change, "spearman": rho,
@@ -351,17 +350,13 @@ def dose_response(table: pd.DataFrame, method: str = "orthogonal", step: int | N
     value, status = claim4_rule(out)
     out["claim4_value"] = value
     out["claim4_status"] = status
-    out["claim4_holds"] = status == "holds"
+    out["claim4_holds"] = status == HOLDS
     return out
 
 
 def _claim4_word(status: str) -> str:
     """The printed verdict for a claim-4 status (the same status the record stores)."""
-    if status == "holds":
-        return "HOLDS in this run"
-    if status == "does not hold":
-        return "does NOT hold in this run"
-    return status.upper()
+    return printed(status) + (" in this run" if status in (HOLDS, DOES_NOT_HOLD) else "")
 
 
 def _claim4_lines(verdicts: dict[str, dict], reference: str) -> list[str]:
@@ -391,7 +386,7 @@ def claim4(table: pd.DataFrame, methods: Sequence[str], reference: str) -> Verdi
     head = verdicts[methods[0]]
     r_in, r_out = head["vs_untied_input"], head["vs_untied_output"]
     value, status = head["claim4_value"], head["claim4_status"]
-    return Verdict("claim4_causality", value=value, threshold=1.0, unit=f"min change / ({NOISE_SDS} seed sd)",
+    return Verdict("claim4_causality", value=value, threshold=CLAIM4_RATIO, unit=f"min change / ({NOISE_SDS} seed sd)",
                    statement=f"{methods[0]}: k {head['k'][0]:g}->{head['k'][-1]:g} changes untied-input cosine by "
                              f"{r_in['change']:+.4f} and untied-output cosine by {r_out['change']:+.4f} "
                              f"({reference}-seed reference)",
@@ -410,5 +405,6 @@ def claim4_cost(ppl: pd.DataFrame) -> str:
             f"{TABLE7_PPL[5.0]:.2f} at k=5.")
 
 
-__all__ = ["CLAIM2_SHARE", "CLAIM3_KEYS", "NOISE_SDS", "ONE_SEED_STATUS", "Verdict", "alignment_gap", "below_unigram", "beyond_noise", "claim1",
-           "claim2", "claim3", "claim3_side_by_side", "claim4", "claim4_cost", "claim4_rule", "dose_response", "record"]
+__all__ = ["CLAIM2_SHARE", "CLAIM3_KEYS", "CLAIM4_RATIO", "NOISE_SDS", "ONE_SEED_STATUS", "Verdict", "alignment_gap", "below_unigram",
+           "beyond_noise", "claim1", "claim2", "claim3", "claim3_rule", "claim3_side_by_side", "claim4", "claim4_cost",
+           "claim4_rule", "dose_response", "record"]

@@ -2,7 +2,7 @@
 
 A plumbing profile (``smoke``) or a run whose models do not beat the unigram baseline proves only that the code
 runs. :func:`tiebias.verdicts.claims.record` asks :func:`not_meaningful` before storing any verdict: such a run records every
-claim as "not meaningful" (``tiebias.output.report.NOT_MEANINGFUL``) with the reason, and its printed verdict starts
+claim as "not meaningful" (:data:`tiebias.verdicts.status.NOT_MEANINGFUL`) with the reason, and its printed verdict starts
 with :func:`banner`.
 """
 

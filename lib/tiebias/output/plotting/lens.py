@@ -12,13 +12,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from tiebias.output import token_text
-from tiebias.output.plotting.style import log_axis
+from tiebias.output.plotting.style import COLORS, log_axis
 
 if TYPE_CHECKING:
     from tuned_lens.plotting import PredictionTrajectory
-
-COLORS = {"tied": "#d62728", "untied": "#1f77b4"}
-
 
 def per_layer(df: pd.DataFrame, columns: dict[str, str], title: str, yaxis: str) -> go.Figure:
     """One panel per column (e.g. tuned and logit lens KL); a line per variant, mean +- sd over seeds."""

@@ -9,6 +9,8 @@ from collections.abc import Iterable
 import numpy as np
 import plotly.graph_objects as go
 
+COLORS = {"tied": "#d62728", "untied": "#1f77b4"}
+"""Each variant's colour in every figure."""
 MANTISSAS = (1, 2, 5)
 MAX_DATA_TICKS = 8  # up to this many distinct values (k factors, lens budgets): tick at the values themselves
 

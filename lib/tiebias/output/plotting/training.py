@@ -6,11 +6,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from tiebias.output.plotting.style import log_axis, reference_line
+from tiebias.output.plotting.style import COLORS, log_axis, reference_line
 from tiebias.paper import FIG4_OUTPUT_SHARE
 from tiebias.verdicts import claims
-
-COLORS = {"tied": "#d62728", "untied": "#1f77b4"}
 
 
 def _color(variant: str, i: int = 0) -> str:

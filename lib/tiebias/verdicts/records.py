@@ -1,0 +1,105 @@
+"""A claim's record: ``<run>/results/<claim>.json`` with its value, threshold, verdict and reasons, checked before it
+is written.
+
+The verdict is *computed* from the value and a threshold (``value > threshold``), never typed in; a rule's own
+outcome (claim 3's "not converged") or, for a run that is not evidence, "not meaningful" replaces the words. The
+record lives below the report (:mod:`tiebias.output.report` gathers the records into ``summary.json``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tiebias.run.files import read_json, sanitise_json, write_json_atomic
+from tiebias.run.folder import Run
+from tiebias.verdicts.status import NOT_MEANINGFUL, status_of
+
+CLAIMS = {
+    "claim1_alignment": "The tied matrix is closer to the untied output matrix than to the untied input matrix",
+    "claim2_gradient_flow": "The output path carries most of the gradient reaching the tied matrix",
+    "claim3_tuned_lens": "Tied models' early layers have higher tuned-lens KL than untied models'",
+    "claim3_tuned_lens_reference": "Claim 3's rule with the lenses read as the paper's code reads them (hidden state "
+                                   "i through translator i - 1; the paper's Figure 2 numbers use this reading)",
+    "claim4_causality": "Scaling the input-path gradient moves the tied matrix towards the input space",
+}
+NOTEBOOK_OF = {"claim1_alignment": "02_align", "claim2_gradient_flow": "01_train", "claim3_tuned_lens": "03_lens",
+               "claim3_tuned_lens_reference": "03_lens", "claim4_causality": "04_ablate"}
+"""The notebook that records each claim (named when its record is damaged)."""
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _number(name: str, x: Any) -> float:
+    """A finite float, else a ValueError naming the parameter."""
+    try:
+        if isinstance(x, bool):
+            raise TypeError
+        f = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: {x!r} is not a number") from None
+    if not math.isfinite(f):
+        raise ValueError(f"{name}: {x!r} is not a finite number")
+    return f
+
+
+def record(run: Run, claim: str, *, value: float, threshold: float, statement: str, unit: str = "",
+           spread: float | None = None, noise_floor: float | None = None, paper: Any = None,
+           n_seeds: int | None = None, details: dict | None = None, status: str | None = None,
+           not_meaningful: str | None = None) -> dict:
+    """Store one claim's headline; the verdict is ``value > threshold`` (both stored, so anyone can check).
+
+    ``status`` is the verdict in words; by default "holds" / "does not hold" from the comparison, or a
+    rule's own outcome when the comparison is not enough (e.g. claim 3's "not converged"). A value that
+    cannot exist (NaN, e.g. claim 4 with one seed) is accepted only with a ``status`` saying why; it is
+    stored as ``null`` with that reason, and the verdict is false. ``not_meaningful`` (a reason: the run is not
+    evidence) makes the status ``NOT_MEANINGFUL`` whatever the comparison, the reason stored beside it.
+
+    Everything is checked before the file is written (under the run's writer lock); a spread or
+    noise floor that is not a number is stored as ``null`` with its reason under ``null_reasons``.
+    """
+    if claim not in CLAIMS:
+        raise ValueError(f"claim: unknown value {claim!r}; allowed: {', '.join(CLAIMS)}")
+    undetermined = isinstance(value, float) and math.isnan(value) and bool(status)
+    value = math.nan if undetermined else _number("value", value)
+    threshold = _number("threshold", threshold)
+    if n_seeds is not None and (isinstance(n_seeds, bool) or not isinstance(n_seeds, int) or n_seeds < 1):
+        raise ValueError(f"n_seeds: {n_seeds!r} is not allowed; need None or an integer >= 1")
+    if status is not None and (not isinstance(status, str) or not status.strip()):
+        raise ValueError(f"status: {status!r} is not allowed; need None or a non-empty string")
+    if not_meaningful is not None and (not isinstance(not_meaningful, str) or not not_meaningful.strip()):
+        raise ValueError(f"not_meaningful: {not_meaningful!r} is not allowed; need None or a non-empty reason")
+    if details is not None and not isinstance(details, dict):
+        raise ValueError(f"details: {type(details).__name__} is not a dict")
+    value_null = str(status)  # why a NaN value is stored as null: the rule's own reason, not the run's
+    if not_meaningful:
+        status = NOT_MEANINGFUL
+    entry = {"claim": claim, "description": CLAIMS[claim], "value": value, "threshold": threshold,
+             "verdict": bool(value > threshold),
+             "status": status or status_of(value > threshold), "statement": str(statement), "unit": unit,
+             "spread": spread, "noise_floor": noise_floor, "paper": paper, "n_seeds": n_seeds,
+             "details": details or {}, **({"not_meaningful": not_meaningful} if not_meaningful else {})}
+    one = "one seed: a spread needs two or more" if n_seeds == 1 else "not a number (fewer than two values?)"
+    reasons = {"spread": one, "noise_floor": "not a number (the noise floor needs two or more seeds)",
+               "value": value_null}
+    sanitise_json(entry)  # not serialisable: stop before the file is touched
+    with run.writing(f"recording {claim}"):
+        write_json_atomic(run.result_path(claim), entry, reasons)
+    return {**entry, "value": _finite(value), "spread": _finite(spread), "noise_floor": _finite(noise_floor)}
+
+
+def results(run: Run) -> dict[str, dict]:
+    """The claims recorded so far in a run (a damaged file is named with the notebook that rewrites it)."""
+    out = {}
+    for p in sorted(run.results_dir.glob("*.json")):
+        nb = NOTEBOOK_OF.get(p.stem)
+        out[p.stem] = read_json(p, f"delete it and rerun {'notebook ' + nb if nb else 'the notebook that wrote it'}")
+    return out
+
+
+
+__all__ = ["CLAIMS", "NOTEBOOK_OF", "record", "results"]
