@@ -1,1 +1,35 @@
-"""lens."""
+"""Claim 3: tuned lenses for any decoder model, trained in budget ladders and read under two protocols.
+
+Modules, lowest first: ``lenses`` (a lens for a model's layout, save / load), ``inputs`` and ``frozen`` (what lens
+training reads: token sequences, the frozen model's hidden states and targets), ``precision``, ``cache`` (the
+activation cache), ``fit`` (training one lens), ``evaluate`` (per-layer KL under each protocol), ``rungs`` (one
+model's budget ladder), ``rung_eval``, ``ladder`` (ladders over a run's models, a pair, checkpoints), ``tables``
+(per-layer tables, gaps with intervals, convergence), ``readings`` (the four readings), ``depth`` (other depths).
+"""
+
+from tiebias.lens import (
+                          cache,
+                          depth,
+                          evaluate,
+                          fit,
+                          frozen,
+                          inputs,
+                          ladder,
+                          lenses,
+                          precision,
+                          readings,
+                          rung_eval,
+                          rungs,
+                          tables,
+)
+from tiebias.lens.ladder import (
+                          train_checkpoint_lens_ladders,
+                          train_lens_ladders,
+                          train_model_lens_ladders,
+                          train_pair_lens_ladders,
+)
+from tiebias.lens.lenses import load_lens, new_lens, save_lens
+
+__all__ = ["cache", "depth", "evaluate", "fit", "frozen", "inputs", "ladder", "lenses", "load_lens", "new_lens",
+           "precision", "readings", "rung_eval", "rungs", "save_lens", "tables", "train_checkpoint_lens_ladders",
+           "train_lens_ladders", "train_model_lens_ladders", "train_pair_lens_ladders"]

@@ -1,1 +1,19 @@
-"""output."""
+"""What a person sees: plotly figures, notebook setup, ipywidgets explorers, summary.json / report.html, PNG export.
+
+``plotting`` (one module per analysis), ``notebook`` (setup and HTML export), ``explorers``, ``token_text`` (the
+whitespace notation), ``report``, ``static_pages`` (offline pages), ``figure_png`` (PNGs through headless Chromium),
+``nbfilter`` (the git filter that keeps notebooks free of outputs).
+"""
+
+from tiebias.output import (
+                            explorers,
+                            figure_png,
+                            nbfilter,
+                            notebook,
+                            plotting,
+                            report,
+                            static_pages,
+                            token_text,
+)
+
+__all__ = ["explorers", "figure_png", "nbfilter", "notebook", "plotting", "report", "static_pages", "token_text"]
