@@ -55,6 +55,7 @@ from tiebias.lens.precision import logits_precision
 from tiebias.lens.tables import convergence, ladder_gaps, per_layer
 from tiebias.run.files import read_json, write_json_atomic
 from tiebias.run.folder import Run
+from tiebias.run.layout import LENS_PARAMS_NAME
 from tiebias.system.parallel import side_by_side, workers_for
 from tiebias.train import divergence
 
@@ -125,7 +126,7 @@ def _rung_meta(recipe: str, budgets: Sequence[int], k: int, *, steps: int, token
 def _rung_done(path: Path, meta: dict[str, Any], auto_precision: str) -> bool:
     """Whether a rung's lens files exist and the same ladder trained it (no recorded precision: the automatic one)."""
     f = path / _RUNG
-    if not ((path / "params.pt").is_file() and f.is_file()):
+    if not ((path / LENS_PARAMS_NAME).is_file() and f.is_file()):
         return False
     saved = read_json(f, "delete the rung's folder: it is trained again")
     saved.setdefault("logits_precision", auto_precision)
@@ -198,7 +199,7 @@ def _publish(folder: Path, recipe: str, budget: int, meta: dict[str, Any]) -> No
     """Copy a rung's lens files to the top of the lens folder, where :func:`tiebias.lens.lenses.load_lens` finds them."""
     src = rung_dir(folder, recipe, budget)
     top = folder / _TOP_RECIPE
-    if top.is_file() and json.loads(top.read_text()) == meta and (folder / "params.pt").is_file():
+    if top.is_file() and json.loads(top.read_text()) == meta and (folder / LENS_PARAMS_NAME).is_file():
         return
     for f in src.iterdir():
         if f.is_file() and f.name not in (_RUNG, _TRAINER) and not f.name.startswith("eval_"):
@@ -255,7 +256,7 @@ def ensure_lens(run: Run, variant: str | Variant, seed: int, *, steps: int, toke
                 progress: bool = True, device: str = "cpu") -> tuple[Any, Any]:
     """(model, lens at the largest budget) of one model of a run (or one checkpoint), trained if not yet saved."""
     model = run.load_model(variant, seed, step, device=device)
-    with run.writing(f"lens of {Variant.parse(variant).name}-s{seed}"):
+    with run.writing(f"lens of {model_key(variant, seed)}"):
         lenses = train_ladder(model, run.tokens("validation"), run.lens_dir(variant, seed, step), steps=steps,
                               tokens_per_step=tokens_per_step, seq_len=seq_len, budgets=budgets, recipe=recipe,
                               progress=progress)
@@ -314,14 +315,14 @@ def kl_table_models(models: dict[str, tuple[Any, Any]], corpus: Any = None, *, s
     each label's ladder lives in ``<folder>/lens/<label>/``. Returns the long table (``variant`` =
     label, ``seed`` = 0; per layer, or per sequence with ``per_sequence``) and the largest-budget
     lens of the first recipe by label. ``protocols`` and ``subdir`` as in :func:`kl_table`. Tokenizers that cannot read the corpus, or share no token with the
-    first model's, are refused before any lens trains (:func:`tiebias.models.sources.check_tokenizers`).
+    first model's, are refused before any lens trains (:func:`tiebias.align.tokenizers.check_tokenizers`).
     """
+    from tiebias.align.tokenizers import check_tokenizers
     from tiebias.data import corpus as data
     from tiebias.data import tokens
-    from tiebias.models import sources
 
     ds = data.load_corpus(corpus)
-    sources.check_tokenizers(models, [*ds["validation"]["text"], *ds["test"]["text"]], str(corpus or data.EMBEDDED_CORPUS))
+    check_tokenizers(models, [*ds["validation"]["text"], *ds["test"]["text"]], str(corpus or data.EMBEDDED_CORPUS))
     frames, lenses = [], {}
     for label, (model, tok) in models.items():
         val = tokens.encode(tok, ds["validation"]["text"])
