@@ -33,7 +33,7 @@ left untouched; the training loop and plotly ones are described in their modules
   :data:`FINAL_NORM_NAMES` on the decoder or base model. The package's ``Unembed``,
   ``LogitLens`` and ``TunedLens`` objects are then built from those modules without its
   class checks, so the lens files stay in the package's format. Before a model is
-  lensed, one short forward pass checks the layout (:func:`check_model`) (L + 1 hidden states, one call of the
+  lensed, one short forward pass checks the layout (:func:`check_model`: L + 1 hidden states, one call of the
   final norm, and final norm + head on its input reproducing the model's logits);
   anything else (logit soft-capping, logit scaling, a missing norm or head) is refused
   with a ``ValueError`` naming the ``model_type`` and what is missing.
