@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from tiebias.models.build import PRESETS, build, count_parameters, is_tied, make_config
+from tiebias.models.anatomy import is_tied
+from tiebias.models.build import PRESETS, build, count_parameters, make_config
 
 
 @pytest.mark.parametrize("family", ["llama", "neox"])

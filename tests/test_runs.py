@@ -132,3 +132,46 @@ def test_save_table_writes_atomically(tmp_path) -> None:
     with pytest.raises(ValueError, match="table: dict is not a pandas DataFrame"):
         run.save_table({"a": [1]}, "lens_gap")
     assert [p.name for p in run.metrics_dir.iterdir()] == ["lens_gap.csv"]  # refusals write nothing
+
+
+def test_atomic_path_replaces_whole_or_not_at_all(tmp_path) -> None:
+    from tiebias.run.files import atomic_path, write_text_atomic
+
+    path = tmp_path / "table.csv"
+    write_text_atomic(path, "a\n1\n")
+    with pytest.raises(RuntimeError, match="stopped"), atomic_path(path) as tmp:
+        tmp.write_text("a\n2\n")
+        raise RuntimeError("stopped mid-write")
+    assert path.read_text() == "a\n1\n" and [p.name for p in tmp_path.iterdir()] == ["table.csv"]
+    with atomic_path(path) as tmp, tmp.open("wb") as f:
+        np.save(f, np.arange(3))  # a writer that would append .npy to a name gets a file object
+    assert np.load(path).tolist() == [0, 1, 2] and [p.name for p in tmp_path.iterdir()] == ["table.csv"]
+
+
+def test_atomic_folder_replaces_a_folder_and_clears_leftovers(tmp_path) -> None:
+    from tiebias.run.files import atomic_folder
+
+    final, tmp = tmp_path / "step-4", tmp_path / ".tmp-step-4"
+    (final / "old.txt").parent.mkdir()
+    (final / "old.txt").write_text("old")
+    tmp.mkdir()
+    (tmp / "half.txt").write_text("a leftover of an interrupted write")
+    with atomic_folder(final, tmp) as folder:
+        assert folder == tmp and not tmp.exists()  # the leftover is gone before writing starts
+        folder.mkdir()
+        (folder / "new.txt").write_text("new")
+    assert sorted(p.name for p in final.iterdir()) == ["new.txt"] and not tmp.exists()
+    with pytest.raises(RuntimeError, match="stopped"), atomic_folder(final) as folder:
+        folder.mkdir()
+        raise RuntimeError("stopped")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-4"] and (final / "new.txt").read_text() == "new"
+
+
+def test_file_names_come_from_the_layout(tmp_path) -> None:
+    from tiebias.run import layout
+
+    run = Run(tmp_path / "r")
+    assert run.config_path.name == layout.CONFIG_NAME == "config.json"
+    assert run.train_config_path("tied", 0).name == layout.TRAIN_CONFIG_NAME
+    assert run.tokenizer_dir.name == layout.TOKENIZER_SUBDIR
+    assert (layout.WEIGHTS_NAME, layout.LENS_PARAMS_NAME) == ("model.safetensors", "params.pt")

@@ -1,9 +1,10 @@
-"""Input and output embedding matrices of a model, and matching two vocabularies by token string.
+"""Input and output embedding matrices of a model, and matching two models' rows by token string.
 
 ``extract`` pulls the two matrices and their token strings out of a saved model folder, a hub id or a
 loaded model (reading only the embedding tensors from safetensors when it can, so a large model's other
 weights never load); ``checkpoint_matrices`` does it for every checkpoint of a run; ``match_vocab``
-lines up the rows of two models that name the same token.  The metrics live in ``tiebias.align.maps``,
+lines up the rows of two models that name the same token (the tokenizer side is
+:mod:`tiebias.align.tokenizers`).  The metrics live in ``tiebias.align.maps``,
 ``tiebias.align.neighbours`` and ``tiebias.align.token_stats``.
 """
 
@@ -14,23 +15,20 @@ import logging
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
+from tiebias.align.tokenizers import VocabMatch, match_tokens, resolve_tokenizer, token_strings
 from tiebias.config.variants import step_of
-from tiebias.run.layout import CHECKPOINTS_SUBDIR
+from tiebias.models.anatomy import is_tied
+from tiebias.run.layout import CHECKPOINTS_SUBDIR, CONFIG_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 
 log = logging.getLogger(__name__)
 
 WHICH: tuple[str, ...] = ("input", "output")
 Which = Literal["input", "output"]
-
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
-_MISSING_TOKEN = "\x00missing-id:"  # placeholder for ids the tokenizer cannot name; never matched
-_ANCESTOR_LEVELS = 4
-
 
 def check_which(which: str, name: str) -> None:
     """Refuse a matrix name other than ``'input'`` or ``'output'``; the error names the argument."""
@@ -96,7 +94,7 @@ def extract(source: Any, tokenizer: Any = None, *, revision: str | None = None,
         label = str(source)
         path = Path(source).expanduser()
         if path.is_dir():
-            if not (path / "config.json").is_file():
+            if not (path / CONFIG_NAME).is_file():
                 raise ValueError(f"source: {label!r} is not a model folder (no config.json)")
             local = path
         elif isinstance(source, Path) or _looks_like_path(str(source)):
@@ -107,7 +105,7 @@ def extract(source: Any, tokenizer: Any = None, *, revision: str | None = None,
         raise ValueError("source must be a model folder, a hub id or a loaded PreTrainedModel, "
                          f"got {type(source).__name__}")
 
-    tok = _resolve_tokenizer(tokenizer, local, hub_id, revision, label)  # before any weights: fail fast
+    tok = resolve_tokenizer(tokenizer, local, hub_id, revision, label)  # before any weights: fail fast
     if isinstance(source, PreTrainedModel):
         inp, out, tied = _weights_from_model(source, dtype, label)
     elif local is not None:
@@ -125,7 +123,7 @@ def extract(source: Any, tokenizer: Any = None, *, revision: str | None = None,
         warnings.warn(f"{label}: tokenizer has {n_tok} tokens but the embedding only {n_rows} rows; "
                       "token strings beyond the matrix are ignored", stacklevel=2)
         n_tok = n_rows
-    return Embeddings(input=inp, output=out, tied=tied, tokens=_token_strings(tok, n_tok), source=label)
+    return Embeddings(input=inp, output=out, tied=tied, tokens=token_strings(tok, n_tok), source=label)
 
 
 def require_untied(emb: Embeddings, role: str = "this comparison") -> Embeddings:
@@ -169,17 +167,11 @@ def _weights_from_model(model: Any, dtype: torch.dtype, label: str) -> tuple[Ten
     if inp_mod is None or out_mod is None:
         raise ValueError(f"{label}: model has no {'input' if inp_mod is None else 'output'} embedding")
     w_in, w_out = inp_mod.weight, out_mod.weight
-    tied = (w_in.data_ptr() == w_out.data_ptr()) or _config_tied(model.config)
+    tied = is_tied(model) or is_tied(model.config)
     inp = w_in.detach().to(device="cpu", dtype=dtype, copy=True)
     out = inp if tied else w_out.detach().to(device="cpu", dtype=dtype, copy=True)
     _check_shapes(inp, out, label)
     return inp, out, tied
-
-
-def _config_tied(config: Any) -> bool:
-    """Whether the (text) config asks for tied word embeddings."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    return bool(getattr(text, "tie_word_embeddings", False))
 
 
 def _check_shapes(inp: Tensor, out: Tensor, label: str) -> None:
@@ -197,9 +189,9 @@ def _weights_from_folder(path: Path, dtype: torch.dtype, label: str) -> tuple[Te
 
     todo = ("a checkpoint of a run: use another step or retrain the model; a final model: delete its complete.json "
             "and train it again (it resumes from its newest good checkpoint)")
-    read_json(path / "config.json", todo)  # a damaged file is named, not reported by the loader
-    if (path / "model.safetensors").is_file():
-        check_safetensors(path / "model.safetensors", todo)
+    read_json(path / CONFIG_NAME, todo)  # a damaged file is named, not reported by the loader
+    if (path / WEIGHTS_NAME).is_file():
+        check_safetensors(path / WEIGHTS_NAME, todo)
     config = AutoConfig.from_pretrained(path)
     try:
         with torch.device("meta"):
@@ -228,12 +220,12 @@ def _read_embeddings(path: Path, skeleton: Any, config: Any) -> tuple[Tensor, Te
     inp_mod, out_mod = skeleton.get_input_embeddings(), skeleton.get_output_embeddings()
     if inp_mod is None or out_mod is None:
         return None
-    tied = out_mod.weight is inp_mod.weight or _config_tied(config)
+    tied = is_tied(skeleton) or is_tied(config)
     params = list(skeleton.named_parameters(remove_duplicate=False))
     in_names = [n for n, p in params if p is inp_mod.weight]
     out_names = [n for n, p in params if p is out_mod.weight]
-    index = path / "model.safetensors.index.json"
-    single = path / "model.safetensors"
+    index = path / WEIGHTS_INDEX_NAME
+    single = path / WEIGHTS_NAME
     if single.is_file():
         with safe_open(str(single), "pt") as f:
             weight_map = {k: single for k in f.keys()}
@@ -299,76 +291,6 @@ def _weights_from_hub(hub_id: str, revision: str | None, dtype: torch.dtype) -> 
         del model
 
 
-def _has_tokenizer(p: Path) -> bool:
-    """Whether folder ``p`` holds any tokenizer file."""
-    return p.is_dir() and any((p / f).is_file() for f in _TOKENIZER_FILES)
-
-
-def _find_tokenizer_dir(start: Path) -> Path | None:
-    """``start`` or the nearest ancestor (<= 4 up) with tokenizer files or a ``tokenizer/`` subfolder."""
-    p = start.resolve()
-    for _ in range(_ANCESTOR_LEVELS + 1):
-        if _has_tokenizer(p):
-            return p
-        if _has_tokenizer(p / "tokenizer"):
-            return p / "tokenizer"
-        if p.parent == p:
-            break
-        p = p.parent
-    return None
-
-
-def _resolve_tokenizer(tokenizer: Any, local: Path | None, hub_id: str | None, revision: str | None,
-                       label: str) -> Any:
-    """The tokenizer to name rows with: the one given, else the model folder's (or an ancestor's), else the hub's."""
-    from transformers import AutoTokenizer
-
-    if tokenizer is not None and not isinstance(tokenizer, (str, Path)):
-        if not (hasattr(tokenizer, "convert_ids_to_tokens") and hasattr(tokenizer, "__len__")):
-            raise ValueError(f"tokenizer must be a folder or a transformers tokenizer, "
-                             f"got {type(tokenizer).__name__}")
-        return tokenizer
-    if tokenizer is not None:
-        p = Path(tokenizer).expanduser()
-        if p.is_dir():
-            found = p if _has_tokenizer(p) else (p / "tokenizer" if _has_tokenizer(p / "tokenizer") else None)
-            if found is None:
-                raise ValueError(f"tokenizer: no tokenizer files in {str(tokenizer)!r}")
-            return AutoTokenizer.from_pretrained(found)
-        text = str(tokenizer)
-        if isinstance(tokenizer, Path) or p.is_absolute() or text.startswith((".", "~")) or text.count("/") > 1:
-            raise FileNotFoundError(f"tokenizer: folder {text!r} does not exist; for a run folder, rerun "
-                                    "Run.prepare (notebook 01_train) to rebuild its tokenizer/")
-        return AutoTokenizer.from_pretrained(text, revision=revision)
-    if local is not None:
-        found = _find_tokenizer_dir(local)
-        if found is not None:
-            return AutoTokenizer.from_pretrained(found)
-        raise ValueError(f"tokenizer: none found for {label!r} (looked in the folder, in up to "
-                         f"{_ANCESTOR_LEVELS} parent folders and their tokenizer/ subfolders); "
-                         "pass tokenizer=")
-    if hub_id is not None:
-        try:
-            return AutoTokenizer.from_pretrained(hub_id, revision=revision)
-        except OSError as exc:
-            raise ValueError(f"tokenizer: could not load one for {hub_id!r}; pass tokenizer= ({exc})") from exc
-    raise ValueError(f"tokenizer: none known for {label!r}; pass tokenizer=")
-
-
-def _token_strings(tok: Any, n: int) -> list[str]:
-    """Token strings of ids 0..n-1; an id the tokenizer cannot name gets a never-matching placeholder."""
-    raw = tok.convert_ids_to_tokens(list(range(n)))
-    return [t if isinstance(t, str) else f"{_MISSING_TOKEN}{i}" for i, t in enumerate(raw)]
-
-
-class VocabMatch(NamedTuple):
-    """Row indices into two vocabularies that name the same token string, in the first one's id order."""
-
-    idx_a: Tensor
-    idx_b: Tensor
-    tokens: list[str]
-
-
 def match_vocab(a: Embeddings, b: Embeddings, *, allow: bool = True) -> VocabMatch:
     """Tokens shared by ``a`` and ``b`` (by string).
 
@@ -382,36 +304,6 @@ def match_vocab(a: Embeddings, b: Embeddings, *, allow: bool = True) -> VocabMat
         raise ValueError(f"vocabularies differ: {a.source!r} has {len(a.tokens)} tokens, {b.source!r} has "
                          f"{len(b.tokens)}; pass allow=True to compare on the shared tokens")
     return match_tokens(a.tokens, b.tokens, a.source, b.source)
-
-
-def match_tokens(a: list[str], b: list[str], a_name: str = "a", b_name: str = "b") -> VocabMatch:
-    """Ids of the token strings ``a`` and ``b`` share; ValueError naming both when they share none.
-
-    The one check that a pair's vocabularies are comparable: 02 (via :func:`match_vocab`) and 03 (on the
-    pair's tokenizers, :func:`tiebias.models.sources.check_tokenizers`) both refuse a pair that shares no token.
-    """
-    pos_b: dict[str, int] = {}
-    for i, t in enumerate(b):
-        if not t.startswith(_MISSING_TOKEN):
-            pos_b.setdefault(t, i)
-    seen: set[str] = set()
-    ia: list[int] = []
-    ib: list[int] = []
-    for i, t in enumerate(a):
-        j = pos_b.get(t)
-        if j is not None and t not in seen:
-            seen.add(t)
-            ia.append(i)
-            ib.append(j)
-    if not ia:
-        raise ValueError(f"no shared tokens between {a_name!r} and {b_name!r}")
-    log.info("match_vocab: kept %d shared tokens (%s: %d, %s: %d)", len(ia), a_name, len(a), b_name, len(b))
-    return VocabMatch(torch.tensor(ia), torch.tensor(ib), [a[i] for i in ia])
-
-
-def token_strings(tokenizer: Any) -> list[str]:
-    """Every token string of a tokenizer, by id (what :func:`match_tokens` compares)."""
-    return _token_strings(tokenizer, len(tokenizer))
 
 
 __all__ = ["WHICH", "Embeddings", "VocabMatch", "Which", "check_which", "checkpoint_matrices", "extract", "match_tokens",

@@ -106,7 +106,7 @@ def ensure_lens(run: Run, variant: str | Variant, seed: int, *, steps: int, toke
                 progress: bool = True, device: str = "cpu") -> tuple[Any, Any]:
     """(model, lens at the largest budget) of one model of a run (or one checkpoint), trained if not yet saved."""
     model = run.load_model(variant, seed, step, device=device)
-    with run.writing(f"lens of {Variant.parse(variant).name}-s{seed}"):
+    with run.writing(f"lens of {model_key(variant, seed)}"):
         lenses = train_ladder(model, run.tokens("validation"), run.lens_dir(variant, seed, step), steps=steps,
                               tokens_per_step=tokens_per_step, seq_len=seq_len, budgets=budgets, recipe=recipe,
                               progress=progress)
@@ -170,14 +170,14 @@ def train_pair_lens_ladders(models: dict[str, tuple[Any, Any]], corpus: Any = No
     label, ``seed`` = 0; per layer, or per sequence with ``per_sequence``) and the largest-budget
     lens of the first recipe by label. ``protocols`` and ``subdir`` as in :func:`train_lens_ladders`. Tokenizers
     that cannot read the corpus, or share no token with the first model's, are refused before any lens trains
-    (:func:`tiebias.models.sources.check_tokenizers`).
+    (:func:`tiebias.align.tokenizers.check_tokenizers`).
     """
+    from tiebias.align.tokenizers import check_tokenizers
     from tiebias.data import corpus as data
     from tiebias.data import tokens
-    from tiebias.models import sources
 
     ds = data.load_corpus(corpus)
-    sources.check_tokenizers(models, [*ds["validation"]["text"], *ds["test"]["text"]], str(corpus or data.EMBEDDED_CORPUS))
+    check_tokenizers(models, [*ds["validation"]["text"], *ds["test"]["text"]], str(corpus or data.EMBEDDED_CORPUS))
     frames, lenses = [], {}
     for label, (model, tok) in models.items():
         val = tokens.encode(tok, ds["validation"]["text"])

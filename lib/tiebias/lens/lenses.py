@@ -28,12 +28,12 @@ left untouched; the training loop and plotly ones are described in their modules
 * The package finds the final norm and the unembedding by model *class*
   (``tuned_lens.model_surgery`` knows Llama, GPT-NeoX, GPT-2, GPT-Neo, GPT-J, OPT and
   BLOOM) and raises ``NotImplementedError`` for OLMo, OLMo2, Qwen3, Mistral, Gemma, ...
-  Here they are found by *layout* (:func:`find_layout`): the head is
+  Here they are found by *layout* (:func:`tiebias.models.anatomy.find_layout`, re-exported here): the head is
   ``get_output_embeddings()`` and the final norm is the first of
   :data:`FINAL_NORM_NAMES` on the decoder or base model. The package's ``Unembed``,
   ``LogitLens`` and ``TunedLens`` objects are then built from those modules without its
   class checks, so the lens files stay in the package's format. Before a model is
-  lensed, one short forward pass checks the layout (L + 1 hidden states, one call of the
+  lensed, one short forward pass checks the layout (:func:`check_model`: L + 1 hidden states, one call of the
   final norm, and final norm + head on its input reproducing the model's logits);
   anything else (logit soft-capping, logit scaling, a missing norm or head) is refused
   with a ``ValueError`` naming the ``model_type`` and what is missing.
@@ -46,8 +46,6 @@ import hashlib
 import json
 import math
 import os
-import weakref
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +56,8 @@ from tuned_lens import TunedLens
 from tuned_lens.nn import LogitLens, Unembed
 from tuned_lens.nn.lenses import TunedLensConfig
 
+from tiebias.models.anatomy import FINAL_NORM_NAMES, Layout, check_model, checked_layout, find_layout
+from tiebias.run.layout import CONFIG_NAME, LENS_PARAMS_NAME, LENS_SIDECAR_NAME
 from tiebias.system.parallel import CONSTRUCTION
 
 __all__ = [
@@ -84,178 +84,10 @@ VERIFIED_MODEL_TYPES = (
 version of ``constraints.txt``; another version may lack or change some (the tests skip one it lacks, naming it).
 Other decoder-only families are accepted when :func:`check_model`'s layout check passes."""
 
-FINAL_NORM_NAMES = (
-    "norm",  # llama, mistral, olmo, olmo2/3, qwen2/3, gemma 1-3, ...
-    "final_layer_norm",  # gpt_neox
-    "ln_f",  # gpt2, gpt_neo, gptj, bloom, falcon
-    "final_layernorm",  # phi, jamba
-    "norm_f",  # mpt, dbrx
-    "final_norm",  # recurrent_gemma, modernbert decoder
-    "decoder.final_layer_norm",  # opt
-)
-"""Attribute paths of the final norm, tried in order on ``model.get_decoder()`` then ``model.base_model``."""
-
-_LOGIT_POSTPROCESSING = {"final_logit_softcapping": None, "logit_scale": 1.0, "logits_scaling": 1.0}
-"""Config fields of families that transform the head's output (value that means "off"): the lens's
-unembedding (final norm + head) would not reproduce such a model's logits."""
-
-_SIDECAR = "tiebias_lens.json"
-_CONFIG = "config.json"
-_PARAMS = "params.pt"
-
-
 # --------------------------------------------------------------------------- checks
 
 
-@dataclass(frozen=True, eq=False)
-class Layout:
-    """Where a causal LM keeps what the lens needs: its final norm and its head (modules of the model itself)."""
-
-    model_type: str
-    norm_path: str
-    final_norm: torch.nn.Module  # applied after the last block; its input is what the lens reads at layer L
-    head: torch.nn.Linear
-    project_out: torch.nn.Module | None = None  # optional projection between norm and head (OPT-350m style)
-
-
-_VERIFIED: weakref.WeakKeyDictionary[torch.nn.Module, Layout] = weakref.WeakKeyDictionary()
-
-
-def _describe(model: Any) -> str:
-    """``model_type='...' (ClassName)`` for error messages."""
-    return f"model_type={getattr(model.config, 'model_type', '?')!r} ({type(model).__name__})"
-
-
-def _text_config(config: Any) -> Any:
-    """The text part of a (possibly multimodal) config."""
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
-
-
-def _attr_path(root: Any, path: str) -> tuple[bool, Any]:
-    """(found, value) of a dotted attribute path; found is False when any step is missing."""
-    obj = root
-    for key in path.split("."):
-        if not hasattr(obj, key):
-            return False, None
-        obj = getattr(obj, key)
-    return True, obj
-
-
-def find_layout(model: Any) -> Layout:
-    """Find the final norm and the head by layout (no forward pass; works on a meta-device skeleton).
-
-    ValueError (naming model_type and class) for no linear head, no final norm, or transformed logits."""
-    if not isinstance(model, PreTrainedModel):
-        raise ValueError(
-            f"model: expected a transformers PreTrainedModel (e.g. LlamaForCausalLM, "
-            f"OlmoForCausalLM), got {type(model).__name__}"
-        )
-    what = _describe(model)
-    model_type = str(getattr(model.config, "model_type", "?"))
-    head = model.get_output_embeddings()
-    if head is None:
-        raise ValueError(
-            f"model: {what} has no causal-LM head (get_output_embeddings() is None); "
-            f"load it with AutoModelForCausalLM"
-        )
-    if not isinstance(head, torch.nn.Linear):
-        raise ValueError(
-            f"model: {what} has a {type(head).__name__} head; the lens needs a linear unembedding (nn.Linear)"
-        )
-    text = _text_config(model.config)
-    for key, off in _LOGIT_POSTPROCESSING.items():
-        value = getattr(text, key, off)
-        if value is not None and value != off:
-            raise ValueError(
-                f"model: {what} transforms its logits after the head ({key}={value!r}), so final norm + "
-                f"head would not reproduce its output distribution; allowed: {key}={off!r}"
-            )
-    roots: list[tuple[str, Any]] = []
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-    for label, root in (("decoder", decoder), ("base_model", getattr(model, "base_model", None))):
-        if root is not None and all(root is not r for _, r in roots):
-            roots.append((label, root))
-    for label, root in roots:
-        for name in FINAL_NORM_NAMES:
-            found, norm = _attr_path(root, name)
-            if not found:
-                continue
-            path = f"{label}.{name}"
-            if norm is None:
-                raise ValueError(
-                    f"model: {what} has no final norm ({path} is None, e.g. a post-norm model such as "
-                    f"OPT-350m); the lens needs a final norm before the head"
-                )
-            if not isinstance(norm, torch.nn.Module):
-                continue
-            owner = _attr_path(root, name.rsplit(".", 1)[0])[1] if "." in name else root
-            project_out = getattr(owner, "project_out", None)  # OPT with word_embed_proj_dim != hidden_size
-            if not isinstance(project_out, torch.nn.Module):
-                project_out = None
-            return Layout(model_type, path, norm, head, project_out)
-    raise ValueError(
-        f"model: {what} has no recognisable final norm: none of {', '.join(FINAL_NORM_NAMES)} on "
-        f"{' or '.join(label for label, _ in roots) or 'the model (no base_model)'}"
-    )
-
-
-def _apply_head(layout: Layout, h: Tensor) -> Tensor:
-    """The model's own head on the residual stream entering the final norm."""
-    n = layout.final_norm(h)
-    if layout.project_out is not None:
-        n = layout.project_out(n)
-    return layout.head(n)
-
-
-def _layout(model: Any) -> Layout:
-    """The model's layout, checked once with a short forward pass (cached per model object)."""
-    cached = _VERIFIED.get(model) if isinstance(model, torch.nn.Module) else None
-    if cached is not None:
-        return cached
-    layout = find_layout(model)
-    what = _describe(model)
-    n_layers = int(model.config.num_hidden_layers)
-    ids = torch.arange(min(4, int(model.config.vocab_size)), device=model.device).unsqueeze(0)
-    store: list[Tensor] = []
-    handle = layout.final_norm.register_forward_pre_hook(lambda _m, args: store.append(args[0]))
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            out = model(input_ids=ids, output_hidden_states=True)
-            n_states = len(out.hidden_states) if out.hidden_states is not None else 0
-            if n_states != n_layers + 1:
-                raise ValueError(
-                    f"model: {what} returns {n_states} hidden states for num_hidden_layers={n_layers}; "
-                    f"the lens needs L + 1 (embedding output, then one per block)"
-                )
-            if len(store) != 1:
-                raise ValueError(
-                    f"model: {what}: its final norm {layout.norm_path} ran {len(store)} times in one forward "
-                    f"pass; the lens needs it to run once, after the last block"
-                )
-            mine = _apply_head(layout, store[0]).float()
-            theirs = out.logits.float()
-    finally:
-        handle.remove()
-        model.train(was_training)
-    # Same modules on the same input: equal up to kernel differences (float32) or rounding (16-bit).
-    exact = layout.head.weight.dtype in (torch.float32, torch.float64)
-    tol = (1e-4 if exact else 1e-2) * max(1.0, float(theirs.abs().max()))
-    diff = float((mine - theirs).abs().max()) if mine.shape == theirs.shape else math.inf
-    if not diff <= tol:
-        raise ValueError(
-            f"model: {what}: final norm ({layout.norm_path}) + head does not reproduce the model's logits "
-            f"(max difference {diff:.3g}, shapes {tuple(mine.shape)} vs {tuple(theirs.shape)}); the family "
-            f"transforms its logits or hidden states in a way the lens cannot follow"
-        )
-    _VERIFIED[model] = layout
-    return layout
-
-
-def check_model(model: Any) -> str:
-    """Return ``model_type`` if the model can be lensed (layout found and checked), else raise ValueError."""
-    return _layout(model).model_type
+_layout = checked_layout  # the name this unit's modules use
 
 
 def _lens_shape(lens: TunedLens) -> tuple[int, int]:
@@ -353,7 +185,7 @@ def save_lens(lens: TunedLens, path: str | os.PathLike[str], *, logits_precision
     }
     if logits_precision is not None:
         meta["logits_precision"] = logits_precision
-    (path / _SIDECAR).write_text(json.dumps(meta, indent=2))
+    (path / LENS_SIDECAR_NAME).write_text(json.dumps(meta, indent=2))
     return path
 
 
@@ -363,11 +195,11 @@ def load_lens(model: PreTrainedModel, path: str | os.PathLike[str], *, strict: b
     Checked first because the package would try the Hub for missing files and fail on shapes with a bare error."""
     model_type = check_model(model)
     path = Path(path)
-    missing = [f for f in (_CONFIG, _PARAMS) if not (path / f).is_file()]
+    missing = [f for f in (CONFIG_NAME, LENS_PARAMS_NAME) if not (path / f).is_file()]
     if missing:
         raise FileNotFoundError(f"path: {path} is not a lens folder (missing {', '.join(missing)})")
-    cfg = json.loads((path / _CONFIG).read_text())
-    state = torch.load(path / _PARAMS, map_location="cpu", weights_only=True)
+    cfg = json.loads((path / CONFIG_NAME).read_text())
+    state = torch.load(path / LENS_PARAMS_NAME, map_location="cpu", weights_only=True)
     n_layers = len({k.split(".")[0] for k in state})
     widths = {tuple(v.shape) for k, v in state.items() if k.endswith("weight")}
     lens_shape = (int(cfg.get("num_hidden_layers", n_layers)), int(cfg.get("d_model", -1)))
@@ -379,7 +211,7 @@ def load_lens(model: PreTrainedModel, path: str | os.PathLike[str], *, strict: b
             f"({model_type}) needs num_hidden_layers={want[0]}, hidden_size={want[1]}, i.e. "
             f"{want[0]} translators of shape {(want[1], want[1])}"
         )
-    sidecar = path / _SIDECAR
+    sidecar = path / LENS_SIDECAR_NAME
     if strict and sidecar.is_file():
         saved = json.loads(sidecar.read_text()).get("unembed_sha256")
         if saved and saved != _unembed_sha256(model):

@@ -17,7 +17,7 @@ import pandas as pd
 
 from tiebias.config.params import coerce
 from tiebias.lens import evaluate as lens_eval
-from tiebias.run.files import damaged
+from tiebias.run.files import atomic_path, damaged
 
 __all__ = ["check_protocols", "evaluate_cached", "eval_name", "logit_name", "rung_frames"]
 
@@ -50,9 +50,8 @@ def evaluate_cached(model: Any, tokens: Any, lens: Any, path: Path, *, seq_len: 
     df = lens_eval.evaluate(model, tokens, lens, seq_len=seq_len, max_tokens=eval_tokens, per_sequence=True,
                             logit_lens=logit_lens, num_threads=num_threads, protocol=protocol)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False)
     return df
 
 

@@ -40,6 +40,7 @@ from tiebias.lens import fit as lens_fit
 from tiebias.lens import lenses as tl
 from tiebias.lens.precision import logits_precision
 from tiebias.run.files import read_json, write_json_atomic
+from tiebias.run.layout import LENS_PARAMS_NAME
 
 __all__ = ["RECIPES", "check_budgets", "check_recipes", "publish_top_rung", "recipe_kwargs", "rung_dir",
            "train_ladder"]
@@ -91,7 +92,7 @@ def _rung_meta(recipe: str, budgets: Sequence[int], k: int, *, steps: int, token
 def _rung_done(path: Path, meta: dict[str, Any], auto_precision: str) -> bool:
     """Whether a rung's lens files exist and the same ladder trained it (no recorded precision: the automatic one)."""
     f = path / _RUNG
-    if not ((path / "params.pt").is_file() and f.is_file()):
+    if not ((path / LENS_PARAMS_NAME).is_file() and f.is_file()):
         return False
     saved = read_json(f, "delete the rung's folder: it is trained again")
     saved.setdefault("logits_precision", auto_precision)
@@ -168,7 +169,7 @@ def publish_top_rung(folder: Path, recipe: str, budgets: Sequence[int], *, steps
                       seq_len=seq_len, n_tokens=n_tokens, model_sha256=model_sha256, precision=precision)
     src = rung_dir(folder, recipe, budgets[-1])
     top = folder / _TOP_RECIPE
-    if top.is_file() and json.loads(top.read_text()) == meta and (folder / "params.pt").is_file():
+    if top.is_file() and json.loads(top.read_text()) == meta and (folder / LENS_PARAMS_NAME).is_file():
         return
     for f in src.iterdir():
         if f.is_file() and f.name not in (_RUNG, _TRAINER) and not f.name.startswith("eval_"):

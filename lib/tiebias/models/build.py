@@ -20,6 +20,7 @@ from transformers import (
     PreTrainedModel,
 )
 
+from tiebias.models.anatomy import is_tied
 from tiebias.system.parallel import CONSTRUCTION
 
 FAMILIES = ("llama", "neox")
@@ -136,18 +137,10 @@ def _build_unlocked(preset: str, family: str, tied: bool, vocab_size: int, seed:
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected:
         raise RuntimeError(f"unexpected keys copying the shared initialisation: {unexpected}")
-    if model.get_input_embeddings().weight is not model.get_output_embeddings().weight:
+    if not is_tied(model):
         raise RuntimeError("tied model does not share its input and output embedding")
     model.train()
     return model
-
-
-def is_tied(model: PreTrainedModel) -> bool:
-    """True when the input and output embedding are one tensor (same storage)."""
-    out = model.get_output_embeddings()
-    if out is None:
-        return False
-    return model.get_input_embeddings().weight.data_ptr() == out.weight.data_ptr()
 
 
 def count_parameters(model: PreTrainedModel) -> dict[str, int]:

@@ -22,13 +22,15 @@ from typing import Any, Literal
 
 import torch
 
-from tiebias.lens import lenses as tl
+from tiebias.models.anatomy import check_model, find_layout, is_tied, text_config
 from tiebias.run.folder import Run
 from tiebias.run.guard import check_folder, mark
+from tiebias.run.layout import CONFIG_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
+from tiebias.system.memory import free_memory
 
 __all__ = [
-    "MAX_UNKNOWN_SHARE", "SourceInfo", "check_sources", "check_tokenizers", "estimate_bytes", "external_dir",
-    "external_path", "free_memory", "inspect", "load_models", "pair_slug", "param_name",
+    "SourceInfo", "check_sources", "estimate_bytes", "external_dir", "external_path", "inspect", "load_models",
+    "pair_slug", "param_name",
 ]
 
 ROLES = {"tied": True, "untied": False}
@@ -72,7 +74,7 @@ def _source_str(source: Any, label: str) -> str:
         raise ValueError(f"{param_name(label)}: expected a model folder or a hub id, got {type(source).__name__}")
     text = str(source)
     path = Path(text).expanduser()
-    if path.is_dir() and not (path / "config.json").is_file():
+    if path.is_dir() and not (path / CONFIG_NAME).is_file():
         raise ValueError(f"{param_name(label)}: {text!r} is a folder without config.json, not a model folder")
     return str(path) if path.is_dir() else text
 
@@ -100,7 +102,8 @@ def inspect(source: Any, label: str, *, lens: bool = False, revision: str | None
     """Read one source's config (no weights): family, tying, depth, width, vocabulary and parameter count.
 
     ``lens`` also checks that the lens can follow the family (final norm and head found by layout,
-    no logit soft-capping or scaling), as :func:`tiebias.lens.lenses.find_layout` does on a loaded model.
+    no logit soft-capping or scaling) with :func:`tiebias.models.anatomy.find_layout`, as the lens does on a loaded
+    model.
     """
     from transformers import AutoConfig
 
@@ -112,22 +115,20 @@ def inspect(source: Any, label: str, *, lens: bool = False, revision: str | None
     skeleton = _skeleton(config, label, src)
     if lens:
         try:
-            tl.find_layout(skeleton)
+            find_layout(skeleton)
         except ValueError as exc:
             raise ValueError(f"{param_name(label)}: {src!r}: {str(exc).removeprefix('model: ')}") from None
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    tied = skeleton.get_output_embeddings().weight is skeleton.get_input_embeddings().weight
+    text = text_config(config)
     path = Path(src)
     return SourceInfo(
         label=label, source=src, model_type=str(getattr(config, "model_type", "?")),
-        architecture=type(skeleton).__name__, tied=bool(tied),
+        architecture=type(skeleton).__name__, tied=is_tied(skeleton),
         tie_word_embeddings=getattr(text, "tie_word_embeddings", None),
         num_hidden_layers=int(getattr(text, "num_hidden_layers", 0) or 0),
         hidden_size=int(getattr(text, "hidden_size", 0) or 0),
         vocab_size=int(skeleton.get_output_embeddings().weight.shape[0]),
         n_params=sum(p.numel() for p in skeleton.parameters()),
-        local_safetensors=path.is_dir() and ((path / "model.safetensors").is_file()
-                                             or (path / "model.safetensors.index.json").is_file()),
+        local_safetensors=path.is_dir() and ((path / WEIGHTS_NAME).is_file() or (path / WEIGHTS_INDEX_NAME).is_file()),
     )
 
 
@@ -167,20 +168,6 @@ def estimate_bytes(info: SourceInfo, dtype: torch.dtype = torch.float32, *, need
     return int(total)
 
 
-def free_memory(device: str | torch.device = "cpu") -> int:
-    """Bytes free on ``device``: the CUDA allocator's free memory, else MemAvailable from /proc/meminfo."""
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        return int(torch.cuda.mem_get_info(dev)[0])
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-
-
 def _gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
 
@@ -192,7 +179,7 @@ def check_sources(sources: dict[str, Any], *, dtype: torch.dtype = torch.float32
     Refuses (ValueError naming ``<label>_source``): a missing source, a family with no causal-LM
     head, a ``tied`` source that is untied or an ``untied`` one that is tied, with ``lens`` a family
     the lens cannot follow, and a pair whose estimated memory (:func:`estimate_bytes`, all sources
-    together) exceeds :func:`free_memory` on ``device``. With ``lens``, warns when the models differ
+    together) exceeds :func:`tiebias.system.memory.free_memory` on ``device``. With ``lens``, warns when the models differ
     in depth (the lens study then compares layers on relative depth).
     """
     if not isinstance(sources, dict) or not sources:
@@ -225,7 +212,7 @@ def load_models(sources: dict[str, Any], *, device: str | torch.device = "cpu",
 
     :func:`check_sources` (with the lens checks) runs first and the tokenizers load next (both cheap),
     so every refusal comes before the first weight is read; each loaded model then passes
-    :func:`tiebias.lens.lenses.check_model` (one short forward pass).
+    :func:`tiebias.models.anatomy.check_model` (one short forward pass).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -244,51 +231,9 @@ def load_models(sources: dict[str, Any], *, device: str | torch.device = "cpu",
     out = {}
     for label, info in infos.items():
         model = AutoModelForCausalLM.from_pretrained(info.source, dtype=dtype).to(device).eval()
-        tl.check_model(model)
+        check_model(model)
         out[label] = (model, tokenizers[label])
     return out
-
-
-MAX_UNKNOWN_SHARE = 0.01
-"""Most of a corpus a tokenizer may write as its unknown token. Byte-level BPE and byte-fallback tokenizers (every
-family the kit names) write none; above 1% the tokenizer cannot read the corpus, and a lens measured there would
-read the unknown token rather than the text."""
-
-
-def check_tokenizers(models: dict[str, tuple[Any, Any]], texts: list[str], corpus: str) -> None:
-    """Refuse, before any lens trains, models whose tokenizers 03 cannot compare on ``texts`` (label -> (model, tokenizer)).
-
-    Each tokenizer must read the text (at most :data:`MAX_UNKNOWN_SHARE` unknown tokens) and share tokens with the
-    first one (:func:`tiebias.align.embeddings.match_tokens`, the check 02 makes on the pair's vocabularies). Errors
-    name ``<label>_source``.
-    """
-    from tiebias.align import embeddings
-    from tiebias.data import tokens
-
-    labels = list(models)
-    for label, (model, tok) in models.items():
-        share = tokens.unknown_share(tok, texts)
-        if share > MAX_UNKNOWN_SHARE:
-            unk = tok.convert_ids_to_tokens(tokens.unknown_id(tok))
-            raise ValueError(
-                f"{param_name(label)}: the tokenizer of {_name(model)!r} writes {share:.0%} of the corpus {corpus!r} "
-                f"as its unknown token {unk!r}, so a lens would be measured on that token, not on the text; allowed: "
-                f"at most {MAX_UNKNOWN_SHARE:.0%}. Give a corpus the tokenizer reads (corpus=...), or a model whose "
-                "tokenizer covers this text")
-    for label in labels[1:]:
-        a, b = models[labels[0]], models[label]
-        try:
-            embeddings.match_tokens(embeddings.token_strings(a[1]), embeddings.token_strings(b[1]), _name(a[0]),
-                                    _name(b[0]))
-        except ValueError as e:
-            raise ValueError(f"{param_name(labels[0])}, {param_name(label)}: {e}; a pair is compared on the tokens its "
-                             "vocabularies share (02 refuses this pair too); allowed: models whose tokenizers share "
-                             "tokens") from None
-
-
-def _name(model: Any) -> str:
-    """What a loaded model was loaded from (folder or hub id), for messages."""
-    return str(getattr(model, "name_or_path", "") or type(model).__name__)
 
 
 def pair_slug(tied_source: Any, untied_source: Any) -> str:

@@ -18,8 +18,9 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
-from tiebias.align import comparisons, embeddings
+from tiebias.align import comparisons
 from tiebias.align.embeddings import Embeddings
+from tiebias.align.tokenizers import load_tokenizer
 from tiebias.output import token_text
 from tiebias.output.token_text import show
 
@@ -179,10 +180,7 @@ def _tokenizer(source: Any, label: str) -> Any:
             raise ValueError(f"{label}: expected a transformers tokenizer, a folder or a hub id, "
                              f"got {type(source).__name__}")
         return source
-    path = Path(source).expanduser()
-    if path.is_dir():
-        return embeddings._resolve_tokenizer(None, path, None, None, str(source))
-    return embeddings._resolve_tokenizer(None, None, str(source), None, str(source))
+    return load_tokenizer(source)
 
 
 def neighbour_spaces(pair: Mapping[str, Embeddings], tied_tokenizer: Any,

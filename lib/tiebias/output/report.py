@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import html
 import math
-import os
 import shutil
 import warnings
 from pathlib import Path
 from typing import Any
 
-from tiebias.run.files import DamagedFileError, read_json, write_json_atomic
+from tiebias.run.files import DamagedFileError, read_json, write_json_atomic, write_text_atomic
 from tiebias.run.folder import Run
-from tiebias.verdicts.records import CLAIMS, NOTEBOOK_OF, record, results
+from tiebias.verdicts.records import CLAIMS, results
 from tiebias.verdicts.status import NOT_MEANINGFUL, status_of
 
 LENS_PROTOCOL_NOTE = (
@@ -113,10 +112,10 @@ Notebooks: {links or 'none executed'}</p>
         out = run.report_dir
         out.mkdir(exist_ok=True)
         for stem, body in bodies.items():
-            _write_text_atomic(out / f"{stem}.html", body)
+            write_text_atomic(out / f"{stem}.html", body)
         if bodies and (scratch / PLOTLY_JS).exists():
-            _write_text_atomic(out / PLOTLY_JS, (scratch / PLOTLY_JS).read_text(encoding="utf-8"))
-        _write_text_atomic(run.report_path, doc)
+            write_text_atomic(out / PLOTLY_JS, (scratch / PLOTLY_JS).read_text(encoding="utf-8"))
+        write_text_atomic(run.report_path, doc)
     shutil.rmtree(scratch, ignore_errors=True)
     return run.report_path
 
@@ -137,13 +136,3 @@ def _caveat(claims: dict[str, dict]) -> str:
     return ('<p style="border:2px solid #b00;padding:8px"><b>Not meaningful: these numbers cannot be read as evidence '
             f"for or against the claims</b>, because {html.escape('; '.join(why))}. They show only that the analysis "
             "runs.</p>\n")
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-__all__ = ["CLAIMS", "KEY_FIGURES", "LENS_PROTOCOL_NOTE", "NOTEBOOK_OF", "NOT_MEANINGFUL", "record", "results",
-           "write_report", "write_summary"]

@@ -1,8 +1,9 @@
-"""Files of a run folder that are not about the Run itself: strict JSON, metrics logs, saved models.
+"""Files of a run folder that are not about the Run itself: atomic writes, strict JSON, metrics logs, saved models.
 
-Every JSON file the kit writes is strict JSON (no NaN/Infinity: ``null`` plus a reason), written
-through a temporary file and a rename; every file a reader finds damaged is named in the error
-together with what to do about it (:class:`DamagedFileError`).
+A file a reader must never see half-written (JSON, tables, metrics logs, token splits, report pages) is written
+through a temporary file and a rename (:func:`atomic_path`, the one place that does it); every JSON file is strict
+JSON (no NaN/Infinity: ``null`` plus a reason); every file a reader finds damaged is named in the error together
+with what to do about it (:class:`DamagedFileError`).
 """
 
 from __future__ import annotations
@@ -12,12 +13,17 @@ import json
 import math
 import os
 import re
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
+
+from tiebias.run.layout import CONFIG_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 
 OVERWRITE_HINT = "set overwrite=True (notebook parameter / --set overwrite=true)"
 _NULL_REASONS = "null_reasons"
@@ -89,9 +95,47 @@ def write_json_atomic(path: Path, data: Any, reasons: dict[str, str] | None = No
         clean[_NULL_REASONS] = {**clean.get(_NULL_REASONS, {}), **nulls}
     text = json.dumps(clean, indent=2, sort_keys=True, allow_nan=False) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, text)
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary file next to ``path`` (``.<name>.tmp``) to write to, renamed onto ``path`` when the block ends.
+
+    Readers see the old file or the whole new one, never half of it; if the block raises, the temporary file is
+    removed and ``path`` is left as it was. The folder must exist. Any writer works: ``df.to_csv(tmp)``,
+    ``torch.save(obj, tmp)``, or ``tmp.open("wb")`` for writers that would change the name (``np.save``).
+    """
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
+    try:
+        yield tmp
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
+
+
+@contextmanager
+def atomic_folder(path: Path, tmp: Path | None = None) -> Iterator[Path]:
+    """A temporary folder (``tmp``, default ``.<name>.tmp`` next to ``path``; a leftover is removed first) to build a
+    folder in, put in place of ``path`` (replacing it) when the block ends; if the block raises, it is removed."""
+    tmp = path.with_name(f".{path.name}.tmp") if tmp is None else tmp
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if path.exists():
+        shutil.rmtree(path)
+    os.replace(tmp, path)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through :func:`atomic_path`."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def _read_text(path: Path, todo: str) -> str:
@@ -163,10 +207,10 @@ def read_log(path: Path, header: list[str] | None = None, *, todo: str) -> pd.Da
 
 def check_model_folder(path: Path, todo: str) -> None:
     """Check that a saved model's config.json parses and its model.safetensors header and size are whole."""
-    read_json(path / "config.json", todo)
-    weights = path / "model.safetensors"
+    read_json(path / CONFIG_NAME, todo)
+    weights = path / WEIGHTS_NAME
     if not weights.exists():
-        if (path / "model.safetensors.index.json").exists():
+        if (path / WEIGHTS_INDEX_NAME).exists():
             return
         raise damaged(weights, "missing", todo)
     check_safetensors(weights, todo)

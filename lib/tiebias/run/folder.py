@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -39,6 +38,8 @@ from tiebias.data.tokens import (
 from tiebias.run.files import (
     OVERWRITE_HINT,
     RunFolderError,
+    atomic_folder,
+    atomic_path,
     check_model_folder,
     damaged,
     diff_config,
@@ -48,7 +49,7 @@ from tiebias.run.files import (
     write_json_atomic,
 )
 from tiebias.run.guard import check_folder, empty_folder, mark
-from tiebias.run.layout import COMPLETE_NAME, LENS_SUBDIR, RunLayout
+from tiebias.run.layout import COMPLETE_NAME, CONFIG_NAME, LENS_SUBDIR, TOKENIZER_FILE, RunLayout
 from tiebias.run.variation import ParameterChangedError
 from tiebias.system.parallel import CONSTRUCTION
 
@@ -197,21 +198,15 @@ class Run(RunLayout):
                 empty_folder(run.path)
             mark(run.path, "run")
             tok = train_tokenizer(ds["train"]["text"], vocab_size=vocab_size)
-            tmp_tok = run.path / ".tokenizer.tmp"
-            if tmp_tok.exists():
-                shutil.rmtree(tmp_tok)
-            tok.save_pretrained(tmp_tok)
-            if run.tokenizer_dir.exists():
-                shutil.rmtree(run.tokenizer_dir)
-            os.replace(tmp_tok, run.tokenizer_dir)
+            with atomic_folder(run.tokenizer_dir) as tmp_tok:
+                tok.save_pretrained(tmp_tok)
             run.tokens_dir.mkdir(exist_ok=True)
             n_tokens = {}
             for split in SPLITS:
                 ids = encode(tok, ds[split]["text"])
                 dtype = np.uint16 if len(tok) <= 65535 else np.int32
-                tmp = run.tokens_dir / f".{split}.tmp.npy"
-                np.save(tmp, ids.numpy().astype(dtype))
-                os.replace(tmp, run.tokens_path(split))
+                with atomic_path(run.tokens_path(split)) as tmp, tmp.open("wb") as f:
+                    np.save(f, ids.numpy().astype(dtype))
                 n_tokens[split] = int(ids.numel())
             counts = token_frequencies(tok, ds["train"]["text"])
             save_frequencies(run.frequencies_path, tok, counts)
@@ -222,7 +217,7 @@ class Run(RunLayout):
 
     def _data_ready(self) -> bool:
         """Whether tokenizer, token splits and frequencies are all there (Run.prepare has nothing to do)."""
-        return (self.tokenizer_dir / "tokenizer.json").exists() and all(
+        return (self.tokenizer_dir / TOKENIZER_FILE).exists() and all(
             self.tokens_path(s).exists() for s in SPLITS) and self.frequencies_path.exists()
 
     def update_config(self, **values: Any) -> None:
@@ -252,9 +247,8 @@ class Run(RunLayout):
         path = self.table_path(name)
         with self.writing(f"saving table {name}"):
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.tmp")
-            table.to_csv(tmp, index=False)
-            os.replace(tmp, path)
+            with atomic_path(path) as tmp:
+                table.to_csv(tmp, index=False)
         return path
 
     def record_study(self, values: dict[str, Any], section: str = "study") -> None:
@@ -282,11 +276,11 @@ class Run(RunLayout):
     def tokenizer(self) -> PreTrainedTokenizerFast:
         """The run's tokenizer; a missing or damaged ``tokenizer/`` folder is named with how to restore it."""
         d = self.tokenizer_dir
-        copies = sorted(p.parent for p in self.models_dir.glob("*/tokenizer.json"))
+        copies = sorted(p.parent for p in self.models_dir.glob(f"*/{TOKENIZER_FILE}"))
         fix = (f"copy the tokenizer files of {copies[0]} (tokenizer.json, tokenizer_config.json, "
                "special_tokens_map.json) into it, or " if copies else "")
         fix += "rerun Run.prepare (notebook 01_train), which rebuilds it from the corpus (deterministic)"
-        if not (d / "tokenizer.json").is_file():
+        if not (d / TOKENIZER_FILE).is_file():
             raise FileNotFoundError(f"tokenizer: {d} is missing or has no tokenizer.json; {fix}")
         try:
             return AutoTokenizer.from_pretrained(d)
@@ -351,7 +345,7 @@ class Run(RunLayout):
         out = []
         for d in root.iterdir() if root.exists() else []:
             step = step_of(d)
-            if step is not None and (d / "config.json").exists():
+            if step is not None and (d / CONFIG_NAME).exists():
                 out.append((step, d))
         return sorted(out)
 

@@ -39,7 +39,7 @@ def check_run_dir_text(run_dir: Any, param: str = "run_dir") -> None:
 def _kit_config(path: Path) -> tuple[bool, str]:
     """Whether ``config.json`` is one the kit wrote (its keys), and if not, why."""
     try:
-        cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        cfg = json.loads(RunLayout(path).config_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
         return False, f"its config.json does not load as JSON, {type(e).__name__}"
     if isinstance(cfg, dict) and all(k in cfg for k in KIT_CONFIG_KEYS):
@@ -119,7 +119,7 @@ def check_folder(path: str | Path, kind: Kind = "run", *, corpus: Any = None, pa
     if not left:
         return p
     why = f"no {MARKERS[kind]} file" + ("" if kind == "pair" else ", no config.json")
-    if kind == "run" and (p / "config.json").exists():
+    if kind == "run" and RunLayout(p).config_path.exists():
         why = _kit_config(p)[1]
     shown = ", ".join(left[:6]) + (", ..." if len(left) > 6 else "")
     raise NotARunFolderError(

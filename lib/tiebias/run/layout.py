@@ -37,6 +37,15 @@ CHECKPOINTS_SUBDIR = "checkpoints"  # a model's checkpoint folders
 COMPLETE_NAME = "complete.json"  # a finished model's marker
 MARKERS = {"run": ".tiebias-run.json", "pair": ".tiebias-pair.json"}  # written when the kit creates the folder
 METRIC_KINDS = ("train", "val")
+CONFIG_NAME = "config.json"  # a run's config; also a saved model's (HF) config and a lens's (tuned_lens) config
+TRAIN_CONFIG_NAME = "train_config.json"  # what a model is (being) trained with
+WEIGHTS_NAME = "model.safetensors"  # a saved model's weights in one file ...
+WEIGHTS_INDEX_NAME = "model.safetensors.index.json"  # ... or the index of its shards
+TRAINER_STATE_NAME = "trainer_state.pt"  # optimiser state saved with a checkpoint's weights
+TOKENIZER_SUBDIR = "tokenizer"  # the folder of a run's tokenizer
+TOKENIZER_FILE = "tokenizer.json"  # the file of a saved fast tokenizer
+LENS_PARAMS_NAME = "params.pt"  # a lens's translators (tuned_lens format, next to its config.json)
+LENS_SIDECAR_NAME = "tiebias_lens.json"  # a lens's unembedding hash and shapes, written by the kit
 
 
 class RunLayout:
@@ -49,12 +58,12 @@ class RunLayout:
     @property
     def config_path(self) -> Path:
         """``config.json``: corpus, vocabulary, token counts and recorded study parameters."""
-        return self.path / "config.json"
+        return self.path / CONFIG_NAME
 
     @property
     def tokenizer_dir(self) -> Path:
         """``tokenizer/``: the run's fast tokenizer."""
-        return self.path / "tokenizer"
+        return self.path / TOKENIZER_SUBDIR
 
     @property
     def tokens_dir(self) -> Path:
@@ -98,7 +107,7 @@ class RunLayout:
 
     def train_config_path(self, variant: str | Variant, seed: int) -> Path:
         """``models/<key>/train_config.json``: what the model is (being) trained with."""
-        return self.model_dir(variant, seed) / "train_config.json"
+        return self.model_dir(variant, seed) / TRAIN_CONFIG_NAME
 
     def complete_path(self, variant: str | Variant, seed: int) -> Path:
         """``models/<key>/complete.json``: the completion marker and training summary."""

@@ -23,6 +23,7 @@ from tiebias.config.profiles import PROFILE_DIR, repo_root
 from tiebias.output.figure_png import figures_to_png
 from tiebias.output.notebook import PLOTLY_MIME
 from tiebias.output.static_pages import expand_widgets
+from tiebias.run.layout import RunLayout
 
 MARKER = "<!-- cell {id} {digest} -->"
 MARKER_RE = re.compile(r"^<!-- cell (\S+) ([0-9a-f]{12}) -->$", re.M)
@@ -237,9 +238,10 @@ def write_walkthrough(run_dir: str | Path, out: str | Path | None = None, scale:
     from tiebias.study import notebooks_dir
 
     run_dir, out = Path(run_dir), Path(out) if out is not None else out_dir()
-    executed = {n: run_dir / "notebooks" / f"{n}.ipynb" for n in NOTEBOOKS}
+    layout = RunLayout(run_dir)
+    executed = {n: layout.notebooks_dir / f"{n}.ipynb" for n in NOTEBOOKS}
     executed = {n: p for n, p in executed.items() if p.is_file()}
-    summary_path = run_dir / "summary.json"
+    summary_path = layout.summary_path
     if not executed or not summary_path.is_file():
         raise ValueError(f"run_dir: {str(run_dir)!r} holds no executed study (notebooks/*.ipynb and summary.json); "
                          "run one first: python -m tiebias study --profile class --run-dir runs/class")

@@ -23,9 +23,12 @@ from tiebias.run.files import (
     OVERWRITE_HINT,
     DamagedFileError,
     RunFolderError,
+    atomic_folder,
     check_model_folder,
     read_log_lines,
+    write_text_atomic,
 )
+from tiebias.run.layout import CONFIG_NAME, TRAINER_STATE_NAME, WEIGHTS_NAME
 
 # the columns of metrics/<key>.csv and metrics/<key>_val.csv
 TRAIN_FIELDS = ["step", "loss", "lr", "grad_norm", "tokens", "elapsed_s", "input_norm", "output_norm",
@@ -49,7 +52,7 @@ def require_initial(ckpt_root: Path) -> Path:
     checkpoint left.
     """
     path = ckpt_root / step_dir(0)
-    if not (path / "config.json").is_file():
+    if not (path / CONFIG_NAME).is_file():
         mdir = ckpt_root.parent
         raise RunFolderError(f"{path}: missing: the step-0 checkpoint holds the initial weights of {mdir.name} "
                              f"(was {mdir} deleted or moved?); {mdir.name} cannot be trained on or compared "
@@ -69,16 +72,10 @@ def save_checkpoint(model: PreTrainedModel, ckpt_root: Path, step: int, state: d
     """
     if step > 0:
         require_initial(ckpt_root)
-    tmp = ckpt_root / f"{_TMP_PREFIX}{step}"
-    final = ckpt_root / step_dir(step)
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    model.save_pretrained(tmp)
-    if state is not None:
-        torch.save(state, tmp / "trainer_state.pt")
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    with atomic_folder(ckpt_root / step_dir(step), ckpt_root / f"{_TMP_PREFIX}{step}") as tmp:
+        model.save_pretrained(tmp)
+        if state is not None:
+            torch.save(state, tmp / TRAINER_STATE_NAME)
     if state is not None:
         prune_states(ckpt_root, keep=2)
 
@@ -86,9 +83,9 @@ def save_checkpoint(model: PreTrainedModel, ckpt_root: Path, step: int, state: d
 def prune_states(ckpt_root: Path, keep: int) -> None:
     """Delete the optimiser state of all but the ``keep`` newest checkpoints."""
     with_state = sorted((_step_key(d), d) for d in ckpt_root.glob(f"{STEP_PREFIX}*")
-                        if (d / "trainer_state.pt").exists())
+                        if (d / TRAINER_STATE_NAME).exists())
     for _, d in with_state[:-keep] if keep else with_state:
-        (d / "trainer_state.pt").unlink()
+        (d / TRAINER_STATE_NAME).unlink()
 
 
 def load_resume_point(model: PreTrainedModel, opt: torch.optim.Optimizer, ckpt_root: Path, dev: torch.device,
@@ -107,7 +104,7 @@ def load_resume_point(model: PreTrainedModel, opt: torch.optim.Optimizer, ckpt_r
     out_w = model.get_output_embeddings().weight
     allowed_missing = {n for n, p in model.named_parameters(remove_duplicate=False) if p is out_w} if tied else set()
     for d in dirs:
-        state_file, weights = d / "trainer_state.pt", d / "model.safetensors"
+        state_file, weights = d / TRAINER_STATE_NAME, d / WEIGHTS_NAME
         if not state_file.exists():
             problems.append(f"{d.name}: no optimiser state (trainer_state.pt)")
             continue
@@ -184,9 +181,7 @@ def _span(steps: list[int]) -> str:
 
 def write_log(path: Path, header: list[str], lines: list[str]) -> None:
     """Rewrite a metrics log with the given verbatim rows (through a temporary file and a rename)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(f"{line}\r\n" for line in [",".join(header), *lines]))
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(f"{line}\r\n" for line in [",".join(header), *lines]))
 
 
 def has_trained_checkpoints(ckpt_root: Path) -> bool:

@@ -23,6 +23,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
+from tiebias.models.anatomy import is_tied
+
 PATHS = ("input", "output")
 
 
@@ -110,7 +112,7 @@ class GradientProvenance:
                 f"model: {type(model).__name__} has input {type(emb).__name__} / output {type(out).__name__}; "
                 "gradient provenance needs an nn.Embedding input and an nn.Linear output projection")
         self.emb, self.out = emb, out
-        self.tied = emb.weight is out.weight
+        self.tied = is_tied(model)
         if not self.tied and not allow_untied_scaling and (self.input_factor != 1.0 or self.output_factor != 1.0):
             raise ValueError(
                 f"input_factor/output_factor: scaling ({self.input_factor}, {self.output_factor}) was asked for "

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from tiebias.models.build import get_preset
+from tiebias.system.memory import free_memory
 
 __all__ = ["check_memory", "estimate_memory"]
 
@@ -27,12 +28,9 @@ def estimate_memory(cfg: Any, vocab_size: int, processes: int = 1) -> int:
 def check_memory(cfg: Any, vocab_size: int, device: torch.device, processes: int = 1) -> None:
     """Refuse, before allocating, a preset/batch that cannot fit in the device's free memory."""
     need = estimate_memory(cfg, vocab_size, processes)
-    if device.type == "cuda":
-        free = torch.cuda.mem_get_info(device)[0]
-    else:
-        import psutil
-
-        free = psutil.virtual_memory().available // max(processes, 1)
+    free = free_memory(device)
+    if device.type != "cuda":
+        free //= max(processes, 1)  # the processes share the machine's memory
     if need > 0.9 * free:
         raise ValueError(f"preset: {cfg.preset!r} with batch_size={cfg.batch_size}, seq_len={cfg.seq_len} needs "
                          f"about {need / 2**30:.1f} GiB per process but {device} has {free / 2**30:.1f} GiB free; "

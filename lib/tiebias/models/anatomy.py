@@ -1,0 +1,214 @@
+"""What a causal LM is made of, read from its config or modules: the text config, whether its embeddings are tied,
+and where its final norm and head are (its layout), for a loaded model or a meta-device skeleton alike.
+
+The lens (:mod:`tiebias.lens.lenses`), the checks of external models (:mod:`tiebias.models.sources`) and the
+embedding reader (:mod:`tiebias.align.embeddings`) all ask these questions; this module is the one place that
+answers them.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel
+
+__all__ = [
+    "FINAL_NORM_NAMES", "Layout", "check_model", "checked_layout", "describe_model", "find_layout", "is_tied",
+    "text_config",
+]
+
+FINAL_NORM_NAMES = (
+    "norm",  # llama, mistral, olmo, olmo2/3, qwen2/3, gemma 1-3, ...
+    "final_layer_norm",  # gpt_neox
+    "ln_f",  # gpt2, gpt_neo, gptj, bloom, falcon
+    "final_layernorm",  # phi, jamba
+    "norm_f",  # mpt, dbrx
+    "final_norm",  # recurrent_gemma, modernbert decoder
+    "decoder.final_layer_norm",  # opt
+)
+"""Attribute paths of the final norm, tried in order on ``model.get_decoder()`` then ``model.base_model``."""
+
+_LOGIT_POSTPROCESSING = {"final_logit_softcapping": None, "logit_scale": 1.0, "logits_scaling": 1.0}
+"""Config fields of families that transform the head's output (value that means "off"): the lens's
+unembedding (final norm + head) would not reproduce such a model's logits."""
+
+
+def text_config(config: Any) -> Any:
+    """The text part of a (possibly multimodal) config; a text-only config is its own text part."""
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def is_tied(model_or_config: Any) -> bool:
+    """Whether input and output embeddings are one matrix.
+
+    A model: both embeddings hold the same tensor (the same object, or for real tensors the same storage; a
+    meta-device skeleton has no storage, so only the object counts); a model without an output embedding is
+    untied. A config: ``tie_word_embeddings`` of its text config (:func:`text_config`), False when absent.
+    """
+    if isinstance(model_or_config, torch.nn.Module):
+        inp, out = model_or_config.get_input_embeddings(), model_or_config.get_output_embeddings()
+        if inp is None or out is None:
+            return False
+        a, b = inp.weight, out.weight
+        if a is b:
+            return True
+        return "meta" not in (a.device.type, b.device.type) and a.data_ptr() == b.data_ptr()
+    return bool(getattr(text_config(model_or_config), "tie_word_embeddings", False))
+
+
+@dataclass(frozen=True, eq=False)
+class Layout:
+    """Where a causal LM keeps what the lens needs: its final norm and its head (modules of the model itself)."""
+
+    model_type: str
+    norm_path: str
+    final_norm: torch.nn.Module  # applied after the last block; its input is what the lens reads at layer L
+    head: torch.nn.Linear
+    project_out: torch.nn.Module | None = None  # optional projection between norm and head (OPT-350m style)
+
+
+def describe_model(model: Any) -> str:
+    """``model_type='...' (ClassName)`` for error messages."""
+    return f"model_type={getattr(model.config, 'model_type', '?')!r} ({type(model).__name__})"
+
+
+def _attr_path(root: Any, path: str) -> tuple[bool, Any]:
+    """(found, value) of a dotted attribute path; found is False when any step is missing."""
+    obj = root
+    for key in path.split("."):
+        if not hasattr(obj, key):
+            return False, None
+        obj = getattr(obj, key)
+    return True, obj
+
+
+def _linear_head(model: Any, what: str) -> torch.nn.Linear:
+    """The model's head, refused unless it is a linear unembedding whose output the model does not transform."""
+    head = model.get_output_embeddings()
+    if head is None:
+        raise ValueError(
+            f"model: {what} has no causal-LM head (get_output_embeddings() is None); "
+            f"load it with AutoModelForCausalLM"
+        )
+    if not isinstance(head, torch.nn.Linear):
+        raise ValueError(
+            f"model: {what} has a {type(head).__name__} head; the lens needs a linear unembedding (nn.Linear)"
+        )
+    text = text_config(model.config)
+    for key, off in _LOGIT_POSTPROCESSING.items():
+        value = getattr(text, key, off)
+        if value is not None and value != off:
+            raise ValueError(
+                f"model: {what} transforms its logits after the head ({key}={value!r}), so final norm + "
+                f"head would not reproduce its output distribution; allowed: {key}={off!r}"
+            )
+    return head
+
+
+def find_layout(model: Any) -> Layout:
+    """Find the final norm and the head by layout (no forward pass; works on a meta-device skeleton).
+
+    ValueError (naming model_type and class) for no linear head, no final norm, or transformed logits."""
+    if not isinstance(model, PreTrainedModel):
+        raise ValueError(
+            f"model: expected a transformers PreTrainedModel (e.g. LlamaForCausalLM, "
+            f"OlmoForCausalLM), got {type(model).__name__}"
+        )
+    what = describe_model(model)
+    model_type = str(getattr(model.config, "model_type", "?"))
+    head = _linear_head(model, what)
+    roots: list[tuple[str, Any]] = []
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    for label, root in (("decoder", decoder), ("base_model", getattr(model, "base_model", None))):
+        if root is not None and all(root is not r for _, r in roots):
+            roots.append((label, root))
+    for label, root in roots:
+        for name in FINAL_NORM_NAMES:
+            found, norm = _attr_path(root, name)
+            if not found:
+                continue
+            path = f"{label}.{name}"
+            if norm is None:
+                raise ValueError(
+                    f"model: {what} has no final norm ({path} is None, e.g. a post-norm model such as "
+                    f"OPT-350m); the lens needs a final norm before the head"
+                )
+            if not isinstance(norm, torch.nn.Module):
+                continue
+            owner = _attr_path(root, name.rsplit(".", 1)[0])[1] if "." in name else root
+            project_out = getattr(owner, "project_out", None)  # OPT with word_embed_proj_dim != hidden_size
+            if not isinstance(project_out, torch.nn.Module):
+                project_out = None
+            return Layout(model_type, path, norm, head, project_out)
+    raise ValueError(
+        f"model: {what} has no recognisable final norm: none of {', '.join(FINAL_NORM_NAMES)} on "
+        f"{' or '.join(label for label, _ in roots) or 'the model (no base_model)'}"
+    )
+
+
+_VERIFIED: weakref.WeakKeyDictionary[torch.nn.Module, Layout] = weakref.WeakKeyDictionary()
+
+
+def _apply_head(layout: Layout, h: Tensor) -> Tensor:
+    """The model's own head on the residual stream entering the final norm."""
+    n = layout.final_norm(h)
+    if layout.project_out is not None:
+        n = layout.project_out(n)
+    return layout.head(n)
+
+
+def checked_layout(model: Any) -> Layout:
+    """The model's layout (:func:`find_layout`), checked once with a short forward pass (cached per model object):
+    L + 1 hidden states, one call of the final norm, and final norm + head on its input reproducing the logits."""
+    cached = _VERIFIED.get(model) if isinstance(model, torch.nn.Module) else None
+    if cached is not None:
+        return cached
+    layout = find_layout(model)
+    what = describe_model(model)
+    n_layers = int(model.config.num_hidden_layers)
+    ids = torch.arange(min(4, int(model.config.vocab_size)), device=model.device).unsqueeze(0)
+    store: list[Tensor] = []
+    handle = layout.final_norm.register_forward_pre_hook(lambda _m, args: store.append(args[0]))
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(input_ids=ids, output_hidden_states=True)
+            n_states = len(out.hidden_states) if out.hidden_states is not None else 0
+            if n_states != n_layers + 1:
+                raise ValueError(
+                    f"model: {what} returns {n_states} hidden states for num_hidden_layers={n_layers}; "
+                    f"the lens needs L + 1 (embedding output, then one per block)"
+                )
+            if len(store) != 1:
+                raise ValueError(
+                    f"model: {what}: its final norm {layout.norm_path} ran {len(store)} times in one forward "
+                    f"pass; the lens needs it to run once, after the last block"
+                )
+            mine = _apply_head(layout, store[0]).float()
+            theirs = out.logits.float()
+    finally:
+        handle.remove()
+        model.train(was_training)
+    # Same modules on the same input: equal up to kernel differences (float32) or rounding (16-bit).
+    exact = layout.head.weight.dtype in (torch.float32, torch.float64)
+    tol = (1e-4 if exact else 1e-2) * max(1.0, float(theirs.abs().max()))
+    diff = float((mine - theirs).abs().max()) if mine.shape == theirs.shape else math.inf
+    if not diff <= tol:
+        raise ValueError(
+            f"model: {what}: final norm ({layout.norm_path}) + head does not reproduce the model's logits "
+            f"(max difference {diff:.3g}, shapes {tuple(mine.shape)} vs {tuple(theirs.shape)}); the family "
+            f"transforms its logits or hidden states in a way the lens cannot follow"
+        )
+    _VERIFIED[model] = layout
+    return layout
+
+
+def check_model(model: Any) -> str:
+    """Return ``model_type`` if the model can be lensed (layout found and checked), else raise ValueError."""
+    return checked_layout(model).model_type

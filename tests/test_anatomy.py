@@ -1,0 +1,60 @@
+"""models.anatomy: the one answer to "is this model tied?" and "what is its text config?", for every kind of
+input the former copies handled (a loaded model, a meta-device skeleton, a config, a multimodal config)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+import transformers as tr
+
+from tiebias.models.anatomy import is_tied, text_config
+from tiebias.models.build import build, make_config
+
+
+@pytest.mark.parametrize("family", ["llama", "neox"])
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_model_and_its_config_agree(family: str, tied: bool) -> None:
+    model = build("tiny", family=family, tied=tied, vocab_size=300, seed=0)
+    assert is_tied(model) is tied
+    assert is_tied(model.config) is tied
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_meta_skeleton_is_judged_by_its_tensors_not_their_address(tied: bool) -> None:
+    # meta tensors have no storage (data_ptr() is 0 for all of them): only the object can say "shared"
+    with torch.device("meta"):
+        skeleton = tr.AutoModelForCausalLM.from_config(make_config("tiny", vocab_size=300, tied=tied))
+    assert skeleton.get_input_embeddings().weight.data_ptr() == skeleton.get_output_embeddings().weight.data_ptr()
+    assert is_tied(skeleton) is tied
+
+
+def test_two_parameters_on_one_storage_are_tied() -> None:
+    model = build("tiny", tied=False, vocab_size=300, seed=0)
+    model.get_output_embeddings().weight = torch.nn.Parameter(model.get_input_embeddings().weight.data)
+    assert model.get_output_embeddings().weight is not model.get_input_embeddings().weight
+    assert is_tied(model)
+
+
+def test_a_model_without_an_output_embedding_is_untied() -> None:
+    base = tr.LlamaModel(make_config("tiny", vocab_size=300))
+    assert base.get_output_embeddings() is None and not is_tied(base)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_multimodal_config_answers_from_its_text_config(tied: bool) -> None:
+    text = make_config("tiny", vocab_size=300, tied=tied)
+    composite = tr.LlavaConfig(text_config=text.to_dict())
+    assert text_config(composite).tie_word_embeddings is tied
+    assert is_tied(composite) is tied
+    # the text part decides even where the outer config says otherwise
+    outer_disagrees = SimpleNamespace(tie_word_embeddings=not tied,
+                                      get_text_config=lambda: SimpleNamespace(tie_word_embeddings=tied))
+    assert is_tied(outer_disagrees) is tied
+
+
+def test_a_text_config_is_its_own_text_part_and_a_missing_flag_means_untied() -> None:
+    config = make_config("tiny", vocab_size=300)
+    assert text_config(config) is config
+    assert is_tied(SimpleNamespace()) is False
