@@ -35,13 +35,13 @@ lock:
 	$(PYTHON) scripts/lock.py --output $(LOCK)
 
 # the venv, plus the nbstripout git filter (.gitattributes): executed notebooks are committed without outputs
-# (cell ids kept) and without the kernel details JupyterLab rewrites on save (tiebias.output.nbfilter), so running and
+# (cell ids kept) and without the kernel details JupyterLab rewrites on save (tiebias.nbfilter), so running and
 # saving them never changes what git stores
 setup: $(STAMP)
 	@if git rev-parse --git-dir >/dev/null 2>&1; then \
 	  $(BIN)/nbstripout --install --attributes .gitattributes && \
-	  git config filter.nbstripout.clean '"$(abspath $(BIN))/python" -m tiebias.output.nbfilter' && \
-	  git config diff.ipynb.textconv '"$(abspath $(BIN))/python" -m tiebias.output.nbfilter' && \
+	  git config filter.nbstripout.clean '"$(abspath $(BIN))/python" -m tiebias.nbfilter' && \
+	  git config diff.ipynb.textconv '"$(abspath $(BIN))/python" -m tiebias.nbfilter' && \
 	  echo "nbstripout git filter installed: notebooks are committed without outputs"; \
 	else echo "not a git checkout: nbstripout git filter not installed"; fi
 
@@ -65,7 +65,7 @@ lab: setup
 	@echo "The notebooks use the '$(LAB_PROFILE)' profile (TIEBIAS_PROFILE=$(LAB_PROFILE)) and the run folder $(LAB_RUN)/."
 	@echo "Another profile: make lab PROFILE=default (or smoke, depth, long, gpu), or set profile = \"...\" in a notebook's first cell."
 	@echo "Open notebooks/01_train.ipynb .. 04_ablate.ipynb in order and Run All in each."
-	TIEBIAS_PROFILE=$(LAB_PROFILE) $(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --ContentsManager.post_save_hook=tiebias.output.nbfilter.post_save $(LAB_ROOT) $(LAB_ARGS)
+	TIEBIAS_PROFILE=$(LAB_PROFILE) $(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --ContentsManager.post_save_hook=tiebias.nbfilter.post_save $(LAB_ROOT) $(LAB_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check lib tests bench scripts

@@ -7,7 +7,7 @@ from tiebias import stats
 from tiebias.ablate import sweep as ablate
 from tiebias.config.variants import Variant
 from tiebias.run.folder import Run
-from tiebias.verdicts import claims
+from tiebias.verdicts import claims, records
 
 
 @pytest.mark.parametrize("bad,msg", [
@@ -118,7 +118,6 @@ def test_claim4_one_seed_cannot_be_judged_in_text_and_record(tmp_path, rise) -> 
 
 
 def test_record_refuses_nan_without_a_status(tmp_path) -> None:
-    from tiebias.output import report
 
     with pytest.raises(ValueError, match="value: nan is not a finite number"):
-        report.record(Run(tmp_path / "r"), "claim4_causality", value=float("nan"), threshold=1.0, statement="x")
+        records.record(Run(tmp_path / "r"), "claim4_causality", value=float("nan"), threshold=1.0, statement="x")

@@ -12,7 +12,8 @@ import pytest
 from tiebias.data import tokens
 from tiebias.output import report
 from tiebias.run.folder import Run
-from tiebias.verdicts import claims, evidence
+from tiebias.verdicts import claims, evidence, records
+from tiebias.verdicts.status import NOT_MEANINGFUL
 
 UNIGRAM = 6.0
 HAIR = 1e-3
@@ -68,15 +69,15 @@ def test_record_in_a_smoke_run_says_not_meaningful_everywhere(fresh_run: Run) ->
     fresh_run.update_config(study={"profile": "smoke"})
     v = _verdict()
     e = claims.record(fresh_run, v)
-    assert e["status"] == v.status == report.NOT_MEANINGFUL and "plumbing check" in e["not_meaningful"]
+    assert e["status"] == v.status == NOT_MEANINGFUL and "plumbing check" in e["not_meaningful"]
     assert e["details"]["reading"] == "holds" and e["verdict"] is True  # the comparison stays; the words say why not
     assert v.text.startswith("NOT MEANINGFUL: these numbers cannot be read as evidence") and v.text.endswith("holds in this run.")
     claims.record(fresh_run, v)  # recorded again (a rerun cell): one banner, the rule's reading kept
     assert v.text.count("NOT MEANINGFUL") == 1 and v.details["reading"] == "holds"
     stored = json.loads(fresh_run.result_path("claim2_gradient_flow").read_text())
-    assert stored["status"] == report.NOT_MEANINGFUL and stored["details"]["reading"] == "holds"
+    assert stored["status"] == NOT_MEANINGFUL and stored["details"]["reading"] == "holds"
     summary = json.loads(report.write_summary(fresh_run).read_text())
-    assert summary["claims"]["claim2_gradient_flow"]["status"] == report.NOT_MEANINGFUL
+    assert summary["claims"]["claim2_gradient_flow"]["status"] == NOT_MEANINGFUL
     page = report.write_report(fresh_run).read_text()
     assert "<i>not meaningful</i>" in page and "<b>holds</b>" not in page
     assert "cannot be read as evidence" in page and "plumbing check" in page
@@ -94,10 +95,10 @@ def test_record_in_a_run_that_learned_keeps_the_verdict(fresh_run: Run) -> None:
 
 
 def test_a_value_that_cannot_exist_keeps_its_own_null_reason(fresh_run: Run) -> None:
-    e = report.record(fresh_run, "claim4_causality", value=math.nan, threshold=1.0, statement="s",
+    e = records.record(fresh_run, "claim4_causality", value=math.nan, threshold=1.0, statement="s",
                       status=claims.ONE_SEED_STATUS, not_meaningful="a plumbing run")
     stored = json.loads(fresh_run.result_path("claim4_causality").read_text())
-    assert e["status"] == stored["status"] == report.NOT_MEANINGFUL and stored["value"] is None
+    assert e["status"] == stored["status"] == NOT_MEANINGFUL and stored["value"] is None
     assert stored["null_reasons"]["value"] == claims.ONE_SEED_STATUS
     with pytest.raises(ValueError, match="^not_meaningful: ''"):
-        report.record(fresh_run, "claim4_causality", value=1.5, threshold=1.0, statement="s", not_meaningful="")
+        records.record(fresh_run, "claim4_causality", value=1.5, threshold=1.0, statement="s", not_meaningful="")

@@ -255,7 +255,7 @@ def test_make_setup_installs_a_filter_that_keeps_executed_notebooks_out_of_git(t
     venv = Path(sys.prefix)  # the environment running the tests stands in for .venv (-o: do not reinstall it)
     subprocess.run(["make", "-o", str(venv / ".installed"), "setup", f"VENV={venv}"], cwd=repo, check=True,
                    capture_output=True)
-    assert "-m tiebias.output.nbfilter" in git("config", "filter.nbstripout.clean")  # nbstripout --keep-id, kernel blocks
+    assert "-m tiebias.nbfilter" in git("config", "filter.nbstripout.clean")  # nbstripout --keep-id, kernel blocks
     path = repo / "notebooks" / "03_lens.ipynb"
     nb = nbformat.read(path, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]

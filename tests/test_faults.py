@@ -34,6 +34,7 @@ from tiebias.run.files import DamagedFileError, write_json_atomic
 from tiebias.run.folder import Run, RunLockedError
 from tiebias.run.layout import LOCK_HOLDER
 from tiebias.train.trainer import TrainConfig, train
+from tiebias.verdicts import records
 
 CFG = replace(TrainConfig(**TINY), steps=8)  # checkpoints 0, 1, 2, 4, 8; validation at 0, 4, 8
 HINT = "overwrite=True (notebook parameter / --set overwrite=true)"
@@ -225,7 +226,7 @@ def test_knn_k_zero_named() -> None:
 def test_bad_record(run: Run, kwargs: dict, name: str) -> None:
     args = {"claim": "claim2_gradient_flow", "value": 0.7, "threshold": 0.5, "statement": "s", **kwargs}
     claim = args.pop("claim")
-    refused(run, lambda: report.record(run, claim, **args), ValueError, name)
+    refused(run, lambda: records.record(run, claim, **args), ValueError, name)
 
 
 def test_bad_timings(run: Run) -> None:
@@ -234,7 +235,7 @@ def test_bad_timings(run: Run) -> None:
 
 # -- strict outputs ----------------------------------------------------------------------------------
 def test_json_outputs_are_strict(run: Run) -> None:
-    e = report.record(run, "claim3_tuned_lens", value=0.2, threshold=0.0, statement="s", spread=float("nan"),
+    e = records.record(run, "claim3_tuned_lens", value=0.2, threshold=0.0, statement="s", spread=float("nan"),
                       n_seeds=1, details={"sd": float("nan"), "per_layer": [{"gap": np.float64("inf")}]})
     assert e["spread"] is None
     data = strict_json(run.path / "results" / "claim3_tuned_lens.json")
@@ -411,7 +412,7 @@ def test_truncated_token_stream(run: Run) -> None:
 
 
 def test_truncated_result(run: Run) -> None:
-    report.record(run, "claim1_alignment", value=0.2, threshold=0.0, statement="s")
+    records.record(run, "claim1_alignment", value=0.2, threshold=0.0, statement="s")
     p = run.path / "results" / "claim1_alignment.json"
     truncate(p)
     refused(run, lambda: report.write_summary(run), DamagedFileError, str(p), "rerun notebook 02_align")
@@ -442,7 +443,7 @@ def test_second_writer_refused_with_holder_pid(run: Run, holder: subprocess.Pope
     pid = f"PID {holder.pid}"
     refused(run, lambda: train(run, "untied", 0, CFG, progress=False), RunLockedError, pid, "training untied-s0",
             "a test holder")
-    refused(run, lambda: report.record(run, "claim2_gradient_flow", value=0.7, threshold=0.5, statement="s"),
+    refused(run, lambda: records.record(run, "claim2_gradient_flow", value=0.7, threshold=0.5, statement="s"),
             RunLockedError, pid)
     refused(run, lambda: Run.prepare(run.path, vocab_size=512, overwrite=True), RunLockedError, pid)
     refused(run, lambda: run.record_study({"steps": 8}), RunLockedError, pid)
@@ -463,8 +464,8 @@ def test_killed_holder_is_taken_over(run: Run, holder: subprocess.Popen) -> None
     holder.wait()
     stale = json.loads((run.path / LOCK_HOLDER).read_text())
     assert stale["pid"] == holder.pid and run.lock_holder() is None
-    report.record(run, "claim2_gradient_flow", value=0.7, threshold=0.5, statement="s")
-    assert report.results(run)["claim2_gradient_flow"]["verdict"] is True
+    records.record(run, "claim2_gradient_flow", value=0.7, threshold=0.5, statement="s")
+    assert records.results(run)["claim2_gradient_flow"]["verdict"] is True
     assert not (run.path / LOCK_HOLDER).exists()
 
 
@@ -472,7 +473,7 @@ def test_lock_is_reentrant_in_one_process(run: Run) -> None:
     with run.writing("01_train"):
         assert run.lock_holder()["pid"] == os.getpid()
         train(run, "tied", 0, CFG, progress=False)  # finished: returns its summary
-        report.record(run, "claim2_gradient_flow", value=0.7, threshold=0.5, statement="s")
+        records.record(run, "claim2_gradient_flow", value=0.7, threshold=0.5, statement="s")
         run.record_study({"steps": 8})
         assert (run.path / LOCK_HOLDER).exists()
     assert not (run.path / LOCK_HOLDER).exists() and run.lock_holder() is None

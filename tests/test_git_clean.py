@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tiebias import nbfilter
 from tiebias.config import profiles
 from tiebias.config.params import NOTEBOOKS
-from tiebias.output import nbfilter
 
 ROOT = profiles.repo_root()
 LIB = Path(nbfilter.__file__).resolve().parents[1]
@@ -74,7 +74,7 @@ def _filtered_repo(repo: Path) -> None:
     for f in (".gitattributes", ".gitignore"):  # (.gitignore: the checkpoints a save writes beside the notebook)
         shutil.copy(ROOT / f, repo / f)
     _git(repo, "init", "-q")
-    _git(repo, "config", "filter.nbstripout.clean", f'"{sys.executable}" -m tiebias.output.nbfilter')
+    _git(repo, "config", "filter.nbstripout.clean", f'"{sys.executable}" -m tiebias.nbfilter')
     _git(repo, "config", "filter.nbstripout.smudge", "cat")
     _git(repo, "config", "filter.nbstripout.required", "true")
     _git(repo, "add", ".")
@@ -107,7 +107,7 @@ def test_post_save_hook_keeps_git_status_clean_and_stages_no_real_change(tmp_pat
     source = json.loads((ROOT / "notebooks" / "02_align.ipynb").read_text(encoding="utf-8"))
     (tmp_path / "nb.ipynb").write_text(json.dumps(source, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     _filtered_repo(tmp_path)
-    hook = {"post_save_hook": "tiebias.output.nbfilter.post_save"}  # as jupyter lab --ContentsManager.post_save_hook=...
+    hook = {"post_save_hook": "tiebias.nbfilter.post_save"}  # as jupyter lab --ContentsManager.post_save_hook=...
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(LIB), os.environ.get("PYTHONPATH", "")]))  # for the filter
     nb = _run_all(source)
     _save(nb, tmp_path, **hook)

@@ -20,7 +20,7 @@ from tiebias.lens import tables as lens_study
 from tiebias.output import report
 from tiebias.output.plotting import lens as lplot
 from tiebias.run.folder import Run
-from tiebias.verdicts import claims
+from tiebias.verdicts import claims, records
 
 RECIPE = dict(steps=6, tokens_per_step=256, seq_len=32)  # as tests/test_lens_study.py: the same cached lenses
 BOTH = ["package", "reference"]
@@ -148,18 +148,18 @@ def test_second_claim3_record_beside_the_first(readings_tables, fresh_run: Run) 
     assert v_ref.text.startswith("Lenses read with the 'reference' protocol")
     for v in (v_pkg, v_ref):
         claims.record(fresh_run, v)
-    stored = report.results(fresh_run)
+    stored = records.results(fresh_run)
     assert {"claim3_tuned_lens", "claim3_tuned_lens_reference"} <= set(stored)
     assert stored["claim3_tuned_lens_reference"]["value"] == pytest.approx(v_ref.value)
     side = claims.claim3_side_by_side({"package": v_pkg, "reference": v_ref})
     assert "package reading" in side and "reference reading" in side and "Figure 2" in side
     with pytest.raises(ValueError, match="^protocol: 'paper' is not allowed"):
         claims.claim3(seq, protocol="paper")
-    assert "claim3_tuned_lens_reference" in report.CLAIMS and report.NOTEBOOK_OF["claim3_tuned_lens_reference"] == "03_lens"
+    assert "claim3_tuned_lens_reference" in records.CLAIMS and records.NOTEBOOK_OF["claim3_tuned_lens_reference"] == "03_lens"
 
 
 def test_report_lists_both_readings_and_says_which_the_paper_uses(fresh_run: Run) -> None:
-    report.record(fresh_run, "claim3_tuned_lens_reference", value=0.3, threshold=0.1, statement="s", unit="bits")
+    records.record(fresh_run, "claim3_tuned_lens_reference", value=0.3, threshold=0.1, statement="s", unit="bits")
     page = report.write_report(fresh_run).read_text()
     assert "(Figure 2) come from the reference code" in page
     assert "hidden state i through translator i - 1" in page and "not run" in page  # the other claims: not yet

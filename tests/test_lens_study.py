@@ -16,7 +16,7 @@ from tiebias.lens import rungs as lens_rungs
 from tiebias.lens import tables as lens_study
 from tiebias.models import sources
 from tiebias.run.folder import Run
-from tiebias.verdicts import claims
+from tiebias.verdicts import claims, records
 
 RECIPE = dict(steps=6, tokens_per_step=256, seq_len=32)
 
@@ -305,7 +305,6 @@ def test_train_checkpoint_lens_ladders_on_checkpoints(two_seed_run: Run) -> None
 
 
 def test_summaries_and_figures(two_seed_run: Run, tmp_path: Path) -> None:
-    from tiebias.output import report
     from tiebias.output.plotting import lens as lplot
     from tiebias.verdicts import depth as verdict_depth
 
@@ -332,7 +331,7 @@ def test_summaries_and_figures(two_seed_run: Run, tmp_path: Path) -> None:
     run = Run(tmp_path / "ext")
     entry = claims.record(run, v)
     assert entry["verdict"] == (v.value > v.threshold) and entry["details"]["converged"] == v.details["converged"]
-    assert report.results(run)["claim3_tuned_lens"]["statement"] == v.text
+    assert records.results(run)["claim3_tuned_lens"]["statement"] == v.text
     # figures: one panel per layer below the output, a trace per variant; CI bars from the table
     fig = lplot.ladder(kl)
     assert len(fig.data) == 3 * 2 and list(fig.data[0].x) == [10, 20]

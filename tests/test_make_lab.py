@@ -43,4 +43,4 @@ def test_lab_opens_at_the_repository_root_and_allows_root() -> None:
     start = _start_line(_lab())
     assert f'--ServerApp.root_dir="{REPO}"' in start and "notebooks/" not in start
     assert ("--allow-root" in start) is (os.getuid() == 0)
-    assert "--ContentsManager.post_save_hook=tiebias.output.nbfilter.post_save" in start  # a saved, unchanged notebook: git clean
+    assert "--ContentsManager.post_save_hook=tiebias.nbfilter.post_save" in start  # a saved, unchanged notebook: git clean

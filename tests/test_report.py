@@ -4,23 +4,24 @@ import pytest
 
 from tiebias.output import report
 from tiebias.run.folder import Run
+from tiebias.verdicts import records
 
 
 def test_record_computes_verdict_and_rejects_bad_input(fresh_run: Run) -> None:
-    e = report.record(fresh_run, "claim2_gradient_flow", value=0.8, threshold=0.5, statement="s", spread=0.01)
+    e = records.record(fresh_run, "claim2_gradient_flow", value=0.8, threshold=0.5, statement="s", spread=0.01)
     assert e["verdict"] is True
-    e = report.record(fresh_run, "claim3_tuned_lens", value=-0.2, threshold=0.1, statement="s",
+    e = records.record(fresh_run, "claim3_tuned_lens", value=-0.2, threshold=0.1, statement="s",
                       noise_floor=float("nan"))
     assert e["verdict"] is False and e["noise_floor"] is None
     with pytest.raises(ValueError, match="claim: unknown value 'claim9'"):
-        report.record(fresh_run, "claim9", value=1, threshold=0, statement="s")
+        records.record(fresh_run, "claim9", value=1, threshold=0, statement="s")
     with pytest.raises(ValueError, match="value: nan"):
-        report.record(fresh_run, "claim1_alignment", value=float("nan"), threshold=0, statement="s")
-    assert set(report.results(fresh_run)) == {"claim2_gradient_flow", "claim3_tuned_lens"}
+        records.record(fresh_run, "claim1_alignment", value=float("nan"), threshold=0, statement="s")
+    assert set(records.results(fresh_run)) == {"claim2_gradient_flow", "claim3_tuned_lens"}
 
 
 def test_summary_and_report_files(fresh_run: Run) -> None:
-    report.record(fresh_run, "claim1_alignment", value=0.3, threshold=0.1, statement="tied looks like output",
+    records.record(fresh_run, "claim1_alignment", value=0.3, threshold=0.1, statement="tied looks like output",
                   paper={"OLMo": 0.719})
     path = report.write_summary(fresh_run, {"01_train": 12.0})
     data = json.loads(path.read_text())
@@ -33,14 +34,14 @@ def test_summary_and_report_files(fresh_run: Run) -> None:
 
 
 def test_status_words_the_verdict_and_is_checked(fresh_run: Run) -> None:
-    e = report.record(fresh_run, "claim2_gradient_flow", value=0.8, threshold=0.5, statement="s")
+    e = records.record(fresh_run, "claim2_gradient_flow", value=0.8, threshold=0.5, statement="s")
     assert e["status"] == "holds"
-    e = report.record(fresh_run, "claim3_tuned_lens", value=0.3, threshold=0.1, statement="s", status="not converged")
+    e = records.record(fresh_run, "claim3_tuned_lens", value=0.3, threshold=0.1, statement="s", status="not converged")
     assert e["status"] == "not converged" and e["verdict"] is True  # the comparison stays, the words say why not
     before = (fresh_run.path / "results" / "claim3_tuned_lens.json").read_bytes()
     for bad in ("", "  ", 3):
         with pytest.raises(ValueError, match="^status: "):
-            report.record(fresh_run, "claim3_tuned_lens", value=0.3, threshold=0.1, statement="s", status=bad)
+            records.record(fresh_run, "claim3_tuned_lens", value=0.3, threshold=0.1, statement="s", status=bad)
     assert (fresh_run.path / "results" / "claim3_tuned_lens.json").read_bytes() == before
     page = report.write_report(fresh_run).read_text()
     assert "<b>not converged</b>" in page and "<b>holds</b>" in page

@@ -1,1 +1,7 @@
-"""models."""
+"""Hugging Face models: the kit's tied / untied builders (``build``), what any decoder checkpoint is made of
+(``anatomy``: text config, tying, layer layout) and external model pairs by hub id or local path (``sources``)."""
+
+from tiebias.models import anatomy, build, sources
+from tiebias.models.anatomy import is_tied
+
+__all__ = ["anatomy", "build", "is_tied", "sources"]

@@ -271,7 +271,7 @@ def external_dir(tied_source: Any, untied_source: Any, run_dir: Any = None, *, r
     """The external pair's folder (:func:`external_path`), created and marked, with ``figures/`` and ``metrics/``.
 
     Returns a :class:`tiebias.run.folder.Run` on that folder (for ``figures_dir``, ``metrics_dir`` and
-    :func:`tiebias.output.report.record`).
+    :func:`tiebias.verdicts.records.record`).
     """
     path = external_path(tied_source, untied_source, run_dir, root=root, corpus=corpus)
     mark(path, "pair")

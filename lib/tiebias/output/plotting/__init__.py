@@ -1,5 +1,7 @@
-"""Plotly figures, one module per analysis (training, alignment, lens, ablation); ``style`` holds the shared look."""
+"""Plotly figures, one module per analysis (training, alignment, lens, ablation); ``style`` holds the shared look.
 
-from tiebias.output.plotting import ablation, alignment, export, lens, style, training
+``export`` (``python -m tiebias.output.plotting.export RUN``, the README's images) is a command, not imported here."""
 
-__all__ = ["ablation", "alignment", "export", "lens", "style", "training"]
+from tiebias.output.plotting import ablation, alignment, lens, style, training
+
+__all__ = ["ablation", "alignment", "lens", "style", "training"]

@@ -4,11 +4,11 @@ nbstripout alone drops outputs and execution counts but keeps the notebook's ``k
 ``language_info``, which JupyterLab rewrites on every save (the running kernel's display name, Python
 version, lexer, ...): an unchanged notebook saved in JupyterLab would show as modified. :func:`clean`
 runs nbstripout (cell ids kept) and writes those two blocks as the committed notebooks hold them.
-``make setup`` installs ``python -m tiebias.output.nbfilter`` as the clean filter and the diff text
+``make setup`` installs ``python -m tiebias.nbfilter`` as the clean filter and the diff text
 conversion named in ``.gitattributes``.
 
-    python -m tiebias.output.nbfilter < executed.ipynb > source.ipynb      (as git's clean filter)
-    python -m tiebias.output.nbfilter executed.ipynb                        (as git's diff textconv)
+    python -m tiebias.nbfilter < executed.ipynb > source.ipynb      (as git's clean filter)
+    python -m tiebias.nbfilter executed.ipynb                        (as git's diff textconv)
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def post_save(model: dict | None = None, os_path: str = "", contents_manager: An
     git status compares file sizes before contents, so it lists a notebook whose outputs changed its size
     even when the filtered text is as committed; ``git add`` of such a file stages nothing and refreshes
     that record. A notebook with real changes, an untracked one or one outside git is left alone. Enable
-    it with ``jupyter lab --ContentsManager.post_save_hook=tiebias.output.nbfilter.post_save``.
+    it with ``jupyter lab --ContentsManager.post_save_hook=tiebias.nbfilter.post_save``.
     """
     path = Path(os_path)
     if path.suffix != ".ipynb" or shutil.which("git") is None:
