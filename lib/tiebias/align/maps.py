@@ -25,8 +25,7 @@ from torch import Tensor
 from tiebias.align.embeddings import Embeddings, Which, check_which, match_vocab
 from tiebias.align.matrices import F64, Matrix, as_matrix, chunk_rows, cosine_rows, row_blocks, row_blocks_f64
 from tiebias.align.neighbours import check_knn_k, knn_overlap
-
-METHODS: tuple[str, ...] = ("identity", "orthogonal", "linear")
+from tiebias.config.choices import METHODS
 
 _EPS64 = torch.finfo(torch.float64).eps
 _PIVOT_TOL = 1e-10  # Cholesky pivots below this (relative) fall back to a pseudo-inverse

@@ -20,6 +20,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
+from tiebias.config.corpus import BYTE_ALPHABET_SIZE, EOS_TOKEN, SPECIAL_TOKENS
+
 __all__ = [
     "EOS_TOKEN",
     "encode",
@@ -32,9 +34,6 @@ __all__ = [
     "unknown_share",
 ]
 
-EOS_TOKEN = "<|endoftext|>"
-SPECIAL_TOKENS: tuple[str, ...] = (EOS_TOKEN,)
-BYTE_ALPHABET_SIZE = 256
 _ENCODE_BATCH = 256  # documents per batched tokenizer call
 # Longest run of non-whitespace the BPE trainer sees as one piece: its cost grows with the square of a
 # word's length, so a megabyte with no space in it would take hours. Ordinary text never comes close

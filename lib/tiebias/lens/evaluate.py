@@ -21,6 +21,7 @@ from transformers import PreTrainedModel
 from tuned_lens import TunedLens
 from tuned_lens.nn import Lens, LogitLens
 
+from tiebias.config.choices import LENS_PROTOCOLS
 from tiebias.lens.lenses import LN2, _check_lens, _layout, check_model, new_logit_lens
 from tiebias.system.threads import check_num_threads, loop_threads
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:  # plotting pulls in plotly; imported where used
 
 __all__ = ["PROTOCOLS", "evaluate", "kl_bits", "top_tokens_by_layer", "trajectory"]
 
-PROTOCOLS = ("package", "reference")
+PROTOCOLS = LENS_PROTOCOLS
 """How a tuned lens's translators are matched to hidden states: see :func:`evaluate`."""
 
 

@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tiebias.config.choices import LENS_RECIPES
 from tiebias.config.params import coerce
 from tiebias.config.variants import Variant, model_key
 from tiebias.lens import cache as lens_cache
@@ -58,11 +59,8 @@ from tiebias.run.folder import Run
 from tiebias.system.parallel import side_by_side, workers_for
 from tiebias.train import divergence
 
-RECIPES: dict[str, dict[str, Any]] = {
-    "cpu": {"optimizer": "adam", "lr": 1e-2, "momentum": 0.9, "weight_decay": 1e-3},
-    "package": {"optimizer": "sgd", "lr": 1.0, "momentum": 0.9, "weight_decay": 1e-3, "warmup_steps": 0},
-}
-"""Named lens-training recipes (keyword arguments of :func:`tiebias.lens.fit.train_lens`)."""
+RECIPES = LENS_RECIPES
+"""Named lens-training recipes (keyword arguments of :func:`tiebias.lens.fit.train_lens`), owned by the config."""
 
 _RUNG = "rung.json"
 _TRAINER = "trainer.pt"
