@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from tiebias.config.checks import is_int
 from tiebias.config.choices import LENS_PROTOCOLS, METHODS
 from tiebias.config.choices import LENS_RECIPES as _RECIPES
 from tiebias.config.corpus import BYTE_ALPHABET_SIZE, EMBEDDED_CORPUS, SPECIAL_TOKENS, looks_like_hub_name
@@ -343,7 +344,7 @@ def _scalar(kind: str, x: Any, bad: ValueError) -> Any:
     if kind == "int":
         if isinstance(x, float) and x.is_integer():
             x = int(x)
-        if not isinstance(x, int):
+        if not is_int(x):
             raise bad
         return x
     if not isinstance(x, (int, float)) or not math.isfinite(x):

@@ -13,6 +13,7 @@ import tomllib
 from dataclasses import dataclass, fields
 from typing import Any
 
+from tiebias.config.checks import check_int
 from tiebias.config.paths import PROFILE_DIR
 from tiebias.config.presets import get_preset
 
@@ -85,14 +86,11 @@ class TrainConfig:
         if self.family not in ("llama", "neox"):
             raise ValueError(f"family: unknown value {self.family!r}; allowed: 'llama', 'neox'")
         for name in ("steps", "batch_size", "seq_len", "eval_every", "eval_tokens", "checkpoint_every"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise ValueError(f"{name}: {v!r} is not allowed; need an integer > 0")
+            check_int(name, getattr(self, name), minimum=1, need="an integer > 0")
         if self.seq_len < 2:
             raise ValueError(f"seq_len: {self.seq_len} is not allowed; need an integer >= 2 (each window predicts "
                              "its next tokens, so one token gives nothing to learn or evaluate)")
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps: {self.warmup_steps!r} is not allowed; need an integer >= 0")
+        check_int("warmup_steps", self.warmup_steps, minimum=0)
         if self.warmup_steps >= self.steps:  # the learning rate would still be ramping up when training ends
             raise ValueError(f"warmup_steps: {self.warmup_steps} is not allowed with steps={self.steps}; need "
                              f"warmup_steps < steps, else the learning rate never reaches its peak lr={self.lr:g}")

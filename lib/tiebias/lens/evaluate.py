@@ -21,6 +21,7 @@ from transformers import PreTrainedModel
 from tuned_lens import TunedLens
 from tuned_lens.nn import Lens, LogitLens
 
+from tiebias.config.checks import is_int
 from tiebias.config.choices import LENS_PROTOCOLS
 from tiebias.lens.lenses import LN2, _check_lens, _layout, check_model, new_logit_lens
 from tiebias.system.threads import check_num_threads, loop_threads
@@ -46,7 +47,7 @@ def kl_bits(p_logits: Tensor, q_logits: Tensor) -> Tensor:
 
 def _check_tokens(tokens: Any, seq_len: int, vocab_size: int, name: str = "tokens") -> Tensor:
     """Validate a 1-D integer token stream holding at least one sequence."""
-    if not isinstance(seq_len, int) or seq_len < 2:
+    if not is_int(seq_len) or seq_len < 2:
         raise ValueError(f"seq_len: must be an int >= 2, got {seq_len!r}")
     if (
         not isinstance(tokens, Tensor)
@@ -135,9 +136,9 @@ def evaluate(
     tokens = _check_tokens(tokens, seq_len, model.config.vocab_size)
     if lens is not None:
         _check_lens(model, lens)
-    if not isinstance(max_tokens, int) or max_tokens < seq_len:
+    if not is_int(max_tokens) or max_tokens < seq_len:
         raise ValueError(f"max_tokens: must be an int >= seq_len={seq_len}, got {max_tokens!r}")
-    if not isinstance(batch_size, int) or batch_size <= 0:
+    if not is_int(batch_size) or batch_size <= 0:
         raise ValueError(f"batch_size: must be a positive int, got {batch_size!r}")
     check_num_threads(num_threads)
     seqs = _sequences(tokens, seq_len)[: max_tokens // seq_len]
@@ -338,7 +339,7 @@ def top_tokens_by_layer(
     check_model(model)
     if lens is not None:
         _check_lens(model, lens)
-    if not isinstance(k, int) or not 1 <= k <= model.config.vocab_size:
+    if not is_int(k) or not 1 <= k <= model.config.vocab_size:
         raise ValueError(f"k: must be an int in [1, {model.config.vocab_size}] (vocab_size), got {k!r}")
     ids = _encode(tokenizer, prompt)
     if not ids:

@@ -49,6 +49,7 @@ from transformers import PreTrainedModel
 from tuned_lens import TunedLens
 from tuned_lens.nn import Unembed
 
+from tiebias.config.checks import is_int
 from tiebias.lens.evaluate import _check_tokens, _sequences
 from tiebias.lens.lenses import LN2, _check_lens, check_model, new_lens
 from tiebias.lens.precision import logits_precision
@@ -228,22 +229,22 @@ def _check_train_args(
     should_stop: object = None,
 ) -> Tensor:
     """Validate :func:`train_lens`'s arguments (ValueError naming the first bad one); return the token stream."""
-    if not isinstance(steps, int) or steps <= 0:
+    if not is_int(steps) or steps <= 0:
         raise ValueError(f"steps: must be a positive int, got {steps!r}")
     check_num_threads(num_threads)
     check_should_stop(should_stop)
     tokens = _check_tokens(tokens, seq_len, model.config.vocab_size)
-    if not isinstance(tokens_per_step, int) or tokens_per_step < seq_len or tokens_per_step % seq_len:
+    if not is_int(tokens_per_step) or tokens_per_step < seq_len or tokens_per_step % seq_len:
         raise ValueError(
             f"tokens_per_step: must be a positive multiple of seq_len={seq_len}, got {tokens_per_step!r}"
         )
-    if not isinstance(warmup_steps, int) or not 0 <= warmup_steps < steps:
+    if not is_int(warmup_steps) or not 0 <= warmup_steps < steps:
         raise ValueError(f"warmup_steps: must be an int in [0, steps={steps}), got {warmup_steps!r}")
     if lr <= 0:
         raise ValueError(f"lr: must be > 0, got {lr!r}")
     if optimizer not in ("adam", "sgd"):
         raise ValueError(f"optimizer: must be 'adam' or 'sgd', got {optimizer!r}")
-    if not isinstance(batch_size, int) or batch_size <= 0:
+    if not is_int(batch_size) or batch_size <= 0:
         raise ValueError(f"batch_size: must be a positive int, got {batch_size!r}")
     return tokens
 

@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tiebias.config.checks import is_int
 from tiebias.config.choices import LENS_RECIPES
 from tiebias.config.params import coerce
 from tiebias.config.variants import Variant, model_key
@@ -144,11 +145,11 @@ def train_ladder(model: Any, tokens: Any, folder: str | Path, *, steps: int, tok
     ``num_threads`` and ``should_stop`` go to :func:`tiebias.lens.fit.train_lens` (a stop keeps finished rungs).
     """
     budgets = check_budgets(budgets)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps <= 0:
+    if not is_int(steps) or steps <= 0:
         raise ValueError(f"lens_steps: {steps!r} is not allowed; need an integer > 0")
     if recipe not in RECIPES:
         raise ValueError(f"lens_recipes: unknown recipe {recipe!r}; allowed: {', '.join(RECIPES)}")
-    if isinstance(max_cache_bytes, bool) or not isinstance(max_cache_bytes, int) or max_cache_bytes < 0:
+    if not is_int(max_cache_bytes) or max_cache_bytes < 0:
         raise ValueError(f"max_cache_bytes: must be an int >= 0 (0: no cache), got {max_cache_bytes!r}")
     folder = Path(folder)
     sha = tl._unembed_sha256(model)

@@ -19,6 +19,7 @@ from transformers import (
     PreTrainedModel,
 )
 
+from tiebias.config.checks import is_int
 from tiebias.config.presets import (  # noqa: F401  (PRESETS, Preset: the shapes, re-exported where models are built)
     FAMILIES,
     PRESETS,
@@ -34,7 +35,7 @@ def make_config(preset: str, *, family: str = "llama", vocab_size: int = 4096, t
     p = get_preset(preset)
     if family not in FAMILIES:
         raise ValueError(f"family: unknown value {family!r}; allowed: {', '.join(FAMILIES)}")
-    if not isinstance(vocab_size, int) or vocab_size < 2:
+    if not is_int(vocab_size) or vocab_size < 2:
         raise ValueError(f"vocab_size: {vocab_size!r} is not a valid vocabulary size; need an int >= 2")
     common = dict(
         vocab_size=vocab_size,

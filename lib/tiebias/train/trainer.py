@@ -25,6 +25,7 @@ from accelerate import Accelerator
 from transformers import PreTrainedModel
 from transformers.utils import logging as hf_logging
 
+from tiebias.config.checks import check_int
 from tiebias.config.training import SEED_LIMIT, TrainConfig
 from tiebias.config.variants import Variant
 from tiebias.models.build import build
@@ -108,10 +109,9 @@ def _checked_args(variant: str | Variant, seed: int, config: TrainConfig | None,
                   stop_at: int | None) -> tuple[Variant, TrainConfig]:
     """The variant and the validated config; a bad seed or stop_at stops here, naming the value."""
     v = Variant.parse(variant)
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
-        raise ValueError(f"seed: {seed!r} is not allowed; need an integer 0 <= seed < 2**32 ({SEED_LIMIT})")
-    if stop_at is not None and (isinstance(stop_at, bool) or not isinstance(stop_at, int) or stop_at < 0):
-        raise ValueError(f"stop_at: {stop_at!r} is not allowed; need None or an integer >= 0")
+    check_int("seed", seed, minimum=0, maximum=SEED_LIMIT - 1, need=f"an integer 0 <= seed < 2**32 ({SEED_LIMIT})")
+    if stop_at is not None:
+        check_int("stop_at", stop_at, minimum=0, need="None or an integer >= 0")
     return v, (config or TrainConfig()).validate()
 
 
