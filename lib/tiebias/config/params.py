@@ -5,6 +5,11 @@ same name for the same thing. :data:`PARAMS` is the single definition of those n
 meaning, the notebooks that use each, the rule a value must follow); :func:`coerce` checks and types
 one value. Profiles (:mod:`tiebias.config.profiles`), ``python -m tiebias profiles`` and the README table
 are derived from it.
+
+Where defaults live: a profile key marked :data:`REQUIRED` has no default but each profile's value; the
+``default`` profile's values are also the defaults in code (``TrainConfig()``, ``lens.fit.train_lens``), read
+from the file (:data:`tiebias.config.training.DEFAULT_PROFILE`); an optional key's default is its
+``Param.default`` here.
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from types import MappingProxyType
 from typing import Any
 
 from tiebias.config.checks import check_int
@@ -51,7 +53,9 @@ def checkpoint_steps(steps: int, every: int) -> list[int]:
 
 
 with (PROFILE_DIR / "default.toml").open("rb") as _f:
-    _DEFAULT = tomllib.load(_f)  # the default profile: the owner of the recipe's defaults
+    DEFAULT_PROFILE: Mapping[str, Any] = MappingProxyType(tomllib.load(_f))
+"""The ``default`` profile's values as written: the owner of every default a profile key has in code (the
+recipe's here, the lens trainer's in :func:`tiebias.lens.fit.train_lens`)."""
 
 
 @dataclass
@@ -62,21 +66,21 @@ class TrainConfig:
     others (optimiser details, provenance, precision) have their default here.
     """
 
-    preset: str = _DEFAULT["preset"]
-    family: str = _DEFAULT["family"]
-    steps: int = _DEFAULT["steps"]
-    batch_size: int = _DEFAULT["batch_size"]
-    seq_len: int = _DEFAULT["seq_len"]
-    lr: float = float(_DEFAULT["lr"])
+    preset: str = DEFAULT_PROFILE["preset"]
+    family: str = DEFAULT_PROFILE["family"]
+    steps: int = DEFAULT_PROFILE["steps"]
+    batch_size: int = DEFAULT_PROFILE["batch_size"]
+    seq_len: int = DEFAULT_PROFILE["seq_len"]
+    lr: float = float(DEFAULT_PROFILE["lr"])
     min_lr_ratio: float = 0.1
-    warmup_steps: int = _DEFAULT["warmup_steps"]
+    warmup_steps: int = DEFAULT_PROFILE["warmup_steps"]
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
-    eval_every: int = _DEFAULT["eval_every"]
-    eval_tokens: int = _DEFAULT["eval_tokens"]
-    checkpoint_every: int = _DEFAULT["checkpoint_every"]
+    eval_every: int = DEFAULT_PROFILE["eval_every"]
+    eval_tokens: int = DEFAULT_PROFILE["eval_tokens"]
+    checkpoint_every: int = DEFAULT_PROFILE["checkpoint_every"]
     record_provenance: bool = True
     precision: str = "auto"
 

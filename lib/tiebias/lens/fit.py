@@ -50,6 +50,8 @@ from tuned_lens import TunedLens
 from tuned_lens.nn import Unembed
 
 from tiebias.config.checks import is_int
+from tiebias.config.choices import LENS_RECIPES
+from tiebias.config.training import DEFAULT_PROFILE
 from tiebias.lens.evaluate import _check_tokens, _sequences
 from tiebias.lens.lenses import LN2, _check_lens, check_model, new_lens
 from tiebias.lens.precision import logits_precision
@@ -132,20 +134,23 @@ def _target_stats(logits: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[
 # --------------------------------------------------------------------------- training
 
 
+_DEFAULT_RECIPE = LENS_RECIPES["cpu"]  # defaults: the default profile's steps, the "cpu" recipe (config owns both)
+
+
 def train_lens(
     model: PreTrainedModel,
     tokens: Tensor,
     *,
-    steps: int = 250,
+    steps: int = DEFAULT_PROFILE["lens_steps"],
     seq_len: int = 128,
-    tokens_per_step: int = 512,
-    lr: float = 1e-2,
+    tokens_per_step: int = DEFAULT_PROFILE["lens_tokens_per_step"],
+    lr: float = _DEFAULT_RECIPE["lr"],
     warmup_steps: int = 25,
-    weight_decay: float = 1e-3,
+    weight_decay: float = _DEFAULT_RECIPE["weight_decay"],
     seed: int = 0,
     progress: bool = True,
-    optimizer: Literal["adam", "sgd"] = "adam",
-    momentum: float = 0.9,
+    optimizer: Literal["adam", "sgd"] = _DEFAULT_RECIPE["optimizer"],
+    momentum: float = _DEFAULT_RECIPE["momentum"],
     max_grad_norm: float = 1.0,
     batch_size: int = 8,
     low_precision: bool | None = None,
