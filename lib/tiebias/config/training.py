@@ -17,7 +17,7 @@ from typing import Any
 
 from tiebias.config.checks import check_int
 from tiebias.config.paths import PROFILE_DIR
-from tiebias.config.presets import get_preset
+from tiebias.config.presets import FAMILIES, get_preset
 
 SEED_LIMIT = 2**32
 """Seeds are integers 0 <= seed < 2**32: what numpy's seeding (``np.random.seed``, ``RandomState``) and most tools
@@ -87,8 +87,8 @@ class TrainConfig:
     def validate(self) -> TrainConfig:
         """Stop at once on a bad value, naming the parameter, the value and what is allowed."""
         get_preset(self.preset)
-        if self.family not in ("llama", "neox"):
-            raise ValueError(f"family: unknown value {self.family!r}; allowed: 'llama', 'neox'")
+        if self.family not in FAMILIES:
+            raise ValueError(f"family: unknown value {self.family!r}; allowed: {', '.join(map(repr, FAMILIES))}")
         for name in ("steps", "batch_size", "seq_len", "eval_every", "eval_tokens", "checkpoint_every"):
             check_int(name, getattr(self, name), minimum=1, need="an integer > 0")
         if self.seq_len < 2:
