@@ -156,7 +156,7 @@ def _none_or(rule: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
 
 
 def _factors(v: list[float]) -> str | None:
-    """Gradient factors: two or more distinct ones, each as gradients.check_factor allows (a dose-response needs two)."""
+    """Gradient factors: two or more distinct ones, each as training.check_factor allows (a dose-response needs two)."""
     try:
         for x in v:
             check_factor("factor", x)
