@@ -135,3 +135,15 @@ def test_notebook_failure_is_short_and_names_the_executed_notebook(tmp_path: Pat
     text = str(e.value)
     assert text.startswith(f"01_train failed: {line}") and f"full traceback: {executed}" in text
     assert len(text.splitlines()) == 2
+
+
+@pytest.mark.parametrize("args", [["--help"], ["profiles"], ["profiles", "smoke"]])
+def test_help_and_profiles_load_no_torch(args: list[str]) -> None:
+    """Listing the vocabulary or the commands reads only the config layer: no torch (seconds to import) is loaded."""
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "tiebias", *args], capture_output=True, text=True,
+                         env=_env(), timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    assert "tiebias.config.profiles" in loaded  # the import log is read: the command did import the vocabulary
+    heavy = sorted(m for m in loaded if m.split(".")[0] in ("torch", "transformers", "datasets", "papermill"))
+    assert not heavy, f"python -m tiebias {' '.join(args)} imported {heavy[:5]}"

@@ -13,6 +13,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from tiebias.config.corpus import looks_like_hub_name
 from tiebias.data import corpus as data
 from tiebias.data import tokens
 
@@ -148,10 +149,10 @@ def test_bad_path_names_parameter_and_options(bad):
 
 
 def test_hub_name_detection():
-    assert data._looks_like_hub_name("wikitext:wikitext-2-raw-v1")
-    assert data._looks_like_hub_name("user/name")
+    assert looks_like_hub_name("wikitext:wikitext-2-raw-v1")
+    assert looks_like_hub_name("user/name")
     for path_like in ("./x", "/x", "~x", "x/y/z", "x.jsonl", "x\\y", "user/name.parquet"):
-        assert not data._looks_like_hub_name(path_like)
+        assert not looks_like_hub_name(path_like)
 
 
 def test_empty_corpus_and_bad_fractions(tmp_path):

@@ -178,3 +178,32 @@ def test_listing_names_every_parameter_and_profile(capsys) -> None:
     assert all(f"  {k} " in out for k in PROFILE_KEYS) and "steps                 = 40" in out
     assert main(["profiles", "nope"]) == 2
     assert "profile: unknown value 'nope'" in capsys.readouterr().err
+
+
+def test_train_config_defaults_are_the_default_profiles_recipe() -> None:
+    """TrainConfig's defaults for profile keys are read from the default profile: one owner, no second set."""
+    from dataclasses import fields
+
+    from tiebias.config.params import TRAIN_KEYS
+    from tiebias.config.training import TrainConfig
+
+    default = profiles.load_profile("default")
+    cfg = TrainConfig()
+    assert {k: getattr(cfg, k) for k in TRAIN_KEYS} == {k: default[k] for k in TRAIN_KEYS}
+    assert set(TRAIN_KEYS) < {f.name for f in fields(TrainConfig)}  # the others keep their default in the class
+    assert profiles.train_config(default) == cfg
+
+
+def test_lens_trainer_defaults_are_the_default_profile_and_cpu_recipe() -> None:
+    """train_lens's defaults: the default profile's lens steps and tokens, the 'cpu' recipe (config owns both)."""
+    import inspect
+
+    from tiebias.config.choices import LENS_RECIPES
+    from tiebias.lens.fit import train_lens
+
+    sig = inspect.signature(train_lens).parameters
+    default = profiles.load_profile("default")
+    assert (sig["steps"].default, sig["tokens_per_step"].default) == (250, 512)
+    assert (default["lens_steps"], default["lens_tokens_per_step"], default["lens_recipes"][0]) == (250, 512, "cpu")
+    assert {k: sig[k].default for k in LENS_RECIPES["cpu"]} == {"optimizer": "adam", "lr": 1e-2, "momentum": 0.9,
+                                                                "weight_decay": 1e-3}

@@ -165,9 +165,11 @@ def test_case2_unrelated_config_is_refused_without_suggesting_overwrite(tmp_path
 def test_case3_empty_run_dir_is_an_error(blank: str, tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(profiles.RUN_DIR_ENV, str(tmp_path / "from-env"))
-    for call in (lambda: profiles.resolve("smoke", blank), lambda: Run.prepare(blank, vocab_size=512),
-                 lambda: sources.external_dir("a/tied", "b/untied", blank)):
-        msg = refused(call, tmp_path)
+    # the profiles (config, below the run layer) refuse it as a plain ValueError; the run layer as NotARunFolderError
+    for call, exc in ((lambda: profiles.resolve("smoke", blank), ValueError),
+                      (lambda: Run.prepare(blank, vocab_size=512), NotARunFolderError),
+                      (lambda: sources.external_dir("a/tied", "b/untied", blank), NotARunFolderError)):
+        msg = refused(call, tmp_path, exc)
         assert msg.startswith(f"run_dir: {blank!r} is empty") and all(h in msg for h in HOW)
         assert "leave run_dir out (None)" in msg
     assert main(["study", "--profile", "smoke", "--run-dir", blank, "--only", "01_train"]) == 2

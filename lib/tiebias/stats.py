@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 from torch import Tensor
 
+from tiebias.config.checks import is_int
+
 
 class Summary(NamedTuple):
     """Mean, sample std, n and a two-sided t confidence interval for the mean."""
@@ -179,7 +181,7 @@ def bootstrap_mean(values: Any, *, n_boot: int = 2000, level: float = 0.95, seed
     if not np.isfinite(v).all():
         raise ValueError("values contains NaN or infinite entries")
     _check_level(level)
-    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 100:
+    if not is_int(n_boot) or n_boot < 100:
         raise ValueError(f"n_boot: must be an int >= 100, got {n_boot!r}")
     rng = np.random.default_rng(seed)
     per_chunk = max(1, (1 << 22) // v.size)

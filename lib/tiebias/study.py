@@ -10,6 +10,7 @@ import papermill as pm
 
 from tiebias.config import profiles
 from tiebias.config.params import NOTEBOOKS, PARAMS, coerce
+from tiebias.config.paths import notebooks_dir
 from tiebias.run.folder import Run
 from tiebias.run.guard import Kind, check_folder, mark
 
@@ -49,11 +50,6 @@ class Stopped(KeyboardInterrupt):
         super().__init__(signum)
         self.signum = signum
         self.notebook: str | None = None
-
-
-def notebooks_dir() -> Path:
-    """The folder holding the study notebooks (in the checkout)."""
-    return profiles.repo_root() / "notebooks"
 
 
 def parse_set(items: list[str] | None) -> dict[str, Any]:

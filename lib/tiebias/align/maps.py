@@ -18,15 +18,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from tiebias.align.embeddings import Embeddings, Which, check_which, match_vocab
 from tiebias.align.matrices import F64, Matrix, as_matrix, chunk_rows, cosine_rows, row_blocks, row_blocks_f64
 from tiebias.align.neighbours import check_knn_k, knn_overlap
-
-METHODS: tuple[str, ...] = ("identity", "orthogonal", "linear")
+from tiebias.config.checks import is_int
+from tiebias.config.choices import METHODS
 
 _EPS64 = torch.finfo(torch.float64).eps
 _PIVOT_TOL = 1e-10  # Cholesky pivots below this (relative) fall back to a pseudo-inverse
@@ -119,7 +118,7 @@ def _check_method(method: str) -> None:
 
 def _check_folds(k: int, n: int) -> int:
     """The fold count as an int: 0 (in-sample) or 2..n, leaving at least 2 fitting tokens per fold."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+    if not is_int(k, numpy_ok=True):
         raise ValueError(f"heldout_folds must be an int (0 = in-sample, >= 2 = k-fold), got {k!r}")
     k = int(k)
     if k == 0:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from tiebias.align.matrices import F64, Matrix, as_matrix
+from tiebias.config.checks import is_int
 
 
 def check_knn_k(knn_k: Any, n_tokens: int | None = None, name: str = "knn_k") -> int | None:
@@ -22,7 +22,7 @@ def check_knn_k(knn_k: Any, n_tokens: int | None = None, name: str = "knn_k") ->
     if knn_k is None:
         return None
     top = f"{n_tokens - 1}" if n_tokens is not None else "n_tokens - 1"
-    if isinstance(knn_k, bool) or not isinstance(knn_k, (int, np.integer)) or knn_k < 1 or (
+    if not is_int(knn_k, numpy_ok=True) or knn_k < 1 or (
             n_tokens is not None and knn_k > n_tokens - 1):
         raise ValueError(f"{name}: {knn_k!r} is not allowed; need None (no KNN overlap) or an integer between 1 "
                          f"and {top} (the shared tokens minus one)")
@@ -106,9 +106,9 @@ def nearest(m: Matrix, k: int = 10, *, chunk: int = 4096) -> Tensor:
     """
     x = as_matrix(m, "m")
     n = x.shape[0]
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n - 1:
+    if not is_int(k, numpy_ok=True) or not 1 <= k <= n - 1:
         raise ValueError(f"k must be an int between 1 and n_tokens-1={n - 1}, got {k!r}")
-    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+    if not is_int(chunk, numpy_ok=True) or chunk < 1:
         raise ValueError(f"chunk must be a positive int, got {chunk!r}")
     k, chunk = int(k), int(chunk)
     if not x.is_floating_point() or x.dtype not in (torch.float32, F64):

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from tiebias.align.matrices import F64, Matrix, as_matrix, chunk_rows, cosine_rows, row_blocks, row_blocks_f64
+from tiebias.config.checks import is_int
 
 
 def row_norms(m: Matrix) -> Tensor:
@@ -112,7 +113,7 @@ def by_frequency(per_token_scores: Any, counts: Any, bins: int = 5) -> pd.DataFr
     s = s.astype(np.float64).reshape(-1)
     if s.size == 0:
         raise ValueError("per_token_scores is empty")
-    if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 1:
+    if not is_int(bins, numpy_ok=True) or bins < 1:
         raise ValueError(f"bins must be a positive int, got {bins!r}")
     c = load_counts(counts, s.shape[0])
     seen = c > 0

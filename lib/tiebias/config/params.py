@@ -5,6 +5,11 @@ same name for the same thing. :data:`PARAMS` is the single definition of those n
 meaning, the notebooks that use each, the rule a value must follow); :func:`coerce` checks and types
 one value. Profiles (:mod:`tiebias.config.profiles`), ``python -m tiebias profiles`` and the README table
 are derived from it.
+
+Where defaults live: a profile key marked :data:`REQUIRED` has no default but each profile's value; the
+``default`` profile's values are also the defaults in code (``TrainConfig()``, ``lens.fit.train_lens``), read
+from the file (:data:`tiebias.config.training.DEFAULT_PROFILE`); an optional key's default is its
+``Param.default`` here.
 """
 
 from __future__ import annotations
@@ -18,18 +23,18 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from tiebias.align.maps import METHODS
-from tiebias.config.variants import Variant
-from tiebias.models.build import PRESETS
-from tiebias.train.gradients import FACTOR_RANGE, MAX_FACTOR
-from tiebias.train.steploop import SEED_LIMIT
-from tiebias.train.trainer import TrainConfig
+from tiebias.config.checks import is_int
+from tiebias.config.choices import LENS_PROTOCOLS, METHODS
+from tiebias.config.choices import LENS_RECIPES as _RECIPES
+from tiebias.config.corpus import BYTE_ALPHABET_SIZE, EMBEDDED_CORPUS, SPECIAL_TOKENS, looks_like_hub_name
+from tiebias.config.paths import NOTEBOOKS
+from tiebias.config.presets import FAMILIES, PRESETS
+from tiebias.config.training import FACTOR_RANGE, SEED_LIMIT, TrainConfig, check_factor
+from tiebias.config.variants import parse_variants
 
-NOTEBOOKS = ("01_train", "02_align", "03_lens", "04_ablate")
 REQUIRED: Any = object()  # default of a profile key every profile must give
 KINDS = ("int", "float", "bool", "str", "ints", "floats", "strs")
-LENS_RECIPES = ("cpu", "package")
-LENS_PROTOCOLS = ("package", "reference")  # tiebias.lens.evaluate.PROTOCOLS (kept here: no torch import)
+LENS_RECIPES: tuple[str, ...] = tuple(_RECIPES)  # the names of tiebias.config.choices.LENS_RECIPES
 
 
 @dataclass(frozen=True)
@@ -82,7 +87,7 @@ def _positive(v: Any) -> str | None:
 
 
 def _seed_list(v: list[int]) -> str | None:
-    """Seeds: one or more distinct integers 0 <= seed < 2**32 (see :data:`tiebias.train.steploop.SEED_LIMIT`)."""
+    """Seeds: one or more distinct integers 0 <= seed < 2**32 (see :data:`tiebias.config.training.SEED_LIMIT`)."""
     if not v or any(not 0 <= x < SEED_LIMIT for x in v):
         return f"need one or more integers 0 <= seed < 2**32 ({SEED_LIMIT}), e.g. [0, 1, 2] or '0,1,2'"
     return None if len(set(v)) == len(v) else "a seed is repeated"
@@ -104,36 +109,25 @@ def _lr(v: float) -> str | None:
 
 
 def _variants(v: list[str]) -> str | None:
-    """Variants: one or more distinct names that Variant.parse accepts."""
+    """Variants: one or more distinct names, as :func:`tiebias.config.variants.parse_variants` accepts them."""
     if not v:
         return "need one or more variants, e.g. ['tied', 'untied']"
-    for name in v:
-        try:
-            Variant.parse(name)
-        except ValueError as e:
-            return str(e).removeprefix("variant: ")
-    return None if len(set(v)) == len(v) else "a variant is repeated"
+    try:
+        parse_variants(v)
+    except ValueError as e:
+        return str(e).removeprefix("variants: ").removeprefix("variant: ")
+    return None
 
 
 def _vocab(v: int) -> str | None:
     """A vocabulary size the byte-level BPE tokenizer can be trained to."""
-    from tiebias.data.tokens import (  # local import: keeps `python -m tiebias` quick
-        BYTE_ALPHABET_SIZE,
-        SPECIAL_TOKENS,
-    )
-
     minimum = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
     return None if v >= minimum else f"byte-level BPE needs at least {minimum} ({BYTE_ALPHABET_SIZE} bytes + specials)"
 
 
 def _corpus(v: str) -> str | None:
     """A corpus the loader can open: the embedded one, an existing path, or a hub name (checked before writing)."""
-    from tiebias.data.corpus import (  # the corpus loader's own rule for hub names
-        EMBEDDED_CORPUS,
-        _looks_like_hub_name,
-    )
-
-    if v.strip().lower() == EMBEDDED_CORPUS or Path(v).expanduser().exists() or _looks_like_hub_name(v):
+    if v.strip().lower() == EMBEDDED_CORPUS or Path(v).expanduser().exists() or looks_like_hub_name(v):
         return None
     return (f"need {EMBEDDED_CORPUS!r}, an existing file or folder, or a hub dataset name "
             "('name' or 'user/name', optionally ':config')")
@@ -162,8 +156,11 @@ def _none_or(rule: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
 
 
 def _factors(v: list[float]) -> str | None:
-    """Gradient factors: two or more distinct ones, each as gradients.check_factor allows (a dose-response needs two)."""
-    if not all(1 / MAX_FACTOR <= x <= MAX_FACTOR for x in v):
+    """Gradient factors: two or more distinct ones, each as training.check_factor allows (a dose-response needs two)."""
+    try:
+        for x in v:
+            check_factor("factor", x)
+    except ValueError:
         return f"each factor k must be {FACTOR_RANGE} (the paper's k is 5; a far larger one overflows the gradient norm)"
     if len(set(v)) != len(v):
         return "a factor is repeated"
@@ -210,7 +207,7 @@ PARAM_LIST: tuple[Param, ...] = (
           "Run.prepare(vocab_size=): the run's tokenizer", check=_vocab),
     # -- training (TrainConfig) ---------------------------------------------------------------------
     _train("preset", "str", "model shape (tiebias.models.build.PRESETS)", _choice(tuple(PRESETS))),
-    _train("family", "str", "llama (OLMo-like) or neox (Pythia-like)", _choice(("llama", "neox"))),
+    _train("family", "str", "llama (OLMo-like) or neox (Pythia-like)", _choice(FAMILIES)),
     _train("steps", "int", "optimiser steps per model", _at_least(1)),
     _train("batch_size", "int", "sequences per step", _at_least(1)),
     _train("seq_len", "int", "tokens per sequence", _at_least(2)),
@@ -352,7 +349,7 @@ def _scalar(kind: str, x: Any, bad: ValueError) -> Any:
     if kind == "int":
         if isinstance(x, float) and x.is_integer():
             x = int(x)
-        if not isinstance(x, int):
+        if not is_int(x):
             raise bad
         return x
     if not isinstance(x, (int, float)) or not math.isfinite(x):

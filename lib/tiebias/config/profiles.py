@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tiebias.config.checks import check_run_dir_text
 from tiebias.config.params import (
     PARAM_LIST,
     PARAMS,
@@ -26,11 +27,9 @@ from tiebias.config.params import (
     notebook_parameters,
     unknown_name,
 )
-from tiebias.run.guard import check_run_dir_text
-from tiebias.train.steploop import checkpoint_steps
-from tiebias.train.trainer import TrainConfig
+from tiebias.config.paths import PROFILE_DIR, repo_root
+from tiebias.config.training import TrainConfig, checkpoint_steps
 
-PROFILE_DIR = Path(__file__).with_name("profiles")
 PROFILE_ENV = "TIEBIAS_PROFILE"
 RUN_DIR_ENV = "TIEBIAS_RUN_DIR"
 LENS_MAX_SEQ_LEN = 128  # 03's lenses read sequences of min(seq_len, this)
@@ -84,12 +83,6 @@ def load_profile(name: str | Path) -> dict[str, Any]:
 def default_profile() -> str:
     """The profile used when none is given: $TIEBIAS_PROFILE, else 'default'."""
     return os.environ.get(PROFILE_ENV, "default")
-
-
-def repo_root() -> Path:
-    """The checkout root when installed in editable mode, else the current directory."""
-    here = Path(__file__).resolve().parents[3]
-    return here if (here / "pyproject.toml").exists() else Path.cwd()
 
 
 def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None, *,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tiebias.train.gradients import check_factor
+from tiebias.config.training import check_factor
 
 _VARIANT_RE = re.compile(r"^(tied|untied)(?:_in([0-9.eE+-]+))?(?:_out([0-9.eE+-]+))?$")
 _KEY_RE = re.compile(r"^(?P<variant>.+)-s(?P<seed>\d+)$")

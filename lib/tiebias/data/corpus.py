@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import datasets
 import numpy as np
 import pyarrow as pa
 
+from tiebias.config.corpus import EMBEDDED_CORPUS, FILE_BUILDERS, looks_like_hub_name
 from tiebias.data.checks import (
     SPLIT_WORDS,
     check_text_bytes,
@@ -37,16 +37,9 @@ __all__ = [
 ]
 
 SPLITS: tuple[str, str, str] = ("train", "validation", "test")
-EMBEDDED_CORPUS = "shakespeare"
 DATA_ENV_VAR = "TIEBIAS_DATA_DIR"
 
-# Local file extension -> `datasets` builder.
-_BUILDERS: dict[str, str] = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
-_ALLOWED_EXTS = "/".join(_BUILDERS)
-# Endings that mark a string as a (mistyped) file path rather than a hub dataset name.
-_PATH_ENDINGS = (*_BUILDERS, ".gz", ".csv", ".tsv", ".arrow", ".zip", ".xz", ".bz2")
-# "name", "user/name", optionally ":config"; anything else that does not exist is a bad path.
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[A-Za-z0-9][\w.\-]*)?(:[\w.\-]+)?$")
+_ALLOWED_EXTS = "/".join(FILE_BUILDERS)
 _SNAP_WINDOW = 2000  # characters to look ahead for a line break when cutting a document
 
 Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None
@@ -120,7 +113,7 @@ def load_corpus(
     if path.exists():
         groups = split_groups(_checked_dir(path), path) if path.is_dir() else {"train": [_checked_file(path)]}
         return _load_local(groups, text_column, val_fraction, test_fraction, seed, label=text)
-    if isinstance(source, str) and _looks_like_hub_name(text):
+    if isinstance(source, str) and looks_like_hub_name(text):
         return _load_hub(text, text_column, val_fraction, test_fraction, seed)
     raise ValueError(
         f"source: path '{text}' does not exist; give the embedded corpus name '{EMBEDDED_CORPUS}', "
@@ -154,15 +147,6 @@ def _check_fraction(name: str, value: float) -> None:
     """Reject split fractions outside [0, 1)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
         raise ValueError(f"{name}: {value!r} is not a fraction; give a number in [0, 1)")
-
-
-def _looks_like_hub_name(text: str) -> bool:
-    """True for ``name``/``user/name``(``:config``) strings that cannot be mistaken for a file path."""
-    if text.startswith((".", "~", "/")) or "\\" in text or (os.altsep and os.altsep in text):
-        return False
-    if text.lower().split(":", 1)[0].endswith(_PATH_ENDINGS):
-        return False
-    return bool(_HUB_ID.match(text))
 
 
 def _load_embedded() -> datasets.DatasetDict:
@@ -202,7 +186,7 @@ def _checked_file(path: Path, *, listed: bool = False) -> Path:
         raise ValueError(f"source: {what} '{path}' does not exist; give existing {_ALLOWED_EXTS} files")
     if not path.is_file():
         raise ValueError(f"source: '{path}' is not a file; a list may only hold {_ALLOWED_EXTS} files")
-    if path.suffix.lower() not in _BUILDERS:
+    if path.suffix.lower() not in FILE_BUILDERS:
         raise ValueError(f"source: file '{path}' has extension '{path.suffix}'; allowed: {_ALLOWED_EXTS}")
     return path
 
@@ -213,7 +197,7 @@ def _checked_dir(folder: Path) -> list[Path]:
         p
         for p in folder.rglob("*")
         if p.is_file()
-        and p.suffix.lower() in _BUILDERS
+        and p.suffix.lower() in FILE_BUILDERS
         and not any(part.startswith(".") for part in p.relative_to(folder).parts)
     )
     if not files:
@@ -235,7 +219,7 @@ def _load_local(
     Every text/json file is checked (UTF-8, no NUL bytes) before any is loaded.
     """
     for path in (f for fs in groups.values() for f in fs):
-        if _BUILDERS[path.suffix.lower()] in ("text", "json"):
+        if FILE_BUILDERS[path.suffix.lower()] in ("text", "json"):
             check_text_bytes(path)
     parts = {s: _load_files(fs, text_column) for s, fs in groups.items() if fs}
     return _complete_splits(parts, val_fraction, test_fraction, seed, label=label)
@@ -247,8 +231,8 @@ def _load_files(files: list[Path], text_column: str) -> datasets.Dataset:
     A load that fails, or a json text column that is not text, is reported with the file and line.
     """
     pieces = []
-    for builder in dict.fromkeys(_BUILDERS[f.suffix.lower()] for f in files):
-        chosen = [f for f in files if _BUILDERS[f.suffix.lower()] == builder]
+    for builder in dict.fromkeys(FILE_BUILDERS[f.suffix.lower()] for f in files):
+        chosen = [f for f in files if FILE_BUILDERS[f.suffix.lower()] == builder]
         kwargs = {"sample_by": "document"} if builder == "text" else {}
         try:
             ds = datasets.load_dataset(builder, data_files={"data": [str(f) for f in chosen]}, split="data",

@@ -20,6 +20,9 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
+from tiebias.config.checks import is_int
+from tiebias.config.corpus import BYTE_ALPHABET_SIZE, EOS_TOKEN, SPECIAL_TOKENS
+
 __all__ = [
     "EOS_TOKEN",
     "encode",
@@ -32,9 +35,6 @@ __all__ = [
     "unknown_share",
 ]
 
-EOS_TOKEN = "<|endoftext|>"
-SPECIAL_TOKENS: tuple[str, ...] = (EOS_TOKEN,)
-BYTE_ALPHABET_SIZE = 256
 _ENCODE_BATCH = 256  # documents per batched tokenizer call
 # Longest run of non-whitespace the BPE trainer sees as one piece: its cost grows with the square of a
 # word's length, so a megabyte with no space in it would take hours. Ordinary text never comes close
@@ -61,12 +61,12 @@ def train_tokenizer(
     (:func:`_bounded`), which keeps training time linear in the text's length.
     """
     minimum = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < minimum:
+    if not is_int(vocab_size) or vocab_size < minimum:
         raise ValueError(
             f"vocab_size: {vocab_size!r} is too small; byte-level BPE needs at least {minimum} "
             f"({BYTE_ALPHABET_SIZE} byte tokens + {len(SPECIAL_TOKENS)} special token)"
         )
-    if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
+    if not is_int(min_frequency) or min_frequency < 1:
         raise ValueError(f"min_frequency: {min_frequency!r} is not allowed; give an integer >= 1")
 
     backend = Tokenizer(models.BPE())

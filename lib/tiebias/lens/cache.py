@@ -33,6 +33,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from tiebias.config.checks import is_int
 from tiebias.lens.frozen import LensTarget, frozen_forward
 from tiebias.lens.inputs import check_train_args, sequences
 from tiebias.lens.lenses import check_model, new_lens
@@ -163,7 +164,7 @@ def build_cache(
     tokens = check_train_args(model, tokens, steps=1, seq_len=seq_len, tokens_per_step=tokens_per_step,
                                warmup_steps=0, lr=1.0, optimizer="adam", batch_size=batch_size,
                                num_threads=num_threads)
-    if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
+    if not is_int(max_bytes) or max_bytes < 0:
         raise ValueError(f"max_bytes: must be an int >= 0, got {max_bytes!r}")
     seqs = sequences(tokens, seq_len)
     micro = micro_batch(tokens_per_step, seq_len, batch_size)

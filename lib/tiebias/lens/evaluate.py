@@ -21,6 +21,8 @@ from transformers import PreTrainedModel
 from tuned_lens import TunedLens
 from tuned_lens.nn import Lens, LogitLens
 
+from tiebias.config.checks import is_int
+from tiebias.config.choices import LENS_PROTOCOLS
 from tiebias.lens.inputs import check_tokens, sequences
 from tiebias.lens.lenses import LN2, _check_lens, _layout, check_model, new_logit_lens
 from tiebias.system.threads import check_num_threads, loop_threads
@@ -30,7 +32,7 @@ if TYPE_CHECKING:  # plotting pulls in plotly; imported where used
 
 __all__ = ["PROTOCOLS", "evaluate", "kl_bits", "top_tokens_by_layer", "trajectory"]
 
-PROTOCOLS = ("package", "reference")
+PROTOCOLS = LENS_PROTOCOLS
 """How a tuned lens's translators are matched to hidden states: see :func:`evaluate`."""
 
 
@@ -104,9 +106,9 @@ def evaluate(
     tokens = check_tokens(tokens, seq_len, model.config.vocab_size)
     if lens is not None:
         _check_lens(model, lens)
-    if not isinstance(max_tokens, int) or max_tokens < seq_len:
+    if not is_int(max_tokens) or max_tokens < seq_len:
         raise ValueError(f"max_tokens: must be an int >= seq_len={seq_len}, got {max_tokens!r}")
-    if not isinstance(batch_size, int) or batch_size <= 0:
+    if not is_int(batch_size) or batch_size <= 0:
         raise ValueError(f"batch_size: must be a positive int, got {batch_size!r}")
     check_num_threads(num_threads)
     seqs = sequences(tokens, seq_len)[: max_tokens // seq_len]
@@ -307,7 +309,7 @@ def top_tokens_by_layer(
     check_model(model)
     if lens is not None:
         _check_lens(model, lens)
-    if not isinstance(k, int) or not 1 <= k <= model.config.vocab_size:
+    if not is_int(k) or not 1 <= k <= model.config.vocab_size:
         raise ValueError(f"k: must be an int in [1, {model.config.vocab_size}] (vocab_size), got {k!r}")
     ids = _encode(tokenizer, prompt)
     if not ids:

@@ -49,6 +49,8 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 from tuned_lens import TunedLens
 
+from tiebias.config.choices import LENS_RECIPES
+from tiebias.config.training import DEFAULT_PROFILE
 from tiebias.lens.frozen import LensTarget, frozen_forward
 from tiebias.lens.inputs import check_train_args, sequences
 from tiebias.lens.lenses import LN2, _check_lens, check_model, new_lens
@@ -114,20 +116,23 @@ _kl_nats_fused = _LensKL.apply
 # --------------------------------------------------------------------------- training
 
 
+_DEFAULT_RECIPE = LENS_RECIPES["cpu"]  # defaults: the default profile's steps, the "cpu" recipe (config owns both)
+
+
 def train_lens(
     model: PreTrainedModel,
     tokens: Tensor,
     *,
-    steps: int = 250,
+    steps: int = DEFAULT_PROFILE["lens_steps"],
     seq_len: int = 128,
-    tokens_per_step: int = 512,
-    lr: float = 1e-2,
+    tokens_per_step: int = DEFAULT_PROFILE["lens_tokens_per_step"],
+    lr: float = _DEFAULT_RECIPE["lr"],
     warmup_steps: int = 25,
-    weight_decay: float = 1e-3,
+    weight_decay: float = _DEFAULT_RECIPE["weight_decay"],
     seed: int = 0,
     progress: bool = True,
-    optimizer: Literal["adam", "sgd"] = "adam",
-    momentum: float = 0.9,
+    optimizer: Literal["adam", "sgd"] = _DEFAULT_RECIPE["optimizer"],
+    momentum: float = _DEFAULT_RECIPE["momentum"],
     max_grad_norm: float = 1.0,
     batch_size: int = 8,
     low_precision: bool | None = None,

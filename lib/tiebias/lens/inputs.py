@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from tiebias.config.checks import is_int
 from tiebias.system.parallel import check_should_stop
 from tiebias.system.threads import check_num_threads
 
@@ -20,7 +21,7 @@ __all__ = ["check_tokens", "check_train_args", "sequences"]
 
 def check_tokens(tokens: Any, seq_len: int, vocab_size: int, name: str = "tokens") -> Tensor:
     """Validate a 1-D integer token stream holding at least one sequence."""
-    if not isinstance(seq_len, int) or seq_len < 2:
+    if not is_int(seq_len) or seq_len < 2:
         raise ValueError(f"seq_len: must be an int >= 2, got {seq_len!r}")
     if (
         not isinstance(tokens, Tensor)
@@ -64,21 +65,21 @@ def check_train_args(
     should_stop: object = None,
 ) -> Tensor:
     """Validate :func:`tiebias.lens.fit.train_lens`'s arguments (ValueError naming the first bad one); return the token stream."""
-    if not isinstance(steps, int) or steps <= 0:
+    if not is_int(steps) or steps <= 0:
         raise ValueError(f"steps: must be a positive int, got {steps!r}")
     check_num_threads(num_threads)
     check_should_stop(should_stop)
     tokens = check_tokens(tokens, seq_len, model.config.vocab_size)
-    if not isinstance(tokens_per_step, int) or tokens_per_step < seq_len or tokens_per_step % seq_len:
+    if not is_int(tokens_per_step) or tokens_per_step < seq_len or tokens_per_step % seq_len:
         raise ValueError(
             f"tokens_per_step: must be a positive multiple of seq_len={seq_len}, got {tokens_per_step!r}"
         )
-    if not isinstance(warmup_steps, int) or not 0 <= warmup_steps < steps:
+    if not is_int(warmup_steps) or not 0 <= warmup_steps < steps:
         raise ValueError(f"warmup_steps: must be an int in [0, steps={steps}), got {warmup_steps!r}")
     if lr <= 0:
         raise ValueError(f"lr: must be > 0, got {lr!r}")
     if optimizer not in ("adam", "sgd"):
         raise ValueError(f"optimizer: must be 'adam' or 'sgd', got {optimizer!r}")
-    if not isinstance(batch_size, int) or batch_size <= 0:
+    if not is_int(batch_size) or batch_size <= 0:
         raise ValueError(f"batch_size: must be a positive int, got {batch_size!r}")
     return tokens

@@ -34,6 +34,8 @@ from typing import Any
 
 import torch
 
+from tiebias.config.checks import is_int
+from tiebias.config.choices import LENS_RECIPES
 from tiebias.config.params import coerce
 from tiebias.lens import cache as lens_cache
 from tiebias.lens import fit as lens_fit
@@ -45,11 +47,8 @@ from tiebias.run.layout import LENS_PARAMS_NAME
 __all__ = ["RECIPES", "check_budgets", "check_recipes", "publish_top_rung", "recipe_kwargs", "rung_dir",
            "train_ladder"]
 
-RECIPES: dict[str, dict[str, Any]] = {
-    "cpu": {"optimizer": "adam", "lr": 1e-2, "momentum": 0.9, "weight_decay": 1e-3},
-    "package": {"optimizer": "sgd", "lr": 1.0, "momentum": 0.9, "weight_decay": 1e-3, "warmup_steps": 0},
-}
-"""Named lens-training recipes (keyword arguments of :func:`tiebias.lens.fit.train_lens`)."""
+RECIPES = LENS_RECIPES
+"""Named lens-training recipes (keyword arguments of :func:`tiebias.lens.fit.train_lens`), owned by the config."""
 
 _RUNG = "rung.json"
 _TRAINER = "trainer.pt"
@@ -113,11 +112,11 @@ def train_ladder(model: Any, tokens: Any, folder: str | Path, *, steps: int, tok
     ``num_threads`` and ``should_stop`` go to :func:`tiebias.lens.fit.train_lens` (a stop keeps finished rungs).
     """
     budgets = check_budgets(budgets)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps <= 0:
+    if not is_int(steps) or steps <= 0:
         raise ValueError(f"lens_steps: {steps!r} is not allowed; need an integer > 0")
     if recipe not in RECIPES:
         raise ValueError(f"lens_recipes: unknown recipe {recipe!r}; allowed: {', '.join(RECIPES)}")
-    if isinstance(max_cache_bytes, bool) or not isinstance(max_cache_bytes, int) or max_cache_bytes < 0:
+    if not is_int(max_cache_bytes) or max_cache_bytes < 0:
         raise ValueError(f"max_cache_bytes: must be an int >= 0 (0: no cache), got {max_cache_bytes!r}")
     folder = Path(folder)
     sha = tl._unembed_sha256(model)

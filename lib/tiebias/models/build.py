@@ -1,14 +1,13 @@
-"""Model presets and builders: tied and untied Hugging Face decoders that start from the same values.
+"""Model builders: tied and untied Hugging Face decoders that start from the same values.
 
 Two families cover the paper's pairs: ``llama`` (RMSNorm, SwiGLU, RoPE: the OLMo family's shape) and
 ``neox`` (LayerNorm, GELU MLP, parallel residual: the Pythia / GPT-NeoX shape). A tied and an untied
 model built with the same preset and seed are identical in every parameter they share; the untied
-output matrix gets its own initialisation from a generator derived from the seed.
+output matrix gets its own initialisation from a generator derived from the seed. The shapes
+(presets) are named in :mod:`tiebias.config.presets`.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 from transformers import (
@@ -20,47 +19,15 @@ from transformers import (
     PreTrainedModel,
 )
 
+from tiebias.config.checks import is_int
+from tiebias.config.presets import (  # noqa: F401  (PRESETS, Preset: the shapes, re-exported where models are built)
+    FAMILIES,
+    PRESETS,
+    Preset,
+    get_preset,
+)
 from tiebias.models.anatomy import is_tied
 from tiebias.system.parallel import CONSTRUCTION
-
-FAMILIES = ("llama", "neox")
-
-
-@dataclass(frozen=True)
-class Preset:
-    """Shape of a decoder: width, depth, heads and MLP width (SwiGLU width for llama, 4d for neox)."""
-
-    hidden: int
-    layers: int
-    heads: int
-    max_positions: int = 1024
-    note: str = ""
-
-    def intermediate(self, family: str) -> int:
-        """MLP width: 4d for GELU MLPs, about 8d/3 (rounded up to 8) for SwiGLU, same parameter count."""
-        if family == "neox":
-            return 4 * self.hidden
-        return int(8 * ((8 * self.hidden / 3 + 7) // 8))
-
-
-PRESETS: dict[str, Preset] = {
-    "tiny": Preset(32, 2, 2, 256, "unit tests: seconds"),
-    "mini": Preset(64, 4, 4, 512, "smoke profile: a minute on a laptop CPU"),
-    "small": Preset(128, 6, 4, 1024, "default CPU study: a few minutes per model on 2 cores"),
-    "small-deep": Preset(128, 10, 4, 1024, "small's width with 10 layers: the depth comparison of 03_lens"),
-    "small-16": Preset(128, 16, 4, 1024, "small's width with 16 layers: the deepest model of the depth profile"),
-    "base": Preset(256, 8, 8, 1024, "a larger CPU run: about 4x the cost of small"),
-    "gpu-20m": Preset(384, 8, 6, 2048, "single GPU, about 20M parameters with a 50k vocabulary"),
-    "gpu-60m": Preset(640, 10, 10, 2048, "single GPU, about 60M parameters with a 50k vocabulary"),
-    "gpu-150m": Preset(896, 14, 14, 2048, "single GPU, about 150M parameters with a 50k vocabulary"),
-}
-
-
-def get_preset(name: str) -> Preset:
-    """Look a preset up by name, with an error that lists the allowed names."""
-    if name not in PRESETS:
-        raise ValueError(f"preset: unknown value {name!r}; allowed: {', '.join(PRESETS)}")
-    return PRESETS[name]
 
 
 def make_config(preset: str, *, family: str = "llama", vocab_size: int = 4096, tied: bool = True,
@@ -69,7 +36,7 @@ def make_config(preset: str, *, family: str = "llama", vocab_size: int = 4096, t
     p = get_preset(preset)
     if family not in FAMILIES:
         raise ValueError(f"family: unknown value {family!r}; allowed: {', '.join(FAMILIES)}")
-    if not isinstance(vocab_size, int) or vocab_size < 2:
+    if not is_int(vocab_size) or vocab_size < 2:
         raise ValueError(f"vocab_size: {vocab_size!r} is not a valid vocabulary size; need an int >= 2")
     common = dict(
         vocab_size=vocab_size,

@@ -21,6 +21,7 @@ import pandas as pd
 from tiebias.align import comparisons
 from tiebias.align.embeddings import Embeddings
 from tiebias.align.tokenizers import load_tokenizer
+from tiebias.config.checks import is_int
 from tiebias.output import token_text
 from tiebias.output.token_text import show
 
@@ -136,7 +137,7 @@ def _resolve(text: str, space: Space) -> Resolved:
 
 def _check_k(k: Any) -> int:
     """``k`` must be a positive int."""
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+    if not is_int(k) or k < 1:
         raise ValueError(f"k: must be an int >= 1, got {k!r}")
     return k
 

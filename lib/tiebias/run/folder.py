@@ -24,6 +24,7 @@ import pandas as pd
 import torch
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
+from tiebias.config.checks import is_int
 from tiebias.config.variants import Variant, model_key, parse_key, step_of
 from tiebias.data.checks import check_unchanged
 from tiebias.data.tokens import (
@@ -169,7 +170,7 @@ class Run(RunLayout):
         run = cls(path)
         corpus_name = "shakespeare" if corpus in (None, "", "shakespeare") else str(corpus)
         minimum = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < minimum:
+        if not is_int(vocab_size) or vocab_size < minimum:
             raise ValueError(f"vocab_size: {vocab_size!r} is not allowed; give an integer >= {minimum} "
                              "(byte-level BPE: 256 byte tokens + 1 special token), such as 4096")
         if extra is not None:

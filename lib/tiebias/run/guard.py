@@ -13,13 +13,14 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
+from tiebias.config.checks import HOW_TO_PASS
+from tiebias.config.checks import check_run_dir_text as check_text
 from tiebias.run.files import RunFolderError, write_json_atomic
 from tiebias.run.layout import LOCK_HOLDER, LOCK_NAME, MARKERS, RunLayout
 
 Kind = Literal["run", "pair"]
 KIT_CONFIG_KEYS = ("corpus", "vocab_size")  # every config.json the kit writes has these
 KIT_NOTEBOOKS = ("01_train.ipynb", "02_align.ipynb", "03_lens.ipynb", "04_ablate.ipynb")
-HOW_TO_PASS = "--run-dir PATH, -p run_dir PATH with papermill or run_dir = '...' in a notebook, make study RUN=PATH"
 _WHAT = {"run": "a run folder", "pair": "an external pair's folder"}
 _FOR = {"run": "", "pair": " (the folder notebooks 02 / 03 write to for tied_source / untied_source)"}
 
@@ -29,11 +30,8 @@ class NotARunFolderError(RunFolderError):
 
 
 def check_run_dir_text(run_dir: Any, param: str = "run_dir") -> None:
-    """Refuse an empty or whitespace-only folder name (only ``None`` means "not given")."""
-    if isinstance(run_dir, str) and not run_dir.strip():
-        raise NotARunFolderError(
-            f"{param}: {run_dir!r} is empty; give a folder ({HOW_TO_PASS}), or leave {param} out (None) for "
-            "$TIEBIAS_RUN_DIR, else runs/<profile>")
+    """Refuse an empty or whitespace-only folder name (the config's rule), as :class:`NotARunFolderError`."""
+    check_text(run_dir, param, NotARunFolderError)
 
 
 def _kit_config(path: Path) -> tuple[bool, str]:

@@ -21,6 +21,7 @@ from typing import TypeVar
 
 import torch
 
+from tiebias.config.checks import is_int
 from tiebias.system.threads import env_count
 
 WORKERS_ENV = "TIEBIAS_WORKERS"
@@ -43,7 +44,7 @@ def check_workers(workers: object, name: str = "workers") -> None:
     """``"auto"`` or a positive int; else a ValueError naming the parameter."""
     if workers == "auto":
         return
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+    if not is_int(workers) or workers < 1:
         raise ValueError(f"{name}: must be a positive int or 'auto', got {workers!r}")
 
 

@@ -19,6 +19,8 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+from tiebias.config.checks import is_int
+
 THREADS_ENV = "TIEBIAS_THREADS"
 
 
@@ -136,7 +138,7 @@ def check_num_threads(num_threads: object, name: str = "num_threads") -> None:
     """A thread setting: a positive int, ``"auto"`` (tune) or None (keep); else a ValueError naming it."""
     if num_threads in (None, "auto"):
         return
-    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads <= 0:
+    if not is_int(num_threads) or num_threads <= 0:
         raise ValueError(f"{name}: must be a positive int, 'auto' or None, got {num_threads!r}")
 
 

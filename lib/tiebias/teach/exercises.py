@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tiebias.config import profiles
 from tiebias.config.params import NOTEBOOKS
+from tiebias.config.paths import notebooks_dir
 
 CELL_PREFIX = "exercise-"
 """Notebook cell ids of rendered exercise cells start with this (``exercise-01_train`` is the heading cell)."""
@@ -51,7 +51,7 @@ class Exercise:
 
 def default_path() -> Path:
     """``notebooks/exercises.toml`` in the checkout."""
-    return profiles.repo_root() / "notebooks" / "exercises.toml"
+    return notebooks_dir() / "exercises.toml"
 
 
 def load(path: str | Path | None = None) -> tuple[dict[str, Any], list[Exercise]]:

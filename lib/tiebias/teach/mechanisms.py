@@ -16,6 +16,7 @@ import pandas as pd
 import torch
 
 from tiebias.align import maps as alignment
+from tiebias.config.checks import is_int
 from tiebias.models.build import build
 from tiebias.train.gradients import GradientProvenance, check_factor
 
@@ -25,7 +26,7 @@ TOY_VOCAB = 64
 
 def toy_batch(vocab: int = TOY_VOCAB, shape: tuple[int, int] = (4, 32), seed: int = 0) -> torch.Tensor:
     """Token ids drawn from a Zipf-like law (p ~ 1/rank), as in text: a few frequent tokens, many rare ones."""
-    if not isinstance(vocab, int) or vocab < 2:
+    if not is_int(vocab) or vocab < 2:
         raise ValueError(f"vocab: {vocab!r} is not a vocabulary size; need an int >= 2")
     p = 1.0 / torch.arange(1, vocab + 1, dtype=torch.float64)
     gen = torch.Generator().manual_seed(seed)

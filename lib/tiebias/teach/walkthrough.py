@@ -18,8 +18,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tiebias.config.params import NOTEBOOKS
-from tiebias.config.profiles import PROFILE_DIR, repo_root
+from tiebias.config.paths import NOTEBOOKS, PROFILE_DIR, notebooks_dir, repo_root
 from tiebias.output.figure_png import figures_to_png
 from tiebias.output.notebook import PLOTLY_MIME
 from tiebias.output.static_pages import expand_widgets
@@ -235,8 +234,6 @@ def _run_label(run_dir: Path) -> str:
 
 def write_walkthrough(run_dir: str | Path, out: str | Path | None = None, scale: float = 1.5) -> list[Path]:
     """Render the executed notebooks of ``run_dir`` into ``out`` (default ``walkthrough/``); the files written."""
-    from tiebias.study import notebooks_dir
-
     run_dir, out = Path(run_dir), Path(out) if out is not None else out_dir()
     layout = RunLayout(run_dir)
     executed = {n: layout.notebooks_dir / f"{n}.ipynb" for n in NOTEBOOKS}

@@ -14,7 +14,6 @@ the weight rows, which is what the optimiser actually applies.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +22,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
+from tiebias.config.training import (  # noqa: F401  (the factor range, re-exported beside the scaling)
+    FACTOR_RANGE,
+    MAX_FACTOR,
+    check_factor,
+)
 from tiebias.models.anatomy import is_tied
 
 PATHS = ("input", "output")
@@ -33,23 +37,6 @@ def _world_size() -> int:
     import torch.distributed as dist
 
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
-MAX_FACTOR = 1000.0
-"""Largest gradient factor (smallest: its inverse). The paper scales by 5, our sweeps by up to 20; 1000 already
-makes one path outweigh the other by orders of magnitude, while a factor like 1e30 overflows the float32
-gradient norm, so clipping zeroes every update and nothing is learned. The range is closed under 1/k
-(``inverse_output`` multiplies the output path by 1/k)."""
-FACTOR_RANGE = f"a finite number between {1 / MAX_FACTOR:g} and {MAX_FACTOR:g}"
-
-
-def check_factor(name: str, value: Any) -> float:
-    """Validate a gradient factor (1/MAX_FACTOR <= k <= MAX_FACTOR); errors name the parameter and the value."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name}: {value!r} is not a number; a gradient factor must be {FACTOR_RANGE}")
-    if not math.isfinite(value) or not 1 / MAX_FACTOR <= value <= MAX_FACTOR:
-        raise ValueError(f"{name}: {value!r} is not allowed; a gradient factor must be {FACTOR_RANGE}")
-    return float(value)
 
 
 class _PathAlias(torch.autograd.Function):

@@ -12,20 +12,19 @@ import csv
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from tiebias.config.training import TrainConfig, checkpoint_steps
 from tiebias.models.build import count_parameters
 from tiebias.system.threads import FixedThreads, ThreadTuner, loop_threads
 from tiebias.train import divergence
 from tiebias.train.checkpoints import TRAIN_FIELDS, save_checkpoint
 from tiebias.train.gradients import GradientProvenance
-
-if TYPE_CHECKING:
-    from tiebias.train.trainer import TrainConfig, TrainJob
+from tiebias.train.job import TrainJob
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -35,23 +34,6 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     span = max(cfg.steps - cfg.warmup_steps, 1)
     progress = min((step - cfg.warmup_steps) / span, 1.0)
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
-def checkpoint_steps(steps: int, every: int) -> list[int]:
-    """Steps with a checkpoint: 0, powers of two (log-spaced, for evolution plots), every ``every``, last."""
-    s = {0, steps}
-    p = 1
-    while p < steps:
-        s.add(p)
-        p *= 2
-    s.update(range(every, steps, every))
-    return sorted(s)
-
-
-SEED_LIMIT = 2**32
-"""Seeds are integers 0 <= seed < 2**32: what numpy's seeding (``np.random.seed``, ``RandomState``) and most tools
-accept, so a seed means the same everywhere; the generator seeds derived from it here (``seed * 1_000_003 + step``
-and the untied head's ``seed + 1_000_003``) then stay far inside torch's 64-bit range."""
 
 
 def batch_for_step(ids: torch.Tensor, step: int, seed: int, batch_size: int, seq_len: int) -> torch.Tensor:

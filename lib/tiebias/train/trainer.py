@@ -13,23 +13,22 @@ or start over), build the model, load the resume point, prepare the folder, run 
 from __future__ import annotations
 
 import contextlib
-import math
 import shutil
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
 
 import torch
 from accelerate import Accelerator
 from transformers import PreTrainedModel
 from transformers.utils import logging as hf_logging
 
-from tiebias.config.variants import Variant, model_key
-from tiebias.models.build import build, get_preset
+from tiebias.config.checks import check_int
+from tiebias.config.training import SEED_LIMIT, TrainConfig
+from tiebias.config.variants import Variant
+from tiebias.models.build import build
 from tiebias.run.files import (
     OVERWRITE_HINT,
     DamagedFileError,
@@ -54,74 +53,11 @@ from tiebias.train.checkpoints import (
     save_final,
     write_log,
 )
+from tiebias.train.job import TrainJob
 from tiebias.train.memory import check_memory, estimate_memory  # noqa: F401  (estimate_memory: part of train's API)
-from tiebias.train.steploop import SEED_LIMIT, StepLoop
+from tiebias.train.steploop import StepLoop
 
 _SETUP_LOCK = threading.Lock()
-
-
-@dataclass
-class TrainConfig:
-    """Everything that determines a trained model besides its variant and seed."""
-
-    preset: str = "small"
-    family: str = "llama"
-    steps: int = 400
-    batch_size: int = 16
-    seq_len: int = 128
-    lr: float = 3e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 20
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    eval_every: int = 50
-    eval_tokens: int = 16384
-    checkpoint_every: int = 50
-    record_provenance: bool = True
-    precision: str = "auto"
-
-    def validate(self) -> TrainConfig:
-        """Stop at once on a bad value, naming the parameter, the value and what is allowed."""
-        get_preset(self.preset)
-        if self.family not in ("llama", "neox"):
-            raise ValueError(f"family: unknown value {self.family!r}; allowed: 'llama', 'neox'")
-        for name in ("steps", "batch_size", "seq_len", "eval_every", "eval_tokens", "checkpoint_every"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise ValueError(f"{name}: {v!r} is not allowed; need an integer > 0")
-        if self.seq_len < 2:
-            raise ValueError(f"seq_len: {self.seq_len} is not allowed; need an integer >= 2 (each window predicts "
-                             "its next tokens, so one token gives nothing to learn or evaluate)")
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps: {self.warmup_steps!r} is not allowed; need an integer >= 0")
-        if self.warmup_steps >= self.steps:  # the learning rate would still be ramping up when training ends
-            raise ValueError(f"warmup_steps: {self.warmup_steps} is not allowed with steps={self.steps}; need "
-                             f"warmup_steps < steps, else the learning rate never reaches its peak lr={self.lr:g}")
-        for name in ("lr", "grad_clip"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise ValueError(f"{name}: {v!r} is not allowed; need a finite number > 0")
-        for name in ("min_lr_ratio", "weight_decay", "beta1", "beta2"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not 0 <= v <= 1:
-                raise ValueError(f"{name}: {v!r} is not allowed; need a number in [0, 1]")
-        if self.precision not in ("auto", "fp32", "bf16"):
-            raise ValueError(f"precision: unknown value {self.precision!r}; allowed: 'auto', 'fp32', 'bf16'")
-        if self.seq_len > get_preset(self.preset).max_positions:
-            raise ValueError(f"seq_len: {self.seq_len} exceeds preset {self.preset!r}'s "
-                             f"{get_preset(self.preset).max_positions} positions")
-        return self
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        """A config from a dict (e.g. a train_config.json); unknown keys are an error naming them."""
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ValueError(f"train config: unknown parameter(s) {sorted(unknown)}; allowed: {sorted(names)}")
-        return cls(**d)
 
 
 def pick_device(device: str | torch.device | None = None) -> torch.device:
@@ -169,46 +105,13 @@ def _writer_lock(run: Run, acc: Accelerator, what: str) -> Iterator[None]:
         yield
 
 
-@dataclass
-class TrainJob:
-    """One model's training: what is trained, with what, on which data, and where its files go."""
-
-    run: Run
-    v: Variant
-    seed: int
-    cfg: TrainConfig
-    acc: Accelerator
-    precision: str
-    tok: Any
-    train_ids: torch.Tensor
-    val_ids: torch.Tensor
-    vocab: int
-    num_threads: int | str | None = "auto"
-    should_stop: Callable[[], bool] | None = None
-
-    def __post_init__(self) -> None:
-        self.key = model_key(self.v, self.seed)
-        self.mdir = self.run.model_dir(self.v, self.seed)
-        self.ckpt_root = self.run.checkpoints_dir(self.v, self.seed)
-        self.cfg_file = self.run.train_config_path(self.v, self.seed)
-        self.metrics_path = self.run.metrics_path(self.v, self.seed, "train")
-        self.val_path = self.run.metrics_path(self.v, self.seed, "val")
-        self.world, self.main = self.acc.num_processes, self.acc.is_main_process
-        self.dev = self.acc.device
-
-    def wanted(self) -> dict[str, Any]:
-        """The model's train_config.json: variant, seed, vocabulary and the TrainConfig."""
-        return {"variant": self.v.name, "seed": self.seed, "vocab_size": self.vocab, **asdict(self.cfg)}
-
-
 def _checked_args(variant: str | Variant, seed: int, config: TrainConfig | None,
                   stop_at: int | None) -> tuple[Variant, TrainConfig]:
     """The variant and the validated config; a bad seed or stop_at stops here, naming the value."""
     v = Variant.parse(variant)
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
-        raise ValueError(f"seed: {seed!r} is not allowed; need an integer 0 <= seed < 2**32 ({SEED_LIMIT})")
-    if stop_at is not None and (isinstance(stop_at, bool) or not isinstance(stop_at, int) or stop_at < 0):
-        raise ValueError(f"stop_at: {stop_at!r} is not allowed; need None or an integer >= 0")
+    check_int("seed", seed, minimum=0, maximum=SEED_LIMIT - 1, need=f"an integer 0 <= seed < 2**32 ({SEED_LIMIT})")
+    if stop_at is not None:
+        check_int("stop_at", stop_at, minimum=0, need="None or an integer >= 0")
     return v, (config or TrainConfig()).validate()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tiebias.config.checks import is_int
 from tiebias.run.files import read_json, sanitise_json, write_json_atomic
 from tiebias.run.folder import Run
 from tiebias.verdicts.status import NOT_MEANINGFUL, status_of
@@ -67,7 +68,7 @@ def record(run: Run, claim: str, *, value: float, threshold: float, statement: s
     undetermined = isinstance(value, float) and math.isnan(value) and bool(status)
     value = math.nan if undetermined else _number("value", value)
     threshold = _number("threshold", threshold)
-    if n_seeds is not None and (isinstance(n_seeds, bool) or not isinstance(n_seeds, int) or n_seeds < 1):
+    if n_seeds is not None and (not is_int(n_seeds) or n_seeds < 1):
         raise ValueError(f"n_seeds: {n_seeds!r} is not allowed; need None or an integer >= 1")
     if status is not None and (not isinstance(status, str) or not status.strip()):
         raise ValueError(f"status: {status!r} is not allowed; need None or a non-empty string")

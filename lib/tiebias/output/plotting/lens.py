@@ -11,6 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from tiebias.config.checks import is_int
 from tiebias.output import token_text
 from tiebias.output.plotting.style import COLORS, log_axis
 
@@ -162,7 +163,7 @@ def trajectory_figure(
         raise ValueError(
             f"statistic: must be one of cross_entropy, entropy, forward_kl, rank, max_probability; got {statistic!r}"
         )
-    if isinstance(max_width, bool) or not isinstance(max_width, int) or max_width < 300:
+    if not is_int(max_width) or max_width < 300:
         raise ValueError(f"max_width: must be an int >= 300 (pixels), got {max_width!r}")
     stat = getattr(traj, statistic)(formatter=_Formatter())
     rows = stat.stats.shape[0]

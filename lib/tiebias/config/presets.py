@@ -1,0 +1,48 @@
+"""Model shapes by name: the presets a profile's ``preset`` key names, and the model families.
+
+Plain data (no torch), so the parameter vocabulary can check a preset name; :mod:`tiebias.models.build`
+builds the models these shapes describe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FAMILIES = ("llama", "neox")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Shape of a decoder: width, depth, heads and MLP width (SwiGLU width for llama, 4d for neox)."""
+
+    hidden: int
+    layers: int
+    heads: int
+    max_positions: int = 1024
+    note: str = ""
+
+    def intermediate(self, family: str) -> int:
+        """MLP width: 4d for GELU MLPs, about 8d/3 (rounded up to 8) for SwiGLU, same parameter count."""
+        if family == "neox":
+            return 4 * self.hidden
+        return int(8 * ((8 * self.hidden / 3 + 7) // 8))
+
+
+PRESETS: dict[str, Preset] = {
+    "tiny": Preset(32, 2, 2, 256, "unit tests: seconds"),
+    "mini": Preset(64, 4, 4, 512, "smoke profile: a minute on a laptop CPU"),
+    "small": Preset(128, 6, 4, 1024, "default CPU study: a few minutes per model on 2 cores"),
+    "small-deep": Preset(128, 10, 4, 1024, "small's width with 10 layers: the depth comparison of 03_lens"),
+    "small-16": Preset(128, 16, 4, 1024, "small's width with 16 layers: the deepest model of the depth profile"),
+    "base": Preset(256, 8, 8, 1024, "a larger CPU run: about 4x the cost of small"),
+    "gpu-20m": Preset(384, 8, 6, 2048, "single GPU, about 20M parameters with a 50k vocabulary"),
+    "gpu-60m": Preset(640, 10, 10, 2048, "single GPU, about 60M parameters with a 50k vocabulary"),
+    "gpu-150m": Preset(896, 14, 14, 2048, "single GPU, about 150M parameters with a 50k vocabulary"),
+}
+
+
+def get_preset(name: str) -> Preset:
+    """Look a preset up by name, with an error that lists the allowed names."""
+    if name not in PRESETS:
+        raise ValueError(f"preset: unknown value {name!r}; allowed: {', '.join(PRESETS)}")
+    return PRESETS[name]
