@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from tiebias import stats
 from tiebias.lens.ladder import REFERENCE_BUDGET
 from tiebias.lens.tables import at_budget, at_protocol, early_gap, gaps, per_layer, same_depth
 from tiebias.paper import FIG2_LENS, FIG2_OLMO_KL_BITS
@@ -100,7 +101,7 @@ def _headline(table: pd.DataFrame) -> str:
     r0 = table.iloc[0]
     paper = (f"the paper's +{r0.paper_gap_l0:.2f} bits at the input layer and +{r0.paper_gap_l1:.2f} at layer 1 "
              "(Figure 2, OLMo-1B)")
-    positive = table[table.ci_low > 0]
+    positive = table[table.ci_low.map(stats.lies_above_zero)]
     if positive.empty:
         gaps_text = ", ".join(f"({r.reading}) {r.gap:+.3g} [{r.ci_low:+.3g}, {r.ci_high:+.3g}]"
                               for r in table.itertuples())
@@ -109,6 +110,6 @@ def _headline(table: pd.DataFrame) -> str:
     which = "; ".join(f"({r.reading}) {r.label}: {r.gap:+.3g} bits [{r.ci_low:+.3g}, {r.ci_high:+.3g}], input layer "
                       f"{r.gap_l0:+.3g} ({r.gap_l0 / r.paper_gap_l0:.1%} of the paper's), layer 1 {r.gap_l1:+.3g} "
                       f"({r.gap_l1 / r.paper_gap_l1:.1%})" for r in positive.itertuples())
-    rest = ", ".join(f"({r.reading})" for r in table.itertuples() if r.ci_low <= 0 or not math.isfinite(r.ci_low))
+    rest = ", ".join(f"({r.reading})" for r in table.itertuples() if not stats.lies_above_zero(r.ci_low))
     return (f"A positive early-layer gap of the paper's kind (95% CI above 0) appears under {which}"
             f"{'; not under ' + rest if rest else ''}; compare {paper}.")

@@ -6,6 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from tiebias.config.variants import parse_key
 from tiebias.output.plotting.style import COLORS, log_axis, reference_line
 from tiebias.paper import FIG4_OUTPUT_SHARE
 from tiebias.verdicts import claims
@@ -23,9 +24,9 @@ def loss_curves(train: dict[str, pd.DataFrame], val: dict[str, pd.DataFrame], *,
                 unigram: float | None = None) -> go.Figure:
     """Training loss (smoothed, thin) and validation loss (markers) per model key ``<variant>-s<seed>``."""
     fig = go.Figure()
-    variants = sorted({k.rsplit("-s", 1)[0] for k in train})
+    variants = sorted({parse_key(k)[0].name for k in train})
     for key, df in train.items():
-        variant = key.rsplit("-s", 1)[0]
+        variant = parse_key(key)[0].name
         c = _color(variant, variants.index(variant))
         fig.add_scatter(x=df.step, y=df.loss.rolling(smooth, min_periods=1).mean(), mode="lines",
                         line=dict(color=c, width=1), opacity=0.6, name=f"{key} train", legendgroup=variant)
