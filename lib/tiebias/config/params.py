@@ -206,7 +206,7 @@ PARAM_LIST: tuple[Param, ...] = (
     Param("vocab_size", "int", "byte-level BPE vocabulary size", ("01_train", "04_ablate"),
           "Run.prepare(vocab_size=): the run's tokenizer", check=_vocab),
     # -- training (TrainConfig) ---------------------------------------------------------------------
-    _train("preset", "str", "model shape (tiebias.models.build.PRESETS)", _choice(tuple(PRESETS))),
+    _train("preset", "str", "model shape (tiebias.config.presets.PRESETS)", _choice(tuple(PRESETS))),
     _train("family", "str", "llama (OLMo-like) or neox (Pythia-like)", _choice(FAMILIES)),
     _train("steps", "int", "optimiser steps per model", _at_least(1)),
     _train("batch_size", "int", "sequences per step", _at_least(1)),
