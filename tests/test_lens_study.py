@@ -7,7 +7,6 @@ import pandas as pd
 import pytest
 import torch
 
-from tiebias.lens import depth as lens_depth
 from tiebias.lens import evaluate as lens_eval
 from tiebias.lens import fit as lens_fit
 from tiebias.lens import ladder as lens_ladder
@@ -16,6 +15,7 @@ from tiebias.lens import rungs as lens_rungs
 from tiebias.lens import tables as lens_study
 from tiebias.models import sources
 from tiebias.run.folder import Run
+from tiebias.train.depths import train_depth_models
 from tiebias.verdicts import claims, records
 
 RECIPE = dict(steps=6, tokens_per_step=256, seq_len=32)
@@ -67,7 +67,7 @@ def test_external_models_by_path(two_seed_run: Run) -> None:
 def test_depth_models_share_data_and_differ_only_in_preset(two_seed_run: Run, tiny_config) -> None:
     from dataclasses import replace
 
-    sub = lens_depth.train_depth_models(two_seed_run, "mini", [0], replace(tiny_config, steps=8), progress=False)
+    sub = train_depth_models(two_seed_run, "mini", [0], replace(tiny_config, steps=8), progress=False)
     assert sub.path == two_seed_run.path / "depth" / "mini"
     assert sub.config == two_seed_run.config
     assert sub.load_model("tied", 0).config.num_hidden_layers == 4
@@ -76,7 +76,7 @@ def test_depth_models_share_data_and_differ_only_in_preset(two_seed_run: Run, ti
     g = lens_study.relative_depth(lens_study.gap_table(df))
     assert g.depth.max() == 1.0 and len(g) == 5
     with pytest.raises(ValueError, match="preset: unknown value"):
-        lens_depth.train_depth_models(two_seed_run, "huge", [0], tiny_config)
+        train_depth_models(two_seed_run, "huge", [0], tiny_config)
 
 
 def test_an_interrupted_depth_folder_is_rebuilt_whole(two_seed_run: Run, tiny_config) -> None:
@@ -85,7 +85,7 @@ def test_an_interrupted_depth_folder_is_rebuilt_whole(two_seed_run: Run, tiny_co
     half = two_seed_run.depth_dir("tiny")
     (half / "tokens").mkdir(parents=True)
     (half / "tokens" / "train.npy").write_bytes(b"cut short")  # a copy stopped midway: no config.json
-    sub = lens_depth.train_depth_models(two_seed_run, "tiny", [0], replace(tiny_config, steps=4), progress=False)
+    sub = train_depth_models(two_seed_run, "tiny", [0], replace(tiny_config, steps=4), progress=False)
     assert sub.tokens("train").equal(two_seed_run.tokens("train")) and sub.config == two_seed_run.config
     assert (sub.path / ".tiebias-run.json").is_file() and not (sub.path.parent / ".tiny.tmp").exists()
 

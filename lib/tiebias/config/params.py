@@ -232,7 +232,7 @@ PARAM_LIST: tuple[Param, ...] = (
     Param("lens_tokens_per_step", "int", "tuned-lens tokens per step", ("03_lens",), "lens recipe tokens_per_step",
           check=_at_least(1)),
     Param("lens_depth_presets", "strs", "other model depths for 03_lens, same width ([] = off), e.g. "
-          "['small-deep', 'small-16']", ("03_lens",), "lens_depth.train_depth_models(preset=)", default=[],
+          "['small-deep', 'small-16']", ("03_lens",), "train.train_depth_models(preset=)", default=[],
           check=_none_or(_choice(tuple(PRESETS)))),
     Param("lens_eval_tokens", "int", "lens evaluation tokens (test split)", ("03_lens",), "lens KL tables (eval_tokens=)",
           check=_at_least(1)),

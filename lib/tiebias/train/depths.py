@@ -1,0 +1,51 @@
+"""Models of other depths for notebook 03 (the ``depth`` profile): tied and untied models of another shape in
+``<run>/depth/<preset>/``, sharing the run's data, tokenizer, recipe and seeds, so two depths differ only in their
+number of layers. The lens numbers against depth are :mod:`tiebias.lens.depth`'s, the verdicts
+:mod:`tiebias.verdicts.depth`'s."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from tiebias.config.presets import get_preset
+from tiebias.run.folder import Run
+from tiebias.run.guard import mark
+from tiebias.train.sweeps import train_many
+
+__all__ = ["train_depth_models"]
+
+
+def train_depth_models(run: Run, preset: str, seeds: Sequence[int], config: Any, progress: bool = True) -> Run:
+    """Train (or reuse) tied and untied models of ``preset`` in ``<run>/depth/<preset>/``; returns that sub-run.
+
+    Everything but the preset (data, tokenizer, steps, batch, learning rate, seeds) is the run's, so the
+    depths differ only in shape. Finished models are reused; an interrupted one resumes from its checkpoint.
+    """
+    get_preset(preset)
+    sub = Run(run.depth_dir(preset))
+    if not sub.config_path.exists():
+        _prepare_sub_run(run, sub, preset)
+    train_many(sub, [(v, seed) for seed in seeds for v in ("tied", "untied")], replace(config, preset=preset),
+               progress=progress)
+    return sub
+
+
+def _prepare_sub_run(run: Run, sub: Run, preset: str) -> None:
+    """Copy the run's data into ``sub`` as a whole: built in a temporary folder, then renamed, under the run's writer
+    lock, so an interrupted copy leaves nothing half-made (a leftover without config.json is rebuilt)."""
+    with run.writing(f"preparing the {preset} models' folder"):
+        tmp = sub.path.with_name(f".{preset}.tmp")
+        for leftover in (tmp, sub.path):
+            if leftover.exists():
+                shutil.rmtree(leftover)
+        part = Run(tmp)
+        tmp.mkdir(parents=True)
+        shutil.copytree(run.tokenizer_dir, part.tokenizer_dir)
+        shutil.copytree(run.tokens_dir, part.tokens_dir)
+        shutil.copy2(run.frequencies_path, part.frequencies_path)
+        shutil.copy2(run.config_path, part.config_path)
+        mark(tmp, "run")
+        tmp.rename(sub.path)
