@@ -8,8 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 
-from tiebias.config.params import NOTEBOOKS  # noqa: E402
-from tiebias.study import notebooks_dir  # noqa: E402
+from tiebias.config.paths import NOTEBOOKS, notebooks_dir  # noqa: E402
 from tiebias.teach import exercises  # noqa: E402
 
 
