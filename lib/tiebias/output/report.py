@@ -1,7 +1,6 @@
 """``summary.json`` and the HTML report of a run.
 
-Each notebook records its claim's headline with :func:`tiebias.verdicts.records.record` (re-exported here as
-:func:`record`): our value, its spread over seeds, the noise floor, the paper's value and the computed verdict.
+Each notebook records its claim's headline with :func:`tiebias.verdicts.records.record`: our value, its spread over seeds, the noise floor, the paper's value and the computed verdict.
 :func:`write_summary` gathers the records into ``<run>/summary.json``; :func:`write_report` converts the executed
 notebooks to HTML and writes an index page ``<run>/report.html`` with the summary table and the key figures.
 """
