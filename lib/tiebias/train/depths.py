@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from tiebias.config.presets import get_preset
+from tiebias.run.files import atomic_folder
 from tiebias.run.folder import Run
 from tiebias.run.guard import mark
 from tiebias.train.sweeps import train_many
@@ -34,13 +35,9 @@ def train_depth_models(run: Run, preset: str, seeds: Sequence[int], config: Any,
 
 
 def _prepare_sub_run(run: Run, sub: Run, preset: str) -> None:
-    """Copy the run's data into ``sub`` as a whole: built in a temporary folder, then renamed, under the run's writer
-    lock, so an interrupted copy leaves nothing half-made (a leftover without config.json is rebuilt)."""
-    with run.writing(f"preparing the {preset} models' folder"):
-        tmp = sub.path.with_name(f".{preset}.tmp")
-        for leftover in (tmp, sub.path):
-            if leftover.exists():
-                shutil.rmtree(leftover)
+    """Copy the run's data into ``sub`` as a whole (:func:`tiebias.run.files.atomic_folder`, under the run's writer
+    lock), so an interrupted copy leaves nothing half-made (a leftover without config.json is rebuilt)."""
+    with run.writing(f"preparing the {preset} models' folder"), atomic_folder(sub.path) as tmp:
         part = Run(tmp)
         tmp.mkdir(parents=True)
         shutil.copytree(run.tokenizer_dir, part.tokenizer_dir)
@@ -48,4 +45,3 @@ def _prepare_sub_run(run: Run, sub: Run, preset: str) -> None:
         shutil.copy2(run.frequencies_path, part.frequencies_path)
         shutil.copy2(run.config_path, part.config_path)
         mark(tmp, "run")
-        tmp.rename(sub.path)
