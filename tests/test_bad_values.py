@@ -27,7 +27,7 @@ from tiebias.config.variants import Variant
 from tiebias.lens import ladder as lens_ladder
 from tiebias.lens import rungs as lens_rungs
 from tiebias.models import sources
-from tiebias.run.folder import Run
+from tiebias.run.folder import FINGERPRINTS, Run
 from tiebias.train import divergence
 from tiebias.train.gradients import GradientProvenance, check_factor
 from tiebias.train.trainer import TrainConfig, train
@@ -161,7 +161,8 @@ def test_diverged_training_stops_and_is_recorded(diverged_run: Run) -> None:
     assert divergence.reason(s) == (f"training diverged at step {d['step']} (loss {d['loss']}, gradient norm "
                                     f"{d['grad_norm']})")
     recorded = json.loads(diverged_run.train_config_path("tied", 0).read_text())
-    cfg = TrainConfig.from_dict({k: v for k, v in recorded.items() if k not in ("variant", "seed", "vocab_size")})
+    cfg = TrainConfig.from_dict({k: v for k, v in recorded.items()
+                                 if k not in ("variant", "seed", "vocab_size", *FINGERPRINTS)})
     assert train(diverged_run, "tied", 0, cfg, progress=False) == s  # not trained again in vain
 
 

@@ -30,8 +30,9 @@ from tiebias.align import comparisons, embeddings
 from tiebias.config.variants import parse_variants
 from tiebias.lens import ladder as lens_ladder
 from tiebias.output import report
+from tiebias.run import inventory
 from tiebias.run.files import DamagedFileError, write_json_atomic
-from tiebias.run.folder import Run, RunLockedError
+from tiebias.run.folder import FINGERPRINTS, ForeignModelError, Run, RunLockedError
 from tiebias.run.layout import LOCK_HOLDER
 from tiebias.train.trainer import TrainConfig, train
 from tiebias.verdicts import records
@@ -52,6 +53,21 @@ def fault_base(prepared_run: Run, tmp_path_factory: pytest.TempPathFactory) -> t
     train(run, "untied", 0, CFG, progress=False, stop_at=5)
     train(ref, "untied", 0, CFG, progress=False)
     return run, ref
+
+
+@pytest.fixture(scope="session")
+def other_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """A run on another corpus (20 of the embedded works in capitals), its tokenizer of the same size, with a
+    finished tied-s0 trained as the fault run's."""
+    from tiebias.data import load_corpus
+
+    root = tmp_path_factory.mktemp("other")
+    (root / "corpus").mkdir()
+    for i, text in enumerate(load_corpus(None)["train"]["text"][:20]):
+        (root / "corpus" / f"w{i:02d}.txt").write_text(text[:20000].upper())
+    other = Run.prepare(root / "run", corpus=str(root / "corpus"), vocab_size=512)
+    train(other, "tied", 0, CFG, progress=False)
+    return other
 
 
 @pytest.fixture
@@ -467,6 +483,68 @@ def test_killed_holder_is_taken_over(run: Run, holder: subprocess.Popen) -> None
     records.record(run, "claim2_gradient_flow", value=0.7, threshold=0.5, statement="s")
     assert records.results(run)["claim2_gradient_flow"]["verdict"] is True
     assert not (run.path / LOCK_HOLDER).exists()
+
+
+# -- a model folder of another run: refused by name wherever the run's models are used --------------------
+def swap_in(run: Run, other: Run, variant: str = "tied", seed: int = 0) -> Path:
+    """Replace a model folder of ``run`` by the same-named one of ``other``; the replaced folder."""
+    mdir = run.model_dir(variant, seed)
+    shutil.rmtree(mdir)
+    shutil.copytree(other.model_dir(variant, seed), mdir)
+    return mdir
+
+
+def strip_fingerprints(run: Run, variant: str, seed: int) -> None:
+    """Make a model folder look like one of an earlier version: no fingerprints in its train_config.json."""
+    p = run.train_config_path(variant, seed)
+    cfg = json.loads(p.read_text())
+    write_json_atomic(p, {k: v for k, v in cfg.items() if k not in FINGERPRINTS})
+
+
+def test_training_records_the_runs_fingerprints(run: Run, other_run: Run) -> None:
+    mine, theirs = run.fingerprints(), other_run.fingerprints()
+    assert run.config["tokenizer_size"] == other_run.config["tokenizer_size"] == 512  # same size, other tokenizer
+    assert all(isinstance(mine[k], str) and mine[k] != theirs[k] for k in FINGERPRINTS)
+    for key in ("tied", "untied"):  # a finished model and one stopped at step 5: written when training starts
+        cfg = json.loads(run.train_config_path(key, 0).read_text())
+        assert {k: cfg[k] for k in FINGERPRINTS} == mine
+
+
+def test_model_of_another_run_refused_by_name(run: Run, other_run: Run) -> None:
+    mdir = swap_in(run, other_run)
+    names = (str(mdir), "corpus fingerprint", "tokenizer fingerprint", "retrain tied-s0 in this run", "01_train", HINT,
+             "the run it came from")
+    refused(run, lambda: run.load_model("tied", 0), ForeignModelError, *names)
+    refused(run, lambda: run.load_model("tied", 0, step=4), ForeignModelError, *names)
+    refused(run, lambda: inventory.require_complete(run, ["tied"], [0]), ForeignModelError, *names)
+    refused(run, lambda: embeddings.extract(run.model_path("tied", 0), run.tokenizer_dir), ForeignModelError, *names)
+    refused(run, lambda: comparisons.evolution_table(run, [0]), ForeignModelError, *names)  # reads every checkpoint
+    refused(run, lambda: train(run, "tied", 0, CFG, progress=False), ForeignModelError, *names)
+    assert other_run.load_model("tied", 0) is not None  # in the run it came from it is used as before
+    assert train(run, "tied", 0, CFG, progress=False, overwrite=True)["complete"]  # the named way out works
+    assert run.load_model("tied", 0) is not None and inventory.require_complete(run, ["tied"], [0]) == [0]
+
+
+def test_resuming_a_model_of_another_run_refused(run: Run, other_run: Run) -> None:
+    mdir = swap_in(run, other_run)
+    (mdir / "complete.json").unlink()  # unfinished, and no saved tokenizer: only its train_config.json tells
+    (mdir / "tokenizer.json").unlink()
+    names = (str(mdir), "corpus fingerprint", "tokenizer fingerprint", HINT)
+    refused(run, lambda: train(run, "tied", 0, CFG, progress=False), ForeignModelError, *names)
+    refused(run, lambda: run.load_model("tied", 0, step=4), ForeignModelError, *names)
+
+
+def test_model_of_an_earlier_version_judged_by_its_saved_tokenizer(run: Run, other_run: Run) -> None:
+    """No fingerprint recorded: a saved tokenizer equal to the run's is accepted, another is refused, none is refused."""
+    strip_fingerprints(run, "tied", 0)
+    assert run.load_model("tied", 0) is not None
+    saved = run.model_dir("tied", 0) / "tokenizer.json"
+    shutil.copy2(other_run.model_dir("tied", 0) / "tokenizer.json", saved)
+    refused(run, lambda: run.load_model("tied", 0), ForeignModelError, str(run.model_dir("tied", 0)), "saved tokenizer")
+    strip_fingerprints(run, "untied", 0)  # stopped at step 5: no saved tokenizer, so its origin cannot be told
+    names = (str(run.model_dir("untied", 0)), "records no corpus or tokenizer fingerprint", HINT)
+    refused(run, lambda: train(run, "untied", 0, CFG, progress=False), ForeignModelError, *names)
+    refused(run, lambda: run.load_model("untied", 0, step=4), ForeignModelError, *names)
 
 
 def test_lock_is_reentrant_in_one_process(run: Run) -> None:

@@ -211,10 +211,12 @@ def evolution_table(run: Run, seeds: Sequence[int]) -> pd.DataFrame:
 
 
 def _require_initial(run: Run, seeds: Sequence[int]) -> None:
-    """Every tied and untied model of ``seeds`` still has its step-0 checkpoint (else the earliest left would pose as it)."""
+    """Every tied and untied model of ``seeds`` still has its step-0 checkpoint (else the earliest left would pose as it)
+    and was trained on this run's data (:meth:`tiebias.run.folder.Run.check_model_origin`)."""
     for s in seeds:
         for variant in ("tied", "untied"):
             require_initial(run.checkpoints_dir(variant, s))
+            run.check_model_origin(variant, s)
 
 
 def neighbour_table(emb: Embeddings, which: str, token_id: int, k: int = 10) -> pd.DataFrame:

@@ -9,6 +9,7 @@ loss a trained model must beat. Nothing is cached on disk by this module except 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import re
@@ -29,6 +30,7 @@ __all__ = [
     "load_frequencies",
     "save_frequencies",
     "token_frequencies",
+    "tokenizer_fingerprint",
     "train_tokenizer",
     "unigram_loss",
     "unknown_id",
@@ -120,6 +122,27 @@ def _bounded(texts: Iterable[str]) -> Iterator[str]:
             yield text
         elif start < len(text):
             yield text[start:]
+
+
+def tokenizer_fingerprint(path: str | os.PathLike[str]) -> str:
+    """sha256 of what a saved tokenizer (``tokenizer.json``) maps text to: its model type, vocabulary, merges and
+    added tokens, so a model can be matched with the tokenizer it was trained on.
+
+    Only the mapping counts, in a canonical form (merges as ``"a b"`` strings, whichever form the ``tokenizers``
+    version writes), so saving the same tokenizer again gives the same fingerprint. A file that is not a saved
+    tokenizer raises ValueError naming it.
+    """
+    source = Path(path)
+    try:
+        saved = json.loads(source.read_text(encoding="utf-8"))
+        model = saved["model"]
+        merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+        canonical = {"type": model.get("type"), "vocab": sorted(model["vocab"].items(), key=lambda kv: (kv[1], kv[0])),
+                     "merges": merges, "added": sorted((t["id"], t["content"]) for t in saved.get("added_tokens", []))}
+        text = json.dumps(canonical, ensure_ascii=False, separators=(",", ":"))
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"path: {source} is not a saved tokenizer ({type(e).__name__}: {e})") from None
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _backend(tokenizer: PreTrainedTokenizerFast | Tokenizer) -> Tokenizer:

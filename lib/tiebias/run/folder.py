@@ -34,6 +34,7 @@ from tiebias.data.tokens import (
     load_frequencies,
     save_frequencies,
     token_frequencies,
+    tokenizer_fingerprint,
     train_tokenizer,
 )
 from tiebias.run.files import (
@@ -56,10 +57,16 @@ from tiebias.system.parallel import CONSTRUCTION
 
 SPLITS = ("train", "validation", "test")
 _DATA_KEYS = ("corpus", "vocab_size", "n_documents", "n_tokens", "tokenizer_size", "corpus_fingerprint")
+FINGERPRINTS = {"corpus_fingerprint": "corpus fingerprint", "tokenizer_fingerprint": "tokenizer fingerprint"}
+"""What a model folder's train_config.json records of its run's data (written when its training starts)."""
 
 
 class RunLockedError(RunFolderError):
     """Another live process holds the run folder's writer lock."""
+
+
+class ForeignModelError(RunFolderError):
+    """A model folder was trained on another corpus or tokenizer than its run's (copied from another run)."""
 
 
 # -- the writer lock ----------------------------------------------------------------------------------
@@ -72,6 +79,26 @@ class _Held:
 
 
 _HELD: dict[str, _Held] = {}
+
+
+_TOKENIZER_FPS: dict[tuple[str, int, int], str] = {}
+
+
+def _tokenizer_fp(path: Path, todo: str) -> str:
+    """The fingerprint of a saved tokenizer file, remembered while the file is unchanged (every model load asks)."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _TOKENIZER_FPS:
+        try:
+            _TOKENIZER_FPS[key] = tokenizer_fingerprint(path)
+        except (OSError, ValueError) as e:
+            raise damaged(path, e, todo) from None
+    return _TOKENIZER_FPS[key]
+
+
+def _short(fingerprint: Any) -> str:
+    """The start of a fingerprint, for a message."""
+    return f"{str(fingerprint)[:12]}..."
 
 
 def _pid_alive(pid: int) -> bool:
@@ -351,18 +378,68 @@ class Run(RunLayout):
         return sorted(out)
 
     def model_path(self, variant: str | Variant, seed: int, step: int | None = None) -> Path:
-        """Folder of the final model (step None) or of the checkpoint at ``step``."""
+        """Folder of the final model (step None) or of the checkpoint at ``step``.
+
+        A model folder trained on another corpus or tokenizer than the run's is refused
+        (:meth:`check_model_origin`), so no analysis reads a model copied in from another run.
+        """
         if step is None:
             if not self.is_complete(variant, seed):
                 raise FileNotFoundError(
                     f"model {model_key(variant, seed)} in {self.path} is missing or unfinished; "
                     f"complete models: {', '.join(self.models().query('complete').key) or 'none'}")
+            self.check_model_origin(variant, seed)
             return self.model_dir(variant, seed)
         for s, d in self.checkpoints(variant, seed):
             if s == step:
+                self.check_model_origin(variant, seed)
                 return d
         have = [s for s, _ in self.checkpoints(variant, seed)]
         raise ValueError(f"step: no checkpoint {step} for {model_key(variant, seed)}; available: {have}")
+
+    # -- which run a model belongs to -------------------------------------------------------------
+    def fingerprints(self) -> dict[str, str | None]:
+        """The run's corpus and tokenizer fingerprints (sha256), as each model folder records them when it starts training.
+
+        The corpus's is None for a folder made before corpus fingerprints were recorded.
+        """
+        file = self.tokenizer_dir / TOKENIZER_FILE
+        if not file.is_file():
+            self.tokenizer()  # raises FileNotFoundError naming the folder and how to restore it
+        corpus = self.config.get("corpus_fingerprint")
+        return {"corpus_fingerprint": corpus.get("sha256") if isinstance(corpus, dict) else None,
+                "tokenizer_fingerprint": _tokenizer_fp(file, "rerun Run.prepare (notebook 01_train) to rebuild it")}
+
+    def check_model_origin(self, variant: str | Variant, seed: int) -> None:
+        """Refuse a model folder trained on another corpus or tokenizer than this run's (:class:`ForeignModelError`).
+
+        The fingerprints in its train_config.json and its saved tokenizer, where it has one, must be the run's.
+        A folder of an earlier version records no fingerprint: it is accepted when its saved tokenizer is the
+        run's, and refused when it has none (an unfinished model), since its origin cannot be told.
+        """
+        mdir, key = self.model_dir(variant, seed), model_key(variant, seed)
+        by = "01_train" if Variant.parse(variant).name in ("tied", "untied") else "04_ablate"
+        todo = (f"retrain {key} in this run (delete {mdir} and run {by} again, or run {by} with overwrite: "
+                f"{OVERWRITE_HINT}), or use it with the run it came from")
+        cfg_file = self.train_config_path(variant, seed)
+        recorded = read_json(cfg_file, f"restore it, or {todo}") if cfg_file.exists() else {}
+        recorded = recorded if isinstance(recorded, dict) else {}
+        mine = self.fingerprints()
+        differs = [f"its {label} {_short(recorded[k])} is not this run's ({_short(mine[k])})"
+                   for k, label in FINGERPRINTS.items()
+                   if recorded.get(k) is not None and mine[k] is not None and recorded[k] != mine[k]]
+        copy = mdir / TOKENIZER_FILE
+        if copy.is_file() and (fp := _tokenizer_fp(copy, todo)) not in (mine["tokenizer_fingerprint"],
+                                                                         recorded.get("tokenizer_fingerprint")):
+            differs.append(f"its saved tokenizer ({copy.name}, fingerprint {_short(fp)}) is not this run's "
+                           f"({_short(mine['tokenizer_fingerprint'])})")
+        if differs:
+            raise ForeignModelError(f"model folder {mdir} was trained on other data than run {self.path}: "
+                                    f"{'; '.join(differs)}. To fix: {todo}")
+        if not copy.is_file() and all(recorded.get(k) is None for k in FINGERPRINTS):
+            raise ForeignModelError(f"model folder {mdir} records no corpus or tokenizer fingerprint (trained by an "
+                                    "earlier version) and holds no saved tokenizer to compare with this run's, so "
+                                    f"whether it was trained on this run's data cannot be told. To fix: {todo}")
 
     def lens_dir(self, variant: str | Variant, seed: int, step: int | None = None) -> Path:
         """Where a model's lens lives: ``models/<key>/lens/``, or ``<checkpoint>/lens/`` of an existing checkpoint.

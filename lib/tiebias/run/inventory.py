@@ -3,7 +3,8 @@
 A model folder without its ``complete.json`` was interrupted (01 or 04 stopped mid-training). An analysis
 that quietly kept the finished models only would compare fewer seeds than the run was made with, and
 claim 1 would change its method (one pair: a bootstrap over tokens instead of cross-seed pairs) without a
-word. So the analyses refuse a half-made run, naming its unfinished models and what to do.
+word. So the analyses refuse a half-made run, naming its unfinished models and what to do, and a model folder
+copied in from another run (trained on other data), naming it.
 """
 
 from __future__ import annotations
@@ -43,11 +44,14 @@ def require_complete(run: Run, variants: Sequence[str | Variant], seeds: Sequenc
     ``seeds`` None: every seed with a model folder of any of ``variants`` (an empty run gives ``[]``, for
     the caller to refuse in its own words). Any of those models interrupted or missing stops with a
     ValueError naming each, and saying to run ``trained_by`` again (it resumes them) or to choose the
-    seeds whose models are finished.
+    seeds whose models are finished; a finished one trained on another run's data (copied in) stops with
+    :class:`tiebias.run.folder.ForeignModelError` naming it (:meth:`tiebias.run.folder.Run.check_model_origin`).
     """
     status = model_status(run, variants, seeds)
     bad = status[status.status != COMPLETE]
     if bad.empty:
+        for r in status.itertuples():
+            run.check_model_origin(r.variant, r.seed)
         return sorted(set(status.seed.tolist()))
     what = {INTERRUPTED: "interrupted: no complete.json", MISSING: "not trained"}
     listed = ", ".join(f"{r.key} ({what[r.status]})" for r in bad.itertuples())

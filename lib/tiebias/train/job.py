@@ -45,5 +45,10 @@ class TrainJob:
         self.dev = self.acc.device
 
     def wanted(self) -> dict[str, Any]:
-        """The model's train_config.json: variant, seed, vocabulary and the TrainConfig."""
+        """What the model is trained with: variant, seed, vocabulary and the TrainConfig (a change is a new model)."""
         return {"variant": self.v.name, "seed": self.seed, "vocab_size": self.vocab, **asdict(self.cfg)}
+
+    def train_config(self) -> dict[str, Any]:
+        """The model's train_config.json: :meth:`wanted` and the run's corpus and tokenizer fingerprints, which tie
+        the model folder to this run's data (:meth:`tiebias.run.folder.Run.check_model_origin`)."""
+        return {**self.wanted(), **self.run.fingerprints()}

@@ -37,7 +37,7 @@ from tiebias.run.files import (
     read_log,
     write_json_atomic,
 )
-from tiebias.run.folder import Run, RunLockedError
+from tiebias.run.folder import FINGERPRINTS, ForeignModelError, Run, RunLockedError
 from tiebias.run.variation import ParameterChangedError
 from tiebias.system.parallel import check_should_stop
 from tiebias.system.threads import check_num_threads
@@ -179,19 +179,22 @@ def _train_locked(job: TrainJob, *, resume: bool, overwrite: bool, progress: boo
 def _check_folder(job: TrainJob, *, resume: bool, overwrite: bool) -> tuple[bool, dict | None]:
     """Decide from the model folder, writing nothing: (train from scratch?, summary of a finished model).
 
-    A folder trained with another config, or checkpoints without their config, stop here unless
-    ``overwrite``; a finished model with the same config is returned as it is when ``resume``.
+    A folder trained with another config or on another run's data (:meth:`Run.check_model_origin`), or
+    checkpoints without their config, stop here unless ``overwrite``; a finished model with the same config
+    is returned as it is when ``resume``.
     """
     run, key, cfg_file = job.run, job.key, job.cfg_file
     fresh = True
     if cfg_file.exists():
         try:
             have = read_json(cfg_file, f"{OVERWRITE_HINT} to retrain {key}, or restore the file")
-        except DamagedFileError:
+            run.check_model_origin(job.v, job.seed)
+        except (DamagedFileError, ForeignModelError):
             if not overwrite:
                 raise
-            have = {}
-        diff = diff_config(have, job.wanted())
+            return True, None
+        wanted = job.wanted()
+        diff = diff_config(have, wanted, sorted((set(have) | set(wanted)) - set(FINGERPRINTS)))
         if diff and not overwrite:
             raise ParameterChangedError(run.path, diff, f"model {key} was trained with the folder's value",
                                         f"{OVERWRITE_HINT} to retrain {key} here")
@@ -252,7 +255,7 @@ def _prepare_folder(job: TrainJob, fresh: bool, start: int, train_rows: list[str
                 p.unlink(missing_ok=True)
         job.ckpt_root.mkdir(parents=True, exist_ok=True)
         job.run.metrics_dir.mkdir(exist_ok=True)
-        write_json_atomic(job.cfg_file, job.wanted())
+        write_json_atomic(job.cfg_file, job.train_config())
         clear_after(job.ckpt_root, start)
         write_log(job.metrics_path, TRAIN_FIELDS, train_rows)
         write_log(job.val_path, VAL_FIELDS, val_rows)
