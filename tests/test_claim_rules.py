@@ -87,6 +87,20 @@ def test_claim1_one_pair_without_token_scores_and_nan_gaps_are_refused() -> None
     assert c1["n"] == 2 and c1["gap"] == 0.75
 
 
+def test_each_claim_names_the_models_of_its_table() -> None:
+    """The record keeps the models a verdict was computed from: read from the rows of the claim's table."""
+    v1 = claims.claim1(table1([0.5, 0.6]), "orthogonal", 2)  # seeds 0, 1 as targets, 1, 2 as sources
+    assert v1.models == ["tied-s0", "tied-s1", "tied-s2", "untied-s0", "untied-s1", "untied-s2"]
+    flow2 = pd.DataFrame({"mean_output_share": [0.7, 0.8], "median_out_in_ratio": [3.0, 3.0]},
+                         index=["tied-s0", "tied-s1"])
+    assert claims.claim2(flow2, first_n=10).models == ["tied-s0", "tied-s1"]
+    assert claims.claim2(flow([0.7]), first_n=10).models == []  # rows that are not models name none
+    lens = pd.DataFrame({"variant": ["tied", "untied", "tied"], "seed": [0, 0, 0], "layer": [0, 0, 1]})
+    assert claims.models_of(lens) == ["tied-s0", "untied-s0"]
+    ablation = pd.DataFrame({"variant": ["tied", "tied_in5"], "seed": [1, 1], "reference_seed": [0, 0]})
+    assert claims.models_of(ablation) == ["tied-s1", "tied_in5-s1", "untied-s0"]
+
+
 # --------------------------------------------------------------------------- claim 2
 
 

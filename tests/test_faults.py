@@ -35,7 +35,7 @@ from tiebias.run.files import DamagedFileError, write_json_atomic
 from tiebias.run.folder import FINGERPRINTS, ForeignModelError, Run, RunLockedError
 from tiebias.run.layout import LOCK_HOLDER
 from tiebias.train.trainer import TrainConfig, train
-from tiebias.verdicts import records
+from tiebias.verdicts import claims, records
 
 CFG = replace(TrainConfig(**TINY), steps=8)  # checkpoints 0, 1, 2, 4, 8; validation at 0, 4, 8
 HINT = "overwrite=True (notebook parameter / --set overwrite=true)"
@@ -545,6 +545,46 @@ def test_model_of_an_earlier_version_judged_by_its_saved_tokenizer(run: Run, oth
     names = (str(run.model_dir("untied", 0)), "records no corpus or tokenizer fingerprint", HINT)
     refused(run, lambda: train(run, "untied", 0, CFG, progress=False), ForeignModelError, *names)
     refused(run, lambda: run.load_model("untied", 0, step=4), ForeignModelError, *names)
+
+
+# -- a record belongs to the models it was computed from ----------------------------------------------------------
+def test_retrained_model_makes_its_records_stale(run: Run) -> None:
+    ident = hashlib.sha256((run.model_dir("tied", 0) / "model.safetensors").read_bytes()).hexdigest()
+    assert run.summary("tied", 0)["weights_sha256"] == ident == run.model_id("tied", 0)
+    assert run.model_id("untied", 0) is None  # stopped at step 5
+    e = records.record(run, "claim1_alignment", value=0.3, threshold=0.1, statement="<gap>",
+                       models=["tied-s0", "untied-s0"])
+    assert e["models"] == {"tied-s0": ident}  # the unfinished model cannot have been used: left out
+    records.record(run, "claim2_gradient_flow", value=0.7, threshold=0.5, statement="s", models=["tied-s0"])
+    records.record(run, "claim4_causality", value=2.0, threshold=1.0, statement="s")  # names no model
+    before = json.loads(report.write_summary(run).read_text())["claims"]
+    assert {c: r["status"] for c, r in before.items()} == dict.fromkeys(before, "holds") and len(before) == 3
+    train(run, "tied", 0, replace(CFG, steps=6), progress=False, overwrite=True)  # as 01 with overwrite, steps=6
+    assert run.model_id("tied", 0) not in (None, ident)
+    after = json.loads(report.write_summary(run).read_text())["claims"]
+    for claim, nb in (("claim1_alignment", "02_align"), ("claim2_gradient_flow", "01_train")):
+        c = after[claim]
+        assert c["status"] == "stale" and c["verdict"] is False and c["stale"]["rerun"] == nb
+        assert c["stale"]["recorded_status"] == "holds" and c["models"] == {"tied-s0": ident}
+        assert "retrained since: tied-s0" in c["stale"]["reason"] and f"study --only {nb}" in c["stale"]["reason"]
+    assert after["claim4_causality"] == before["claim4_causality"]
+    page = report.write_report(run).read_text()
+    assert page.count("<i>stale</i>: computed from models retrained since: tied-s0") == 2
+    assert page.count("<b>holds</b>") == 1 and "&lt;gap&gt;" in page and "rerun 02_align" in page
+    records.record(run, "claim1_alignment", value=0.3, threshold=0.1, statement="s", models=["tied-s0"])  # rerun
+    now = records.current_results(run)
+    assert now["claim1_alignment"]["status"] == "holds" and now["claim2_gradient_flow"]["status"] == "stale"
+    shutil.rmtree(run.model_dir("tied", 0))
+    why = records.current_results(run)["claim1_alignment"]["stale"]["reason"]
+    assert "deleted or unfinished since: tied-s0" in why and "train them again" in why
+
+
+def test_claims_name_their_models_in_the_record(run: Run) -> None:
+    flow = pd.DataFrame({"mean_output_share": [0.7], "median_out_in_ratio": [3.0]}, index=["tied-s0"])
+    e = claims.record(run, claims.claim2(flow, first_n=8))
+    assert e["models"] == {"tied-s0": run.model_id("tied", 0)}
+    with pytest.raises(ValueError, match="models: 'tied' is not a model key"):
+        records.record(run, "claim2_gradient_flow", value=0.7, threshold=0.5, statement="s", models=["tied"])
 
 
 def test_lock_is_reentrant_in_one_process(run: Run) -> None:

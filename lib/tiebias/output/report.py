@@ -2,7 +2,9 @@
 
 Each notebook records its claim's headline with :func:`tiebias.verdicts.records.record`: our value, its spread over seeds, the noise floor, the paper's value and the computed verdict.
 :func:`write_summary` gathers the records into ``<run>/summary.json``; :func:`write_report` converts the executed
-notebooks to HTML and writes an index page ``<run>/report.html`` with the summary table and the key figures.
+notebooks to HTML and writes an index page ``<run>/report.html`` with the summary table and the key figures. Both
+mark a claim whose models were retrained or deleted since it was recorded as stale
+(:func:`tiebias.verdicts.records.current_results`).
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from typing import Any
 
 from tiebias.run.files import DamagedFileError, read_json, write_json_atomic, write_text_atomic
 from tiebias.run.folder import Run
-from tiebias.verdicts.records import CLAIMS, results
-from tiebias.verdicts.status import NOT_MEANINGFUL, status_of
+from tiebias.verdicts.records import CLAIMS, current_results
+from tiebias.verdicts.status import NOT_MEANINGFUL, STALE, status_of
 
 LENS_PROTOCOL_NOTE = (
     "Claim 3 is recorded twice, from the same trained lenses with the same rule: claim3_tuned_lens reads each lens "
@@ -30,12 +32,16 @@ KEY_FIGURES = ["01_gradient_flow", "02_table1", "02_cosine_histograms", "03_tune
 
 
 def write_summary(run: Run, timings: dict[str, float] | None = None) -> Path:
-    """``<run>/summary.json``: every headline number, its spread, noise floor, paper value and verdict."""
+    """``<run>/summary.json``: every headline number, its spread, noise floor, paper value and verdict.
+
+    A claim whose models were retrained or deleted since it was recorded is marked stale, with the reason and the
+    notebook to rerun (:func:`tiebias.verdicts.records.current_results`), never shown with its old verdict.
+    """
     cfg = run.config
     for k, t in (timings or {}).items():
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
             raise ValueError(f"timings: {k!r} has {t!r}; need a finite number of seconds >= 0")
-    claims = results(run)
+    claims = current_results(run)
     with run.writing("writing summary.json"):
         prev = {}
         path = run.summary_path
@@ -71,7 +77,7 @@ def write_report(run: Run) -> Path:
         export_offline_html as export_html,  # no CDN scripts: the pages work offline
     )
 
-    claims = results(run)
+    claims = current_results(run)
     cfg = run.config.get("study", {})
     bodies = {}
     scratch = Path(tempfile.mkdtemp(prefix="tiebias-report-"))
@@ -87,9 +93,12 @@ def write_report(run: Run) -> Path:
         if r is None:
             rows.append(f"<tr><td>{html.escape(desc)}</td><td colspan=6>not run</td></tr>")
             continue
+        statement = html.escape(r["statement"])
+        if r.get("status") == STALE:
+            statement = f"<i>as recorded from the earlier models:</i> {statement}"
         rows.append("<tr>" + "".join(f"<td>{v}</td>" for v in (
             html.escape(desc), f"{_fmt(r['value'])} {html.escape(r['unit'])}", _fmt(r["spread"]), _fmt(r["noise_floor"]),
-            _fmt(r["paper"]), _verdict_cell(r), html.escape(r["statement"]))) + "</tr>")
+            _fmt(r["paper"]), _verdict_cell(r), statement)) + "</tr>")
     figs = [f for f in KEY_FIGURES if run.figure_path(f).exists()]
     fig_html = "\n".join(f'<h3>{html.escape(f)}</h3><iframe src="figures/{f}.html" loading="lazy"></iframe>' for f in figs)
     links = " · ".join(f'<a href="report/{p}.html">{html.escape(p)}</a>' for p in bodies)
@@ -120,10 +129,13 @@ Notebooks: {links or 'none executed'}</p>
 
 
 def _verdict_cell(r: dict) -> str:
-    """A claim's verdict for the summary table: the status in bold, or "not meaningful" plainly, never a bold word."""
+    """A claim's verdict for the summary table: the status in bold, or "not meaningful" or "stale" (with why and
+    what to rerun) plainly, never a bold word."""
     status = r.get("status") or status_of(r["verdict"])
     if status == NOT_MEANINGFUL:
         return f"<i>{NOT_MEANINGFUL}</i> (see the note above the table)"
+    if status == STALE:
+        return f"<i>{STALE}</i>: {html.escape(str(r.get('stale', {}).get('reason')))}"
     return f"<b>{html.escape(status)}</b> (value &gt; {_fmt(r['threshold'])})"
 
 

@@ -8,6 +8,7 @@ with what to do about it (:class:`DamagedFileError`).
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
@@ -214,6 +215,23 @@ def check_model_folder(path: Path, todo: str) -> None:
             return
         raise damaged(weights, "missing", todo)
     check_safetensors(weights, todo)
+
+
+def weights_sha256(path: Path, todo: str) -> str:
+    """sha256 of a saved model's weights (of ``model.safetensors``; a sharded model's: of its index, then each shard
+    by name): the identity of exactly these weights, which a claim's record keeps to notice a model retrained since."""
+    index = path / WEIGHTS_INDEX_NAME
+    files = [path / WEIGHTS_NAME] if (path / WEIGHTS_NAME).exists() or not index.exists() else \
+        [index, *sorted(path.glob("model-*.safetensors"))]
+    digest = hashlib.sha256()
+    for f in files:
+        try:
+            with f.open("rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    digest.update(chunk)
+        except OSError as e:
+            raise damaged(f, e, todo) from None
+    return digest.hexdigest()
 
 
 def check_safetensors(path: Path, todo: str) -> None:

@@ -48,6 +48,7 @@ from tiebias.run.files import (
     read_json,
     read_log,
     sanitise_json,
+    weights_sha256,
     write_json_atomic,
 )
 from tiebias.run.guard import check_folder, empty_folder, mark
@@ -59,6 +60,8 @@ SPLITS = ("train", "validation", "test")
 _DATA_KEYS = ("corpus", "vocab_size", "n_documents", "n_tokens", "tokenizer_size", "corpus_fingerprint")
 FINGERPRINTS = {"corpus_fingerprint": "corpus fingerprint", "tokenizer_fingerprint": "tokenizer fingerprint"}
 """What a model folder's train_config.json records of its run's data (written when its training starts)."""
+WEIGHTS_ID = "weights_sha256"
+"""The key of a finished model's identity in its complete.json (:meth:`Run.model_id`)."""
 
 
 class RunLockedError(RunFolderError):
@@ -440,6 +443,16 @@ class Run(RunLayout):
             raise ForeignModelError(f"model folder {mdir} records no corpus or tokenizer fingerprint (trained by an "
                                     "earlier version) and holds no saved tokenizer to compare with this run's, so "
                                     f"whether it was trained on this run's data cannot be told. To fix: {todo}")
+
+    def model_id(self, variant: str | Variant, seed: int) -> str | None:
+        """A finished model's identity: the sha256 of its weights, written into complete.json when it finished
+        training (computed from the files for a model of an earlier version); None when missing or unfinished."""
+        if not self.is_complete(variant, seed):
+            return None
+        got = self.summary(variant, seed).get(WEIGHTS_ID)
+        if isinstance(got, str):
+            return got
+        return weights_sha256(self.model_dir(variant, seed), f"retrain {model_key(variant, seed)} ({OVERWRITE_HINT})")
 
     def lens_dir(self, variant: str | Variant, seed: int, step: int | None = None) -> Path:
         """Where a model's lens lives: ``models/<key>/lens/``, or ``<checkpoint>/lens/`` of an existing checkpoint.

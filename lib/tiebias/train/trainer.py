@@ -35,9 +35,10 @@ from tiebias.run.files import (
     diff_config,
     read_json,
     read_log,
+    weights_sha256,
     write_json_atomic,
 )
-from tiebias.run.folder import FINGERPRINTS, ForeignModelError, Run, RunLockedError
+from tiebias.run.folder import FINGERPRINTS, WEIGHTS_ID, ForeignModelError, Run, RunLockedError
 from tiebias.run.variation import ParameterChangedError
 from tiebias.system.parallel import check_should_stop
 from tiebias.system.threads import check_num_threads
@@ -273,6 +274,7 @@ def _finalise(job: TrainJob, loop: StepLoop, total_s: float) -> None:
     Every number comes from the logs, so a rerun that finds all steps done (killed just before the
     completion marker) reports the same losses; throughput is over the whole (resumed) training time.
     A training that diverged (:mod:`tiebias.train.divergence`) is recorded with ``diverged``, never as a clean one.
+    The marker keeps the sha256 of the final weights: the identity a claim's record keeps of the models it used.
     """
     cfg, key = job.cfg, job.key
     todo = f"{OVERWRITE_HINT} to retrain {key}"
@@ -285,6 +287,7 @@ def _finalise(job: TrainJob, loop: StepLoop, total_s: float) -> None:
                "final_val_loss": float(vals.val_loss.iloc[-1]), "initial_val_loss": float(vals.val_loss.iloc[0]),
                **({"diverged": loop.diverged} if loop.diverged else {})}
     save_final(loop.core, job.tok, job.mdir)
+    summary[WEIGHTS_ID] = weights_sha256(job.mdir, todo)  # the identity a claim's record keeps of this model
     prune_states(job.ckpt_root, keep=1)
     require_initial(job.ckpt_root)  # the folder vanished since the last checkpoint: never marked complete
     reasons = {k: "training diverged (the loss is not a finite number)"

@@ -6,6 +6,6 @@ per model depth; ``evidence`` the runs that cannot be evidence; ``records`` what
 
 from tiebias.verdicts import claims, depth, evidence, records, status
 from tiebias.verdicts.claims import Verdict
-from tiebias.verdicts.status import DOES_NOT_HOLD, HOLDS, NOT_MEANINGFUL
+from tiebias.verdicts.status import DOES_NOT_HOLD, HOLDS, NOT_MEANINGFUL, STALE
 
-__all__ = ["DOES_NOT_HOLD", "HOLDS", "NOT_MEANINGFUL", "Verdict", "claims", "depth", "evidence", "records", "status"]
+__all__ = ["DOES_NOT_HOLD", "HOLDS", "NOT_MEANINGFUL", "STALE", "Verdict", "claims", "depth", "evidence", "records", "status"]

@@ -27,6 +27,7 @@ import pandas as pd
 
 from tiebias import stats
 from tiebias.align.comparisons import token_gap
+from tiebias.config.variants import model_key, parse_key
 from tiebias.lens.tables import at_budget, at_protocol, convergence, early_gap, ladder_gaps
 from tiebias.paper import FIG4_OUTPUT_SHARE, TABLE1, TABLE2_STEP10K, TABLE7_PPL
 from tiebias.run.folder import Run
@@ -45,7 +46,8 @@ CLAIM4_RATIO = 1.0  # claim 4 holds when both changes, in units of NOISE_SDS see
 class Verdict:
     """One claim's headline: ``holds`` is ``value > threshold``; ``text`` is what the notebook prints.
 
-    :func:`record` rewrites ``status`` and ``text`` of a verdict from a run that is not evidence.
+    :func:`record` rewrites ``status`` and ``text`` of a verdict from a run that is not evidence. ``models`` are the
+    keys of the models the numbers come from (read from the claim's table), which the record keeps with their identity.
     """
 
     claim: str
@@ -60,6 +62,7 @@ class Verdict:
     paper: Any = None
     details: dict = field(default_factory=dict)
     status: str | None = None
+    models: list[str] = field(default_factory=list)
 
     @property
     def holds(self) -> bool:
@@ -80,7 +83,20 @@ def record(dest: Run, v: Verdict) -> dict:
     status = v.details.get("reading") if v.status == NOT_MEANINGFUL else v.status
     return records.record(dest, v.claim, value=v.value, threshold=v.threshold, statement=v.statement, unit=v.unit,
                           spread=v.spread, noise_floor=v.noise_floor, paper=v.paper, n_seeds=v.n_seeds,
-                          details=v.details, status=status, not_meaningful=why)
+                          details=v.details, status=status, not_meaningful=why, models=v.models)
+
+
+def models_of(table: pd.DataFrame, variants: Sequence[str] = ()) -> list[str]:
+    """The keys of the models behind an analysis table: its ``variant`` and ``seed`` columns (and the untied model of
+    each ``reference_seed``), or each of ``variants`` for every seed in ``seed``, ``seed_source`` or ``seed_target``."""
+    pairs: set[tuple[str, int]] = set()
+    if "variant" in table and "seed" in table:
+        pairs |= {(str(v), int(s)) for v, s in zip(table.variant, table.seed, strict=True)}
+    if "reference_seed" in table:
+        pairs |= {("untied", int(s)) for s in table.reference_seed}
+    seeds = {int(s) for col in ("seed", "seed_source", "seed_target") if col in table for s in table[col].dropna()}
+    pairs |= {(v, s) for v in variants for s in seeds}
+    return sorted({model_key(v, s) for v, s in pairs})
 
 
 def beyond_noise(change: float, sd: float) -> bool | None:
@@ -164,7 +180,8 @@ def claim1(table1: pd.DataFrame, method: str, n_seeds: int, *, where: str = "in 
                    text="\n".join(lines), spread=c1["gap_sd"], n_seeds=n_seeds,
                    noise_floor=c1["noise_floor"].get("tied -> tied (noise floor)"),
                    paper={"OLMo-1B out->tied": olmo["untied output -> tied"]["orthogonal"],
-                          "OLMo-1B in->tied": olmo["untied input -> tied"]["orthogonal"]}, details=c1)
+                          "OLMo-1B in->tied": olmo["untied input -> tied"]["orthogonal"]}, details=c1,
+                   models=models_of(table1, ("tied", "untied")))
 
 
 # --------------------------------------------------------------------------- claim 2
@@ -188,7 +205,19 @@ def claim2(flow: pd.DataFrame, first_n: int) -> Verdict:
                    paper={"quoted": FIG4_OUTPUT_SHARE["quoted"],
                           "reproduction_log": FIG4_OUTPUT_SHARE["reproduction_log_mean"]},
                    details={"median_out_in_ratio": float(ratio.mean()), "first_n": first_n,
-                            "per_seed": share.round(4).to_dict()})
+                            "per_seed": share.round(4).to_dict()}, models=_keys_in(flow.index))
+
+
+def _keys_in(labels: Any) -> list[str]:
+    """The labels that are model keys (claim 2's flow table is indexed by them)."""
+    out = []
+    for label in labels:
+        try:
+            parse_key(label)
+        except (TypeError, ValueError):
+            continue
+        out.append(str(label))
+    return sorted(out)
 
 
 def below_unigram(summaries: pd.DataFrame, unigram: float) -> str:
@@ -282,7 +311,7 @@ def claim3(seq_table: pd.DataFrame, *, paired: bool = True, level: float = 0.95,
     threshold = g["value"] - g["ci_low"] if math.isfinite(g["ci_low"]) else math.inf
     return Verdict(CLAIM3_KEYS[protocol], value=g["value"], threshold=threshold, unit="bits (early layers)",
                    statement=text, text=text, spread=g["sd"], n_seeds=g["n_seeds"], paper=paper, details=details,
-                   status=status)
+                   status=status, models=models_of(seq_table))
 
 
 def claim3_side_by_side(verdicts: dict[str, Verdict]) -> str:
@@ -393,7 +422,7 @@ def claim4(table: pd.DataFrame, methods: Sequence[str], reference: str) -> Verdi
                    text="\n".join(_claim4_lines(verdicts, reference)), n_seeds=head["seeds"],
                    noise_floor=NOISE_SDS * max(r_in["seed_std"], r_out["seed_std"]) if head["seeds"] > 1 else None,
                    paper={"k=1": TABLE2_STEP10K[1.0], "k=5": TABLE2_STEP10K[5.0]},
-                   details={"verdicts": verdicts, "reference": reference}, status=status)
+                   details={"verdicts": verdicts, "reference": reference}, status=status, models=models_of(table))
 
 
 def claim4_cost(ppl: pd.DataFrame) -> str:
@@ -407,4 +436,4 @@ def claim4_cost(ppl: pd.DataFrame) -> str:
 
 __all__ = ["CLAIM2_SHARE", "CLAIM3_KEYS", "CLAIM4_RATIO", "NOISE_SDS", "ONE_SEED_STATUS", "Verdict", "alignment_gap", "below_unigram",
            "beyond_noise", "claim1", "claim2", "claim3", "claim3_rule", "claim3_side_by_side", "claim4", "claim4_cost",
-           "claim4_rule", "dose_response", "record"]
+           "claim4_rule", "dose_response", "models_of", "record"]

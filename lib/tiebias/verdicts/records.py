@@ -4,17 +4,23 @@ is written.
 The verdict is *computed* from the value and a threshold (``value > threshold``), never typed in; a rule's own
 outcome (claim 3's "not converged") or, for a run that is not evidence, "not meaningful" replaces the words. The
 record lives below the report (:mod:`tiebias.output.report` gathers the records into ``summary.json``).
+
+A record belongs to the models it was computed from: it keeps each one's identity (the sha256 of its weights,
+:meth:`tiebias.run.folder.Run.model_id`), and :func:`current_results` marks it stale once one of them is retrained
+or deleted, until its notebook records it again.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from tiebias.config.checks import is_int
+from tiebias.config.variants import parse_key
 from tiebias.run.files import read_json, sanitise_json, write_json_atomic
 from tiebias.run.folder import Run
-from tiebias.verdicts.status import NOT_MEANINGFUL, status_of
+from tiebias.verdicts.status import NOT_MEANINGFUL, STALE, status_of
 
 CLAIMS = {
     "claim1_alignment": "The tied matrix is closer to the untied output matrix than to the untied input matrix",
@@ -51,7 +57,7 @@ def _number(name: str, x: Any) -> float:
 def record(run: Run, claim: str, *, value: float, threshold: float, statement: str, unit: str = "",
            spread: float | None = None, noise_floor: float | None = None, paper: Any = None,
            n_seeds: int | None = None, details: dict | None = None, status: str | None = None,
-           not_meaningful: str | None = None) -> dict:
+           not_meaningful: str | None = None, models: Sequence[str] | None = None) -> dict:
     """Store one claim's headline; the verdict is ``value > threshold`` (both stored, so anyone can check).
 
     ``status`` is the verdict in words; by default "holds" / "does not hold" from the comparison, or a
@@ -59,6 +65,9 @@ def record(run: Run, claim: str, *, value: float, threshold: float, statement: s
     cannot exist (NaN, e.g. claim 4 with one seed) is accepted only with a ``status`` saying why; it is
     stored as ``null`` with that reason, and the verdict is false. ``not_meaningful`` (a reason: the run is not
     evidence) makes the status ``NOT_MEANINGFUL`` whatever the comparison, the reason stored beside it.
+    ``models`` are the keys of the run's models the numbers were computed from (``tied-s0``, ...): each finished
+    one is stored under ``models`` with its identity, so the report can tell when one changed since
+    (:func:`current_results`); keys of models the folder does not hold (an external pair's) are left out.
 
     Everything is checked before the file is written (under the run's writer lock); a spread or
     noise floor that is not a number is stored as ``null`` with its reason under ``null_reasons``.
@@ -76,6 +85,7 @@ def record(run: Run, claim: str, *, value: float, threshold: float, statement: s
         raise ValueError(f"not_meaningful: {not_meaningful!r} is not allowed; need None or a non-empty reason")
     if details is not None and not isinstance(details, dict):
         raise ValueError(f"details: {type(details).__name__} is not a dict")
+    used = _identities(run, models)
     value_null = str(status)  # why a NaN value is stored as null: the rule's own reason, not the run's
     if not_meaningful:
         status = NOT_MEANINGFUL
@@ -83,7 +93,8 @@ def record(run: Run, claim: str, *, value: float, threshold: float, statement: s
              "verdict": bool(value > threshold),
              "status": status or status_of(value > threshold), "statement": str(statement), "unit": unit,
              "spread": spread, "noise_floor": noise_floor, "paper": paper, "n_seeds": n_seeds,
-             "details": details or {}, **({"not_meaningful": not_meaningful} if not_meaningful else {})}
+             "details": details or {}, "models": used,
+             **({"not_meaningful": not_meaningful} if not_meaningful else {})}
     one = "one seed: a spread needs two or more" if n_seeds == 1 else "not a number (fewer than two values?)"
     reasons = {"spread": one, "noise_floor": "not a number (the noise floor needs two or more seeds)",
                "value": value_null}
@@ -91,6 +102,24 @@ def record(run: Run, claim: str, *, value: float, threshold: float, statement: s
     with run.writing(f"recording {claim}"):
         write_json_atomic(run.result_path(claim), entry, reasons)
     return {**entry, "value": _finite(value), "spread": _finite(spread), "noise_floor": _finite(noise_floor)}
+
+
+def _identities(run: Run, models: Sequence[str] | None) -> dict[str, str]:
+    """{key: identity} of the finished models among ``models`` (keys checked: a bad one is named)."""
+    if models is None:
+        return {}
+    if isinstance(models, str) or not isinstance(models, Sequence):
+        raise ValueError(f"models: {models!r} is not allowed; need None or a list of model keys such as ['tied-s0']")
+    out = {}
+    for key in models:
+        try:
+            v, seed = parse_key(key)
+        except (TypeError, ValueError):
+            raise ValueError(f"models: {key!r} is not a model key; need '<variant>-s<seed>' such as 'tied-s0'") from None
+        ident = run.model_id(v, seed)
+        if ident is not None:
+            out[key] = ident
+    return out
 
 
 def results(run: Run) -> dict[str, dict]:
@@ -102,5 +131,52 @@ def results(run: Run) -> dict[str, dict]:
     return out
 
 
+def stale(run: Run, entry: dict, known: dict[str, str | None] | None = None) -> str | None:
+    """Why a record no longer describes the run's models (one it was computed from was retrained, deleted or left
+    unfinished since), with the notebook to rerun; None while they are as recorded, or when the record names none.
 
-__all__ = ["CLAIMS", "NOTEBOOK_OF", "record", "results"]
+    ``known`` caches the models' identities over several records.
+    """
+    used = entry.get("models")
+    if not isinstance(used, dict) or not used:
+        return None  # recorded before records named their models, or from no model of the run
+    known = {} if known is None else known
+    changed, gone = [], []
+    for key, then in used.items():
+        if key not in known:
+            try:
+                known[key] = run.model_id(*parse_key(key))
+            except (TypeError, ValueError):
+                known[key] = None
+        if known[key] is None:
+            gone.append(key)
+        elif known[key] != then:
+            changed.append(key)
+    if not changed and not gone:
+        return None
+    nb = NOTEBOOK_OF.get(entry.get("claim", ""), "the notebook that recorded it")
+    parts = []
+    if changed:
+        parts.append(f"retrained since: {', '.join(changed)}")
+    if gone:
+        parts.append(f"deleted or unfinished since: {', '.join(gone)}")
+    what = "; ".join(parts)
+    first = "train them again (01_train, or 04_ablate for its variants), then " if gone else ""
+    return (f"computed from models {what}; {first}rerun {nb} (python -m tiebias study --only {nb}) to record it "
+            "from the models as they are")
+
+
+def current_results(run: Run) -> dict[str, dict]:
+    """The claims recorded so far, each whose models changed since (:func:`stale`) marked: status "stale", no verdict
+    (false), and under ``stale`` the reason, the notebook to rerun and the status it was recorded with."""
+    known: dict[str, str | None] = {}
+    out = {}
+    for claim, entry in results(run).items():
+        why = stale(run, entry, known) if isinstance(entry, dict) else None
+        out[claim] = entry if why is None else {
+            **entry, "status": STALE, "verdict": False,
+            "stale": {"reason": why, "rerun": NOTEBOOK_OF.get(claim), "recorded_status": entry.get("status")}}
+    return out
+
+
+__all__ = ["CLAIMS", "NOTEBOOK_OF", "current_results", "record", "results", "stale"]

@@ -1,7 +1,8 @@
 """The words of a verdict, defined once: what a record stores as its status and what a notebook prints.
 
 Every claim's status is "holds", "does not hold", a rule's own outcome (claim 3's "not converged", claim 4's one-seed
-status) or, for a run that is not evidence (:mod:`tiebias.verdicts.evidence`), "not meaningful".
+status) or, for a run that is not evidence (:mod:`tiebias.verdicts.evidence`), "not meaningful"; the report calls a
+record whose models changed since "stale".
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ HOLDS = "holds"
 DOES_NOT_HOLD = "does not hold"
 NOT_MEANINGFUL = "not meaningful"
 """The status of every claim of a run that is not evidence (:func:`tiebias.verdicts.evidence.not_meaningful`)."""
+STALE = "stale"
+"""The status ``summary.json`` and ``report.html`` give a claim whose models were retrained or deleted since it was
+recorded (:func:`tiebias.verdicts.records.current_results`), until its notebook records it again."""
 
 
 def status_of(holds: bool) -> str:
@@ -26,4 +30,4 @@ def printed(status: str, *, loud: bool = True) -> str:
     return status.upper()
 
 
-__all__ = ["DOES_NOT_HOLD", "HOLDS", "NOT_MEANINGFUL", "printed", "status_of"]
+__all__ = ["DOES_NOT_HOLD", "HOLDS", "NOT_MEANINGFUL", "STALE", "printed", "status_of"]
