@@ -162,8 +162,8 @@ def stale(run: Run, entry: dict, known: dict[str, str | None] | None = None) -> 
         parts.append(f"deleted or unfinished since: {', '.join(gone)}")
     what = "; ".join(parts)
     first = "train them again (01_train, or 04_ablate for its variants), then " if gone else ""
-    return (f"computed from models {what}; {first}rerun {nb} (python -m tiebias study --only {nb}) to record it "
-            "from the models as they are")
+    return (f"computed from models {what}; {first}rerun {nb} (python -m tiebias study --only {nb}, with this run's "
+            "--profile and --run-dir) to record it from the models as they are")
 
 
 def current_results(run: Run) -> dict[str, dict]:
