@@ -121,7 +121,8 @@ Notebooks: {links or 'none executed'}</p>
 
 def _verdict_cell(r: dict) -> str:
     """A claim's verdict for the summary table: the status in bold, or "not meaningful" plainly, never a bold word."""
-    status = r.get("status") or status_of(r["verdict"])
+    verdict = r.get("verdict")  # true / false only for "holds" / "does not hold"; null for any other status
+    status = r.get("status") or (status_of(verdict) if isinstance(verdict, bool) else "no status recorded")
     if status == NOT_MEANINGFUL:
         return f"<i>{NOT_MEANINGFUL}</i> (see the note above the table)"
     return f"<b>{html.escape(status)}</b> (value &gt; {_fmt(r['threshold'])})"

@@ -1,8 +1,10 @@
 """A claim's record: ``<run>/results/<claim>.json`` with its value, threshold, verdict and reasons, checked before it
 is written.
 
-The verdict is *computed* from the value and a threshold (``value > threshold``), never typed in; a rule's own
-outcome (claim 3's "not converged") or, for a run that is not evidence, "not meaningful" replaces the words. The
+The status is *computed* from the value and a threshold ("holds" when ``value > threshold``), never typed in; a
+rule's own outcome (claim 3's "not converged") or, for a run that is not evidence, "not meaningful" replaces the
+words. ``verdict`` follows the status, so a record never contradicts itself: true for "holds", false for "does not
+hold", null for any other status (the status says why); the bare comparison is kept as ``above_threshold``. The
 record lives below the report (:mod:`tiebias.output.report` gathers the records into ``summary.json``).
 """
 
@@ -14,7 +16,7 @@ from typing import Any
 from tiebias.config.checks import is_int
 from tiebias.run.files import read_json, sanitise_json, write_json_atomic
 from tiebias.run.folder import Run
-from tiebias.verdicts.status import NOT_MEANINGFUL, status_of
+from tiebias.verdicts.status import NOT_MEANINGFUL, status_of, verdict_of
 
 CLAIMS = {
     "claim1_alignment": "The tied matrix is closer to the untied output matrix than to the untied input matrix",
@@ -52,13 +54,15 @@ def record(run: Run, claim: str, *, value: float, threshold: float, statement: s
            spread: float | None = None, noise_floor: float | None = None, paper: Any = None,
            n_seeds: int | None = None, details: dict | None = None, status: str | None = None,
            not_meaningful: str | None = None) -> dict:
-    """Store one claim's headline; the verdict is ``value > threshold`` (both stored, so anyone can check).
+    """Store one claim's headline: value, threshold, status and the verdict that follows from the status.
 
-    ``status`` is the verdict in words; by default "holds" / "does not hold" from the comparison, or a
-    rule's own outcome when the comparison is not enough (e.g. claim 3's "not converged"). A value that
-    cannot exist (NaN, e.g. claim 4 with one seed) is accepted only with a ``status`` saying why; it is
-    stored as ``null`` with that reason, and the verdict is false. ``not_meaningful`` (a reason: the run is not
-    evidence) makes the status ``NOT_MEANINGFUL`` whatever the comparison, the reason stored beside it.
+    ``status`` is the verdict in words; by default "holds" / "does not hold" from ``value > threshold``, or a
+    rule's own outcome when the comparison is not enough (e.g. claim 3's "not converged"). ``verdict`` follows
+    the status (:func:`~tiebias.verdicts.status.verdict_of`: null unless it holds or does not hold);
+    ``above_threshold`` keeps the bare comparison. A value that cannot exist (NaN, e.g. claim 4 with one seed) is
+    accepted only with a ``status`` saying why; it is stored as ``null`` with that reason, and so are its verdict
+    and comparison. ``not_meaningful`` (a reason: the run is not evidence) makes the status ``NOT_MEANINGFUL``
+    whatever the comparison, the reason stored beside it.
 
     Everything is checked before the file is written (under the run's writer lock); a spread or
     noise floor that is not a number is stored as ``null`` with its reason under ``null_reasons``.
@@ -79,9 +83,10 @@ def record(run: Run, claim: str, *, value: float, threshold: float, statement: s
     value_null = str(status)  # why a NaN value is stored as null: the rule's own reason, not the run's
     if not_meaningful:
         status = NOT_MEANINGFUL
+    status = status or status_of(value > threshold)
     entry = {"claim": claim, "description": CLAIMS[claim], "value": value, "threshold": threshold,
-             "verdict": bool(value > threshold),
-             "status": status or status_of(value > threshold), "statement": str(statement), "unit": unit,
+             "verdict": verdict_of(status), "above_threshold": None if undetermined else bool(value > threshold),
+             "status": status, "statement": str(statement), "unit": unit,
              "spread": spread, "noise_floor": noise_floor, "paper": paper, "n_seeds": n_seeds,
              "details": details or {}, **({"not_meaningful": not_meaningful} if not_meaningful else {})}
     one = "one seed: a spread needs two or more" if n_seeds == 1 else "not a number (fewer than two values?)"
