@@ -49,3 +49,26 @@ def test_status_words_the_verdict_and_is_checked(fresh_run: Run) -> None:
     assert (fresh_run.path / "results" / "claim3_tuned_lens.json").read_bytes() == before
     page = report.write_report(fresh_run).read_text()
     assert "<b>not converged</b>" in page and "<b>holds</b>" in page
+
+
+def test_names_from_the_run_folder_are_text_in_the_report(fresh_run: Run) -> None:
+    """A notebook's file name, a paper value's key, the profile and preset come from the run folder: shown, never
+    markup."""
+    from urllib.parse import unquote
+
+    import nbformat
+    from _rendered import tags
+    from nbformat.v4 import new_markdown_cell, new_notebook
+
+    stem = 'x" onmouseover="alert(1)" <img src=y onerror=alert(2)>'
+    fresh_run.notebooks_dir.mkdir(parents=True, exist_ok=True)
+    nbformat.write(new_notebook(cells=[new_markdown_cell("# t")]), fresh_run.notebooks_dir / f"{stem}.ipynb")
+    fresh_run.update_config(study={"profile": "<b onclick=alert(4)>p</b>", "preset": "<script>alert(5)</script>"})
+    records.record(fresh_run, "claim1_alignment", value=0.3, threshold=0.1, statement="s",
+                   paper={"<script>alert(3)</script>": 0.7})
+    page = report.write_report(fresh_run).read_text()
+    found = tags(page)
+    assert [t for t, a in found if t in ("script", "img") or any(k.startswith("on") for k in a)] == []
+    links = [a["href"] for t, a in found if t == "a"]
+    assert [unquote(h) for h in links] == [f"report/{stem}.html"] and (fresh_run.report_dir / f"{stem}.html").is_file()
+    assert "&lt;script&gt;alert(3)&lt;/script&gt;: 0.7" in page and "<b>&lt;b onclick=alert(4)&gt;p&lt;/b&gt;</b>" in page
