@@ -5,7 +5,8 @@ notebooks are stripped of outputs. :func:`write_walkthrough` turns the executed 
 folder into ``walkthrough/NN_name.md`` (prose, code, printed text, tables, figures as PNG files under
 ``walkthrough/images/``) plus an index ``walkthrough/README.md`` that says which profile and run they
 show and how to regenerate them. Before each cell a hidden marker holds the cell's id and a digest of
-its source, so a test can check that the walkthrough follows the notebook sources cell by cell.
+its source, so a test can check that the walkthrough follows the notebook sources cell by cell. Text from the
+run folder (its name, profile and corpus, the claims' words, HTML outputs) goes through :mod:`tiebias.output.markup`.
 """
 
 from __future__ import annotations
