@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 REFERENCE = Path(__file__).resolve().parents[1] / "tests" / "data" / "smoke_claims.json"
-KEYS = ("value", "threshold", "verdict", "status", "spread", "noise_floor", "n_seeds")
+KEYS = ("value", "threshold", "verdict", "above_threshold", "status", "spread", "noise_floor", "n_seeds")
 
 
 def claims_of(path: Path) -> dict[str, dict]:

@@ -99,7 +99,7 @@ def test_claim4_rule_same_in_text_and_record(tmp_path, seeds, mult, holds) -> No
     assert ("HOLDS in this run" in v.text) is holds and ("does NOT hold in this run" in v.text) is (not holds)
     run = Run(tmp_path / "r")
     entry = claims.record(run, v)
-    assert entry["verdict"] is holds and entry["status"] == v.status
+    assert entry["verdict"] is holds and entry["above_threshold"] is holds and entry["status"] == v.status
 
 
 @pytest.mark.parametrize("rise", [0.05, -0.05])
@@ -112,9 +112,10 @@ def test_claim4_one_seed_cannot_be_judged_in_text_and_record(tmp_path, rise) -> 
     assert "HOLD" not in v.text and "CANNOT BE JUDGED" in v.text
     run = Run(tmp_path / "r")
     entry = claims.record(run, v)
-    assert entry["verdict"] is False and entry["status"] == claims.ONE_SEED_STATUS and entry["value"] is None
+    assert entry["verdict"] is None and entry["status"] == claims.ONE_SEED_STATUS and entry["value"] is None
     stored = json.loads(run.result_path("claim4_causality").read_text())
     assert stored["value"] is None and stored["null_reasons"]["value"] == claims.ONE_SEED_STATUS
+    assert stored["verdict"] is None and stored["above_threshold"] is None
 
 
 def test_record_refuses_nan_without_a_status(tmp_path) -> None:

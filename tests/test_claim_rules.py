@@ -231,7 +231,8 @@ def test_claim4_end_to_end_and_its_refusals(tmp_path: Path) -> None:
     one = claims.claim4(ablation(1, 4.0), ["orthogonal"], "same")
     assert one.status == claims.ONE_SEED_STATUS and math.isnan(one.value) and one.noise_floor is None
     entry = claims.record(Run(tmp_path / "r"), one)  # recorded as null, with the rule's reason
-    assert entry["value"] is None and entry["status"] == claims.ONE_SEED_STATUS and entry["verdict"] is False
+    assert entry["value"] is None and entry["status"] == claims.ONE_SEED_STATUS
+    assert entry["verdict"] is None and entry["above_threshold"] is None  # no value: neither yes nor no
     with pytest.raises(ValueError, match="^ablate_factors: need at least two different k"):
         claims.dose_response(ablation(2, 4.0).query("k == 1.0"))
 
@@ -250,6 +251,8 @@ def test_a_record_stores_the_computed_words(tmp_path: Path) -> None:
         entry = records.record(run, "claim2_gradient_flow", value=value, threshold=0.5, statement="s")
         assert entry["status"] == status
     stored = records.results(run)["claim2_gradient_flow"]
-    assert stored["status"] == DOES_NOT_HOLD and stored["verdict"] is False
+    assert stored["status"] == DOES_NOT_HOLD and stored["verdict"] is False and stored["above_threshold"] is False
     e = records.record(run, "claim2_gradient_flow", value=0.9, threshold=0.5, statement="s", not_meaningful="smoke")
-    assert e["status"] == NOT_MEANINGFUL and e["verdict"] is True
+    assert e["status"] == NOT_MEANINGFUL and e["verdict"] is None and e["above_threshold"] is True
+    stored = records.results(run)["claim2_gradient_flow"]
+    assert stored["status"] == NOT_MEANINGFUL and stored["verdict"] is None and stored["above_threshold"] is True

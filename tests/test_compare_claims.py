@@ -28,6 +28,20 @@ def test_identical_passes_and_a_last_bit_difference_fails(tmp_path: Path, capsys
     assert "claim1_alignment.value" in capsys.readouterr().out
 
 
+def test_a_verdict_or_comparison_that_differs_fails(tmp_path: Path, capsys) -> None:
+    """The verdict (null when the status is neither holds nor does not hold) and the bare comparison both count."""
+    cc = _load()
+    ref = {k: v for k, v in json.loads(cc.REFERENCE.read_text()).items() if not k.startswith("_")}
+    assert ref["claim1_alignment"]["verdict"] is None and ref["claim1_alignment"]["above_threshold"] is True
+    summary = tmp_path / "summary.json"
+    for key, other in (("verdict", True), ("above_threshold", False)):
+        changed = json.loads(json.dumps(ref))
+        changed["claim1_alignment"][key] = other
+        summary.write_text(json.dumps({"claims": changed}))
+        assert cc.main([str(summary)]) == 1
+        assert f"claim1_alignment.{key}: {other!r} vs" in capsys.readouterr().out
+
+
 def test_pin_keeps_the_about_line(tmp_path: Path) -> None:
     cc = _load()
     ref = tmp_path / "ref.json"

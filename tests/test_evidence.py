@@ -70,14 +70,16 @@ def test_record_in_a_smoke_run_says_not_meaningful_everywhere(fresh_run: Run) ->
     v = _verdict()
     e = claims.record(fresh_run, v)
     assert e["status"] == v.status == NOT_MEANINGFUL and "plumbing check" in e["not_meaningful"]
-    assert e["details"]["reading"] == "holds" and e["verdict"] is True  # the comparison stays; the words say why not
+    assert e["details"]["reading"] == "holds" and e["above_threshold"] is True  # the comparison and reading stay
+    assert e["verdict"] is None  # not evidence: neither yes nor no, the status says why
     assert v.text.startswith("NOT MEANINGFUL: these numbers cannot be read as evidence") and v.text.endswith("holds in this run.")
     claims.record(fresh_run, v)  # recorded again (a rerun cell): one banner, the rule's reading kept
     assert v.text.count("NOT MEANINGFUL") == 1 and v.details["reading"] == "holds"
     stored = json.loads(fresh_run.result_path("claim2_gradient_flow").read_text())
-    assert stored["status"] == NOT_MEANINGFUL and stored["details"]["reading"] == "holds"
+    assert stored["status"] == NOT_MEANINGFUL and stored["details"]["reading"] == "holds" and stored["verdict"] is None
     summary = json.loads(report.write_summary(fresh_run).read_text())
     assert summary["claims"]["claim2_gradient_flow"]["status"] == NOT_MEANINGFUL
+    assert summary["claims"]["claim2_gradient_flow"]["verdict"] is None
     page = report.write_report(fresh_run).read_text()
     assert "<i>not meaningful</i>" in page and "<b>holds</b>" not in page
     assert "cannot be read as evidence" in page and "plumbing check" in page
@@ -89,6 +91,7 @@ def test_record_in_a_run_that_learned_keeps_the_verdict(fresh_run: Run) -> None:
     v = _verdict()
     e = claims.record(fresh_run, v)
     assert e["status"] == "holds" and v.status is None and "not_meaningful" not in e
+    assert e["verdict"] is True and e["above_threshold"] is True
     assert v.text == "Claim 2 holds in this run."
     page = report.write_report(fresh_run).read_text()
     assert "<b>holds</b>" in page and "cannot be read as evidence" not in page

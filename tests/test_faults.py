@@ -564,7 +564,7 @@ def test_retrained_model_makes_its_records_stale(run: Run) -> None:
     after = json.loads(report.write_summary(run).read_text())["claims"]
     for claim, nb in (("claim1_alignment", "02_align"), ("claim2_gradient_flow", "01_train")):
         c = after[claim]
-        assert c["status"] == "stale" and c["verdict"] is False and c["stale"]["rerun"] == nb
+        assert c["status"] == "stale" and c["verdict"] is None and c["stale"]["rerun"] == nb
         assert c["stale"]["recorded_status"] == "holds" and c["models"] == {"tied-s0": ident}
         assert "retrained since: tied-s0" in c["stale"]["reason"] and f"study --only {nb}" in c["stale"]["reason"]
     assert after["claim4_causality"] == before["claim4_causality"]

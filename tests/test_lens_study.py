@@ -330,7 +330,8 @@ def test_summaries_and_figures(two_seed_run: Run, tmp_path: Path) -> None:
     assert pt["val_loss"] == pytest.approx(want) and pt["gap"] == v.value
     run = Run(tmp_path / "ext")
     entry = claims.record(run, v)
-    assert entry["verdict"] == (v.value > v.threshold) and entry["details"]["converged"] == v.details["converged"]
+    assert entry["above_threshold"] == (v.value > v.threshold) and entry["details"]["converged"] == v.details["converged"]
+    assert entry["status"] == v.status and entry["verdict"] == {"holds": True, "does not hold": False}.get(v.status)
     assert records.results(run)["claim3_tuned_lens"]["statement"] == v.text
     # figures: one panel per layer below the output, a trace per variant; CI bars from the table
     fig = lplot.ladder(kl)

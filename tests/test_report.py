@@ -9,10 +9,10 @@ from tiebias.verdicts import records
 
 def test_record_computes_verdict_and_rejects_bad_input(fresh_run: Run) -> None:
     e = records.record(fresh_run, "claim2_gradient_flow", value=0.8, threshold=0.5, statement="s", spread=0.01)
-    assert e["verdict"] is True
+    assert e["verdict"] is True and e["above_threshold"] is True and e["status"] == "holds"
     e = records.record(fresh_run, "claim3_tuned_lens", value=-0.2, threshold=0.1, statement="s",
                       noise_floor=float("nan"))
-    assert e["verdict"] is False and e["noise_floor"] is None
+    assert e["verdict"] is False and e["above_threshold"] is False and e["noise_floor"] is None
     with pytest.raises(ValueError, match="claim: unknown value 'claim9'"):
         records.record(fresh_run, "claim9", value=1, threshold=0, statement="s")
     with pytest.raises(ValueError, match="value: nan"):
@@ -26,6 +26,7 @@ def test_summary_and_report_files(fresh_run: Run) -> None:
     path = report.write_summary(fresh_run, {"01_train": 12.0})
     data = json.loads(path.read_text())
     assert data["claims"]["claim1_alignment"]["verdict"] is True
+    assert data["claims"]["claim1_alignment"]["above_threshold"] is True
     assert data["timings_seconds"] == {"01_train": 12.0}
     report.write_summary(fresh_run, {"02_align": 3.0})  # timings accumulate across partial reruns
     assert json.loads(path.read_text())["timings_seconds"] == {"01_train": 12.0, "02_align": 3.0}
@@ -37,7 +38,10 @@ def test_status_words_the_verdict_and_is_checked(fresh_run: Run) -> None:
     e = records.record(fresh_run, "claim2_gradient_flow", value=0.8, threshold=0.5, statement="s")
     assert e["status"] == "holds"
     e = records.record(fresh_run, "claim3_tuned_lens", value=0.3, threshold=0.1, statement="s", status="not converged")
-    assert e["status"] == "not converged" and e["verdict"] is True  # the comparison stays, the words say why not
+    # neither yes nor no: the verdict is null beside the status that says why; the bare comparison is kept
+    assert e["status"] == "not converged" and e["verdict"] is None and e["above_threshold"] is True
+    stored = records.results(fresh_run)["claim3_tuned_lens"]
+    assert stored["verdict"] is None and stored["above_threshold"] is True
     before = (fresh_run.path / "results" / "claim3_tuned_lens.json").read_bytes()
     for bad in ("", "  ", 3):
         with pytest.raises(ValueError, match="^status: "):
@@ -45,3 +49,26 @@ def test_status_words_the_verdict_and_is_checked(fresh_run: Run) -> None:
     assert (fresh_run.path / "results" / "claim3_tuned_lens.json").read_bytes() == before
     page = report.write_report(fresh_run).read_text()
     assert "<b>not converged</b>" in page and "<b>holds</b>" in page
+
+
+def test_names_from_the_run_folder_are_text_in_the_report(fresh_run: Run) -> None:
+    """A notebook's file name, a paper value's key, the profile and preset come from the run folder: shown, never
+    markup."""
+    from urllib.parse import unquote
+
+    import nbformat
+    from _rendered import tags
+    from nbformat.v4 import new_markdown_cell, new_notebook
+
+    stem = 'x" onmouseover="alert(1)" <img src=y onerror=alert(2)>'
+    fresh_run.notebooks_dir.mkdir(parents=True, exist_ok=True)
+    nbformat.write(new_notebook(cells=[new_markdown_cell("# t")]), fresh_run.notebooks_dir / f"{stem}.ipynb")
+    fresh_run.update_config(study={"profile": "<b onclick=alert(4)>p</b>", "preset": "<script>alert(5)</script>"})
+    records.record(fresh_run, "claim1_alignment", value=0.3, threshold=0.1, statement="s",
+                   paper={"<script>alert(3)</script>": 0.7})
+    page = report.write_report(fresh_run).read_text()
+    found = tags(page)
+    assert [t for t, a in found if t in ("script", "img") or any(k.startswith("on") for k in a)] == []
+    links = [a["href"] for t, a in found if t == "a"]
+    assert [unquote(h) for h in links] == [f"report/{stem}.html"] and (fresh_run.report_dir / f"{stem}.html").is_file()
+    assert "&lt;script&gt;alert(3)&lt;/script&gt;: 0.7" in page and "<b>&lt;b onclick=alert(4)&gt;p&lt;/b&gt;</b>" in page

@@ -99,6 +99,7 @@ def test_notebook_02_on_an_external_pair(tmp_path: Path) -> None:
     rec = json.loads((out / "results" / "claim1_alignment.json").read_text())
     d = rec["details"]
     assert d["basis"] == "tokens" and d["note"] == "one pair: no seed noise floor"
-    assert rec["verdict"] == (d["ci_low"] > 0) and rec["threshold"] == pytest.approx(d["gap"] - d["ci_low"])
+    assert rec["above_threshold"] == (d["ci_low"] > 0) and rec["threshold"] == pytest.approx(d["gap"] - d["ci_low"])
+    assert rec["verdict"] == {"holds": True, "does not hold": False}.get(rec["status"])
     assert "one pair: no seed noise floor" in (tmp_path / "02.ipynb").read_text()
     assert not list(tmp_path.glob("tied/figures")) and not list(tmp_path.glob("untied/figures"))

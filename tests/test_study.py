@@ -19,9 +19,12 @@ def test_smoke_study_end_to_end_and_rerun_is_cheap(tmp_path: Path) -> None:
     summary = json.loads((run_dir / "summary.json").read_text())
     assert set(summary["claims"]) == set(CLAIMS)
     for name, c in summary["claims"].items():
-        for key in ("value", "threshold", "verdict", "statement", "paper", "spread", "noise_floor", "n_seeds"):
+        for key in ("value", "threshold", "verdict", "above_threshold", "status", "statement", "paper", "spread",
+                    "noise_floor", "n_seeds"):
             assert key in c, (name, key)
-        assert c["verdict"] == (c["value"] > c["threshold"]), name
+        assert c["above_threshold"] == (c["value"] > c["threshold"]), name
+        # the verdict follows the status: yes or no only when the claim holds or does not; else null
+        assert c["verdict"] == {"holds": True, "does not hold": False}.get(c["status"]), name
     ref = summary["claims"]["claim3_tuned_lens_reference"]  # claim 3 under the reference code's lens reading
     assert all(math.isfinite(ref[k]) for k in ("value", "threshold", "spread")) and ref["details"]["protocol"] == "reference"
     assert (run_dir / "report.html").exists()

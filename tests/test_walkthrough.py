@@ -2,12 +2,14 @@
 
 import json
 import re
+import shlex
 import shutil
 from pathlib import Path
 
 import nbformat
 import plotly.graph_objects as go
 import pytest
+from _rendered import HOSTILE, rendered, tags, unsafe
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from tiebias.config import profiles
@@ -125,6 +127,43 @@ def test_write_walkthrough_from_a_run_folder(tmp_path: Path, monkeypatch: pytest
     shutil.rmtree(run / "notebooks")
     with pytest.raises(ValueError, match="^run_dir: .* holds no executed study"):
         walkthrough.write_walkthrough(run, out)
+
+
+def test_hostile_names_in_a_run_folder_run_nothing_in_the_walkthrough(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run folder, profile, corpus, preset or claim text with backticks, tags, script links and newlines is shown
+    as text in the index and the pages, as markdown-it (raw HTML on) and mistune render them; so is an HTML output."""
+    name = "run`<script>alert(1)`` <img src=x onerror=alert(1)> [a](javascript:alert(1))\n# owned |x|"
+    assert "/" not in name  # a folder name cannot hold one; the other fields can
+    run = tmp_path / name
+    (run / "notebooks").mkdir(parents=True)
+    source = json.loads((ROOT / "notebooks" / "01_train.ipynb").read_text(encoding="utf-8"))
+    nb = executed(source)
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    code[1]["outputs"] = [dict(new_output("display_data", {"text/html": "<table><tr><td>ok</td></tr></table>"
+                                                                       "<script>alert(3)</script>"
+                                                                       '<img src=x onerror="alert(4)">'}))]
+    (run / "notebooks" / "01_train.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    summary = {"profile": HOSTILE, "config": {"study": {"preset": HOSTILE, "steps": HOSTILE, "seeds": [0, 1],
+                                                        "corpus": HOSTILE}},
+               "claims": {"claim2_gradient_flow": {"description": HOSTILE, "value": HOSTILE, "unit": HOSTILE,
+                                                   "status": HOSTILE}}, "timings_seconds": {"01_train": 26.4}}
+    (run / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    monkeypatch.setattr(walkthrough, "figures_to_png", lambda figs, scale: [b"png"] * len(figs))
+    out = tmp_path / "walk"
+    walkthrough.write_walkthrough(run, out)
+    index, page = (out / "README.md").read_text(), (out / "01_train.md").read_text()
+    for which, md in (("README.md", index), ("01_train.md", page)):
+        for renderer, html in rendered(md).items():
+            assert unsafe(html) == [], (which, renderer, unsafe(html))
+            assert "<h1>injected" not in html and "<h1>owned" not in html, (which, renderer)
+    html = rendered(index)["markdown-it"]
+    assert [t for t, _ in tags(html)].count("h1") == 1 and "onerror=alert(1)&gt;" in html  # shown, as text
+    assert "<td>ok</td>" in rendered(page)["markdown-it"]  # a table output stays a table
+    assert f"--run-dir {shlex.quote(str(run))}" in index  # the command to copy names the folder, quoted
+    assert "--profile 'x`<script>" in index
+    odd = walkthrough.index_page("r", {"timings_seconds": {"01_train": HOSTILE}}, {"01_train": "t"})
+    assert "| [01_train](01_train.md) | t | – s |" in odd  # a run time that is not a number is not shown
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None and shutil.which("google-chrome") is None,

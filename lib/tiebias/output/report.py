@@ -15,6 +15,7 @@ import shutil
 import warnings
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from tiebias.run.files import DamagedFileError, read_json, write_json_atomic, write_text_atomic
 from tiebias.run.folder import Run
@@ -64,7 +65,7 @@ def _fmt(x: Any) -> str:
     if isinstance(x, float):
         return f"{x:.4g}"
     if isinstance(x, dict):
-        return "; ".join(f"{k}: {_fmt(v)}" for k, v in x.items())
+        return "; ".join(f"{html.escape(str(k))}: {_fmt(v)}" for k, v in x.items())
     return html.escape(str(x))
 
 
@@ -101,7 +102,7 @@ def write_report(run: Run) -> Path:
             _fmt(r["paper"]), _verdict_cell(r), statement)) + "</tr>")
     figs = [f for f in KEY_FIGURES if run.figure_path(f).exists()]
     fig_html = "\n".join(f'<h3>{html.escape(f)}</h3><iframe src="figures/{f}.html" loading="lazy"></iframe>' for f in figs)
-    links = " · ".join(f'<a href="report/{p}.html">{html.escape(p)}</a>' for p in bodies)
+    links = " · ".join(f'<a href="report/{html.escape(quote(p))}.html">{html.escape(p)}</a>' for p in bodies)
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>tiebias report: {html.escape(run.path.name)}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}}
 table{{border-collapse:collapse;width:100%}}td,th{{border:1px solid #ccc;padding:6px;vertical-align:top;font-size:14px}}
@@ -131,7 +132,8 @@ Notebooks: {links or 'none executed'}</p>
 def _verdict_cell(r: dict) -> str:
     """A claim's verdict for the summary table: the status in bold, or "not meaningful" or "stale" (with why and
     what to rerun) plainly, never a bold word."""
-    status = r.get("status") or status_of(r["verdict"])
+    verdict = r.get("verdict")  # true / false only for "holds" / "does not hold"; null for any other status
+    status = r.get("status") or (status_of(verdict) if isinstance(verdict, bool) else "no status recorded")
     if status == NOT_MEANINGFUL:
         return f"<i>{NOT_MEANINGFUL}</i> (see the note above the table)"
     if status == STALE:

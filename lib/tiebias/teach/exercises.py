@@ -16,6 +16,7 @@ from typing import Any
 
 from tiebias.config.params import NOTEBOOKS
 from tiebias.config.paths import notebooks_dir
+from tiebias.output.markup import md_fence
 
 CELL_PREFIX = "exercise-"
 """Notebook cell ids of rendered exercise cells start with this (``exercise-01_train`` is the heading cell)."""
@@ -82,7 +83,7 @@ def markdown(ex: Exercise, profile: str) -> str:
     """The markdown cell of one exercise: predict, the command, what to look at, the collapsible answer."""
     return (f"### Exercise {ex.id} · {ex.title}\n\n**Predict first.** {ex.predict.strip()}\n\n"
             f"**Change one thing** (in a fresh run folder, so your run stays as it is):\n\n"
-            f"```bash\n{ex.command(profile)}\n```\n\n**Look at** {ex.look.strip()}\n\n"
+            f"{md_fence(ex.command(profile), 'bash')}\n\n**Look at** {ex.look.strip()}\n\n"
             f"<details><summary>Answer</summary>\n\n{ex.answer.strip()}\n\n</details>")
 
 

@@ -5,7 +5,8 @@ notebooks are stripped of outputs. :func:`write_walkthrough` turns the executed 
 folder into ``walkthrough/NN_name.md`` (prose, code, printed text, tables, figures as PNG files under
 ``walkthrough/images/``) plus an index ``walkthrough/README.md`` that says which profile and run they
 show and how to regenerate them. Before each cell a hidden marker holds the cell's id and a digest of
-its source, so a test can check that the walkthrough follows the notebook sources cell by cell.
+its source, so a test can check that the walkthrough follows the notebook sources cell by cell. Text from the
+run folder (its name, profile and corpus, the claims' words, HTML outputs) goes through :mod:`tiebias.output.markup`.
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ import base64
 import hashlib
 import json
 import re
+import shlex
 import shutil
 from pathlib import Path
 from typing import Any
 
 from tiebias.config.paths import NOTEBOOKS, PROFILE_DIR, notebooks_dir, repo_root
+from tiebias.config.profiles import available
 from tiebias.output.figure_png import figures_to_png
+from tiebias.output.markup import md_code, md_fence, md_text, safe_html
 from tiebias.output.notebook import PLOTLY_MIME
 from tiebias.output.static_pages import expand_widgets
 from tiebias.run.layout import RunLayout
@@ -29,7 +33,6 @@ MARKER_RE = re.compile(r"^<!-- cell (\S+) ([0-9a-f]{12}) -->$", re.M)
 INJECTED = "injected-parameters"  # papermill's cell holding the values a run was executed with
 REGENERATE = "make walkthrough RUN={run}"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_STYLE = re.compile(r"<style[^>]*>.*?</style>", re.S | re.I)
 _LINK = re.compile(r"(\]\(|src=\")(?!https?:|#|/|\.\./|mailto:)([^)\"\s]+)")
 
 
@@ -78,12 +81,6 @@ def check_executed(executed: dict, source: dict, name: str) -> None:
                          "PROFILE --run-dir RUN), then regenerate the walkthrough")
 
 
-def _fence(text: str, lang: str = "") -> str:
-    """``text`` in a fenced code block whose fence is longer than any backtick run inside."""
-    ticks = "`" * max(3, 1 + max((len(r) for r in re.findall(r"`+", text)), default=0))
-    return f"{ticks}{lang}\n{text.rstrip(chr(10))}\n{ticks}"
-
-
 def _stream_text(text: str) -> str:
     """Printed text as a terminal would show it: colours dropped, a carriage return overwriting its line."""
     lines = _ANSI.sub("", text).split("\n")
@@ -91,8 +88,9 @@ def _stream_text(text: str) -> str:
 
 
 def _html(text: str) -> str:
-    """An HTML output for Markdown: style blocks dropped (shown as text by repository browsers), no blank lines."""
-    return "\n".join(line for line in _STYLE.sub("", text).splitlines() if line.strip())
+    """An HTML output for Markdown: only harmless tags left (:func:`~tiebias.output.markup.safe_html`; style blocks,
+    shown as text by repository browsers, go too), in one ``<div>`` without blank lines (one raw HTML block)."""
+    return "\n".join(line for line in f"<div>{safe_html(text)}</div>".splitlines() if line.strip())
 
 
 class _Page:
@@ -110,9 +108,9 @@ class _Page:
         """One output as Markdown (an image is recorded and linked), None for an output with nothing to show."""
         kind = out.get("output_type")
         if kind == "stream":
-            return _fence(_stream_text(_source({"source": out.get("text", "")})), "text")
+            return md_fence(_stream_text(_source({"source": out.get("text", "")})), "text")
         if kind == "error":
-            return _fence(f"{out.get('ename')}: {out.get('evalue')}", "text")
+            return md_fence(f"{out.get('ename')}: {out.get('evalue')}", "text")
         data = out.get("data", {})
         if PLOTLY_MIME in data:
             path = self.image(cell, "png")
@@ -125,10 +123,10 @@ class _Page:
                 return f"![image]({path})"
         if "text/html" in data:
             return _html(_source({"source": data["text/html"]}))
-        if "text/markdown" in data:
-            return _source({"source": data["text/markdown"]})
+        if "text/markdown" in data:  # not the notebook's own text: shown as its source, not rendered
+            return md_fence(_source({"source": data["text/markdown"]}), "markdown")
         if "text/plain" in data:
-            return _fence(_source({"source": data["text/plain"]}), "text")
+            return md_fence(_source({"source": data["text/plain"]}), "text")
         return None
 
 
@@ -150,24 +148,24 @@ def render_notebook(nb: dict, name: str) -> _Page:
         src = _source(cell)
         if _injected(cell):
             page.blocks.append("*The parameters this run was executed with (inserted by papermill):*\n\n"
-                               + _fence(src, "python"))
+                               + md_fence(src, "python"))
             continue
         page.blocks.append(MARKER.format(id=cell.get("id"), digest=digest(src)))
         if cell["cell_type"] == "markdown":
             page.blocks.append(relink(src))
         elif cell["cell_type"] == "code":
-            page.blocks.append(_fence(src, "python"))
+            page.blocks.append(md_fence(src, "python"))
             page.blocks.extend(b for b in (page.output(i, o) for o in _merged(cell.get("outputs", []))) if b)
         else:
-            page.blocks.append(_fence(src))
+            page.blocks.append(md_fence(src))
     return page
 
 
 def _profile_note(profile: str) -> str:
     """The comment at the top of a shipped profile's TOML file (what the profile is for), else ''."""
-    path = PROFILE_DIR / f"{profile}.toml"
-    if not path.is_file():
+    if profile not in available():  # a name from the run folder: never a path to read
         return ""
+    path = PROFILE_DIR / f"{profile}.toml"
     lines = []
     for line in path.read_text(encoding="utf-8").splitlines():
         if not line.startswith("#"):
@@ -180,7 +178,7 @@ def _header(name: str, study: dict) -> str:
     return (f"<!-- generated by `python -m tiebias walkthrough` from an executed run: edit notebooks/{name}.ipynb, "
             "not this file -->\n"
             f"> **Walkthrough** of [`notebooks/{name}.ipynb`](../notebooks/{name}.ipynb) as executed on a run of the "
-            f"**{study.get('profile')}** profile ([index and how to regenerate](README.md)). The figures are "
+            f"**{md_text(study.get('profile'))}** profile ([index and how to regenerate](README.md)). The figures are "
             "static pictures of the notebook's interactive plotly figures; the explorers show the state they were "
             "saved in. Run the notebook to hover, zoom and type into them.")
 
@@ -195,7 +193,10 @@ def _title(nb: dict) -> str:
 
 
 def _fmt(x: Any) -> str:
-    return f"{x:.3g}" if isinstance(x, float) else "–" if x is None else str(x)
+    """A number of a summary for a page (anything else from the run folder as escaped text)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return "–" if x is None else md_text(x)
+    return f"{x:.3g}" if isinstance(x, float) else str(x)
 
 
 def index_page(run_label: str, summary: dict, titles: dict[str, str]) -> str:
@@ -203,25 +204,31 @@ def index_page(run_label: str, summary: dict, titles: dict[str, str]) -> str:
     study = summary.get("config", {}).get("study", {})
     profile = str(summary.get("profile") or study.get("profile"))
     timings = summary.get("timings_seconds", {})
-    rows = [f"| [{n}]({n}.md) | {titles[n]} | {_fmt(round(timings[n])) if n in timings else '–'} s |" for n in titles]
-    claims = [f"| {c.get('description', k)} | {_fmt(c.get('value'))} {c.get('unit') or ''} | **{c.get('status')}** |"
-              for k, c in summary.get("claims", {}).items()]
+    rows = [f"| [{n}]({n}.md) | {md_text(titles[n])} | {_fmt(_seconds(timings.get(n)))} s |" for n in titles]
+    claims = [f"| {md_text(c.get('description', k))} | {_fmt(c.get('value'))} {md_text(c.get('unit') or '')} | "
+              f"**{md_text(c.get('status'))}** |" for k, c in summary.get("claims", {}).items()]
     note = _profile_note(profile)
     return "\n".join([
         "# Walkthrough: the four notebooks as executed", "",
         "The study's notebooks with everything they printed and drew, to read before (or instead of) running "
         "them. The notebooks in `notebooks/` are kept without outputs; these pages show one executed run.", "",
-        f"**Profile: `{profile}`**" + (f": {note}" if note else ".") + f" Preset `{study.get('preset')}`, "
-        f"{study.get('steps')} steps, seeds {study.get('seeds')}, corpus `{study.get('corpus')}`; run folder "
-        f"`{run_label}`.", "",
+        f"**Profile: {md_code(profile)}**" + (f": {note}" if note else ".")
+        + f" Preset {md_code(study.get('preset'))}, {md_text(study.get('steps'))} steps, seeds "
+        f"{md_text(study.get('seeds'))}, corpus {md_code(study.get('corpus'))}; run folder {md_code(run_label)}.", "",
         "| notebook | what it shows | run time |", "| --- | --- | --- |", *rows, "",
         *(["| claim | this run | verdict |", "| --- | --- | --- |", *claims, ""] if claims else []),
         "Figures are PNG pictures of the interactive figures (drawn by plotly.js in headless Chromium); the "
         "explorers show the state they were saved in.", "",
         "Regenerate after changing a notebook (needs Chromium):", "",
-        _fence(f"python -m tiebias study --profile {profile} --run-dir {run_label}\n"
-               + REGENERATE.format(run=run_label), "sh"), "",
+        md_fence(f"python -m tiebias study --profile {shlex.quote(profile)} --run-dir {shlex.quote(run_label)}\n"
+                 + REGENERATE.format(run=shlex.quote(run_label)), "sh"), "",
         "`tests/test_walkthrough.py` checks that these pages hold the cells of `notebooks/*.ipynb` in order.", ""])
+
+
+def _seconds(t: Any) -> int | None:
+    """A run time from the summary, rounded to whole seconds; None when it is not a finite number."""
+    ok = isinstance(t, (int, float)) and not isinstance(t, bool) and t == t and abs(t) != float("inf")
+    return round(t) if ok else None
 
 
 def _run_label(run_dir: Path) -> str:

@@ -1,8 +1,10 @@
 """A claim's record: ``<run>/results/<claim>.json`` with its value, threshold, verdict and reasons, checked before it
 is written.
 
-The verdict is *computed* from the value and a threshold (``value > threshold``), never typed in; a rule's own
-outcome (claim 3's "not converged") or, for a run that is not evidence, "not meaningful" replaces the words. The
+The status is *computed* from the value and a threshold ("holds" when ``value > threshold``), never typed in; a
+rule's own outcome (claim 3's "not converged") or, for a run that is not evidence, "not meaningful" replaces the
+words. ``verdict`` follows the status, so a record never contradicts itself: true for "holds", false for "does not
+hold", null for any other status (the status says why); the bare comparison is kept as ``above_threshold``. The
 record lives below the report (:mod:`tiebias.output.report` gathers the records into ``summary.json``).
 
 A record belongs to the models it was computed from: it keeps each one's identity (the sha256 of its weights,
@@ -20,7 +22,7 @@ from tiebias.config.checks import is_int
 from tiebias.config.variants import parse_key
 from tiebias.run.files import read_json, sanitise_json, write_json_atomic
 from tiebias.run.folder import Run
-from tiebias.verdicts.status import NOT_MEANINGFUL, STALE, status_of
+from tiebias.verdicts.status import NOT_MEANINGFUL, STALE, status_of, verdict_of
 
 CLAIMS = {
     "claim1_alignment": "The tied matrix is closer to the untied output matrix than to the untied input matrix",
@@ -58,13 +60,15 @@ def record(run: Run, claim: str, *, value: float, threshold: float, statement: s
            spread: float | None = None, noise_floor: float | None = None, paper: Any = None,
            n_seeds: int | None = None, details: dict | None = None, status: str | None = None,
            not_meaningful: str | None = None, models: Sequence[str] | None = None) -> dict:
-    """Store one claim's headline; the verdict is ``value > threshold`` (both stored, so anyone can check).
+    """Store one claim's headline: value, threshold, status and the verdict that follows from the status.
 
-    ``status`` is the verdict in words; by default "holds" / "does not hold" from the comparison, or a
-    rule's own outcome when the comparison is not enough (e.g. claim 3's "not converged"). A value that
-    cannot exist (NaN, e.g. claim 4 with one seed) is accepted only with a ``status`` saying why; it is
-    stored as ``null`` with that reason, and the verdict is false. ``not_meaningful`` (a reason: the run is not
-    evidence) makes the status ``NOT_MEANINGFUL`` whatever the comparison, the reason stored beside it.
+    ``status`` is the verdict in words; by default "holds" / "does not hold" from ``value > threshold``, or a
+    rule's own outcome when the comparison is not enough (e.g. claim 3's "not converged"). ``verdict`` follows
+    the status (:func:`~tiebias.verdicts.status.verdict_of`: null unless it holds or does not hold);
+    ``above_threshold`` keeps the bare comparison. A value that cannot exist (NaN, e.g. claim 4 with one seed) is
+    accepted only with a ``status`` saying why; it is stored as ``null`` with that reason, and so are its verdict
+    and comparison. ``not_meaningful`` (a reason: the run is not evidence) makes the status ``NOT_MEANINGFUL``
+    whatever the comparison, the reason stored beside it.
     ``models`` are the keys of the run's models the numbers were computed from (``tied-s0``, ...): each finished
     one is stored under ``models`` with its identity, so the report can tell when one changed since
     (:func:`current_results`); keys of models the folder does not hold (an external pair's) are left out.
@@ -89,9 +93,10 @@ def record(run: Run, claim: str, *, value: float, threshold: float, statement: s
     value_null = str(status)  # why a NaN value is stored as null: the rule's own reason, not the run's
     if not_meaningful:
         status = NOT_MEANINGFUL
+    status = status or status_of(value > threshold)
     entry = {"claim": claim, "description": CLAIMS[claim], "value": value, "threshold": threshold,
-             "verdict": bool(value > threshold),
-             "status": status or status_of(value > threshold), "statement": str(statement), "unit": unit,
+             "verdict": verdict_of(status), "above_threshold": None if undetermined else bool(value > threshold),
+             "status": status, "statement": str(statement), "unit": unit,
              "spread": spread, "noise_floor": noise_floor, "paper": paper, "n_seeds": n_seeds,
              "details": details or {}, "models": used,
              **({"not_meaningful": not_meaningful} if not_meaningful else {})}
@@ -167,14 +172,14 @@ def stale(run: Run, entry: dict, known: dict[str, str | None] | None = None) -> 
 
 
 def current_results(run: Run) -> dict[str, dict]:
-    """The claims recorded so far, each whose models changed since (:func:`stale`) marked: status "stale", no verdict
-    (false), and under ``stale`` the reason, the notebook to rerun and the status it was recorded with."""
+    """The claims recorded so far, each whose models changed since (:func:`stale`) marked: status "stale", verdict null
+    (a stale record holds no verdict), and under ``stale`` the reason, the notebook to rerun and the status it was recorded with."""
     known: dict[str, str | None] = {}
     out = {}
     for claim, entry in results(run).items():
         why = stale(run, entry, known) if isinstance(entry, dict) else None
         out[claim] = entry if why is None else {
-            **entry, "status": STALE, "verdict": False,
+            **entry, "status": STALE, "verdict": verdict_of(STALE),
             "stale": {"reason": why, "rerun": NOTEBOOK_OF.get(claim), "recorded_status": entry.get("status")}}
     return out
 

@@ -21,6 +21,12 @@ def status_of(holds: bool) -> str:
     return HOLDS if holds else DOES_NOT_HOLD
 
 
+def verdict_of(status: str) -> bool | None:
+    """A stored status as a yes/no verdict: True for "holds", False for "does not hold", None for any other status
+    (a rule's own outcome or "not meaningful": neither yes nor no)."""
+    return {HOLDS: True, DOES_NOT_HOLD: False}.get(status)
+
+
 def printed(status: str, *, loud: bool = True) -> str:
     """A status as a notebook prints it: "HOLDS" ("holds" with ``loud=False``), "does NOT hold", else upper case."""
     if status == HOLDS:
@@ -30,4 +36,4 @@ def printed(status: str, *, loud: bool = True) -> str:
     return status.upper()
 
 
-__all__ = ["DOES_NOT_HOLD", "HOLDS", "NOT_MEANINGFUL", "STALE", "printed", "status_of"]
+__all__ = ["DOES_NOT_HOLD", "HOLDS", "NOT_MEANINGFUL", "STALE", "printed", "status_of", "verdict_of"]
