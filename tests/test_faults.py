@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from _untrusted import save_hostile, zero_fill
 from conftest import TINY
 from safetensors.torch import load_file
 
@@ -30,7 +31,7 @@ from tiebias.align import comparisons, embeddings
 from tiebias.config.variants import parse_variants
 from tiebias.lens import ladder as lens_ladder
 from tiebias.output import report
-from tiebias.run.files import DamagedFileError, write_json_atomic
+from tiebias.run.files import DamagedFileError, UnsafeFileError, write_json_atomic
 from tiebias.run.folder import Run, RunLockedError
 from tiebias.run.layout import LOCK_HOLDER
 from tiebias.train.trainer import TrainConfig, train
@@ -304,7 +305,7 @@ def test_damaged_newest_checkpoint_skipped(run: Run, ref: Run) -> None:
 
 def test_damaged_newest_optimiser_state_skipped(run: Run, ref: Run) -> None:
     truncate(run.model_dir("untied", 0) / "checkpoints" / "step-4" / "trainer_state.pt")
-    with pytest.warns(UserWarning, match=r"step-4: .*trainer_state.pt does not load.*resuming from step-2"):
+    with pytest.warns(UserWarning, match=r"step-4: .*trainer_state.pt: damaged or unreadable.*resuming from step-2"):
         train(run, "untied", 0, CFG, progress=False)
     assert same_weights(run, ref, "untied", 0)
 
@@ -416,6 +417,31 @@ def test_truncated_result(run: Run) -> None:
     p = run.path / "results" / "claim1_alignment.json"
     truncate(p)
     refused(run, lambda: report.write_summary(run), DamagedFileError, str(p), "rerun notebook 02_align")
+
+
+# -- files that are not what the kit wrote: never run, named with what to do ------------------------------
+def test_optimiser_state_with_code_refused_and_not_run(run: Run, ref: Run, tmp_path: Path) -> None:
+    state = run.model_dir("untied", 0) / "checkpoints" / "step-4" / "trainer_state.pt"
+    marker = tmp_path / "ran"
+    save_hostile(state, marker, optimizer={}, step=4, elapsed_s=1.0)
+    msg = refused(run, lambda: train(run, "untied", 0, CFG, progress=False), UnsafeFileError,
+                  f"{state}: refused", "io.open", "optimiser state", "delete it", "previous checkpoint", HINT)
+    assert not marker.exists(), "loading the optimiser state ran the file's code"
+    assert "weights_only" not in msg
+    state.unlink()  # what the message says to do: the kit's own state of step-2 loads as plain data
+    with pytest.warns(UserWarning, match=r"step-4: no optimiser state.*resuming from step-2"):
+        train(run, "untied", 0, CFG, progress=False)
+    assert same_weights(run, ref, "untied", 0)
+
+
+def test_zero_filled_optimiser_state_skipped_and_named(run: Run, ref: Run) -> None:
+    state = run.model_dir("untied", 0) / "checkpoints" / "step-4" / "trainer_state.pt"
+    zero_fill(state)
+    with pytest.warns(UserWarning, match=r"resuming from step-2") as caught:
+        train(run, "untied", 0, CFG, progress=False)
+    msg = " ".join(str(w.message) for w in caught)
+    assert f"{state}: damaged or unreadable" in msg and "weights_only" not in msg
+    assert same_weights(run, ref, "untied", 0)
 
 
 # -- the writer lock -----------------------------------------------------------------------------------
