@@ -145,9 +145,14 @@ def load_resume_point(model: PreTrainedModel, opt: torch.optim.Optimizer, ckpt_r
 
 
 def _load_weights(model: PreTrainedModel, sd: dict[str, torch.Tensor], tied: bool) -> None:
-    """Load a checkpoint's weights into ``model``; ValueError when they are not the model's (other names)."""
+    """Load a checkpoint's weights into ``model``; ValueError when they are not the model's (other names, or a
+    tied model's checkpoint holding an output matrix of its own that differs from the input embedding)."""
     out_w = model.get_output_embeddings().weight
     names = [n for n, p in model.named_parameters(remove_duplicate=False) if p is out_w]
+    if tied:
+        held = [sd[n] for n in names if n in sd]
+        if any(t.shape != held[0].shape or not torch.equal(t, held[0]) for t in held[1:]):
+            raise ValueError(f"the model is tied but the checkpoint holds different matrices for {names}")
     missing, unexpected = model.load_state_dict(sd, strict=False)
     if unexpected or set(missing) - (set(names) if tied else set()):
         raise ValueError(f"weights do not match the model: missing {missing}, unexpected {unexpected}")
