@@ -165,6 +165,44 @@ def test_every_module_imports() -> None:
         importlib.import_module(name)
 
 
+UNTRUSTED_READERS = ("lib", "scripts", "bench")
+"""Code that opens files of run folders and users' model folders: untrusted, so never unpickled in full."""
+
+
+def unsafe_loads(source: str) -> list[str]:
+    """Every ``torch.load`` (or ``load`` imported from torch) without ``weights_only=True``, and any call passing
+    ``weights_only`` anything but ``True``: 'line N: code'."""
+    tree = ast.parse(source)
+    from_torch = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "torch"
+                  for a in n.names if a.name == "load"}
+    bad = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        is_load = (isinstance(f, ast.Attribute) and f.attr == "load" and ast.unparse(f.value) in ("torch",
+                   "torch.serialization")) or (isinstance(f, ast.Name) and f.id in from_torch)
+        flag = [k.value for k in node.keywords if k.arg == "weights_only"]
+        safe = all(isinstance(v, ast.Constant) and v.value is True for v in flag)
+        if not safe or (is_load and not flag):
+            bad.append(f"line {node.lineno}: {ast.unparse(node)[:100]}")
+    return bad
+
+
+def test_torch_files_are_loaded_as_plain_data() -> None:
+    """A pickle can run code when it is loaded: every torch.load reads tensors and plain values only."""
+    bad = [f"{p.relative_to(ROOT)} {where}" for d in UNTRUSTED_READERS for p in sorted((ROOT / d).rglob("*.py"))
+           for where in unsafe_loads(p.read_text())]
+    assert not bad, f"torch.load without weights_only=True: {bad}"
+
+
+def test_the_load_scan_finds_unsafe_loads() -> None:
+    assert unsafe_loads("import torch\ntorch.load(p, weights_only=True)\nf(weights_only=True)\n") == []
+    src = ("import torch\nfrom torch import load as tl\ntorch.load(p)\ntorch.load(p, weights_only=False)\n"
+           "tl(p)\nx.from_pretrained(p, weights_only=flag)\ntorch.serialization.load(p)\n")
+    assert [b.split(":")[0] for b in unsafe_loads(src)] == ["line 3", "line 4", "line 5", "line 6", "line 7"]
+
+
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 TOP_MODULES = ("stats", "paper")
 """Top-level modules a notebook may import names from directly (one concern each, no subpackage around them)."""

@@ -23,15 +23,16 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from _untrusted import save_hostile, zero_fill
 from conftest import TINY
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from tiebias.align import comparisons, embeddings
 from tiebias.config.variants import parse_variants
 from tiebias.lens import ladder as lens_ladder
 from tiebias.output import report
 from tiebias.run import inventory
-from tiebias.run.files import DamagedFileError, write_json_atomic
+from tiebias.run.files import DamagedFileError, RunFolderError, UnsafeFileError, write_json_atomic
 from tiebias.run.folder import FINGERPRINTS, ForeignModelError, Run, RunLockedError
 from tiebias.run.layout import LOCK_HOLDER
 from tiebias.train.trainer import TrainConfig, train
@@ -320,7 +321,7 @@ def test_damaged_newest_checkpoint_skipped(run: Run, ref: Run) -> None:
 
 def test_damaged_newest_optimiser_state_skipped(run: Run, ref: Run) -> None:
     truncate(run.model_dir("untied", 0) / "checkpoints" / "step-4" / "trainer_state.pt")
-    with pytest.warns(UserWarning, match=r"step-4: .*trainer_state.pt does not load.*resuming from step-2"):
+    with pytest.warns(UserWarning, match=r"step-4: .*trainer_state.pt: damaged or unreadable.*resuming from step-2"):
         train(run, "untied", 0, CFG, progress=False)
     assert same_weights(run, ref, "untied", 0)
 
@@ -432,6 +433,79 @@ def test_truncated_result(run: Run) -> None:
     p = run.path / "results" / "claim1_alignment.json"
     truncate(p)
     refused(run, lambda: report.write_summary(run), DamagedFileError, str(p), "rerun notebook 02_align")
+
+
+# -- files that are not what the kit wrote: never run, named with what to do ------------------------------
+def test_optimiser_state_with_code_refused_and_not_run(run: Run, ref: Run, tmp_path: Path) -> None:
+    state = run.model_dir("untied", 0) / "checkpoints" / "step-4" / "trainer_state.pt"
+    marker = tmp_path / "ran"
+    save_hostile(state, marker, optimizer={}, step=4, elapsed_s=1.0)
+    msg = refused(run, lambda: train(run, "untied", 0, CFG, progress=False), UnsafeFileError,
+                  f"{state}: refused", "io.open", "optimiser state", "delete it", "previous checkpoint", HINT)
+    assert not marker.exists(), "loading the optimiser state ran the file's code"
+    assert "weights_only" not in msg
+    state.unlink()  # what the message says to do: the kit's own state of step-2 loads as plain data
+    with pytest.warns(UserWarning, match=r"step-4: no optimiser state.*resuming from step-2"):
+        train(run, "untied", 0, CFG, progress=False)
+    assert same_weights(run, ref, "untied", 0)
+
+
+def test_zero_filled_optimiser_state_skipped_and_named(run: Run, ref: Run) -> None:
+    state = run.model_dir("untied", 0) / "checkpoints" / "step-4" / "trainer_state.pt"
+    zero_fill(state)
+    with pytest.warns(UserWarning, match=r"resuming from step-2") as caught:
+        train(run, "untied", 0, CFG, progress=False)
+    msg = " ".join(str(w.message) for w in caught)
+    assert f"{state}: damaged or unreadable" in msg and "weights_only" not in msg
+    assert same_weights(run, ref, "untied", 0)
+
+
+def test_tied_checkpoint_with_an_output_matrix_of_its_own_not_resumed(run: Run) -> None:
+    (run.model_dir("tied", 0) / "complete.json").unlink()
+    ckpt = run.model_dir("tied", 0) / "checkpoints" / "step-8" / "model.safetensors"
+    sd = load_file(str(ckpt))
+    sd["lm_head.weight"] = sd["model.embed_tokens.weight"].flip(0).contiguous()
+    save_file(sd, str(ckpt), metadata={"format": "pt"})
+    refused(run, lambda: train(run, "tied", 0, CFG, progress=False), ValueError, "model tied-s0: no checkpoint",
+            "step-8", "the model is tied but the checkpoint holds different matrices")
+
+
+def flip_tying(folder: Path) -> None:
+    """Edit a saved model's config.json: tie_word_embeddings the other way round."""
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["tie_word_embeddings"] = not cfg["tie_word_embeddings"]
+    (folder / "config.json").write_text(json.dumps(cfg))
+
+
+def with_finished_untied(run: Run, ref: Run) -> Run:
+    """``run`` with ref's finished untied-s0 in place of its interrupted one (seed 0 complete for 02)."""
+    shutil.rmtree(run.model_dir("untied", 0))
+    shutil.copytree(ref.model_dir("untied", 0), run.model_dir("untied", 0))
+    for name in ("untied-s0.csv", "untied-s0_val.csv"):
+        shutil.copy2(ref.metrics_dir / name, run.metrics_dir / name)
+    return run
+
+
+@pytest.mark.parametrize("variant,says", [("tied", "tie_word_embeddings=False"),
+                                         ("untied", "tie_word_embeddings=True")])
+def test_own_model_with_flipped_tying_refused(run: Run, ref: Run, variant: str, says: str) -> None:
+    """A run's model folder whose config.json says the other tying: named with the run's variant, never as
+    tied_source / untied_source (the parameters of an external pair)."""
+    run = with_finished_untied(run, ref)
+    assert len(comparisons.load_models(run, [0])) == 1
+    folder = run.model_dir(variant, 0)
+    flip_tying(folder)
+    hint = f"train {variant}-s0 again"
+    msgs = [refused(run, lambda: run.load_model(variant, 0), RunFolderError, f"{folder}: the run's variant "
+                    f"'{variant}' is {variant}", says, hint),
+            refused(run, lambda: comparisons.load_models(run, [0]), RunFolderError, f"{folder}: the run's variant "
+                    f"'{variant}' is {variant}", says, hint)]
+    assert not any("_source" in m for m in msgs)
+    (folder / "complete.json").unlink()  # what the message says to do
+    train(run, variant, 0, CFG, progress=False)
+    assert comparisons.load_models(run, [0])[0][variant].tied == (variant == "tied")
+    model = run.load_model(variant, 0)
+    assert (model.get_input_embeddings().weight is model.get_output_embeddings().weight) == (variant == "tied")
 
 
 # -- the writer lock -----------------------------------------------------------------------------------

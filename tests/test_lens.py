@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 from _families import char_tokenizer
+from _untrusted import save_hostile, zero_fill
 from transformers import (
     GPTNeoXConfig,
     GPTNeoXForCausalLM,
@@ -21,9 +22,10 @@ from tuned_lens import TunedLens
 
 from tiebias.lens import evaluate as E
 from tiebias.lens import fit as F
-from tiebias.lens import frozen
+from tiebias.lens import frozen, rungs
 from tiebias.lens import lenses as L
 from tiebias.output.plotting import lens as lplot
+from tiebias.run.files import DamagedFileError, UnsafeFileError
 
 VOCAB = 256
 SEQ = 64
@@ -311,6 +313,44 @@ def test_load_rejects_other_model_of_same_shape(lenses, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="different unembedding"):
         L.load_lens(other, path)
     assert isinstance(L.load_lens(other, path, strict=False), TunedLens)
+
+
+def test_lens_params_with_code_refused_and_not_run(tmp_path: Path) -> None:
+    model = _build("llama", True)
+    path = L.save_lens(L.new_lens(model), tmp_path / "lens")
+    marker = tmp_path / "ran"
+    save_hostile(path / "params.pt", marker)
+    with pytest.raises(UnsafeFileError) as info:
+        L.load_lens(model, path)
+    msg = str(info.value)
+    assert f"{path / 'params.pt'}: refused" in msg and "io.open" in msg and "translators" in msg
+    assert f"delete {path} and run 03_lens again" in msg and "weights_only" not in msg
+    assert not marker.exists(), "loading the lens ran the file's code"
+
+
+def test_zero_filled_lens_params_named(tmp_path: Path) -> None:
+    model = _build("llama", True)
+    path = L.save_lens(L.new_lens(model), tmp_path / "lens")
+    zero_fill(path / "params.pt")
+    with pytest.raises(DamagedFileError) as info:
+        L.load_lens(model, path)
+    msg = str(info.value)
+    assert msg.startswith(f"{path / 'params.pt'}: damaged or unreadable") and "translators" in msg
+    assert f"delete {path} and run 03_lens again" in msg and "weights_only" not in msg
+
+
+def test_rung_trainer_state_with_code_refused_and_not_run(tmp_path: Path) -> None:
+    model = _build("llama", True)
+    kw = dict(steps=1, tokens_per_step=2 * SEQ, seq_len=SEQ, progress=False, max_cache_bytes=0)
+    rungs.train_ladder(model, TRAIN, tmp_path / "lens", budgets=[1], **kw)
+    state = rungs.rung_dir(tmp_path / "lens", "cpu", 1) / "trainer.pt"
+    marker = tmp_path / "ran"
+    save_hostile(state, marker, steps_done=1)
+    with pytest.raises(UnsafeFileError) as info:
+        rungs.train_ladder(model, TRAIN, tmp_path / "lens", budgets=[1, 2], **kw)
+    msg = str(info.value)
+    assert f"{state}: refused" in msg and "delete it and run 03_lens again" in msg and "weights_only" not in msg
+    assert not marker.exists(), "loading the rung's trainer state ran the file's code"
 
 
 # --------------------------------------------------------------------------- bad inputs

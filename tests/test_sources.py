@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from _families import corpus_tokenizer, save_tiny, tiny_config
 
 from tiebias.align import comparisons, embeddings
 from tiebias.models import sources
+from tiebias.models.anatomy import TyingError, weights_tied
 
 
 @pytest.fixture(scope="module")
@@ -123,3 +125,59 @@ def test_tokenizer_larger_than_the_head_refused(tmp_path: Path, pair, no_weights
                                          r"vocabulary only 280"):
         sources.load_models({"tied": pair["tied"], "untied": small})
     assert no_weights == []
+
+
+@pytest.fixture(scope="module")
+def posing(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny random Llamas, tied and untied, and three whose config.json does not say what their weights are:
+    ``untied_as_tied`` (an untied model's weights, with their own lm_head, under a tied config), ``tied_as_untied``
+    (a tied model's weights, with no lm_head, under an untied config) and ``equal_as_untied`` (an untied config whose
+    lm_head equals the input embedding)."""
+    root = tmp_path_factory.mktemp("posing")
+    tok = corpus_tokenizer()
+    out = {name: save_tiny("llama", tied, root / name, len(tok), seed=3, tokenizer=tok)
+           for name, tied in (("tied", True), ("untied", False), ("untied_as_tied", False), ("tied_as_untied", True))}
+    for name in ("untied_as_tied", "tied_as_untied"):
+        cfg = json.loads((out[name] / "config.json").read_text())
+        cfg["tie_word_embeddings"] = not cfg["tie_word_embeddings"]
+        (out[name] / "config.json").write_text(json.dumps(cfg))
+    model = transformers.AutoModelForCausalLM.from_pretrained(out["untied"], dtype=torch.float32)
+    model.get_output_embeddings().weight = torch.nn.Parameter(model.get_input_embeddings().weight.detach().clone())
+    model.save_pretrained(root / "equal_as_untied")
+    tok.save_pretrained(root / "equal_as_untied")
+    out["equal_as_untied"] = root / "equal_as_untied"
+    return out
+
+
+def test_tied_config_over_an_output_matrix_of_its_own_refused(posing) -> None:
+    """transformers loads such a model untied (with a warning): the loaded weights, not the config, say so."""
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(posing["untied_as_tied"], dtype=torch.float32)
+    assert loaded.config.tie_word_embeddings and not weights_tied(loaded)
+    assert sources.check_sources({"tied": posing["untied_as_tied"]})["tied"].tied  # the config alone passes
+    says = (r"tied_source: '.*untied_as_tied': its config.json says tie_word_embeddings=True, but its weights hold an "
+            r"output matrix of their own that differs from the input embedding .*correct tie_word_embeddings")
+    with pytest.raises(TyingError, match=says):
+        sources.load_models({"tied": posing["untied_as_tied"], "untied": posing["untied"]})
+    with pytest.raises(TyingError, match=says):
+        comparisons.load_sources(posing["untied_as_tied"], posing["untied"])
+    folder = posing["untied_as_tied"]
+    with pytest.raises(TyingError, match=rf"^{folder}: its config.json says tie_word_embeddings=True"):
+        embeddings.extract(folder)
+
+
+@pytest.mark.parametrize("name,says", [
+    ("tied_as_untied", "says tie_word_embeddings=False, but its weights hold no output matrix"),
+    ("equal_as_untied", "says tie_word_embeddings=False, but its output matrix equals its input embedding"),
+])
+def test_untied_config_over_one_matrix_refused(posing, name: str, says: str) -> None:
+    with pytest.raises(TyingError, match=rf"untied_source: '.*{name}': its config.json {says}"):
+        sources.load_models({"tied": posing["tied"], "untied": posing[name]})
+    with pytest.raises(TyingError, match=rf"untied_source: '.*{name}': its config.json {says}"):
+        comparisons.load_sources(posing["tied"], posing[name])
+
+
+def test_a_consistent_llama_pair_loads(posing) -> None:
+    models = sources.load_models({"tied": posing["tied"], "untied": posing["untied"]})
+    assert weights_tied(models["tied"][0]) and not weights_tied(models["untied"][0])
+    pair = comparisons.load_sources(posing["tied"], posing["untied"])[0]
+    assert pair["tied"].tied and not pair["untied"].tied

@@ -185,12 +185,11 @@ def alignment_table(run: Run, variants: Sequence[Variant], seeds: Sequence[int],
     for i, seed in enumerate(seeds):
         ref_seed = seed if reference == "same" else seeds[(i + 1) % len(seeds)]
         for step in steps:
-            ref = embeddings.extract(run.model_path(Variant(False), ref_seed, step), run.tokenizer_dir)
-            embeddings.require_untied(ref, "the ablation's reference")
+            ref = embeddings.from_run(run, Variant(False), ref_seed, step)
             for v in variants:
-                tied = embeddings.extract(run.model_path(v, seed, step), run.tokenizer_dir)
-                if not tied.tied:
+                if not v.tied:
                     raise ValueError(f"variant: {v.name!r} is not a tied model")
+                tied = embeddings.from_run(run, v, seed, step)
                 res_in = alignment.align_all(ref.input, tied.input, methods, heldout_folds=heldout_folds)
                 res_out = alignment.align_all(ref.output, tied.input, methods, heldout_folds=heldout_folds)
                 for m in methods:

@@ -24,6 +24,7 @@ from tiebias.align import maps as alignment
 from tiebias.align.embeddings import Embeddings
 from tiebias.align.neighbours import check_knn_k
 from tiebias.config.variants import Variant
+from tiebias.models.anatomy import TyingError
 from tiebias.run import inventory
 from tiebias.run.folder import Run
 from tiebias.train import divergence
@@ -60,9 +61,7 @@ def load_models(run: Run, seeds: Sequence[int] | None = None, step: int | None =
             if not run.is_complete(v, s):
                 raise ValueError(f"seeds: seed {s} has no complete {v!r} model in {run.path}")
         divergence.check_models(run, [("tied", s), ("untied", s)], "an alignment")
-        tied = embeddings.extract(run.model_path("tied", s, step), run.tokenizer_dir)
-        untied = embeddings.extract(run.model_path("untied", s, step), run.tokenizer_dir)
-        out[s] = {"tied": _require(tied, True), "untied": embeddings.require_untied(untied, "the untied side")}
+        out[s] = {v: embeddings.from_run(run, v, s, step) for v in ("tied", "untied")}
     return out
 
 
@@ -82,8 +81,17 @@ def load_sources(tied_source: Any, untied_source: Any, *, tied_tokenizer: Any = 
     named = {k: v for k, v in (("tied", tied_source), ("untied", untied_source)) if not isinstance(v, PreTrainedModel)}
     if named:
         sources.check_sources(named, need="embeddings")
-    tied = _require(embeddings.extract(tied_source, tied_tokenizer), True)
-    untied = embeddings.require_untied(embeddings.extract(untied_source, untied_tokenizer), "untied_source")
+    got = {}
+    for label, source, tokenizer in (("tied", tied_source, tied_tokenizer),
+                                     ("untied", untied_source, untied_tokenizer)):
+        try:
+            got[label] = embeddings.extract(source, tokenizer)
+        except TyingError as exc:
+            raise TyingError(f"{sources.param_name(label)}: {exc.where!r}", f"{exc.conflict}; the model is not the "
+                             "one its config describes: correct tie_word_embeddings in its config.json or restore "
+                             "its weights, or use another model") from None
+    tied = _require(got["tied"], True)
+    untied = embeddings.require_untied(got["untied"], "untied_source")
     return {0: {"tied": tied, "untied": untied}}
 
 
@@ -183,8 +191,8 @@ def moved_from_init(run: Run, seeds: Sequence[int]) -> pd.DataFrame:
     for s in seeds:
         for variant, which in (("tied", "input"), ("untied", "input"), ("untied", "output")):
             v = Variant.parse(variant)
-            start = embeddings.extract(run.model_path(v, s, 0), run.tokenizer_dir).matrix(which)
-            end = embeddings.extract(run.model_path(v, s), run.tokenizer_dir).matrix(which)
+            start = embeddings.from_run(run, v, s, 0).matrix(which)
+            end = embeddings.from_run(run, v, s).matrix(which)
             ev = token_stats.evolution([(0, start), (1, end)])
             last = ev.iloc[-1]
             rows.append({"matrix": f"{variant} {which}" if variant == "untied" else "tied", "seed": s,

@@ -21,8 +21,10 @@ import torch
 from torch import Tensor
 
 from tiebias.align.tokenizers import VocabMatch, match_tokens, resolve_tokenizer, token_strings
-from tiebias.config.variants import step_of
-from tiebias.models.anatomy import is_tied
+from tiebias.config.variants import Variant, step_of
+from tiebias.models.anatomy import TyingError, check_loaded_tying, is_tied, same_matrix, tying_conflict
+from tiebias.run.files import RunFolderError
+from tiebias.run.folder import Run
 from tiebias.run.layout import CHECKPOINTS_SUBDIR, CONFIG_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 
 log = logging.getLogger(__name__)
@@ -126,6 +128,31 @@ def extract(source: Any, tokenizer: Any = None, *, revision: str | None = None,
     return Embeddings(input=inp, output=out, tied=tied, tokens=token_strings(tok, n_tok), source=label)
 
 
+def from_run(run: Run, variant: str | Variant, seed: int, step: int | None = None) -> Embeddings:
+    """A run's model's embeddings (the final model, or its checkpoint at ``step``), tied as the run's variant says.
+
+    A model folder whose config.json or weights were edited or replaced is refused (RunFolderError naming the
+    folder, the variant and what to do), whether its config and weights disagree on tying or agree on the wrong one.
+    """
+    v = Variant.parse(variant)
+    path = run.model_path(v, seed, step)
+    kind = "tied" if v.tied else "untied"
+
+    def refused(why: str) -> RunFolderError:
+        """The error for this folder: the variant, what is wrong, what to do."""
+        return RunFolderError(f"{path}: the run's variant {v.name!r} is {kind}, and {why}: it is not the model the "
+                              f"run trained; {run.repair_hint(v, seed, step)}")
+
+    try:
+        emb = extract(path, run.tokenizer_dir)
+    except TyingError as exc:
+        raise refused(exc.conflict) from None
+    if emb.tied != v.tied:
+        raise refused(f"the model in this folder is {'untied' if v.tied else 'tied'} (its config.json says "
+                      f"tie_word_embeddings={emb.tied}, and its weights agree)")
+    return emb
+
+
 def require_untied(emb: Embeddings, role: str = "this comparison") -> Embeddings:
     """Return ``emb`` unchanged, or raise ValueError if it is a tied model (naming its source)."""
     if emb.tied:
@@ -160,14 +187,18 @@ def _looks_like_path(s: str) -> bool:
     return "/" in s and Path(s).parent.is_dir()
 
 
-def _weights_from_model(model: Any, dtype: torch.dtype, label: str) -> tuple[Tensor, Tensor, bool]:
-    """Copies of a loaded model's embedding weights (one tensor when tied), on the CPU in ``dtype``."""
+def _weights_from_model(model: Any, dtype: torch.dtype, label: str,
+                        missing_keys: Any = ()) -> tuple[Tensor, Tensor, bool]:
+    """Copies of a loaded model's embedding weights (one tensor when tied), on the CPU in ``dtype``.
+
+    Tied is what the loaded weights say; :class:`tiebias.models.anatomy.TyingError` when the config disagrees
+    (``missing_keys``: what transformers reported missing on load)."""
     inp_mod = model.get_input_embeddings()
     out_mod = model.get_output_embeddings()
     if inp_mod is None or out_mod is None:
         raise ValueError(f"{label}: model has no {'input' if inp_mod is None else 'output'} embedding")
     w_in, w_out = inp_mod.weight, out_mod.weight
-    tied = is_tied(model) or is_tied(model.config)
+    tied = check_loaded_tying(model, label, missing_keys)
     inp = w_in.detach().to(device="cpu", dtype=dtype, copy=True)
     out = inp if tied else w_out.detach().to(device="cpu", dtype=dtype, copy=True)
     _check_shapes(inp, out, label)
@@ -197,6 +228,8 @@ def _weights_from_folder(path: Path, dtype: torch.dtype, label: str) -> tuple[Te
         with torch.device("meta"):
             skeleton = AutoModelForCausalLM.from_config(config)
         got = _read_embeddings(path, skeleton, config)
+    except TyingError:
+        raise
     except (ValueError, KeyError, OSError, RuntimeError, TypeError) as exc:
         log.info("%s: reading embeddings directly failed (%s); loading the whole model", label, exc)
         got = None
@@ -206,15 +239,20 @@ def _weights_from_folder(path: Path, dtype: torch.dtype, label: str) -> tuple[Te
         out = inp if tied else out.to(dtype)
         _check_shapes(inp, out, label)
         return inp, out, tied
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, low_cpu_mem_usage=True)
+    model, loading = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, low_cpu_mem_usage=True,
+                                                          output_loading_info=True)
     try:
-        return _weights_from_model(model, dtype, label)
+        return _weights_from_model(model, dtype, label, loading.get("missing_keys", ()))
     finally:
         del model
 
 
 def _read_embeddings(path: Path, skeleton: Any, config: Any) -> tuple[Tensor, Tensor, bool] | None:
-    """Embedding tensors straight from safetensors, named after the (meta-device) model skeleton."""
+    """Embedding tensors straight from safetensors, named after the (meta-device) model skeleton.
+
+    None when they cannot be found this way (the caller loads the whole model); :class:`TyingError` when the
+    config's tying disagrees with the tensors (a tied config over a checkpoint with an output matrix of its own
+    that differs from the input embedding, or an untied one whose two matrices are equal)."""
     from safetensors import safe_open
 
     inp_mod, out_mod = skeleton.get_input_embeddings(), skeleton.get_output_embeddings()
@@ -236,21 +274,22 @@ def _read_embeddings(path: Path, skeleton: Any, config: Any) -> tuple[Tensor, Te
 
     keys = _checkpoint_keys(skeleton, list(weight_map))
 
-    def read(names: list[str]) -> Tensor | None:
-        """The first of ``names`` found in the checkpoint, read from its file (None if none is)."""
-        for n in names:
-            if n in keys:
-                with safe_open(str(weight_map[keys[n]]), "pt") as f:
-                    return f.get_tensor(keys[n])
-        return None
+    def read(names: list[str]) -> list[Tensor]:
+        """Every distinct checkpoint tensor named by ``names``, read from its file."""
+        found = sorted({keys[n] for n in names if n in keys})
+        out = []
+        for k in found:
+            with safe_open(str(weight_map[k]), "pt") as f:
+                out.append(f.get_tensor(k))
+        return out
 
-    inp = read(in_names + (out_names if tied else []))
-    if inp is None:
+    held = read(in_names + out_names) if tied else read(in_names)[:1] + read(out_names)[:1]
+    if len(held) < (1 if tied else 2):
         return None
-    if tied:
-        return inp, inp, True
-    out = read(out_names)
-    return None if out is None else (inp, out, False)
+    conflict = tying_conflict(tied, all(same_matrix(t, held[0]) for t in held[1:]))
+    if conflict:
+        raise TyingError(str(path), conflict)
+    return (held[0], held[0], True) if tied else (held[0], held[1], False)
 
 
 def _checkpoint_keys(skeleton: Any, keys: list[str]) -> dict[str, str]:
@@ -280,13 +319,13 @@ def _weights_from_hub(hub_id: str, revision: str | None, dtype: torch.dtype) -> 
     from transformers import AutoModelForCausalLM
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(hub_id, revision=revision, dtype=dtype,
-                                                     low_cpu_mem_usage=True)
+        model, loading = AutoModelForCausalLM.from_pretrained(hub_id, revision=revision, dtype=dtype,
+                                                              low_cpu_mem_usage=True, output_loading_info=True)
     except OSError as exc:
         raise ValueError(f"source: {hub_id!r} is neither a local model folder nor a loadable hub id "
                          f"({exc})") from exc
     try:
-        return _weights_from_model(model, dtype, hub_id)
+        return _weights_from_model(model, dtype, hub_id, loading.get("missing_keys", ()))
     finally:
         del model
 
@@ -306,5 +345,5 @@ def match_vocab(a: Embeddings, b: Embeddings, *, allow: bool = True) -> VocabMat
     return match_tokens(a.tokens, b.tokens, a.source, b.source)
 
 
-__all__ = ["WHICH", "Embeddings", "VocabMatch", "Which", "check_which", "checkpoint_matrices", "extract", "match_tokens",
-           "match_vocab", "require_untied", "token_strings"]
+__all__ = ["WHICH", "Embeddings", "VocabMatch", "Which", "check_which", "checkpoint_matrices", "extract", "from_run",
+           "match_tokens", "match_vocab", "require_untied", "token_strings"]

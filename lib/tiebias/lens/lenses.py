@@ -57,6 +57,7 @@ from tuned_lens.nn import LogitLens, Unembed
 from tuned_lens.nn.lenses import TunedLensConfig
 
 from tiebias.models.anatomy import FINAL_NORM_NAMES, Layout, check_model, checked_layout, find_layout
+from tiebias.run.files import damaged, load_torch_file, read_json
 from tiebias.run.layout import CONFIG_NAME, LENS_PARAMS_NAME, LENS_SIDECAR_NAME
 from tiebias.system.parallel import CONSTRUCTION
 
@@ -74,6 +75,7 @@ __all__ = [
 ]
 
 LN2 = math.log(2.0)
+LENS_PARAMS_HOLDS = "a tuned lens's translators (one weight and bias tensor per layer)"
 """A model's lens lives in ``<model dir>/lens/`` (package format: config.json + params.pt)."""
 
 VERIFIED_MODEL_TYPES = (
@@ -198,8 +200,11 @@ def load_lens(model: PreTrainedModel, path: str | os.PathLike[str], *, strict: b
     missing = [f for f in (CONFIG_NAME, LENS_PARAMS_NAME) if not (path / f).is_file()]
     if missing:
         raise FileNotFoundError(f"path: {path} is not a lens folder (missing {', '.join(missing)})")
-    cfg = json.loads((path / CONFIG_NAME).read_text())
-    state = torch.load(path / LENS_PARAMS_NAME, map_location="cpu", weights_only=True)
+    todo = f"delete {path} and run 03_lens again: the lens is trained again"
+    cfg = read_json(path / CONFIG_NAME, todo)
+    state = load_torch_file(path / LENS_PARAMS_NAME, LENS_PARAMS_HOLDS, todo)
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise damaged(path / LENS_PARAMS_NAME, f"a {type(state).__name__}, not a dict of tensors", todo)
     n_layers = len({k.split(".")[0] for k in state})
     widths = {tuple(v.shape) for k, v in state.items() if k.endswith("weight")}
     lens_shape = (int(cfg.get("num_hidden_layers", n_layers)), int(cfg.get("d_model", -1)))
@@ -213,7 +218,7 @@ def load_lens(model: PreTrainedModel, path: str | os.PathLike[str], *, strict: b
         )
     sidecar = path / LENS_SIDECAR_NAME
     if strict and sidecar.is_file():
-        saved = json.loads(sidecar.read_text()).get("unembed_sha256")
+        saved = read_json(sidecar, todo).get("unembed_sha256")
         if saved and saved != _unembed_sha256(model):
             raise ValueError(
                 f"path: lens at {path} was trained on a model with a different unembedding "

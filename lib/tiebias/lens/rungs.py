@@ -41,7 +41,7 @@ from tiebias.lens import cache as lens_cache
 from tiebias.lens import fit as lens_fit
 from tiebias.lens import lenses as tl
 from tiebias.lens.precision import logits_precision
-from tiebias.run.files import read_json, write_json_atomic
+from tiebias.run.files import load_torch_file, read_json, write_json_atomic
 from tiebias.run.layout import LENS_PARAMS_NAME
 
 __all__ = ["RECIPES", "check_budgets", "check_recipes", "publish_top_rung", "recipe_kwargs", "rung_dir",
@@ -137,7 +137,9 @@ def train_ladder(model: Any, tokens: Any, folder: str | Path, *, steps: int, tok
     lens, state = None, {}
     if start >= 0:
         lens = tl.load_lens(model, dirs[start])
-        state = torch.load(dirs[start] / _TRAINER, map_location="cpu", weights_only=True)
+        state = load_torch_file(dirs[start] / _TRAINER, "a rung's lens optimiser and data generator states",
+                                "delete it and run 03_lens again: the ladder then resumes from a lower rung that "
+                                "kept its trainer state, or is trained again from the start")
         out[budgets[start]] = copy.deepcopy(lens) if start < len(budgets) - 1 else lens
     draws = (budgets[-1] - (budgets[start] if start >= 0 else 0)) * steps * (tokens_per_step // seq_len)
     cache = lens_cache.build_cache(model, tokens, seq_len=seq_len, tokens_per_step=tokens_per_step,

@@ -1,5 +1,6 @@
-"""What a causal LM is made of, read from its config or modules: the text config, whether its embeddings are tied,
-and where its final norm and head are (its layout), for a loaded model or a meta-device skeleton alike.
+"""What a causal LM is made of, read from its config or modules: the text config, whether its embeddings are tied
+(and whether its loaded weights agree with its config on that), and where its final norm and head are (its layout),
+for a loaded model or a meta-device skeleton alike.
 
 The lens (:mod:`tiebias.lens.lenses`), the checks of external models (:mod:`tiebias.models.sources`) and the
 embedding reader (:mod:`tiebias.align.embeddings`) all ask these questions; this module is the one place that
@@ -18,8 +19,8 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 __all__ = [
-    "FINAL_NORM_NAMES", "Layout", "check_model", "checked_layout", "describe_model", "find_layout", "is_tied",
-    "text_config",
+    "FINAL_NORM_NAMES", "Layout", "TyingError", "check_loaded_tying", "check_model", "checked_layout", "describe_model",
+    "find_layout", "is_tied", "same_matrix", "text_config", "tying_conflict", "weights_tied",
 ]
 
 FINAL_NORM_NAMES = (
@@ -59,6 +60,67 @@ def is_tied(model_or_config: Any) -> bool:
             return True
         return "meta" not in (a.device.type, b.device.type) and a.data_ptr() == b.data_ptr()
     return bool(getattr(text_config(model_or_config), "tie_word_embeddings", False))
+
+
+class TyingError(ValueError):
+    """A model whose config and weights disagree on whether input and output embeddings are one matrix.
+
+    ``where`` names the model (its folder, or the parameter that named it), ``conflict`` says what disagrees."""
+
+    def __init__(self, where: str, conflict: str) -> None:
+        super().__init__(f"{where}: {conflict}")
+        self.where, self.conflict = where, conflict
+
+
+def same_matrix(a: Tensor, b: Tensor) -> bool:
+    """Whether two embedding weights are one matrix: the same tensor or storage, or (real tensors) equal in value."""
+    if a is b:
+        return True
+    if "meta" in (a.device.type, b.device.type):
+        return False
+    return a.data_ptr() == b.data_ptr() or (a.shape == b.shape and a.device == b.device and torch.equal(a, b))
+
+
+def weights_tied(model: torch.nn.Module) -> bool:
+    """Whether a loaded model's weights are tied in fact (:func:`same_matrix`), whatever its config says.
+
+    transformers unties a tied config whose checkpoint holds an output matrix of its own that differs from the input
+    embedding, so only the loaded weights tell. A model without an output embedding is untied.
+    """
+    inp, out = model.get_input_embeddings(), model.get_output_embeddings()
+    return inp is not None and out is not None and same_matrix(inp.weight, out.weight)
+
+
+def tying_conflict(config_tied: bool, tied: bool, *, output_missing: bool = False) -> str | None:
+    """Why a model's config and its weights disagree on tying, for an error message; None when they agree.
+
+    ``tied``: the weights are one matrix (:func:`same_matrix`); ``output_missing``: an untied config's checkpoint
+    holds no output matrix, so transformers would draw one at random.
+    """
+    if config_tied and not tied:
+        return ("its config.json says tie_word_embeddings=True, but its weights hold an output matrix of their own "
+                "that differs from the input embedding (transformers then loads the two untied)")
+    if not config_tied and tied:
+        return ("its config.json says tie_word_embeddings=False, but its output matrix equals its input embedding "
+                "(one matrix in fact)")
+    if not config_tied and output_missing:
+        return ("its config.json says tie_word_embeddings=False, but its weights hold no output matrix "
+                "(transformers would draw one at random)")
+    return None
+
+
+def check_loaded_tying(model: torch.nn.Module, where: str, missing_keys: Any = ()) -> bool:
+    """A loaded model's tying (:func:`weights_tied`); :class:`TyingError` naming ``where`` when its config disagrees.
+
+    ``missing_keys``: the checkpoint names transformers reported missing on load (``output_loading_info``).
+    """
+    tied = weights_tied(model)
+    out = model.get_output_embeddings()
+    out_names = {n for n, p in model.named_parameters(remove_duplicate=False) if out is not None and p is out.weight}
+    conflict = tying_conflict(is_tied(model.config), tied, output_missing=bool(out_names & set(missing_keys)))
+    if conflict:
+        raise TyingError(where, conflict)
+    return tied
 
 
 @dataclass(frozen=True, eq=False)

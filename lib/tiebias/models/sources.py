@@ -4,7 +4,8 @@ Everything that can be known from a model's ``config.json`` is checked before an
 wrong or swapped pair (a ``tied_source`` that is untied), a family with no causal-LM head, a family
 the lens cannot follow, or a model too large for free memory is refused in seconds rather than after
 a multi-GB download or load. The config is instantiated on the meta device (no memory) to read the
-parameter count and the real tying of input and output embeddings.
+parameter count and the real tying of input and output embeddings. Once loaded, the weights must agree with the
+config and the role (a tied config over weights with an output matrix of their own loads untied).
 
 Labels are roles: ``"tied"`` must be a tied model, ``"untied"`` an untied one (any other label is
 not checked for tying); errors name the notebook parameter ``<label>_source``.
@@ -16,13 +17,20 @@ import hashlib
 import os
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
-from tiebias.models.anatomy import check_model, find_layout, is_tied, text_config
+from tiebias.models.anatomy import (
+    TyingError,
+    check_loaded_tying,
+    check_model,
+    find_layout,
+    is_tied,
+    text_config,
+)
 from tiebias.run.folder import Run
 from tiebias.run.guard import check_folder, mark
 from tiebias.run.layout import CONFIG_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
@@ -211,7 +219,8 @@ def load_models(sources: dict[str, Any], *, device: str | torch.device = "cpu",
     """Load causal LMs with their tokenizers for lensing (label -> (model, tokenizer)) after config-first checks.
 
     :func:`check_sources` (with the lens checks) runs first and the tokenizers load next (both cheap),
-    so every refusal comes before the first weight is read; each loaded model then passes
+    so every refusal comes before the first weight is read; each loaded model's weights must then be tied as its
+    config and role say (:class:`tiebias.models.anatomy.TyingError` naming ``<label>_source``) and it must pass
     :func:`tiebias.models.anatomy.check_model` (one short forward pass).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -230,10 +239,27 @@ def load_models(sources: dict[str, Any], *, device: str | torch.device = "cpu",
         tokenizers[label] = tok
     out = {}
     for label, info in infos.items():
-        model = AutoModelForCausalLM.from_pretrained(info.source, dtype=dtype).to(device).eval()
+        model, loading = AutoModelForCausalLM.from_pretrained(info.source, dtype=dtype, output_loading_info=True)
+        _check_loaded(info, model, loading.get("missing_keys", ()))
+        model = model.to(device).eval()
         check_model(model)
         out[label] = (model, tokenizers[label])
     return out
+
+
+def _check_loaded(info: SourceInfo, model: Any, missing_keys: Any) -> None:
+    """Refuse a loaded model whose weights are not tied as its config says, or not as its role needs.
+
+    The config was checked before loading (:func:`_check_role`); the weights can still disagree with it (a tied
+    config over a checkpoint with an output matrix of its own loads untied), so the loaded weights decide.
+    """
+    try:
+        tied = check_loaded_tying(model, f"{info.param}: {info.source!r}", missing_keys)
+    except TyingError as exc:
+        raise TyingError(exc.where, f"{exc.conflict}; the model is not the one its config describes: correct "
+                         "tie_word_embeddings in its config.json or restore its weights, or use another "
+                         "model") from None
+    _check_role(replace(info, tied=tied))
 
 
 def pair_slug(tied_source: Any, untied_source: Any) -> str:

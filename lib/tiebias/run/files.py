@@ -38,10 +38,42 @@ class DamagedFileError(RunFolderError):
     """A file of the run folder does not load; the message names it and says what to do."""
 
 
+class UnsafeFileError(DamagedFileError):
+    """A torch file that refers to Python objects (which could run code when loaded), where only tensors and plain
+    values belong; it is never loaded."""
+
+
 def damaged(path: Path, err: BaseException | str, todo: str) -> DamagedFileError:
     """The error for a file that does not load: the file, the reason, and what to do."""
     why = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
     return DamagedFileError(f"{path}: damaged or unreadable ({why}); {todo}")
+
+
+_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+
+
+def load_torch_file(path: Path, holds: str, todo: str, *, map_location: str | torch.device = "cpu") -> Any:
+    """A torch file read with ``weights_only=True``: tensors and plain values only, so no code of the file runs.
+
+    A file that refers to any other Python object raises :class:`UnsafeFileError`, one that does not load
+    :class:`DamagedFileError`; both name the file, what it should hold (``holds``) and ``todo``. Torch's own
+    message is cut to its first sentence and dropped when it gives advice about ``weights_only``.
+    """
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # any loader error: a damaged, foreign or unsafe file
+        text = " ".join(str(e).split())
+        found = _GLOBAL.search(text)
+        if found:
+            raise UnsafeFileError(f"{path}: refused: it refers to the Python object {found.group(1)}, and a file like "
+                                  f"this can run code when it is opened; it should hold only {holds} (tensors and "
+                                  f"plain values); {todo}") from None
+        first = text.split(". ")[0].rstrip(".")
+        why = f"{type(e).__name__}: {first}" if first and "weights_only" not in first else \
+            f"{type(e).__name__}: not a torch file of tensors and plain values"
+        raise damaged(path, why, f"it should hold {holds}; {todo}") from None
 
 
 def sanitise_json(data: Any, reasons: dict[str, str] | None = None) -> tuple[Any, dict[str, str]]:

@@ -104,6 +104,13 @@ def _short(fingerprint: Any) -> str:
     return f"{str(fingerprint)[:12]}..."
 
 
+def _loaded_tied(model: PreTrainedModel) -> bool:
+    """Whether a loaded model's input and output matrices are one: shared storage or equal values (the test of
+    :func:`tiebias.models.anatomy.weights_tied`, which this layer comes before)."""
+    a, b = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    return a.data_ptr() == b.data_ptr() or (a.shape == b.shape and torch.equal(a, b))
+
+
 def _pid_alive(pid: int) -> bool:
     """Whether a process of this host has that PID (one of another user counts as alive)."""
     try:
@@ -463,25 +470,45 @@ class Run(RunLayout):
             return self.model_dir(variant, seed) / LENS_SUBDIR
         return self.model_path(variant, seed, step) / LENS_SUBDIR
 
+    def repair_hint(self, variant: str | Variant, seed: int, step: int | None = None) -> str:
+        """What to do about a final model (step None) or a checkpoint whose files are damaged or not what they
+        should be, for error messages."""
+        key = model_key(variant, seed)
+        if step is None:
+            return (f"delete {self.complete_path(variant, seed)} and train {key} again: training resumes from "
+                    "the newest good checkpoint and rewrites the final model")
+        others = [s for s, _ in self.checkpoints(variant, seed) if s != step]
+        return f"use another step (available: {others}), or retrain {key} ({OVERWRITE_HINT})"
+
     def load_model(self, variant: str | Variant, seed: int, step: int | None = None,
                    device: str | torch.device = "cpu") -> PreTrainedModel:
-        """Load a trained model (or a checkpoint) in eval mode; a damaged file is named with what to do."""
+        """Load a trained model (or a checkpoint) in eval mode; a damaged file is named with what to do.
+
+        The loaded weights must be tied as the variant says (its folder's config.json may have been edited, or
+        the weights replaced): else :class:`tiebias.run.files.RunFolderError` names the model folder.
+        """
         from transformers import AutoModelForCausalLM
 
         path = self.model_path(variant, seed, step)
-        key = model_key(variant, seed)
-        if step is None:
-            todo = (f"delete {self.complete_path(variant, seed)} and train {key} again: training resumes from "
-                    "the newest good checkpoint and rewrites the final model")
-        else:
-            others = [s for s, _ in self.checkpoints(variant, seed) if s != step]
-            todo = f"use another step (available: {others}), or retrain {key} ({OVERWRITE_HINT})"
+        todo = self.repair_hint(variant, seed, step)
         check_model_folder(path, todo)
         try:
             with CONSTRUCTION:  # loading patches torch.nn.init process-wide: one load at a time
-                m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+                m, loading = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, output_loading_info=True)
         except Exception as e:  # any loader failure: reported with the folder named
             raise damaged(path, e, todo) from None
+        v = Variant.parse(variant)
+        config_tied = getattr(m.config, "tie_word_embeddings", None)
+        tied = _loaded_tied(m)
+        if tied != v.tied or config_tied != v.tied:
+            raise RunFolderError(
+                f"{path}: the run's variant {v.name!r} is {'tied' if v.tied else 'untied'}, but the model in this "
+                f"folder does not match it (its config.json says tie_word_embeddings={config_tied!r}, and its loaded "
+                f"input and output embeddings are {'one matrix' if tied else 'two different matrices'}): it is not "
+                f"the model the run trained; {todo}")
+        if loading.get("missing_keys"):
+            raise damaged(path, f"its weights lack {sorted(loading['missing_keys'])}, which loading would draw at "
+                          "random", todo)
         return m.to(device).eval()
 
     def metrics(self, variant: str | Variant, seed: int, kind: str = "train") -> pd.DataFrame:

@@ -23,8 +23,11 @@ from tiebias.run.files import (
     OVERWRITE_HINT,
     DamagedFileError,
     RunFolderError,
+    UnsafeFileError,
     atomic_folder,
     check_model_folder,
+    damaged,
+    load_torch_file,
     read_log_lines,
     write_text_atomic,
 )
@@ -88,6 +91,9 @@ def prune_states(ckpt_root: Path, keep: int) -> None:
         (d / TRAINER_STATE_NAME).unlink()
 
 
+TRAINER_STATE_HOLDS = "a checkpoint's optimiser state, step and elapsed time"
+
+
 def load_resume_point(model: PreTrainedModel, opt: torch.optim.Optimizer, ckpt_root: Path, dev: torch.device,
                        tied: bool, key: str) -> tuple[int, float] | None:
     """Load the newest checkpoint whose weights and optimiser state both load; (step, elapsed) or None.
@@ -95,14 +101,16 @@ def load_resume_point(model: PreTrainedModel, opt: torch.optim.Optimizer, ckpt_r
     A checkpoint that does not load is skipped for the previous one with a warning naming the file.
     Refuses (ValueError naming the folder) when checkpoints past step 0 exist but none can be resumed:
     restarting from step 0 is never done silently; so does a missing step-0 checkpoint (:func:`require_initial`).
+    The optimiser state is read with ``weights_only=True``: one that refers to Python objects (which could
+    run code) is refused outright (:class:`tiebias.run.files.UnsafeFileError`), not skipped.
     """
     dirs = sorted((d for d in ckpt_root.glob(f"{STEP_PREFIX}*") if _step_key(d) >= 0), key=_step_key,
                   reverse=True)
     if dirs and _step_key(dirs[0]) > 0:
         require_initial(ckpt_root)  # a trained model without its initial weights is not resumed
     problems = []
-    out_w = model.get_output_embeddings().weight
-    allowed_missing = {n for n, p in model.named_parameters(remove_duplicate=False) if p is out_w} if tied else set()
+    todo = (f"delete it: training then resumes from the previous checkpoint that kept its optimiser state, or "
+            f"{OVERWRITE_HINT} to retrain {key} from scratch")
     for d in dirs:
         state_file, weights = d / TRAINER_STATE_NAME, d / WEIGHTS_NAME
         if not state_file.exists():
@@ -110,33 +118,44 @@ def load_resume_point(model: PreTrainedModel, opt: torch.optim.Optimizer, ckpt_r
             continue
         try:
             check_model_folder(d, "")
-            state = torch.load(state_file, map_location=dev, weights_only=False)
+            state = load_torch_file(state_file, TRAINER_STATE_HOLDS, todo, map_location=dev)
             if not isinstance(state, dict) or "optimizer" not in state:
-                raise ValueError("not a trainer state (no 'optimizer' entry)")
+                raise damaged(state_file, "not a trainer state (no 'optimizer' entry)", todo)
+        except UnsafeFileError:
+            raise
         except DamagedFileError as e:
             problems.append(f"{d.name}: {str(e).split(';')[0]}")
-        except Exception as e:  # a truncated or foreign pickle: any loader error
-            problems.append(f"{d.name}: {state_file} does not load ({type(e).__name__}: {e})")
-        else:
-            try:
-                sd = load_file(str(weights), device=str(dev))
-                missing, unexpected = model.load_state_dict(sd, strict=False)
-                if unexpected or set(missing) - allowed_missing:
-                    raise ValueError(f"weights do not match the model: missing {missing}, unexpected {unexpected}")
-                opt.load_state_dict(state["optimizer"])
-            except Exception as e:  # weights or optimiser state of another shape
-                problems.append(f"{d.name}: {d} does not match this model ({type(e).__name__}: {e})")
-                continue
-            if problems:
-                warnings.warn(f"model {key}: skipped checkpoint(s) that cannot be resumed ({'; '.join(problems)}); "
-                              f"resuming from {d.name} instead (the later steps are recomputed)",
-                              stacklevel=4)  # train(), through its resume step
-            return _step_key(d), float(state.get("elapsed_s", 0.0))
+            continue
+        try:
+            _load_weights(model, load_file(str(weights), device=str(dev)), tied)
+            opt.load_state_dict(state["optimizer"])
+        except Exception as e:  # weights or optimiser state of another shape
+            problems.append(f"{d.name}: {d} does not match this model ({type(e).__name__}: {e})")
+            continue
+        if problems:
+            warnings.warn(f"model {key}: skipped checkpoint(s) that cannot be resumed ({'; '.join(problems)}); "
+                          f"resuming from {d.name} instead (the later steps are recomputed)",
+                          stacklevel=4)  # train(), through its resume step
+        return _step_key(d), float(state.get("elapsed_s", 0.0))
     if any(_step_key(d) > 0 for d in dirs):
         raise ValueError(f"model {key}: no checkpoint in {ckpt_root} can be resumed ({'; '.join(problems)}); "
                          f"training would restart from step 0: {OVERWRITE_HINT} to retrain it from scratch, "
                          "or restore the checkpoint files")
     return None
+
+
+def _load_weights(model: PreTrainedModel, sd: dict[str, torch.Tensor], tied: bool) -> None:
+    """Load a checkpoint's weights into ``model``; ValueError when they are not the model's (other names, or a
+    tied model's checkpoint holding an output matrix of its own that differs from the input embedding)."""
+    out_w = model.get_output_embeddings().weight
+    names = [n for n, p in model.named_parameters(remove_duplicate=False) if p is out_w]
+    if tied:
+        held = [sd[n] for n in names if n in sd]
+        if any(t.shape != held[0].shape or not torch.equal(t, held[0]) for t in held[1:]):
+            raise ValueError(f"the model is tied but the checkpoint holds different matrices for {names}")
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    if unexpected or set(missing) - (set(names) if tied else set()):
+        raise ValueError(f"weights do not match the model: missing {missing}, unexpected {unexpected}")
 
 
 def kept_log(path: Path, header: list[str], upto: int, expected: list[int], key: str) -> tuple[list[str], list[str]]:
