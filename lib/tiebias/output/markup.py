@@ -9,9 +9,7 @@ text goes through one of these before it reaches a page: :func:`md_text` (inside
 
 from __future__ import annotations
 
-import html
 import re
-from html.parser import HTMLParser
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]+")
 _ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "|": "&#124;"}
@@ -65,49 +63,17 @@ def md_fence(text: str, lang: str = "") -> str:
     return f"{ticks}{lang}\n{text.rstrip(chr(10))}\n{ticks}"
 
 
-class _Allowed(HTMLParser):
-    """Re-emits a fragment with only :data:`HTML_TAGS` and :data:`HTML_ATTRIBUTES`, all text escaped."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.out: list[str] = []
-        self.skip = 0  # inside <script> or <style>: their text is dropped, not shown
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        """An allowed tag with its allowed attributes, values escaped; anything else dropped."""
-        if tag in ("script", "style"):
-            self.skip += 1
-        self.handle_startendtag(tag, attrs)
-
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        """A tag written ``<br/>``: opened only (nothing to close, no text to skip)."""
-        if tag in HTML_TAGS:
-            kept = "".join(f' {k}="{html.escape(v or "", quote=True)}"' for k, v in attrs if k in HTML_ATTRIBUTES)
-            self.out.append(f"<{tag}{kept}>")
-
-    def handle_endtag(self, tag: str) -> None:
-        """The closing tag of an allowed tag."""
-        if tag in ("script", "style"):
-            self.skip = max(0, self.skip - 1)
-        if tag in HTML_TAGS:
-            self.out.append(f"</{tag}>")
-
-    def handle_data(self, data: str) -> None:
-        """Text, escaped (entities were decoded by the parser)."""
-        if not self.skip:
-            self.out.append(html.escape(data, quote=False))
-
-
 def safe_html(fragment: str) -> str:
     """An HTML fragment with only harmless tags and attributes left (tables, text markup), every text escaped.
 
-    Scripts, styles, comments, links, images, frames and event attributes are dropped; the text of a dropped tag
-    stays (escaped), that of a script or style block goes.
+    ``bleach`` (the sanitiser nbconvert's stack already installs) does the work: scripts, styles, comments, links,
+    images, frames and event attributes are dropped; the text of a dropped tag stays, escaped, so it shows as
+    text and runs nothing.
     """
-    parser = _Allowed()
-    parser.feed(fragment)
-    parser.close()
-    return "".join(parser.out)
+    import bleach
+
+    return bleach.clean(fragment, tags=HTML_TAGS, attributes=sorted(HTML_ATTRIBUTES), protocols=[], strip=True,
+                        strip_comments=True)
 
 
 __all__ = ["HTML_ATTRIBUTES", "HTML_TAGS", "md_code", "md_fence", "md_text", "safe_html"]
