@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tiebias.config.checks import check_run_dir_text
+from tiebias.config.environment import check_environment
 from tiebias.config.params import (
     PARAM_LIST,
     PARAMS,
@@ -93,7 +94,9 @@ def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None
     value stops here with an error naming it. Notebook-only parameters given here come back checked too.
     Values that must agree with others (lens settings with the training recipe) are checked for the
     ``notebooks`` that will run (None: all of them), so a study stops here rather than hours later in 03.
+    The machine's variables (``TIEBIAS_THREADS``, ``TIEBIAS_WORKERS``) are checked here too.
     """
+    check_environment()
     name = profile or default_profile()
     params = load_profile(name)
     for k, v in overrides.items():
