@@ -207,3 +207,15 @@ def test_lens_trainer_defaults_are_the_default_profile_and_cpu_recipe() -> None:
     assert (default["lens_steps"], default["lens_tokens_per_step"], default["lens_recipes"][0]) == (250, 512, "cpu")
     assert {k: sig[k].default for k in LENS_RECIPES["cpu"]} == {"optimizer": "adam", "lr": 1e-2, "momentum": 0.9,
                                                                 "weight_decay": 1e-3}
+
+
+# -- a relative $TIEBIAS_RUN_DIR names the same folder from the root and from notebooks/ -------------------
+def test_relative_run_dir_from_the_environment_lies_under_the_repository(monkeypatch) -> None:
+    monkeypatch.setenv(profiles.RUN_DIR_ENV, "runs/from-env")
+    want = str((profiles.repo_root() / "runs" / "from-env").resolve())
+    for cwd in (profiles.repo_root(), profiles.repo_root() / "notebooks"):  # make lab; a JupyterLab kernel
+        monkeypatch.chdir(cwd)
+        assert profiles.resolve("smoke")["run_dir"] == want
+    assert not Path(want).exists()
+    monkeypatch.setenv(profiles.RUN_DIR_ENV, "/tmp/from-env")
+    assert profiles.resolve("smoke")["run_dir"] == "/tmp/from-env"

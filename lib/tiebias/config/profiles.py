@@ -86,6 +86,19 @@ def default_profile() -> str:
     return os.environ.get(PROFILE_ENV, "default")
 
 
+def env_run_dir() -> Path | None:
+    """``$TIEBIAS_RUN_DIR`` as a folder (None when unset); a relative one lies under the repository root.
+
+    ``make lab`` announces ``runs/...`` from the root, and JupyterLab's kernels run in ``notebooks/``: the
+    same value must name the same folder in a notebook and on the command line.
+    """
+    raw = os.environ.get(RUN_DIR_ENV)
+    if not raw:
+        return None
+    path = Path(raw).expanduser()
+    return path if path.is_absolute() else repo_root() / path
+
+
 def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None, *,
             notebooks: Sequence[str] | None = None, **overrides: Any) -> dict[str, Any]:
     """Merge a profile with explicit overrides (``None`` means "not given") and fill in the run folder.
@@ -94,7 +107,9 @@ def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None
     value stops here with an error naming it. Notebook-only parameters given here come back checked too.
     Values that must agree with others (lens settings with the training recipe) are checked for the
     ``notebooks`` that will run (None: all of them), so a study stops here rather than hours later in 03.
-    The machine's variables (``TIEBIAS_THREADS``, ``TIEBIAS_WORKERS``) are checked here too.
+    The machine's variables (``TIEBIAS_THREADS``, ``TIEBIAS_WORKERS``) are checked here too. A relative
+    ``$TIEBIAS_RUN_DIR`` names a folder under the repository root, wherever the process runs (a notebook's
+    kernel runs in ``notebooks/``).
     """
     check_environment()
     name = profile or default_profile()
@@ -109,7 +124,7 @@ def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None
     if notebooks is None or "03_lens" in notebooks:
         check_lens(params)
     check_run_dir_text(run_dir)  # "" is a mistake, not "not given" (that is None)
-    rd = run_dir or os.environ.get(RUN_DIR_ENV) or repo_root() / "runs" / Path(str(name)).stem
+    rd = run_dir or env_run_dir() or repo_root() / "runs" / Path(str(name)).stem
     params["profile"] = str(name)
     params["run_dir"] = str(Path(rd).expanduser().resolve())
     return params
