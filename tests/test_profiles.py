@@ -209,6 +209,27 @@ def test_lens_trainer_defaults_are_the_default_profile_and_cpu_recipe() -> None:
                                                                 "weight_decay": 1e-3}
 
 
+# -- parameters later notebooks cannot work with are refused before 01 trains -------------------------------
+def test_variants_02_and_03_cannot_compare_are_refused_up_front(tmp_path: Path) -> None:
+    from tiebias.__main__ import main
+
+    with pytest.raises(ValueError, match=r"^variants: \['tied'\] is not allowed with 02_align and 03_lens: .*Need "
+                                         r"both 'tied' and 'untied' .*variants=tied,untied, or run 01_train alone"):
+        profiles.resolve("smoke", tmp_path / "run", notebooks=["01_train", "02_align", "03_lens"], variants=["tied"])
+    with pytest.raises(ValueError, match=r"^variants: \['tied', 'tied_in5'\] is not allowed with 03_lens: .*"
+                                         r"variants=tied,untied,tied_in5$"):
+        profiles.resolve("smoke", tmp_path / "run", notebooks=["03_lens"], variants="tied,tied_in5")
+    with pytest.raises(ValueError, match=r"^variants: \['untied'\] is not allowed with 02_align:"):
+        profiles.resolve("smoke", tmp_path / "run", notebooks=["01_train", "02_align"], variants="untied")
+    assert main(["study", "--profile", "class", "--run-dir", str(tmp_path / "run"), "--set", "variants=tied"]) == 2
+    assert not (tmp_path / "run").exists(), "refused before anything is written"
+    # what the later notebooks can work with passes: 01 alone, 02 alone (it has no variants), an external pair
+    for notebooks, extra in ((["01_train"], {}), (["02_align"], {}), (["01_train", "04_ablate"], {}),
+                             (["01_train", "02_align", "03_lens"], {"tied_source": "a/t", "untied_source": "b/u"})):
+        profiles.resolve("smoke", tmp_path / "run", notebooks=notebooks, variants=["tied"], **extra)
+    profiles.resolve("smoke", tmp_path / "run", variants="tied,untied,tied_in5")
+
+
 # -- a relative $TIEBIAS_RUN_DIR names the same folder from the root and from notebooks/ -------------------
 def test_relative_run_dir_from_the_environment_lies_under_the_repository(monkeypatch) -> None:
     monkeypatch.setenv(profiles.RUN_DIR_ENV, "runs/from-env")

@@ -28,8 +28,9 @@ from tiebias.config.params import (
     notebook_parameters,
     unknown_name,
 )
-from tiebias.config.paths import PROFILE_DIR, repo_root
+from tiebias.config.paths import NOTEBOOKS, PROFILE_DIR, repo_root
 from tiebias.config.training import TrainConfig, checkpoint_steps
+from tiebias.config.variants import parse_variants
 
 PROFILE_ENV = "TIEBIAS_PROFILE"
 RUN_DIR_ENV = "TIEBIAS_RUN_DIR"
@@ -123,6 +124,7 @@ def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None
     train_config(params)  # the recipe as a whole (e.g. seq_len within the preset's positions, warmup_steps < steps)
     if notebooks is None or "03_lens" in notebooks:
         check_lens(params)
+    check_pairs(params, NOTEBOOKS if notebooks is None else notebooks)
     check_run_dir_text(run_dir)  # "" is a mistake, not "not given" (that is None)
     rd = run_dir or env_run_dir() or repo_root() / "runs" / Path(str(name)).stem
     params["profile"] = str(name)
@@ -186,6 +188,35 @@ def check_lens(params: Mapping[str, Any]) -> None:
             train_config(params, preset=depth)
         except ValueError as e:
             raise ValueError(f"lens_depth_presets: {depth!r} cannot be trained with this recipe ({e})") from None
+
+
+PAIR = ("tied", "untied")
+
+
+def check_pairs(params: Mapping[str, Any], notebooks: Sequence[str]) -> None:
+    """Refuse ``variants`` that 02 or 03 could not compare, before 01 trains models they would then refuse.
+
+    02 compares each seed's tied model with its untied one, the models 01 trains from ``variants``; 03 gives a
+    lens to each of its ``variants`` and reads the tied - untied gap. An external pair (``tied_source`` /
+    ``untied_source``) is read instead of the run's models, so then neither needs them.
+    """
+    if params.get("tied_source") is not None or params.get("untied_source") is not None:
+        return
+    names = [v.name for v in parse_variants(params["variants"])]
+    lacking = [v for v in PAIR if v not in names]
+    if not lacking:
+        return
+    why: dict[str, str] = {}
+    if "01_train" in notebooks and "02_align" in notebooks:
+        why["02_align"] = "it compares each seed's tied and untied models, which 01_train trains from them"
+    if "03_lens" in notebooks:
+        why["03_lens"] = "it gives a lens to each of them and compares each seed's tied model with its untied one"
+    if not why:
+        return
+    alone = ", or run 01_train alone (--only 01_train)" if "01_train" in notebooks else ""
+    raise ValueError(f"variants: {params['variants']} is not allowed with {' and '.join(why)}: "
+                     f"{'; '.join(f'{nb}: {w}' for nb, w in why.items())}. Need both {' and '.join(map(repr, PAIR))} "
+                     f"(others may be added), e.g. variants={','.join(dict.fromkeys([*PAIR, *names]))}{alone}")
 
 
 def _check_lens_checkpoints(params: Mapping[str, Any]) -> None:
