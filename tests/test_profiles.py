@@ -240,3 +240,32 @@ def test_relative_run_dir_from_the_environment_lies_under_the_repository(monkeyp
     assert not Path(want).exists()
     monkeypatch.setenv(profiles.RUN_DIR_ENV, "/tmp/from-env")
     assert profiles.resolve("smoke")["run_dir"] == "/tmp/from-env"
+
+
+# -- a papermill -p name the notebook does not declare is refused like --set ----------------------------------
+def test_injected_parameters_the_notebook_does_not_declare_are_refused() -> None:
+    declared = {n: PARAMS[n].default_for("01_train") for n in notebook_parameters("01_train")}
+    declared |= {"profile": "smoke", "run_dir": "/tmp/never"}
+    ran = ["", "# Parameters (papermill overrides any of these)\nsteps = None\n", "# Parameters\nsteps = 50\n"]
+    assert profiles.injected_names({"In": ran}) == ["steps"]
+    assert profiles.resolve_notebook("01_train", {**declared, "In": ran, "steps": 50})["steps"] == 50
+    with pytest.raises(ValueError, match=r"^step: not a parameter \(did you mean 'steps'\?\); allowed: corpus, ") as e:
+        profiles.resolve_notebook("01_train", {**declared, "In": [*ran, "# Parameters\nstep = 5\n"], "step": 5})
+    with pytest.raises(ValueError) as from_set:
+        parse_set(["step=5"])
+    assert str(e.value) == str(from_set.value)  # the same message as --set
+    with pytest.raises(ValueError, match=r"^knn_k: not a parameter of the notebooks run \(01_train\); used by 02_align"):
+        profiles.resolve_notebook("01_train", {**declared, "In": ["# Parameters\nknn_k = 3\n"], "knn_k": 3})
+    assert profiles.injected_names({}) == [] and profiles.injected_names({"In": "not a history"}) == []
+
+
+@pytest.mark.slow
+def test_papermill_typo_stops_the_notebook_before_it_writes(tmp_path: Path) -> None:
+    import papermill as pm
+
+    nb = profiles.repo_root() / "notebooks" / "01_train.ipynb"
+    with pytest.raises(pm.PapermillExecutionError, match=r"step: not a parameter \(did you mean 'steps'\?\)"):
+        pm.execute_notebook(str(nb), str(tmp_path / "01.ipynb"), cwd=str(nb.parent), kernel_name="python3",
+                            progress_bar=False, parameters={"profile": "smoke", "run_dir": str(tmp_path / "run"),
+                                                            "step": 5})
+    assert not (tmp_path / "run").exists()

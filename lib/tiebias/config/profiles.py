@@ -9,6 +9,7 @@ variable, so a test harness (nbval) can pick the smoke profile without editing t
 
 from __future__ import annotations
 
+import ast
 import copy
 import os
 import tomllib
@@ -132,11 +133,49 @@ def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None
     return params
 
 
+INJECTED_HEADER = "# Parameters"
+"""The first line of the cell papermill adds after a notebook's ``parameters`` cell (its ``-p`` values)."""
+
+
+def injected_names(namespace: Mapping[str, Any]) -> list[str]:
+    """The names papermill's injected cells assigned, read from IPython's input history (``In``) in ``namespace``.
+
+    Papermill only warns about a name the parameters cell does not declare, and the cell then assigns it
+    anyway: read here, such a name can be refused like an unknown ``--set`` name. No history (not IPython): [].
+    """
+    history = namespace.get("In")
+    names: list[str] = []
+    for source in history if isinstance(history, list) else []:
+        if not isinstance(source, str) or source.lstrip("\n").split("\n", 1)[0].rstrip() != INJECTED_HEADER:
+            continue
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        names += [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+                  if isinstance(t, ast.Name)]
+    return list(dict.fromkeys(names))
+
+
+def check_injected(notebook: str, namespace: Mapping[str, Any]) -> None:
+    """Refuse a papermill ``-p`` name that ``notebook`` does not declare, as ``--set`` refuses it (it would be ignored)."""
+    declared = notebook_parameters(notebook)
+    for name in injected_names(namespace):
+        if name in declared:
+            continue
+        if name not in PARAMS:
+            raise unknown_name(name, list(PARAMS), "not a parameter")
+        raise ValueError(f"{name}: not a parameter of the notebooks run ({notebook}); used by "
+                         f"{', '.join(PARAMS[name].notebooks)}")
+
+
 def resolve_notebook(notebook: str, namespace: Mapping[str, Any]) -> dict[str, Any]:
     """Resolve every parameter a notebook declares (read from its namespace, e.g. ``globals()``).
 
-    The names come from the vocabulary, so a notebook cannot declare a parameter and then drop it.
+    The names come from the vocabulary, so a notebook cannot declare a parameter and then drop it; a name
+    papermill injected that the notebook does not declare is refused (:func:`check_injected`).
     """
+    check_injected(notebook, namespace)
     names = [n for n in notebook_parameters(notebook) if n not in ("profile", "run_dir")]
     missing = [n for n in names if n not in namespace]
     if missing:
