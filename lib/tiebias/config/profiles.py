@@ -29,7 +29,7 @@ from tiebias.config.params import (
     notebook_parameters,
     unknown_name,
 )
-from tiebias.config.paths import NOTEBOOKS, PROFILE_DIR, repo_root
+from tiebias.config.paths import NOTEBOOKS, PROFILE_DIR, check_encodable, repo_root
 from tiebias.config.training import TrainConfig, checkpoint_steps
 from tiebias.config.variants import parse_variants
 
@@ -115,6 +115,7 @@ def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None
     """
     check_environment()
     name = profile or default_profile()
+    check_encodable("profile", name)
     params = load_profile(name)
     for k, v in overrides.items():
         if k not in PARAMS:
@@ -129,6 +130,7 @@ def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None
     check_run_dir_text(run_dir)  # "" is a mistake, not "not given" (that is None)
     rd = run_dir or env_run_dir() or repo_root() / "runs" / Path(str(name)).stem
     params["profile"] = str(name)
+    check_encodable("run_dir", rd)
     params["run_dir"] = str(Path(rd).expanduser().resolve())
     return params
 
