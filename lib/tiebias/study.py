@@ -106,6 +106,8 @@ def check_study(profile: str | Path | None = None, run_dir: str | Path | None = 
             raise ValueError(f"{k}: not a parameter of the notebooks run ({', '.join(names)}); used by {users}")
     corpus = params["corpus"] if any("corpus" in d for d in declared.values()) else None
     check_folder(params["run_dir"], folder_kind_of(params, names), corpus=corpus)
+    if {"01_train", "04_ablate"} & set(names):  # their Run.prepare would refuse another corpus or vocab_size
+        Run(params["run_dir"]).check_data(params["corpus"], params["vocab_size"])
     notebook_values(params)
     return params, names
 
