@@ -76,6 +76,16 @@ def _corpus_name(corpus: str | Path | None) -> str:
     return "shakespeare" if corpus in (None, "", "shakespeare") else str(corpus)
 
 
+def _check_reached(size: int, vocab_size: int, corpus: str) -> None:
+    """Refuse a vocabulary the corpus cannot give: config.json and every summary would name a size no model has."""
+    if size < vocab_size:
+        raise ValueError(
+            f"vocab_size: {vocab_size} is more than corpus {corpus!r} gives: byte-level BPE found {size} tokens "
+            f"({BYTE_ALPHABET_SIZE} bytes, the special token and a merge for every pair that occurs at least twice) and "
+            f"no more; give vocab_size={size} or less (--set vocab_size={size}, make study VOCAB_SIZE={size}), or a "
+            "larger corpus")
+
+
 class RunLockedError(RunFolderError):
     """Another live process holds the run folder's writer lock."""
 
@@ -180,8 +190,9 @@ class Run(RunLayout):
         Reopening checks that corpus, its fingerprint (files changed since?) and vocabulary size match
         what the folder was made with; a mismatch stops with an error instead of silently mixing two
         studies. ``overwrite=True`` empties the folder first. A folder that is not the kit's (or is the
-        corpus's) is refused (:mod:`tiebias.run.guard`). Everything is validated (and the corpus loaded)
-        before the folder is touched, and the writing happens under the folder's writer lock.
+        corpus's) is refused (:mod:`tiebias.run.guard`). Everything is validated (the corpus loaded, the tokenizer
+        trained) before the folder is touched, and the writing happens under the folder's writer lock; a
+        ``vocab_size`` the corpus cannot reach is refused, naming the size it gives.
         """
         from tiebias.data import corpus as data  # local import: data pulls in `datasets`, slow to import
 
@@ -209,11 +220,12 @@ class Run(RunLayout):
         if fingerprint is None:
             fingerprint = data.corpus_fingerprint(corpus_name, ds)
             check_unchanged(run.path, have, fingerprint)
+        tok = train_tokenizer(ds["train"]["text"], vocab_size=vocab_size)
+        _check_reached(len(tok), vocab_size, corpus_name)  # before the folder is touched
         with run.writing("preparing the run folder"):
             if overwrite and run.config_path.exists():
                 empty_folder(run.path)
             mark(run.path, "run")
-            tok = train_tokenizer(ds["train"]["text"], vocab_size=vocab_size)
             with atomic_folder(run.tokenizer_dir) as tmp_tok:
                 tok.save_pretrained(tmp_tok)
             run.tokens_dir.mkdir(exist_ok=True)
