@@ -4,6 +4,7 @@ the same command resumes."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -147,3 +148,57 @@ def test_help_and_profiles_load_no_torch(args: list[str]) -> None:
     assert "tiebias.config.profiles" in loaded  # the import log is read: the command did import the vocabulary
     heavy = sorted(m for m in loaded if m.split(".")[0] in ("torch", "transformers", "datasets", "papermill"))
     assert not heavy, f"python -m tiebias {' '.join(args)} imported {heavy[:5]}"
+
+
+# -- a non-ASCII run folder under an ASCII locale (LC_ALL=C, no UTF-8 mode) -------------------------------------
+def _ascii_env() -> dict[str, str]:
+    env = {k: v for k, v in _env().items() if not k.startswith(("LC_", "LANG", "PYTHONIOENCODING", "PYTHONUTF8"))}
+    return {**env, "LC_ALL": "C", "PYTHONUTF8": "0"}
+
+
+ASCII_STUDY = """
+import json, sys
+from pathlib import Path
+import nbformat
+from tiebias import study
+assert sys.getfilesystemencoding() == "ascii", sys.getfilesystemencoding()
+run_dir, src = sys.argv[1], Path(sys.argv[2])  # run_dir is held as surrogate escapes here
+nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}, "language_info": {"name": "python"}})
+params = nbformat.v4.new_code_cell("run_dir = None")
+params.metadata["tags"] = ["parameters"]
+nb.cells = [params, nbformat.v4.new_code_cell(
+    "import sys, tokenizers\\nfrom pathlib import Path\\n"
+    "Path(run_dir, 'made').mkdir(parents=True)\\n"
+    "tokenizers.Tokenizer(tokenizers.models.BPE()).save(str(Path(run_dir, 'made', 'tokenizer.json')))  # Rust\\n"
+    "print(sys.getfilesystemencoding(), run_dir)")]
+nbformat.write(nb, src)
+out = Path(run_dir, "notebooks", "tiny.ipynb")
+out.parent.mkdir(parents=True)
+study._execute("tiny", src, out, study.notebook_values({"run_dir": run_dir}), False)
+done = json.loads(out.read_text(encoding="utf-8"))
+print(json.dumps([done["metadata"]["papermill"]["output_path"], done["cells"][-1]["outputs"][0]["text"]]))
+"""
+
+
+def test_non_ascii_run_folder_under_an_ascii_locale(tmp_path: Path) -> None:
+    """The notebook holds the folder's name as text, its kernel runs in UTF-8 mode; before, exit 2 after writing."""
+    run = tmp_path / "étude"
+    res = subprocess.run([sys.executable, "-c", ASCII_STUDY, str(run), str(tmp_path / "tiny.ipynb")],
+                         capture_output=True, text=True, env=_ascii_env(), timeout=300)
+    assert res.returncode == 0, res.stderr
+    recorded, printed = json.loads(res.stdout.splitlines()[-1])
+    assert recorded == str(run / "notebooks" / "tiny.ipynb") and "".join(printed) == f"utf-8 {run}\n"
+    assert (run / "made" / "tokenizer.json").is_file()
+
+
+def test_a_name_a_notebook_cannot_hold_is_refused_before_anything_is_written(tmp_path: Path, capsys) -> None:
+    from tiebias.__main__ import main
+
+    bad = tmp_path / os.fsdecode(b"caf\xe9")  # Latin-1 bytes: no UTF-8 text names them
+    assert main(["study", "--profile", "smoke", "--run-dir", str(bad)]) == 2
+    assert "run_dir: " in capsys.readouterr().err and not os.path.lexists(bad)
+    # a kernel under an ASCII locale refuses a non-ASCII name given as text, naming the parameter and the way out
+    code = "from tiebias.config import profiles; profiles.resolve('smoke', '/tmp/never/\\u00e9tude')"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_ascii_env(), timeout=120)
+    assert res.returncode == 1 and "ValueError: run_dir: '/tmp/never/\\xe9tude' cannot be a file name in this process, " \
+        "whose file names are ascii" in res.stderr and "PYTHONUTF8=1" in res.stderr, res.stderr

@@ -183,28 +183,29 @@ def test_unnamed_folder_is_split_at_random(tmp_path: Path) -> None:
 
 
 # -- the corpus edited after a run folder was made ----------------------------------------------------------
+VOCAB = 280  # the small corpus below gives 293 tokens: a larger vocab_size is refused
 @pytest.fixture
 def small_run(tmp_path: Path) -> tuple[Run, Path]:
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for i, text in enumerate(_docs(12)):
         (corpus / f"d{i:02d}.txt").write_text(text * 5)
-    return Run.prepare(tmp_path / "run", corpus=str(corpus), vocab_size=300), corpus
+    return Run.prepare(tmp_path / "run", corpus=str(corpus), vocab_size=VOCAB), corpus
 
 
 def test_edited_corpus_is_refused_and_the_folder_kept(small_run: tuple[Run, Path]) -> None:
     run, corpus = small_run
     recorded = run.config["corpus_fingerprint"]
     assert recorded == data.corpus_fingerprint(corpus) and recorded["files"] == 12
-    assert Run.prepare(run.path, corpus=str(corpus), vocab_size=300).config == run.config  # unchanged: reopens
+    assert Run.prepare(run.path, corpus=str(corpus), vocab_size=VOCAB).config == run.config  # unchanged: reopens
     with (corpus / "d03.txt").open("a") as handle:
         handle.write("one more line\n")
     before = _snapshot(run.path)
     with pytest.raises(ValueError, match=r"corpus '.*corpus' changed since this folder's tokens were made \(then "
                                          r"12 files, .*fresh run folder.*overwrite=True"):
-        Run.prepare(run.path, corpus=str(corpus), vocab_size=300)
+        Run.prepare(run.path, corpus=str(corpus), vocab_size=VOCAB)
     assert _snapshot(run.path) == before
-    rebuilt = Run.prepare(run.path, corpus=str(corpus), vocab_size=300, overwrite=True)
+    rebuilt = Run.prepare(run.path, corpus=str(corpus), vocab_size=VOCAB, overwrite=True)
     assert rebuilt.config["corpus_fingerprint"] == data.corpus_fingerprint(corpus) != recorded
 
 
@@ -223,7 +224,7 @@ def test_folder_without_fingerprint_opens_with_a_warning(small_run: tuple[Run, P
     before = _snapshot(run.path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        Run.prepare(run.path, corpus=str(corpus), vocab_size=300)
+        Run.prepare(run.path, corpus=str(corpus), vocab_size=VOCAB)
     assert any("records no fingerprint" in str(w.message) for w in caught)
     assert _snapshot(run.path) == before
 
@@ -250,3 +251,34 @@ def test_damaged_fingerprint_is_named() -> None:
     now = {"sha256": "ab", "files": 1, "bytes": 2}
     with pytest.raises(ValueError, match="config.json has corpus_fingerprint 'x', not a fingerprint"):
         corpus_checks.check_unchanged(Path("r"), {"corpus": "c", "corpus_fingerprint": "x"}, now)
+
+
+# -- a corpus too small for what is asked -----------------------------------------------------------------------
+def test_vocabulary_the_corpus_cannot_reach_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i, text in enumerate(_docs(12)):
+        (corpus / f"d{i:02d}.txt").write_text(text * 5)
+    reached = len(tokens.train_tokenizer(data.load_corpus(corpus)["train"]["text"], vocab_size=5000))
+    assert reached < 5000
+    with pytest.raises(ValueError, match=rf"^vocab_size: 5000 is more than corpus '.*corpus' gives: byte-level BPE "
+                                         rf"found {reached} tokens .*give vocab_size={reached} or less"):
+        Run.prepare(tmp_path / "run", corpus=str(corpus), vocab_size=5000)
+    assert not (tmp_path / "run").exists()
+    run = Run.prepare(tmp_path / "run", corpus=str(corpus), vocab_size=reached)  # the size it names works
+    assert run.config["vocab_size"] == run.config["tokenizer_size"] == reached == len(run.tokenizer())
+
+
+def test_one_line_corpus_advice_names_what_exists(tmp_path: Path) -> None:
+    path = tmp_path / "one.txt"
+    path.write_text("To be, or not to be, that is the question.\n")
+    with pytest.raises(ValueError, match=r"too small to split \(1 document\(s\), 43 characters\): \['validation', "
+                                         r"'test'\] would be empty \(.*\); .*train, validation and test") as e:
+        Run.prepare(tmp_path / "run", corpus=str(path), vocab_size=300)
+    assert "val_fraction" not in str(e.value) and "test_fraction" not in str(e.value)
+    assert not (tmp_path / "run").exists()
+    splits = tmp_path / "splits"  # what it advises works, even one line each
+    splits.mkdir()
+    for name in ("train", "validation", "test"):
+        (splits / f"{name}.txt").write_text(f"One line of {name} text.\n")
+    assert [len(data.load_corpus(splits)[s]) for s in data.SPLITS] == [1, 1, 1]

@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -177,6 +178,19 @@ def test_prepare_too_small_vocabulary_creates_nothing(tmp_path: Path) -> None:
 def test_prepare_other_vocabulary_refused(run: Run) -> None:
     refused(run, lambda: Run.prepare(run.path, vocab_size=1024), ValueError,
             "vocab_size: folder has 512, asked 1024", "Run.prepare(..., overwrite=True)")
+
+
+def test_study_with_another_vocabulary_and_overwrite_is_refused_before_it_writes(run: Run, capsys) -> None:
+    """overwrite=true retrains models; it never rebuilds the tokenizer, so the command stops up front (exit 2)."""
+    from tiebias.__main__ import main
+
+    before = snapshot(run.path)
+    assert main(["study", "--profile", "smoke", "--run-dir", str(run.path), "--only", "01_train",
+                 "--set", "vocab_size=1024", "--set", "overwrite=true"]) == 2
+    assert snapshot(run.path) == before, "refused before anything is written"
+    msg = capsys.readouterr().err
+    assert msg.startswith("error: vocab_size: folder has 512, asked 1024 (") and "delete that folder" in msg, msg
+    assert "overwrite=true retrains models only" in msg
 
 
 def test_prepare_overwrite_with_missing_corpus_keeps_the_folder(run: Run, tmp_path: Path) -> None:
@@ -414,8 +428,13 @@ def test_truncated_checkpoint_config(run: Run) -> None:
 
 def test_missing_tokenizer(run: Run) -> None:
     shutil.rmtree(run.tokenizer_dir)
-    refused(run, run.tokenizer, FileNotFoundError, f"tokenizer: {run.tokenizer_dir} is missing",
-            "tied-s0", "Run.prepare")
+    msg = refused(run, run.tokenizer, FileNotFoundError, f"tokenizer: {run.tokenizer_dir} is missing",
+                  "tied-s0", "Run.prepare")
+    # the advice lists the files a model folder holds (transformers 5 writes no special_tokens_map.json)
+    copy = run.model_dir("tied", 0)
+    listed = re.search(rf"copy the tokenizer files of {re.escape(str(copy))} \(([^)]*)\) into it", msg).group(1)
+    assert listed == "tokenizer.json, tokenizer_config.json"
+    assert all((copy / f).is_file() for f in listed.split(", "))
     refused(run, lambda: train(run, "untied", 0, CFG, progress=False), FileNotFoundError, str(run.tokenizer_dir))
     refused(run, lambda: comparisons.load_models(run, [0]), FileNotFoundError, str(run.tokenizer_dir))
     refused(run, lambda: embeddings.extract(run.model_dir("tied", 0) / "checkpoints" / "step-0", run.tokenizer_dir),

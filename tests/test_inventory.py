@@ -28,13 +28,25 @@ def test_status_and_refusal_name_the_unfinished_models(half_made: Run, tmp_path:
         "tied-s0": "complete", "untied-s0": "complete", "tied-s1": "interrupted", "untied-s1": "complete"}
     # every seed of the run (02's default), not the complete ones only: claim 1 would change method unsaid
     with pytest.raises(ValueError, match=r"unfinished models: tied-s1 \(interrupted: no complete.json\)\. Run "
-                                         r"01_train again .* resumes the interrupted models.*seeds=\[0\]"):
+                                         r"01_train again with the same parameters: it resumes the interrupted "
+                                         r"models.*seeds=\[0\]"):
         comparisons.load_models(half_made)
     assert inventory.require_complete(half_made, ["tied", "untied"], [0]) == [0]  # a choice made on purpose
     shutil.rmtree(half_made.model_dir("untied", 1))
-    with pytest.raises(ValueError, match=r"tied-s1 \(interrupted.*\), untied-s1 \(not trained\)\. Run 04_ablate"):
+    with pytest.raises(ValueError, match=r"tied-s1 \(interrupted.*\), untied-s1 \(not trained\)\. Run 04_ablate again "
+                                         r"with variants that include 'untied' and seeds that include 1: it resumes"):
         inventory.require_complete(half_made, ["tied", "untied"], [0, 1], trained_by="04_ablate")
     assert inventory.require_complete(Run(tmp_path / "empty"), ["tied", "untied"]) == []
+
+
+def test_a_variant_01_never_trained_is_named_not_same_parameters(two_seed_run: Run, tmp_path: Path) -> None:
+    """01 run with variants=tied: "run 01_train again with the same parameters" would train no untied model."""
+    run = Run(tmp_path / "run")
+    shutil.copytree(two_seed_run.path, run.path, ignore=shutil.ignore_patterns("untied-s*"))
+    with pytest.raises(ValueError, match=r"untied-s0 \(not trained\), untied-s1 \(not trained\)\. Run 01_train "
+                                         r"again with variants that include 'untied' and seeds that include 0, 1:") as e:
+        comparisons.load_models(run)
+    assert "same parameters" not in str(e.value)
 
 
 def test_complete_run_passes(two_seed_run: Run) -> None:

@@ -207,3 +207,65 @@ def test_lens_trainer_defaults_are_the_default_profile_and_cpu_recipe() -> None:
     assert (default["lens_steps"], default["lens_tokens_per_step"], default["lens_recipes"][0]) == (250, 512, "cpu")
     assert {k: sig[k].default for k in LENS_RECIPES["cpu"]} == {"optimizer": "adam", "lr": 1e-2, "momentum": 0.9,
                                                                 "weight_decay": 1e-3}
+
+
+# -- parameters later notebooks cannot work with are refused before 01 trains -------------------------------
+def test_variants_02_and_03_cannot_compare_are_refused_up_front(tmp_path: Path) -> None:
+    from tiebias.__main__ import main
+
+    with pytest.raises(ValueError, match=r"^variants: \['tied'\] is not allowed with 02_align and 03_lens: .*Need "
+                                         r"both 'tied' and 'untied' .*variants=tied,untied, or run 01_train alone"):
+        profiles.resolve("smoke", tmp_path / "run", notebooks=["01_train", "02_align", "03_lens"], variants=["tied"])
+    with pytest.raises(ValueError, match=r"^variants: \['tied', 'tied_in5'\] is not allowed with 03_lens: .*"
+                                         r"variants=tied,untied,tied_in5$"):
+        profiles.resolve("smoke", tmp_path / "run", notebooks=["03_lens"], variants="tied,tied_in5")
+    with pytest.raises(ValueError, match=r"^variants: \['untied'\] is not allowed with 02_align:"):
+        profiles.resolve("smoke", tmp_path / "run", notebooks=["01_train", "02_align"], variants="untied")
+    assert main(["study", "--profile", "class", "--run-dir", str(tmp_path / "run"), "--set", "variants=tied"]) == 2
+    assert not (tmp_path / "run").exists(), "refused before anything is written"
+    # what the later notebooks can work with passes: 01 alone, 02 alone (it has no variants), an external pair
+    for notebooks, extra in ((["01_train"], {}), (["02_align"], {}), (["01_train", "04_ablate"], {}),
+                             (["01_train", "02_align", "03_lens"], {"tied_source": "a/t", "untied_source": "b/u"})):
+        profiles.resolve("smoke", tmp_path / "run", notebooks=notebooks, variants=["tied"], **extra)
+    profiles.resolve("smoke", tmp_path / "run", variants="tied,untied,tied_in5")
+
+
+# -- a relative $TIEBIAS_RUN_DIR names the same folder from the root and from notebooks/ -------------------
+def test_relative_run_dir_from_the_environment_lies_under_the_repository(monkeypatch) -> None:
+    monkeypatch.setenv(profiles.RUN_DIR_ENV, "runs/from-env")
+    want = str((profiles.repo_root() / "runs" / "from-env").resolve())
+    for cwd in (profiles.repo_root(), profiles.repo_root() / "notebooks"):  # make lab; a JupyterLab kernel
+        monkeypatch.chdir(cwd)
+        assert profiles.resolve("smoke")["run_dir"] == want
+    assert not Path(want).exists()
+    monkeypatch.setenv(profiles.RUN_DIR_ENV, "/tmp/from-env")
+    assert profiles.resolve("smoke")["run_dir"] == "/tmp/from-env"
+
+
+# -- a papermill -p name the notebook does not declare is refused like --set ----------------------------------
+def test_injected_parameters_the_notebook_does_not_declare_are_refused() -> None:
+    declared = {n: PARAMS[n].default_for("01_train") for n in notebook_parameters("01_train")}
+    declared |= {"profile": "smoke", "run_dir": "/tmp/never"}
+    ran = ["", "# Parameters (papermill overrides any of these)\nsteps = None\n", "# Parameters\nsteps = 50\n"]
+    assert profiles.injected_names({"In": ran}) == ["steps"]
+    assert profiles.resolve_notebook("01_train", {**declared, "In": ran, "steps": 50})["steps"] == 50
+    with pytest.raises(ValueError, match=r"^step: not a parameter \(did you mean 'steps'\?\); allowed: corpus, ") as e:
+        profiles.resolve_notebook("01_train", {**declared, "In": [*ran, "# Parameters\nstep = 5\n"], "step": 5})
+    with pytest.raises(ValueError) as from_set:
+        parse_set(["step=5"])
+    assert str(e.value) == str(from_set.value)  # the same message as --set
+    with pytest.raises(ValueError, match=r"^knn_k: not a parameter of the notebooks run \(01_train\); used by 02_align"):
+        profiles.resolve_notebook("01_train", {**declared, "In": ["# Parameters\nknn_k = 3\n"], "knn_k": 3})
+    assert profiles.injected_names({}) == [] and profiles.injected_names({"In": "not a history"}) == []
+
+
+@pytest.mark.slow
+def test_papermill_typo_stops_the_notebook_before_it_writes(tmp_path: Path) -> None:
+    import papermill as pm
+
+    nb = profiles.repo_root() / "notebooks" / "01_train.ipynb"
+    with pytest.raises(pm.PapermillExecutionError, match=r"step: not a parameter \(did you mean 'steps'\?\)"):
+        pm.execute_notebook(str(nb), str(tmp_path / "01.ipynb"), cwd=str(nb.parent), kernel_name="python3",
+                            progress_bar=False, parameters={"profile": "smoke", "run_dir": str(tmp_path / "run"),
+                                                            "step": 5})
+    assert not (tmp_path / "run").exists()

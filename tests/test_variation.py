@@ -48,7 +48,9 @@ def test_reopening_with_another_vocabulary_names_it(prepared_run: Run) -> None:
         Run.prepare(prepared_run.path, vocab_size=1024)
     assert e.value.fresh.endswith("-vocab_size-1024")
     # the notebooks' overwrite parameter retrains models only: emptying the folder is Run.prepare's overwrite
-    assert str(e.value).endswith("; or empty it and start again with Run.prepare(..., overwrite=True)")
+    assert str(e.value).endswith("; or delete that folder to make it again with these values (overwrite=true "
+                                 "retrains models only; it never rebuilds a folder's tokenizer and tokens; from "
+                                 "Python, Run.prepare(..., overwrite=True) empties the folder first)")
 
 
 def test_in_a_notebook_and_the_cli_it_is_one_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

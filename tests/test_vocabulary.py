@@ -42,7 +42,7 @@ SMOKE = profiles.load_profile("smoke")
 DISTINCT = {
     "corpus": "wikitext:wikitext-2-raw-v1", "vocab_size": "333", "preset": "mini", "family": "neox", "steps": "80",
     "batch_size": "5", "seq_len": "32", "lr": "0.0021", "warmup_steps": "2", "eval_every": "3", "eval_tokens": "777",
-    "checkpoint_every": "10", "seeds": "5,6", "variants": "tied,tied_in3", "heldout_folds": "3", "knn_k": "4",
+    "checkpoint_every": "10", "seeds": "5,6", "variants": "tied,untied,tied_in3", "heldout_folds": "3", "knn_k": "4",
     "lens_steps": "13", "lens_tokens_per_step": "128", "lens_depth_presets": "mini", "lens_eval_tokens": "555",
     "lens_budgets": "1,2,8", "lens_recipes": "package", "lens_protocols": "reference", "lens_checkpoints": "4,8", "ablate_factors": "1,3",
     "ablate_seeds": "7", "ablate_budget_minutes": "1.5", "overwrite": "true", "methods": "linear,identity",

@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+import codecs
+import contextlib
+import os
+import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import nbformat
 import papermill as pm
 
 from tiebias.config import profiles
-from tiebias.config.params import NOTEBOOKS, PARAMS, coerce
-from tiebias.config.paths import notebooks_dir
+from tiebias.config.params import NOTEBOOKS, PARAMS, PATH_PARAMETERS, coerce
+from tiebias.config.paths import notebooks_dir, path_text
+from tiebias.run.files import atomic_path
 from tiebias.run.folder import Run
 from tiebias.run.guard import Kind, check_folder, mark
 
-PATH_PARAMETERS = ("corpus", "tied_source", "untied_source")  # local paths or hub names
 # the kernel process's own log says nothing about the study (the notebook holds its errors): a warning that ZMQ runs
 # over TCP unencrypted at every start, and a traceback when a stopped study shuts the kernel down mid-cell
 KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
+UTF8_MODE_ENV = "PYTHONUTF8"
 
 
 class NotebookFailed(pm.PapermillExecutionError):
@@ -40,7 +48,7 @@ class NotebookFailed(pm.PapermillExecutionError):
     def __str__(self) -> str:
         """Notebook, error line and where the full traceback is."""
         cell = f", cell In [{self.exec_count}]" if self.exec_count is not None else ""
-        return f"{self.notebook} failed: {self.line}\nfull traceback: {self.executed}{cell}"
+        return f"{self.notebook} failed: {self.line}\nfull traceback: {path_text(self.executed, 'replace')}{cell}"
 
 
 class Stopped(KeyboardInterrupt):
@@ -98,7 +106,28 @@ def check_study(profile: str | Path | None = None, run_dir: str | Path | None = 
             raise ValueError(f"{k}: not a parameter of the notebooks run ({', '.join(names)}); used by {users}")
     corpus = params["corpus"] if any("corpus" in d for d in declared.values()) else None
     check_folder(params["run_dir"], folder_kind_of(params, names), corpus=corpus)
+    if {"01_train", "04_ablate"} & set(names):  # their Run.prepare would refuse another corpus or vocab_size
+        Run(params["run_dir"]).check_data(params["corpus"], params["vocab_size"])
+    notebook_values(params)
     return params, names
+
+
+def notebook_values(params: dict[str, Any]) -> dict[str, Any]:
+    """Parameters as a notebook holds them: file names as UTF-8 text (:func:`tiebias.config.paths.path_text`).
+
+    Under an ASCII locale a non-ASCII folder name is held as surrogate escapes, which a notebook file cannot
+    store; the kernel, started in UTF-8 mode (:func:`_utf8_kernel`), reads the text as the same folder. A name
+    whose bytes are not UTF-8 is refused, naming the parameter.
+    """
+    out = dict(params)
+    for k in ("profile", "run_dir", *PATH_PARAMETERS):
+        if isinstance(out.get(k), str):
+            try:
+                out[k] = path_text(out[k])
+            except UnicodeDecodeError:
+                raise ValueError(f"{k}: {out[k]!r} is a file name whose bytes are not UTF-8, which a notebook cannot "
+                                 "hold; rename it in UTF-8 (or ASCII), or choose another") from None
+    return out
 
 
 def folder_kind_of(params: dict[str, Any], names: list[str]) -> Kind:
@@ -107,13 +136,58 @@ def folder_kind_of(params: dict[str, Any], names: list[str]) -> Kind:
     return "pair" if external and set(names) <= {"02_align", "03_lens"} else "run"
 
 
+@contextlib.contextmanager
+def _writable(out: Path) -> Iterator[Path]:
+    """Where papermill may write ``out``: ``out`` itself, unless its name is held as surrogate escapes.
+
+    Papermill records the output path inside the notebook, and a notebook file cannot hold surrogate escapes
+    (an ASCII locale's non-ASCII folder name): then the notebook is executed in a temporary folder and moved to
+    ``out`` when it stops, its recorded path rewritten as text (:func:`tiebias.config.paths.path_text`).
+    """
+    if path_text(out, "surrogateescape") == str(out):
+        yield out
+        return
+    with tempfile.TemporaryDirectory(prefix="tiebias-notebook-") as tmp:
+        work = Path(tmp) / "executed.ipynb"
+        try:
+            yield work
+        finally:
+            if work.exists():
+                nb = nbformat.read(work, as_version=4)
+                nb.metadata.setdefault("papermill", {})["output_path"] = path_text(out, "replace")
+                with atomic_path(out) as dest, dest.open("w", encoding="utf-8") as f:
+                    nbformat.write(nb, f)
+
+
+@contextlib.contextmanager
+def _utf8_kernel() -> Iterator[None]:
+    """Start the notebook's kernel in Python's UTF-8 mode when this process's file names are not UTF-8.
+
+    Under an ASCII locale (``LC_ALL=C`` without UTF-8 mode) the kernel could not name a non-ASCII run folder
+    given as text; in UTF-8 mode Python and the Rust libraries (tokenizers, safetensors) name it alike.
+    """
+    if codecs.lookup(sys.getfilesystemencoding()).name == "utf-8":
+        yield
+        return
+    before = os.environ.get(UTF8_MODE_ENV)
+    os.environ[UTF8_MODE_ENV] = "1"  # read when the kernel process starts, inside execute_notebook
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(UTF8_MODE_ENV, None)
+        else:
+            os.environ[UTF8_MODE_ENV] = before
+
+
 def _execute(name: str, src: Path, out: Path, parameters: dict[str, Any], progress: bool) -> None:
     """Execute one notebook into ``out``; an error in it becomes :class:`NotebookFailed`, a stop names it."""
     from nbclient.exceptions import DeadKernelError
 
     try:
-        pm.execute_notebook(str(src), str(out), parameters=parameters, cwd=str(src.parent), progress_bar=progress,
-                            kernel_name="python3", extra_arguments=list(KERNEL_ARGUMENTS))
+        with _writable(out) as target, _utf8_kernel():
+            pm.execute_notebook(str(src), str(target), parameters=parameters, cwd=str(src.parent),
+                                progress_bar=progress, kernel_name="python3", extra_arguments=list(KERNEL_ARGUMENTS))
     except pm.PapermillExecutionError as e:
         raise NotebookFailed(name, out, e.ename, e.evalue, e.traceback, e.cell_index, e.exec_count,
                              e.source) from None
@@ -145,6 +219,7 @@ def run_study(profile: str | Path | None = None, run_dir: str | Path | None = No
         declared = declared_parameters(name)
         p = {"profile": params["profile"], "run_dir": params["run_dir"]}
         p.update({k: params[k] for k in overrides if k in declared})
+        p = notebook_values(p)
         t0 = time.perf_counter()
         _execute(name, src, out_dir / f"{name}.ipynb", p, progress)
         times[name] = time.perf_counter() - t0

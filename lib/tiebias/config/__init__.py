@@ -1,12 +1,23 @@
 """The parameter vocabulary, torch-free: every parameter's schema (``params``), the TOML profiles (``profiles``),
 model shapes (``presets``), the training recipe and its defaults (``training``), variant names and model keys
 (``variants``), corpus names and special tokens (``corpus``), allowed choices (``choices``), the repository's paths
-(``paths``) and the shared value checks (``checks``). It imports nothing else of the kit, so ``python -m tiebias
-profiles`` answers without loading torch."""
+(``paths``), the shared value checks (``checks``) and the machine's environment variables (``environment``). It
+imports nothing else of the kit, so ``python -m tiebias profiles`` answers without loading torch."""
 
-from tiebias.config import checks, choices, corpus, params, paths, presets, profiles, training, variants
+from tiebias.config import (
+    checks,
+    choices,
+    corpus,
+    environment,
+    params,
+    paths,
+    presets,
+    profiles,
+    training,
+    variants,
+)
 from tiebias.config.training import TrainConfig
 from tiebias.config.variants import Variant, model_key, parse_key
 
-__all__ = ["TrainConfig", "Variant", "checks", "choices", "corpus", "model_key", "params", "parse_key", "paths",
-           "presets", "profiles", "training", "variants"]
+__all__ = ["TrainConfig", "Variant", "checks", "choices", "corpus", "environment", "model_key", "params", "parse_key",
+           "paths", "presets", "profiles", "training", "variants"]

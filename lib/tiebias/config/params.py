@@ -27,12 +27,13 @@ from tiebias.config.checks import is_int
 from tiebias.config.choices import LENS_PROTOCOLS, METHODS
 from tiebias.config.choices import LENS_RECIPES as _RECIPES
 from tiebias.config.corpus import BYTE_ALPHABET_SIZE, EMBEDDED_CORPUS, SPECIAL_TOKENS, looks_like_hub_name
-from tiebias.config.paths import NOTEBOOKS
+from tiebias.config.paths import NOTEBOOKS, check_encodable
 from tiebias.config.presets import FAMILIES, PRESETS
 from tiebias.config.training import FACTOR_RANGE, SEED_LIMIT, TrainConfig, check_factor
 from tiebias.config.variants import parse_variants
 
 REQUIRED: Any = object()  # default of a profile key every profile must give
+PATH_PARAMETERS = ("corpus", "tied_source", "untied_source")  # local paths or hub names
 KINDS = ("int", "float", "bool", "str", "ints", "floats", "strs")
 LENS_RECIPES: tuple[str, ...] = tuple(_RECIPES)  # the names of tiebias.config.choices.LENS_RECIPES
 
@@ -302,6 +303,8 @@ def coerce(name: str, value: Any) -> Any:
             return None
         raise ValueError(f"{name}: None is not allowed; need a value ({p.type_text()})")
     out = _typed(p, value)
+    if name in PATH_PARAMETERS:
+        check_encodable(name, out)
     if p.check is not None and (why := p.check(out)):
         raise ValueError(f"{name}: {value!r} is not allowed; {why}")
     return out

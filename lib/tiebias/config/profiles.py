@@ -9,6 +9,7 @@ variable, so a test harness (nbval) can pick the smoke profile without editing t
 
 from __future__ import annotations
 
+import ast
 import copy
 import os
 import tomllib
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tiebias.config.checks import check_run_dir_text
+from tiebias.config.environment import check_environment
 from tiebias.config.params import (
     PARAM_LIST,
     PARAMS,
@@ -27,8 +29,9 @@ from tiebias.config.params import (
     notebook_parameters,
     unknown_name,
 )
-from tiebias.config.paths import PROFILE_DIR, repo_root
+from tiebias.config.paths import NOTEBOOKS, PROFILE_DIR, check_encodable, repo_root
 from tiebias.config.training import TrainConfig, checkpoint_steps
+from tiebias.config.variants import parse_variants
 
 PROFILE_ENV = "TIEBIAS_PROFILE"
 RUN_DIR_ENV = "TIEBIAS_RUN_DIR"
@@ -85,6 +88,19 @@ def default_profile() -> str:
     return os.environ.get(PROFILE_ENV, "default")
 
 
+def env_run_dir() -> Path | None:
+    """``$TIEBIAS_RUN_DIR`` as a folder (None when unset); a relative one lies under the repository root.
+
+    ``make lab`` announces ``runs/...`` from the root, and JupyterLab's kernels run in ``notebooks/``: the
+    same value must name the same folder in a notebook and on the command line.
+    """
+    raw = os.environ.get(RUN_DIR_ENV)
+    if not raw:
+        return None
+    path = Path(raw).expanduser()
+    return path if path.is_absolute() else repo_root() / path
+
+
 def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None, *,
             notebooks: Sequence[str] | None = None, **overrides: Any) -> dict[str, Any]:
     """Merge a profile with explicit overrides (``None`` means "not given") and fill in the run folder.
@@ -93,8 +109,13 @@ def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None
     value stops here with an error naming it. Notebook-only parameters given here come back checked too.
     Values that must agree with others (lens settings with the training recipe) are checked for the
     ``notebooks`` that will run (None: all of them), so a study stops here rather than hours later in 03.
+    The machine's variables (``TIEBIAS_THREADS``, ``TIEBIAS_WORKERS``) are checked here too. A relative
+    ``$TIEBIAS_RUN_DIR`` names a folder under the repository root, wherever the process runs (a notebook's
+    kernel runs in ``notebooks/``).
     """
+    check_environment()
     name = profile or default_profile()
+    check_encodable("profile", name)
     params = load_profile(name)
     for k, v in overrides.items():
         if k not in PARAMS:
@@ -105,18 +126,58 @@ def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None
     train_config(params)  # the recipe as a whole (e.g. seq_len within the preset's positions, warmup_steps < steps)
     if notebooks is None or "03_lens" in notebooks:
         check_lens(params)
+    check_pairs(params, NOTEBOOKS if notebooks is None else notebooks)
     check_run_dir_text(run_dir)  # "" is a mistake, not "not given" (that is None)
-    rd = run_dir or os.environ.get(RUN_DIR_ENV) or repo_root() / "runs" / Path(str(name)).stem
+    rd = run_dir or env_run_dir() or repo_root() / "runs" / Path(str(name)).stem
     params["profile"] = str(name)
+    check_encodable("run_dir", rd)
     params["run_dir"] = str(Path(rd).expanduser().resolve())
     return params
+
+
+INJECTED_HEADER = "# Parameters"
+"""The first line of the cell papermill adds after a notebook's ``parameters`` cell (its ``-p`` values)."""
+
+
+def injected_names(namespace: Mapping[str, Any]) -> list[str]:
+    """The names papermill's injected cells assigned, read from IPython's input history (``In``) in ``namespace``.
+
+    Papermill only warns about a name the parameters cell does not declare, and the cell then assigns it
+    anyway: read here, such a name can be refused like an unknown ``--set`` name. No history (not IPython): [].
+    """
+    history = namespace.get("In")
+    names: list[str] = []
+    for source in history if isinstance(history, list) else []:
+        if not isinstance(source, str) or source.lstrip("\n").split("\n", 1)[0].rstrip() != INJECTED_HEADER:
+            continue
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        names += [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+                  if isinstance(t, ast.Name)]
+    return list(dict.fromkeys(names))
+
+
+def check_injected(notebook: str, namespace: Mapping[str, Any]) -> None:
+    """Refuse a papermill ``-p`` name that ``notebook`` does not declare, as ``--set`` refuses it (it would be ignored)."""
+    declared = notebook_parameters(notebook)
+    for name in injected_names(namespace):
+        if name in declared:
+            continue
+        if name not in PARAMS:
+            raise unknown_name(name, list(PARAMS), "not a parameter")
+        raise ValueError(f"{name}: not a parameter of the notebooks run ({notebook}); used by "
+                         f"{', '.join(PARAMS[name].notebooks)}")
 
 
 def resolve_notebook(notebook: str, namespace: Mapping[str, Any]) -> dict[str, Any]:
     """Resolve every parameter a notebook declares (read from its namespace, e.g. ``globals()``).
 
-    The names come from the vocabulary, so a notebook cannot declare a parameter and then drop it.
+    The names come from the vocabulary, so a notebook cannot declare a parameter and then drop it; a name
+    papermill injected that the notebook does not declare is refused (:func:`check_injected`).
     """
+    check_injected(notebook, namespace)
     names = [n for n in notebook_parameters(notebook) if n not in ("profile", "run_dir")]
     missing = [n for n in names if n not in namespace]
     if missing:
@@ -168,6 +229,35 @@ def check_lens(params: Mapping[str, Any]) -> None:
             train_config(params, preset=depth)
         except ValueError as e:
             raise ValueError(f"lens_depth_presets: {depth!r} cannot be trained with this recipe ({e})") from None
+
+
+PAIR = ("tied", "untied")
+
+
+def check_pairs(params: Mapping[str, Any], notebooks: Sequence[str]) -> None:
+    """Refuse ``variants`` that 02 or 03 could not compare, before 01 trains models they would then refuse.
+
+    02 compares each seed's tied model with its untied one, the models 01 trains from ``variants``; 03 gives a
+    lens to each of its ``variants`` and reads the tied - untied gap. An external pair (``tied_source`` /
+    ``untied_source``) is read instead of the run's models, so then neither needs them.
+    """
+    if params.get("tied_source") is not None or params.get("untied_source") is not None:
+        return
+    names = [v.name for v in parse_variants(params["variants"])]
+    lacking = [v for v in PAIR if v not in names]
+    if not lacking:
+        return
+    why: dict[str, str] = {}
+    if "01_train" in notebooks and "02_align" in notebooks:
+        why["02_align"] = "it compares each seed's tied and untied models, which 01_train trains from them"
+    if "03_lens" in notebooks:
+        why["03_lens"] = "it gives a lens to each of them and compares each seed's tied model with its untied one"
+    if not why:
+        return
+    alone = ", or run 01_train alone (--only 01_train)" if "01_train" in notebooks else ""
+    raise ValueError(f"variants: {params['variants']} is not allowed with {' and '.join(why)}: "
+                     f"{'; '.join(f'{nb}: {w}' for nb, w in why.items())}. Need both {' and '.join(map(repr, PAIR))} "
+                     f"(others may be added), e.g. variants={','.join(dict.fromkeys([*PAIR, *names]))}{alone}")
 
 
 def _check_lens_checkpoints(params: Mapping[str, Any]) -> None:

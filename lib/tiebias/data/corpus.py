@@ -352,7 +352,9 @@ def _split_documents(
         chars = sum(len(t) for t in ds["text"])
         raise ValueError(
             f"source: corpus '{label}' is too small to split ({n} document(s), {chars} characters): "
-            f"{short} would be empty; give more text or set val_fraction/test_fraction to 0"
+            f"{short} would be empty (validation and test are cut from the end of each document, at line breaks); "
+            "give more text, in several lines or documents, or the splits themselves: a folder of files whose names "
+            "say train, validation and test (e.g. train.txt, validation.txt, test.txt)"
         )
     as_ds = {s: datasets.Dataset.from_dict({"text": pieces[s]}) for s in SPLITS}
     return as_ds["train"], as_ds["validation"], as_ds["test"]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from tiebias.config.paths import path_text
 from tiebias.run.files import DamagedFileError, read_json, write_json_atomic, write_text_atomic
 from tiebias.run.folder import Run
 from tiebias.verdicts.records import CLAIMS, current_results
@@ -52,7 +53,7 @@ def write_summary(run: Run, timings: dict[str, float] | None = None) -> Path:
             except (DamagedFileError, AttributeError):
                 warnings.warn(f"{path}: damaged; rewritten from the run folder (timings of earlier notebooks are "
                               "lost)", stacklevel=2)
-        data = {"run": str(run.path), "profile": cfg.get("study", {}).get("profile"), "config": cfg,
+        data = {"run": path_text(run.path, "surrogateescape"), "profile": cfg.get("study", {}).get("profile"), "config": cfg,
                 "models": run.models().to_dict(orient="records"), "claims": claims,
                 "timings_seconds": {**prev, **(timings or {})}}
         write_json_atomic(path, data)
@@ -103,12 +104,12 @@ def write_report(run: Run) -> Path:
     figs = [f for f in KEY_FIGURES if run.figure_path(f).exists()]
     fig_html = "\n".join(f'<h3>{html.escape(f)}</h3><iframe src="figures/{f}.html" loading="lazy"></iframe>' for f in figs)
     links = " · ".join(f'<a href="report/{html.escape(quote(p))}.html">{html.escape(p)}</a>' for p in bodies)
-    doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>tiebias report: {html.escape(run.path.name)}</title>
+    doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>tiebias report: {html.escape(path_text(run.path.name, "replace"))}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}}
 table{{border-collapse:collapse;width:100%}}td,th{{border:1px solid #ccc;padding:6px;vertical-align:top;font-size:14px}}
 th{{background:#f3f3f3}}iframe{{width:100%;height:660px;border:1px solid #ddd}}</style></head><body>
 <h1>Weight tying biases token embeddings towards the output space: this run</h1>
-<p>Run folder <code>{html.escape(str(run.path))}</code>, profile <b>{html.escape(str(cfg.get('profile')))}</b>,
+<p>Run folder <code>{html.escape(path_text(run.path, "replace"))}</code>, profile <b>{html.escape(str(cfg.get('profile')))}</b>,
 preset {html.escape(str(cfg.get('preset')))}, {html.escape(str(cfg.get('steps')))} steps, seeds {html.escape(str(cfg.get('seeds')))}.
 Notebooks: {links or 'none executed'}</p>
 {_caveat(claims)}<h2>Summary of the four claims (claim 3 under two lens readings)</h2>

@@ -52,7 +52,14 @@ from tiebias.run.files import (
     write_json_atomic,
 )
 from tiebias.run.guard import check_folder, empty_folder, mark
-from tiebias.run.layout import COMPLETE_NAME, CONFIG_NAME, LENS_SUBDIR, TOKENIZER_FILE, RunLayout
+from tiebias.run.layout import (
+    COMPLETE_NAME,
+    CONFIG_NAME,
+    LENS_SUBDIR,
+    TOKENIZER_FILE,
+    TOKENIZER_FILES,
+    RunLayout,
+)
 from tiebias.run.variation import ParameterChangedError
 from tiebias.system.parallel import CONSTRUCTION
 
@@ -62,6 +69,27 @@ FINGERPRINTS = {"corpus_fingerprint": "corpus fingerprint", "tokenizer_fingerpri
 """What a model folder's train_config.json records of its run's data (written when its training starts)."""
 WEIGHTS_ID = "weights_sha256"
 """The key of a finished model's identity in its complete.json (:meth:`Run.model_id`)."""
+
+
+REBUILD_HINT = ("delete that folder to make it again with these values (overwrite=true retrains models only; it "
+                "never rebuilds a folder's tokenizer and tokens; from Python, Run.prepare(..., overwrite=True) empties "
+                "the folder first)")
+"""What to do when a run folder's data parameters (corpus, vocab_size) changed, besides a fresh run folder."""
+
+
+def _corpus_name(corpus: str | Path | None) -> str:
+    """The corpus as config.json records it: ``shakespeare`` for the embedded one (None or ''), else the text given."""
+    return "shakespeare" if corpus in (None, "", "shakespeare") else str(corpus)
+
+
+def _check_reached(size: int, vocab_size: int, corpus: str) -> None:
+    """Refuse a vocabulary the corpus cannot give: config.json and every summary would name a size no model has."""
+    if size < vocab_size:
+        raise ValueError(
+            f"vocab_size: {vocab_size} is more than corpus {corpus!r} gives: byte-level BPE found {size} tokens "
+            f"({BYTE_ALPHABET_SIZE} bytes, the special token and a merge for every pair that occurs at least twice) and "
+            f"no more; give vocab_size={size} or less (--set vocab_size={size}, make study VOCAB_SIZE={size}), or a "
+            "larger corpus")
 
 
 class RunLockedError(RunFolderError):
@@ -199,13 +227,14 @@ class Run(RunLayout):
         Reopening checks that corpus, its fingerprint (files changed since?) and vocabulary size match
         what the folder was made with; a mismatch stops with an error instead of silently mixing two
         studies. ``overwrite=True`` empties the folder first. A folder that is not the kit's (or is the
-        corpus's) is refused (:mod:`tiebias.run.guard`). Everything is validated (and the corpus loaded)
-        before the folder is touched, and the writing happens under the folder's writer lock.
+        corpus's) is refused (:mod:`tiebias.run.guard`). Everything is validated (the corpus loaded, the tokenizer
+        trained) before the folder is touched, and the writing happens under the folder's writer lock; a
+        ``vocab_size`` the corpus cannot reach is refused, naming the size it gives.
         """
         from tiebias.data import corpus as data  # local import: data pulls in `datasets`, slow to import
 
         run = cls(path)
-        corpus_name = "shakespeare" if corpus in (None, "", "shakespeare") else str(corpus)
+        corpus_name = _corpus_name(corpus)
         minimum = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
         if not is_int(vocab_size) or vocab_size < minimum:
             raise ValueError(f"vocab_size: {vocab_size!r} is not allowed; give an integer >= {minimum} "
@@ -219,10 +248,7 @@ class Run(RunLayout):
         fingerprint = data.corpus_fingerprint(corpus_name)  # a hub dataset: None until it is loaded
         if run.config_path.exists() and not overwrite:
             have = run.config
-            diff = diff_config(have, wanted, list(wanted))
-            if diff:
-                raise ParameterChangedError(run.path, diff, "its tokenizer and tokens were made with the folder's value",
-                                            "empty it and start again with Run.prepare(..., overwrite=True)")
+            run.check_data(corpus, vocab_size)
             check_unchanged(run.path, have, fingerprint)
             if run._data_ready():
                 return run
@@ -231,11 +257,12 @@ class Run(RunLayout):
         if fingerprint is None:
             fingerprint = data.corpus_fingerprint(corpus_name, ds)
             check_unchanged(run.path, have, fingerprint)
+        tok = train_tokenizer(ds["train"]["text"], vocab_size=vocab_size)
+        _check_reached(len(tok), vocab_size, corpus_name)  # before the folder is touched
         with run.writing("preparing the run folder"):
             if overwrite and run.config_path.exists():
                 empty_folder(run.path)
             mark(run.path, "run")
-            tok = train_tokenizer(ds["train"]["text"], vocab_size=vocab_size)
             with atomic_folder(run.tokenizer_dir) as tmp_tok:
                 tok.save_pretrained(tmp_tok)
             run.tokens_dir.mkdir(exist_ok=True)
@@ -252,6 +279,19 @@ class Run(RunLayout):
                    "tokenizer_size": len(tok), "corpus_fingerprint": fingerprint, **(extra or {})}
             write_json_atomic(run.config_path, cfg)
         return run
+
+    def check_data(self, corpus: str | Path | None, vocab_size: int) -> None:
+        """Refuse a ``corpus`` or ``vocab_size`` other than the one this folder's tokenizer and tokens were made with.
+
+        A new folder (no config.json) passes. Run by :meth:`prepare`, and by the study command before it writes.
+        """
+        if not self.config_path.exists():
+            return
+        wanted = {"corpus": _corpus_name(corpus), "vocab_size": vocab_size}
+        diff = diff_config(self.config, wanted, list(wanted))
+        if diff:
+            raise ParameterChangedError(self.path, diff, "its tokenizer and tokens were made with the folder's value",
+                                        REBUILD_HINT)
 
     def _data_ready(self) -> bool:
         """Whether tokenizer, token splits and frequencies are all there (Run.prepare has nothing to do)."""
@@ -315,8 +355,8 @@ class Run(RunLayout):
         """The run's tokenizer; a missing or damaged ``tokenizer/`` folder is named with how to restore it."""
         d = self.tokenizer_dir
         copies = sorted(p.parent for p in self.models_dir.glob(f"*/{TOKENIZER_FILE}"))
-        fix = (f"copy the tokenizer files of {copies[0]} (tokenizer.json, tokenizer_config.json, "
-               "special_tokens_map.json) into it, or " if copies else "")
+        files = [f for f in TOKENIZER_FILES if copies and (copies[0] / f).is_file()]
+        fix = f"copy the tokenizer files of {copies[0]} ({', '.join(files)}) into it, or " if copies else ""
         fix += "rerun Run.prepare (notebook 01_train), which rebuilds it from the corpus (deterministic)"
         if not (d / TOKENIZER_FILE).is_file():
             raise FileNotFoundError(f"tokenizer: {d} is missing or has no tokenizer.json; {fix}")

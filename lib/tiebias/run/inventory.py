@@ -57,8 +57,12 @@ def require_complete(run: Run, variants: Sequence[str | Variant], seeds: Sequenc
     listed = ", ".join(f"{r.key} ({what[r.status]})" for r in bad.itertuples())
     done = sorted(set(status.seed) - set(bad.seed))
     alternative = f"; or analyse only the finished seeds: seeds={done}" if done else ""
-    raise ValueError(f"run {run.path}: unfinished models: {listed}. Run {trained_by} again with the same "
-                     f"parameters: it resumes the interrupted models and trains the missing ones{alternative}")
+    missing = bad[bad.status == MISSING]
+    # a model never started may be one the last run's parameters left out: then "the same parameters" would loop
+    how = (f"with variants that include {', '.join(repr(v) for v in dict.fromkeys(missing.variant))} and seeds that "
+           f"include {', '.join(map(str, dict.fromkeys(missing.seed)))}" if len(missing) else "with the same parameters")
+    raise ValueError(f"run {run.path}: unfinished models: {listed}. Run {trained_by} again {how}: it resumes the "
+                     f"interrupted models and trains the missing ones{alternative}")
 
 
 __all__ = ["COMPLETE", "INTERRUPTED", "MISSING", "model_status", "require_complete"]

@@ -44,6 +44,7 @@ WEIGHTS_INDEX_NAME = "model.safetensors.index.json"  # ... or the index of its s
 TRAINER_STATE_NAME = "trainer_state.pt"  # optimiser state saved with a checkpoint's weights
 TOKENIZER_SUBDIR = "tokenizer"  # the folder of a run's tokenizer
 TOKENIZER_FILE = "tokenizer.json"  # the file of a saved fast tokenizer
+TOKENIZER_FILES = (TOKENIZER_FILE, "tokenizer_config.json")  # what save_pretrained writes (transformers 5)
 LENS_PARAMS_NAME = "params.pt"  # a lens's translators (tuned_lens format, next to its config.json)
 LENS_SIDECAR_NAME = "tiebias_lens.json"  # a lens's unembedding hash and shapes, written by the kit
 

@@ -10,7 +10,9 @@ interrupt stops them all. Results do not depend on it: each job's numbers are th
 when it runs alone (tests train and lens both ways).
 
 ``workers="auto"`` runs two jobs at a time where there are at least two CPU threads and two jobs,
-one otherwise; ``TIEBIAS_WORKERS=N`` fixes it (1: one job at a time, with the thread tuner as before).
+one otherwise; ``TIEBIAS_WORKERS=N`` fixes it (1: one job at a time, with the thread tuner as before). The
+threads are this process's, or ``TIEBIAS_THREADS`` when it fixes them: ``TIEBIAS_THREADS=1`` runs one job at a
+time on one thread, leaving the other cores free.
 """
 
 from __future__ import annotations
@@ -22,9 +24,7 @@ from typing import TypeVar
 import torch
 
 from tiebias.config.checks import is_int
-from tiebias.system.threads import env_count
-
-WORKERS_ENV = "TIEBIAS_WORKERS"
+from tiebias.config.environment import WORKERS_ENV, env_count, fixed_threads
 
 CONSTRUCTION = threading.RLock()
 """Held while a model or a lens is built or loaded. transformers' loading swaps ``torch.nn.init``'s functions
@@ -48,14 +48,19 @@ def check_workers(workers: object, name: str = "workers") -> None:
         raise ValueError(f"{name}: must be a positive int or 'auto', got {workers!r}")
 
 
+def thread_budget() -> int:
+    """The intra-op threads all jobs together may use: ``TIEBIAS_THREADS`` when it fixes them, else this process's."""
+    return fixed_threads() or torch.get_num_threads()
+
+
 def workers_for(n_jobs: int, workers: int | str = "auto") -> int:
     """How many jobs run at once: ``workers`` (or ``TIEBIAS_WORKERS``), at most ``n_jobs``.
 
-    ``"auto"``: two when this process has two or more intra-op threads, else one.
+    ``"auto"``: two when :func:`thread_budget` is two or more, else one.
     """
     check_workers(workers)
     if workers == "auto":
-        workers = env_count(WORKERS_ENV, "jobs at a time") or (2 if torch.get_num_threads() >= 2 else 1)
+        workers = env_count(WORKERS_ENV, "jobs at a time") or (2 if thread_budget() >= 2 else 1)
     return max(1, min(int(workers), n_jobs))
 
 
@@ -69,7 +74,8 @@ def side_by_side(tasks: Sequence[Task[T]], workers: int | str = "auto") -> list[
     """Run ``tasks`` ``workers`` at a time (see :func:`workers_for`); their results in task order.
 
     With one worker the tasks run here, one after the other, with the caller's thread settings. With
-    more, each worker thread uses ``threads // workers`` intra-op threads (at least one). The first
+    more, each worker thread uses ``threads // workers`` intra-op threads (at least one; ``threads`` is
+    :func:`thread_budget`). The first
     task to raise stops the others (their ``should_stop`` turns True) and its error is raised once they
     have returned; an interrupt (KeyboardInterrupt) does the same. The caller's thread count is restored.
     """
@@ -78,7 +84,7 @@ def side_by_side(tasks: Sequence[Task[T]], workers: int | str = "auto") -> list[
     if n <= 1:
         return [task(lambda: False) for task in tasks]
     before = torch.get_num_threads()
-    each = max(1, before // n)
+    each = max(1, thread_budget() // n)
     stop = threading.Event()
     pending = list(range(len(tasks)))
     results: dict[int, T] = {}
@@ -118,4 +124,5 @@ def side_by_side(tasks: Sequence[Task[T]], workers: int | str = "auto") -> list[
     return [results[i] for i in range(len(tasks))]
 
 
-__all__ = ["CONSTRUCTION", "WORKERS_ENV", "Stopped", "Task", "check_should_stop", "check_workers", "side_by_side", "workers_for"]
+__all__ = ["CONSTRUCTION", "WORKERS_ENV", "Stopped", "Task", "check_should_stop", "check_workers", "side_by_side",
+           "thread_budget", "workers_for"]

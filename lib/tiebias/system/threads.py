@@ -2,7 +2,8 @@
 
 :class:`ThreadTuner` re-chooses the intra-op thread count during long loops (training steps, lens
 training) from measured step times: all cores on a quiet machine, fewer when another process holds
-one. ``TIEBIAS_THREADS=N`` fixes the count instead (``auto``, the default, tunes); OpenMP's own
+one. ``TIEBIAS_THREADS=N`` fixes the count instead, at most the number of cores (``auto``, the default, tunes;
+:mod:`tiebias.config.environment` reads it, and the parameters' check refuses a bad value); OpenMP's own
 settings (``OMP_WAIT_POLICY``, ``OMP_NUM_THREADS``) are left to the user. Measured on the kit's
 2-core machine (``bench/contention.py``): sleeping idle workers (``OMP_WAIT_POLICY=PASSIVE``) made the
 quiet step 16% slower and did not help under load, so the kit does not set it.
@@ -13,32 +14,13 @@ with two threads and gets the same weights bit for bit.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from tiebias.config.checks import is_int
-
-THREADS_ENV = "TIEBIAS_THREADS"
-
-
-def env_count(name: str, what: str) -> int | None:
-    """A count set by environment variable ``name``: None for ``auto`` or unset; else a whole number >= 1.
-
-    Anything else is a ValueError naming the variable, its value and what is allowed."""
-    raw = os.environ.get(name, "auto").strip().lower()
-    if raw in ("", "auto"):
-        return None
-    if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"{name}: {raw!r} is not allowed; use 'auto' or a whole number of {what} >= 1")
-    return int(raw)
-
-
-def fixed_threads() -> int | None:
-    """The thread count fixed by ``TIEBIAS_THREADS`` (None for ``auto`` or unset)."""
-    return env_count(THREADS_ENV, "threads")
+from tiebias.config.environment import THREADS_ENV, env_count, fixed_threads
 
 
 class ThreadTuner:

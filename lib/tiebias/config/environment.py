@@ -1,0 +1,54 @@
+"""The kit's environment variables for the machine: ``TIEBIAS_THREADS`` and ``TIEBIAS_WORKERS``.
+
+They are read where threads are set (:mod:`tiebias.system`) and checked with the parameters
+(:func:`tiebias.config.profiles.resolve`), so a bad value stops a study or a notebook before anything is
+written, not when its first model starts training.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+THREADS_ENV = "TIEBIAS_THREADS"
+WORKERS_ENV = "TIEBIAS_WORKERS"
+
+
+def cpu_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask where the system has one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # no affinity masks (macOS, Windows)
+        return os.cpu_count() or 1
+
+
+def env_count(name: str, what: str) -> int | None:
+    """A count set by environment variable ``name``: None for ``auto`` or unset; else a whole number >= 1.
+
+    Anything else is a ValueError naming the variable, its value and what is allowed."""
+    raw = os.environ.get(name, "auto").strip().lower()
+    if raw in ("", "auto"):
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{name}: {raw!r} is not allowed; use 'auto' or a whole number of {what} >= 1, e.g. "
+                         f"{name}=1")
+    return int(raw)
+
+
+def fixed_threads() -> int | None:
+    """The thread count ``TIEBIAS_THREADS`` fixes (None for ``auto`` or unset), at most the cores there are.
+
+    More threads than cores only make them wait on each other (and each costs an OS thread).
+    """
+    n = env_count(THREADS_ENV, "threads")
+    return None if n is None else min(n, cpu_cores())
+
+
+def check_environment() -> None:
+    """Refuse a bad ``TIEBIAS_THREADS`` or ``TIEBIAS_WORKERS``, and say when the thread count is capped."""
+    asked = env_count(THREADS_ENV, "threads")
+    env_count(WORKERS_ENV, "jobs at a time")
+    if asked is not None and asked > cpu_cores():
+        warnings.warn(f"{THREADS_ENV}={asked} is more than the {cpu_cores()} CPU cores this process may use: "
+                      f"using {cpu_cores()} threads", stacklevel=3)
+
