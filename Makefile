@@ -50,7 +50,7 @@ study: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check lib tests bench scripts
-	TIEBIAS_PROFILE=smoke TIEBIAS_RUN_DIR=$(TEST_RUN) $(BIN)/python -m pytest -q tests
+	TIEBIAS_PROFILE=smoke TIEBIAS_RUN_DIR=$(TEST_RUN) $(BIN)/python -m pytest -q --durations=25 tests
 	TIEBIAS_PROFILE=smoke TIEBIAS_RUN_DIR=$(TEST_RUN) $(BIN)/python -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider notebooks
 	rm -rf $(TEST_RUN)
 
