@@ -339,6 +339,23 @@ def test_zero_filled_lens_params_named(tmp_path: Path) -> None:
     assert f"delete {path} and run 03_lens again" in msg and "weights_only" not in msg
 
 
+@pytest.mark.parametrize("name,text,why", [
+    ("config.json", "[1, 2]", "a JSON list, not an object"),
+    ("config.json", '{"num_hidden_layers": "two", "d_model": 32}', "num_hidden_layers='two': not a whole number"),
+    ("tiebias_lens.json", '"abc"', "a JSON str, not an object"),
+])
+def test_lens_json_that_is_not_its_settings_named(tmp_path: Path, name: str, text: str, why: str) -> None:
+    model = _build("llama", True)
+    path = L.save_lens(L.new_lens(model), tmp_path / "lens")
+    assert (path / name).is_file()
+    (path / name).write_text(text)
+    with pytest.raises(DamagedFileError) as info:
+        L.load_lens(model, path)
+    msg = str(info.value)
+    assert msg.startswith(f"{path / name}: damaged or unreadable") and why in msg, msg
+    assert f"delete {path} and run 03_lens again" in msg
+
+
 def test_rung_trainer_state_with_code_refused_and_not_run(tmp_path: Path) -> None:
     model = _build("llama", True)
     kw = dict(steps=1, tokens_per_step=2 * SEQ, seq_len=SEQ, progress=False, max_cache_bytes=0)

@@ -56,6 +56,7 @@ from tuned_lens import TunedLens
 from tuned_lens.nn import LogitLens, Unembed
 from tuned_lens.nn.lenses import TunedLensConfig
 
+from tiebias.config.checks import is_int
 from tiebias.models.anatomy import FINAL_NORM_NAMES, Layout, check_model, checked_layout, find_layout
 from tiebias.run.files import damaged, load_torch_file, read_json
 from tiebias.run.layout import CONFIG_NAME, LENS_PARAMS_NAME, LENS_SIDECAR_NAME
@@ -202,6 +203,11 @@ def load_lens(model: PreTrainedModel, path: str | os.PathLike[str], *, strict: b
         raise FileNotFoundError(f"path: {path} is not a lens folder (missing {', '.join(missing)})")
     todo = f"delete {path} and run 03_lens again: the lens is trained again"
     cfg = read_json(path / CONFIG_NAME, todo)
+    bad = [k for k in ("num_hidden_layers", "d_model") if isinstance(cfg, dict) and k in cfg and not is_int(cfg[k])]
+    if not isinstance(cfg, dict) or bad:
+        why = f"a JSON {type(cfg).__name__}, not an object" if not isinstance(cfg, dict) else \
+            f"{', '.join(f'{k}={cfg[k]!r}' for k in bad)}: not a whole number"
+        raise damaged(path / CONFIG_NAME, why, f"it should hold the lens's settings (the package's config.json); {todo}")
     state = load_torch_file(path / LENS_PARAMS_NAME, LENS_PARAMS_HOLDS, todo)
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise damaged(path / LENS_PARAMS_NAME, f"a {type(state).__name__}, not a dict of tensors", todo)
@@ -218,7 +224,10 @@ def load_lens(model: PreTrainedModel, path: str | os.PathLike[str], *, strict: b
         )
     sidecar = path / LENS_SIDECAR_NAME
     if strict and sidecar.is_file():
-        saved = read_json(sidecar, todo).get("unembed_sha256")
+        meta = read_json(sidecar, todo)
+        if not isinstance(meta, dict):
+            raise damaged(sidecar, f"a JSON {type(meta).__name__}, not an object", todo)
+        saved = meta.get("unembed_sha256")
         if saved and saved != _unembed_sha256(model):
             raise ValueError(
                 f"path: lens at {path} was trained on a model with a different unembedding "
