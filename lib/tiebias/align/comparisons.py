@@ -87,9 +87,7 @@ def load_sources(tied_source: Any, untied_source: Any, *, tied_tokenizer: Any = 
         try:
             got[label] = embeddings.extract(source, tokenizer)
         except TyingError as exc:
-            raise TyingError(f"{sources.param_name(label)}: {exc.where!r}", f"{exc.conflict}; the model is not the "
-                             "one its config describes: correct tie_word_embeddings in its config.json or restore "
-                             "its weights, or use another model") from None
+            raise sources.not_as_configured(exc, f"{sources.param_name(label)}: {exc.where!r}") from None
     tied = _require(got["tied"], True)
     untied = embeddings.require_untied(got["untied"], "untied_source")
     return {0: {"tied": tied, "untied": untied}}

@@ -23,7 +23,6 @@ from torch import Tensor
 from tiebias.align.tokenizers import VocabMatch, match_tokens, resolve_tokenizer, token_strings
 from tiebias.config.variants import Variant, step_of
 from tiebias.models.anatomy import TyingError, check_loaded_tying, is_tied, same_matrix, tying_conflict
-from tiebias.run.files import RunFolderError
 from tiebias.run.folder import Run
 from tiebias.run.layout import CHECKPOINTS_SUBDIR, CONFIG_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 
@@ -135,21 +134,13 @@ def from_run(run: Run, variant: str | Variant, seed: int, step: int | None = Non
     folder, the variant and what to do), whether its config and weights disagree on tying or agree on the wrong one.
     """
     v = Variant.parse(variant)
-    path = run.model_path(v, seed, step)
-    kind = "tied" if v.tied else "untied"
-
-    def refused(why: str) -> RunFolderError:
-        """The error for this folder: the variant, what is wrong, what to do."""
-        return RunFolderError(f"{path}: the run's variant {v.name!r} is {kind}, and {why}: it is not the model the "
-                              f"run trained; {run.repair_hint(v, seed, step)}")
-
     try:
-        emb = extract(path, run.tokenizer_dir)
+        emb = extract(run.model_path(v, seed, step), run.tokenizer_dir)
     except TyingError as exc:
-        raise refused(exc.conflict) from None
+        raise run.not_its_model(v, seed, step, exc.conflict) from None
     if emb.tied != v.tied:
-        raise refused(f"the model in this folder is {'untied' if v.tied else 'tied'} (its config.json says "
-                      f"tie_word_embeddings={emb.tied}, and its weights agree)")
+        raise run.not_its_model(v, seed, step, f"the model in this folder is {'untied' if v.tied else 'tied'} (its "
+                                f"config.json says tie_word_embeddings={emb.tied}, and its weights agree)")
     return emb
 
 

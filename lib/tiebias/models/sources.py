@@ -38,7 +38,7 @@ from tiebias.system.memory import free_memory
 
 __all__ = [
     "SourceInfo", "check_sources", "estimate_bytes", "external_dir", "external_path", "inspect", "load_models",
-    "pair_slug", "param_name",
+    "not_as_configured", "pair_slug", "param_name",
 ]
 
 ROLES = {"tied": True, "untied": False}
@@ -256,10 +256,16 @@ def _check_loaded(info: SourceInfo, model: Any, missing_keys: Any) -> None:
     try:
         tied = check_loaded_tying(model, f"{info.param}: {info.source!r}", missing_keys)
     except TyingError as exc:
-        raise TyingError(exc.where, f"{exc.conflict}; the model is not the one its config describes: correct "
-                         "tie_word_embeddings in its config.json or restore its weights, or use another "
-                         "model") from None
+        raise not_as_configured(exc) from None
     _check_role(replace(info, tied=tied))
+
+
+def not_as_configured(exc: TyingError, where: str | None = None) -> TyingError:
+    """The error for an external model whose weights are not tied as its config says: where (``where``, else the
+    original's), the conflict, and what to do."""
+    return TyingError(exc.where if where is None else where, f"{exc.conflict}; the model is not the one its config "
+                      "describes: correct tie_word_embeddings in its config.json or restore its weights, or use "
+                      "another model")
 
 
 def pair_slug(tied_source: Any, untied_source: Any) -> str:

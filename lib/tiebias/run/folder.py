@@ -520,6 +520,14 @@ class Run(RunLayout):
         others = [s for s, _ in self.checkpoints(variant, seed) if s != step]
         return f"use another step (available: {others}), or retrain {key} ({OVERWRITE_HINT})"
 
+    def not_its_model(self, variant: str | Variant, seed: int, step: int | None, why: str) -> RunFolderError:
+        """The error for a model folder that is not tied as its variant says (``why``: what its files show): names the
+        folder and the variant, never an external pair's parameter, and says what to do (:meth:`repair_hint`)."""
+        v = Variant.parse(variant)
+        return RunFolderError(f"{self.model_path(v, seed, step)}: the run's variant {v.name!r} is "
+                              f"{'tied' if v.tied else 'untied'}, and {why}: it is not the model the run trained; "
+                              f"{self.repair_hint(v, seed, step)}")
+
     def load_model(self, variant: str | Variant, seed: int, step: int | None = None,
                    device: str | torch.device = "cpu") -> PreTrainedModel:
         """Load a trained model (or a checkpoint) in eval mode; a damaged file is named with what to do.
@@ -541,11 +549,9 @@ class Run(RunLayout):
         config_tied = getattr(m.config, "tie_word_embeddings", None)
         tied = _loaded_tied(m)
         if tied != v.tied or config_tied != v.tied:
-            raise RunFolderError(
-                f"{path}: the run's variant {v.name!r} is {'tied' if v.tied else 'untied'}, but the model in this "
-                f"folder does not match it (its config.json says tie_word_embeddings={config_tied!r}, and its loaded "
-                f"input and output embeddings are {'one matrix' if tied else 'two different matrices'}): it is not "
-                f"the model the run trained; {todo}")
+            raise self.not_its_model(v, seed, step, "the model in this folder does not match it (its config.json says "
+                                     f"tie_word_embeddings={config_tied!r}, and its loaded input and output embeddings "
+                                     f"are {'one matrix' if tied else 'two different matrices'})")
         if loading.get("missing_keys"):
             raise damaged(path, f"its weights lack {sorted(loading['missing_keys'])}, which loading would draw at "
                           "random", todo)
