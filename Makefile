@@ -14,6 +14,9 @@ OVERRIDES := $(if $(STEPS),--set steps=$(STEPS)) $(if $(SEEDS),--set seeds=$(SEE
              $(if $(VOCAB_SIZE),--set vocab_size=$(VOCAB_SIZE)) \
              $(if $(filter 1 true yes,$(OVERWRITE)),--set overwrite=true) $(foreach s,$(SET),--set $(s))
 TEST_RUN := $(shell mktemp -u /tmp/tiebias-nbval-XXXXXX)
+# make test: the unit tests run in TEST_WORKERS processes (pytest-xdist); the smoke study they share (tests/conftest.py)
+# is written to TEST_RUN, and nbval then runs the notebooks on that folder (the models are trained: 01 reuses them)
+TEST_WORKERS ?= 2
 # make lab: the notebooks' profile is the class one (about 6 minutes for 01..04) unless PROFILE=... or
 # $TIEBIAS_PROFILE names another; JupyterLab opens at the repository root (README.md, runs/, notebooks/)
 LAB_PROFILE = $(if $(filter file,$(origin PROFILE)),$(or $(TIEBIAS_PROFILE),class),$(PROFILE))
@@ -50,9 +53,10 @@ study: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check lib tests bench scripts
-	TIEBIAS_PROFILE=smoke TIEBIAS_RUN_DIR=$(TEST_RUN) $(BIN)/python -m pytest -q --durations=25 tests
+	TIEBIAS_PROFILE=smoke TIEBIAS_RUN_DIR=$(TEST_RUN)-default TIEBIAS_SMOKE_STUDY=$(TEST_RUN) \
+	  $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=25 tests
 	TIEBIAS_PROFILE=smoke TIEBIAS_RUN_DIR=$(TEST_RUN) $(BIN)/python -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider notebooks
-	rm -rf $(TEST_RUN)
+	rm -rf $(TEST_RUN) $(TEST_RUN)-default $(TEST_RUN).*
 
 # the pinned smoke study again with torch's generic CPU kernels, as another CPU would compute it: its tolerance
 # must absorb what a different machine changes (tests/test_study.py derives it from each claim's seed spread)

@@ -1,9 +1,16 @@
-"""Shared fixtures: a small run folder prepared once per test session (embedded corpus, 512 tokens)."""
+"""Shared fixtures: a small run folder prepared once per test session (embedded corpus, 512 tokens), and the
+smoke study run once per test run, shared by the tests that need a whole study."""
 
 from __future__ import annotations
 
+import os
+import shlex
 import shutil
-from dataclasses import replace
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -56,3 +63,76 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+SMOKE_STUDY_ENV = "TIEBIAS_SMOKE_STUDY"
+"""Names the folder of the shared smoke study (``make test`` sets it, then runs nbval on that folder)."""
+
+
+@dataclass(frozen=True)
+class SmokeStudy:
+    """The shared smoke study: its run folder (read only: copy it to change anything) and what the command printed."""
+
+    path: Path
+    output: str
+
+
+def _smoke_study_folder(config: pytest.Config) -> Path:
+    """$TIEBIAS_SMOKE_STUDY, else ``smoke-study`` in this test run's temporary folder (shared by pytest-xdist's
+    workers: their own folders lie in it)."""
+    if os.environ.get(SMOKE_STUDY_ENV):
+        return Path(os.environ[SMOKE_STUDY_ENV]).resolve()
+    base = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    return (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "smoke-study"
+
+
+_RUN_ID = os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex
+"""This test run: pytest-xdist's workers share theirs; without it, one process."""
+
+
+def _uses_smoke_study(item: pytest.Item) -> bool:
+    return "smoke_study" in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests that read the shared smoke study run last: it trains in the background meanwhile."""
+    items.sort(key=_uses_smoke_study)  # stable: same order in every worker
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """When the selected tests need the smoke study, start it once for the whole test run, in the background:
+    ``python -m tiebias study --profile smoke`` (the first worker to claim it starts it; its exit status and output
+    are written beside the folder)."""
+    if not any(_uses_smoke_study(item) for item in session.items):
+        return
+    folder = _smoke_study_folder(session.config)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        claim = os.open(folder.with_name(f"{folder.name}.started-{_RUN_ID}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return  # another worker of this run started it
+    os.close(claim)
+    shutil.rmtree(folder, ignore_errors=True)
+    log, rc = folder.with_name(folder.name + ".log"), folder.with_name(folder.name + ".rc")
+    study = shlex.join([sys.executable, "-m", "tiebias", "study", "--profile", "smoke", "--run-dir", str(folder)])
+    done = shlex.quote(str(rc))  # "<run id> <exit status>", written whole (rename) when the study ends
+    subprocess.Popen(["sh", "-c", f"{study} > {shlex.quote(str(log))} 2>&1; echo {_RUN_ID} $? > {done}.tmp "
+                      f"&& mv {done}.tmp {done}"], start_new_session=True)
+
+
+@pytest.fixture(scope="session")
+def smoke_study(request: pytest.FixtureRequest) -> SmokeStudy:
+    """The smoke study through the command line, all four notebooks, once per test run (started in the background by
+    :func:`pytest_collection_finish`; this waits for it). The end-to-end test checks it; the browser test and nbval
+    start from it instead of training the same models again."""
+    folder = _smoke_study_folder(request.config)
+    rc, log = folder.with_name(folder.name + ".rc"), folder.with_name(folder.name + ".log")
+    deadline = time.monotonic() + 1800
+    while not (rc.exists() and rc.read_text().split()[0] == _RUN_ID):  # one left by an earlier run is not this one
+        if time.monotonic() > deadline:
+            pytest.fail(f"the shared smoke study did not finish in 30 minutes; its output: {log}")
+        time.sleep(0.5)
+    status, output = rc.read_text().split()[1], log.read_text()
+    if status != "0":
+        pytest.fail(f"the shared smoke study failed (exit {status}):\n{output[-3000:]}")
+    return SmokeStudy(folder, output)

@@ -1,6 +1,6 @@
 """02_align and 03_lens in a real JupyterLab, driven in headless Chromium (smoke profile).
 
-A run folder is trained by the 01 notebook (smoke profile, its seeds), JupyterLab is started on copies of
+A run folder as the 01 notebook trains it (smoke profile, its seeds: copied from the shared smoke study), JupyterLab is started on copies of
 02 and 03 with ``TIEBIAS_PROFILE=smoke`` and ``TIEBIAS_RUN_DIR`` set, and each notebook is run with
 "Run All Cells". The test asserts: no error output (in the page and in the saved notebook), every plotly
 figure drawn and no wider than its output area, each explorer rendered and updating when typed into
@@ -27,7 +27,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
-import papermill as pm
 import pytest
 
 NB = Path(__file__).resolve().parents[1] / "notebooks"
@@ -57,20 +56,27 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _what_01_wrote(folder: str, names: list[str]) -> set[str]:
+    """shutil.copytree's ignore: leave out what 02, 03 and 04 added to a study's folder (lenses, the sweep's models,
+    their metrics, figures, records, executed notebooks and report), so 02 and 03 start from 01's output."""
+    later = ("lens", "tied_in", "02_", "03_", "04_", "ablation_", "alignment_")
+    return {n for n in names if n.startswith(later)} | {"results", "report", "report.html", "summary.json",
+                                                        "notebooks", ".lock"}.intersection(names)
+
+
 @pytest.fixture(scope="module")
-def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A smoke run folder with a tied and an untied model of each of the profile's seeds, trained by the 01 notebook
-    (02 and 03 refuse a run whose profile seeds are not all trained: a half-made run).
+def trained_run(smoke_study, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A smoke run folder with a tied and an untied model of each of the profile's seeds, as the 01 notebook wrote
+    them (02 and 03 refuse a run whose profile seeds are not all trained: a half-made run): copied from the shared
+    smoke study (conftest.py), without anything 02, 03 and 04 added.
 
     ``TIEBIAS_BROWSER_RUN`` names such a folder to use instead (02 and 03 then write their results into it,
     as they do in a study).
     """
     if os.environ.get("TIEBIAS_BROWSER_RUN"):
         return Path(os.environ["TIEBIAS_BROWSER_RUN"])
-    root = tmp_path_factory.mktemp("browser")
-    run_dir = root / "run"
-    pm.execute_notebook(str(NB / "01_train.ipynb"), str(root / "01_train.ipynb"), cwd=str(NB), kernel_name="python3",
-                        progress_bar=False, parameters={"profile": "smoke", "run_dir": str(run_dir)})
+    run_dir = tmp_path_factory.mktemp("browser") / "run"
+    shutil.copytree(smoke_study.path, run_dir, ignore=_what_01_wrote)
     return run_dir
 
 

@@ -23,23 +23,30 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 @contextlib.contextmanager
 def _stoppable() -> Iterator[None]:
-    """SIGINT and SIGTERM raise :class:`tiebias.study.Stopped` once; a repeat is ignored while the kernel shuts down."""
+    """SIGINT and SIGTERM raise :class:`tiebias.study.Stopped` once; a repeat is ignored while the kernel shuts down.
+
+    Logging is off from the signal until the block ends: the client waiting on the kernel may otherwise log the
+    kernel's shutdown ("Kernel died while waiting for execute reply.") before the one stop line.
+    """
     from .study import Stopped
 
     def stop(signum: int, frame: Any) -> None:
         for s in STOP_SIGNALS:
             signal.signal(s, signal.SIG_IGN)
+        logging.disable(logging.CRITICAL)
         raise Stopped(signum)
 
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield
         return
     before = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+    disabled = logging.root.manager.disable
     try:
         yield
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)
+        logging.disable(disabled)
 
 
 def _study(args: argparse.Namespace) -> int:
