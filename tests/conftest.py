@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -86,6 +87,9 @@ def _smoke_study_folder(config: pytest.Config) -> Path:
     return (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "smoke-study"
 
 
+_STARTED: list[subprocess.Popen] = []
+"""The smoke study, in the worker that started it."""
+
 _RUN_ID = os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex
 """This test run: pytest-xdist's workers share theirs; without it, one process."""
 
@@ -116,8 +120,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     log, rc = folder.with_name(folder.name + ".log"), folder.with_name(folder.name + ".rc")
     study = shlex.join([sys.executable, "-m", "tiebias", "study", "--profile", "smoke", "--run-dir", str(folder)])
     done = shlex.quote(str(rc))  # "<run id> <exit status>", written whole (rename) when the study ends
-    subprocess.Popen(["sh", "-c", f"{study} > {shlex.quote(str(log))} 2>&1; echo {_RUN_ID} $? > {done}.tmp "
-                      f"&& mv {done}.tmp {done}"], start_new_session=True)
+    _STARTED.append(subprocess.Popen(["sh", "-c", f"{study} > {shlex.quote(str(log))} 2>&1; echo {_RUN_ID} $? > "
+                                      f"{done}.tmp && mv {done}.tmp {done}"], start_new_session=True))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """An interrupted test run (Ctrl-C) stops the smoke study it started, which runs in a session of its own."""
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        for proc in _STARTED:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)  # the command line stops its notebook and exits
 
 
 @pytest.fixture(scope="session")
