@@ -68,12 +68,21 @@ def safe_html(fragment: str) -> str:
 
     ``bleach`` (the sanitiser nbconvert's stack already installs) does the work: scripts, styles, comments, links,
     images, frames and event attributes are dropped; the text of a dropped tag stays, escaped, so it shows as
-    text and runs nothing.
+    text and runs nothing. What a page never shows as text, the content of ``<style>``, ``<script>``, ``<template>``
+    and ``<noscript>`` (a pandas table's CSS), goes with its tag (BeautifulSoup, before bleach).
     """
     import bleach
+    from bs4 import BeautifulSoup
 
-    return bleach.clean(fragment, tags=HTML_TAGS, attributes=sorted(HTML_ATTRIBUTES), protocols=[], strip=True,
+    soup = BeautifulSoup(fragment, "html.parser")
+    for hidden in soup(list(HIDDEN_TAGS)):
+        hidden.decompose()
+    return bleach.clean(str(soup), tags=HTML_TAGS, attributes=sorted(HTML_ATTRIBUTES), protocols=[], strip=True,
                         strip_comments=True)
 
 
-__all__ = ["HTML_ATTRIBUTES", "HTML_TAGS", "md_code", "md_fence", "md_text", "safe_html"]
+HIDDEN_TAGS = frozenset({"script", "style", "template", "noscript"})
+"""Elements whose content a browser does not show as text: :func:`safe_html` drops them whole."""
+
+
+__all__ = ["HIDDEN_TAGS", "HTML_ATTRIBUTES", "HTML_TAGS", "md_code", "md_fence", "md_text", "safe_html"]
