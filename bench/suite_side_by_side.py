@@ -16,16 +16,14 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from clones import fresh_clone, short
+
 TARGETS = ("test", "test-portable")
 
 
 def timed_targets(commit: str, root: Path) -> dict[str, float]:
     """Clone ``commit`` into ``root``, set it up, and return the wall seconds of each of :data:`TARGETS`."""
-    clone = root / commit.replace("/", "_")
-    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
-    subprocess.run(["git", "checkout", "-q", commit], cwd=clone, check=True)
-    subprocess.run(["make", "setup"], cwd=clone, check=True, stdout=subprocess.DEVNULL)
+    clone = fresh_clone(commit, root)
     times = {}
     for target in TARGETS:
         with (clone / f"{target}.log").open("w") as log:
@@ -43,8 +41,7 @@ def main() -> None:
     ap.add_argument("new", nargs="?", default="HEAD", help="the commit measured (default HEAD)")
     ap.add_argument("--keep", type=Path, help="clone into this folder and keep the clones and their logs")
     args = ap.parse_args()
-    new = subprocess.run(["git", "rev-parse", "--short", args.new], cwd=REPO, check=True, text=True,
-                         capture_output=True).stdout.strip()
+    new = short(args.new)
     with tempfile.TemporaryDirectory(prefix="tiebias-suite-") as tmp:
         root = args.keep or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)

@@ -110,6 +110,14 @@ def test_decomposition_has_four_finite_readings(readings_tables, two_seed_run: R
     seq, ref = readings_tables
     assert set(ref.recipe) == {"package"} and set(ref.lens_steps) == {3}
     assert (two_seed_run.lens_dir("tied", 0) / lens_ladder.REFERENCE_BUDGET / "package-x1" / "params.pt").is_file()
+    # the extra ladder reads its main ladder's logit-lens evaluations (same model, tokens and protocol): none of its own
+    for v in ("tied", "untied"):
+        assert not list((two_seed_run.lens_dir(v, 0) / lens_ladder.REFERENCE_BUDGET).rglob("logit_*"))
+    keys = ["variant", "seed", "protocol", "sequence", "layer"]
+    both = seq[[*keys, "kl_logit_bits", "ce_logit_nats"]].merge(ref[[*keys, "kl_logit_bits", "ce_logit_nats"]], on=keys)
+    assert len(both) == len(ref)
+    for col in ("kl_logit_bits", "ce_logit_nats"):
+        np.testing.assert_array_equal(both[f"{col}_x"].to_numpy(), both[f"{col}_y"].to_numpy())
     table, layers = lens_readings.decomposition(seq, ref)
     assert table.reading.tolist() == ["a", "b", "c", "d"]
     assert table.protocol.tolist() == ["package", "reference", "package", "reference"]
@@ -175,6 +183,7 @@ def test_external_pair_gets_both_protocols_and_the_four_readings(two_seed_run: R
     ref, lenses = lens_ladder.train_pair_lens_ladders(models, None, **kw, **{**RECIPE, **lens_readings.REFERENCE_BUDGET_LADDER,
                                                                      "steps": 3})
     assert list(dict.fromkeys(seq.protocol)) == BOTH and set(ref.lens_steps) == {3} and set(lenses) == {"tied", "untied"}
+    assert not list((two_seed_run.path / "external").rglob(f"{lens_ladder.REFERENCE_BUDGET}/logit_*"))  # the main ladder's
     table, _ = lens_readings.decomposition(seq, ref, paired=False)  # one pair: bootstrap over sequences
     assert len(table) == 4 and np.isfinite(table[["gap", "ci_low", "ci_high"]].to_numpy()).all()
     assert table.method.str.startswith("one pair").all()

@@ -7,6 +7,8 @@ may hold an extra ladder at the paper's lens budget::
 
     <model dir>/lens/reference-budget/ the extra ladder at the paper's lens budget (subdir=REFERENCE_BUDGET)
 
+The model's logit-lens evaluations (``logit_*.csv``) stay in the lens folder itself and serve both ladders.
+
 **Protocols.** Every rung is evaluated under each lens protocol (``protocols``: the package's reading and
 the paper's code's, :data:`tiebias.lens.evaluate.PROTOCOLS`), from the same trained lens; evaluation and its
 per-protocol cache files are :mod:`tiebias.lens.rung_eval`.
@@ -63,7 +65,8 @@ def train_model_lens_ladders(model: Any, train_tokens: Any, test_tokens: Any, fo
                              tokens_per_step: int, seq_len: int, eval_tokens: int, budgets: Sequence[int] = (1,),
                              recipes: Sequence[str] = ("cpu",), progress: bool = True,
                              num_threads: int | str | None = "auto", should_stop: Callable[[], bool] | None = None,
-                             protocols: Sequence[str] = ("package",)) -> pd.DataFrame:
+                             protocols: Sequence[str] = ("package",),
+                             logit_folder: str | Path | None = None) -> pd.DataFrame:
     """Train (or load) every recipe's ladder for one model and evaluate each rung under each protocol, per sequence.
 
     Columns: ``recipe``, ``budget``, ``lens_steps`` (total steps of that rung), ``protocol``, ``sequence``,
@@ -72,12 +75,16 @@ def train_model_lens_ladders(model: Any, train_tokens: Any, test_tokens: Any, fo
     protocol and shared by all rungs. Evaluations are cached in the rung folders (see
     :mod:`tiebias.lens.rung_eval`), so a rerun costs only loading. The first recipe's largest rung is also
     written to the top of ``folder``. ``num_threads``/``should_stop``: see :func:`tiebias.lens.rungs.train_ladder`.
+    ``logit_folder`` holds the logit-lens evaluations (default ``folder``): they depend on the model, the evaluation
+    tokens and the protocol only (the file name says which), so an extra ladder in a sub-folder reads its main
+    ladder's instead of computing them again.
     """
     budgets, recipes = check_budgets(budgets), check_recipes(recipes)
     protocols = rung_eval.check_protocols(list(protocols))
     folder = Path(folder)
     sha = tl._unembed_sha256(model)
-    logits = {p: rung_eval.evaluate_cached(model, test_tokens, None, folder / rung_eval.logit_name(sha, eval_tokens,
+    logit_folder = Path(logit_folder) if logit_folder is not None else folder
+    logits = {p: rung_eval.evaluate_cached(model, test_tokens, None, logit_folder / rung_eval.logit_name(sha, eval_tokens,
                                            seq_len, p), seq_len=seq_len, eval_tokens=eval_tokens, logit_lens=True,
                                            protocol=p, num_threads=num_threads) for p in protocols}
     frames = []
@@ -138,11 +145,12 @@ def train_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequence[int], 
             final = _final_step(run, v, seed)
             at = None if step is None or step == final else step
             model = run.load_model(v, seed, at, device=device)
-            df = train_model_lens_ladders(model, val, test, run.lens_dir(v, seed, at) / subdir, steps=steps,
+            lens_dir = run.lens_dir(v, seed, at)
+            df = train_model_lens_ladders(model, val, test, lens_dir / subdir, steps=steps,
                                           tokens_per_step=tokens_per_step, seq_len=seq_len, eval_tokens=eval_tokens,
                                           budgets=budgets, recipes=recipes, progress=progress,
                                           num_threads="auto" if n == 1 else None, should_stop=should_stop,
-                                          protocols=protocols)
+                                          protocols=protocols, logit_folder=lens_dir)
             df.insert(0, "variant", Variant.parse(v).name)
             df.insert(1, "seed", seed)
             df.insert(2, "step", step if step is not None else final)
@@ -182,10 +190,11 @@ def train_pair_lens_ladders(models: dict[str, tuple[Any, Any]], corpus: Any = No
     for label, (model, tok) in models.items():
         val = tokens.encode(tok, ds["validation"]["text"])
         test = tokens.encode(tok, ds["test"]["text"])
-        sub = Run(folder).pair_lens_dir(label) / subdir
+        top = Run(folder).pair_lens_dir(label)
+        sub = top / subdir
         df = train_model_lens_ladders(model, val, test, sub, steps=steps, tokens_per_step=tokens_per_step,
                                       seq_len=seq_len, eval_tokens=eval_tokens, budgets=budgets, recipes=recipes,
-                                      progress=progress, protocols=protocols)
+                                      progress=progress, protocols=protocols, logit_folder=top)
         df.insert(0, "variant", label)
         df.insert(1, "seed", 0)
         df.insert(2, "step", -1)
