@@ -52,3 +52,16 @@ def test_pin_keeps_the_about_line(tmp_path: Path) -> None:
     pinned = json.loads(ref.read_text())
     assert pinned["_about"] == "why" and pinned["claim2_gradient_flow"]["value"] == 0.2
     assert cc.main([str(summary), str(ref)]) == 0
+
+
+def test_claim3_numbers_prints_the_readmes_figures_from_a_run(smoke_study, capsys) -> None:
+    """scripts/claim3_numbers.py on the shared smoke study: every figure the README's claim-3 text quotes, from the run."""
+    spec = importlib.util.spec_from_file_location("claim3_numbers", SCRIPT.parent / "claim3_numbers.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.main([str(smoke_study.path)])
+    out = capsys.readouterr().out
+    claims = json.loads((smoke_study.path / "summary.json").read_text())["claims"]
+    for key in ("claim3_tuned_lens", "claim3_tuned_lens_reference"):
+        assert f"{key}: gap {claims[key]['value']:+.3f} bits" in out
+    assert out.count("| (") == 4 and "layer-0 tuned-lens KL" in out and "final validation loss: tied" in out
