@@ -3,7 +3,11 @@ measurement (``bench/suite_side_by_side.py``, ``bench/study_side_by_side.py``)."
 
 from __future__ import annotations
 
+import argparse
 import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -22,3 +26,21 @@ def fresh_clone(commit: str, root: Path) -> Path:
     subprocess.run(["git", "checkout", "-q", commit], cwd=clone, check=True)
     subprocess.run(["make", "setup"], cwd=clone, check=True, stdout=subprocess.DEVNULL)
     return clone
+
+
+def commits_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments both benches share: the old commit, the new one (default HEAD) and ``--keep DIR``."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("old", help="the commit to compare against, e.g. 5803a75")
+    ap.add_argument("new", nargs="?", default="HEAD", help="the commit measured (default HEAD)")
+    ap.add_argument("--keep", type=Path, help="clone into this folder and keep the clones, runs and logs")
+    return ap
+
+
+@contextmanager
+def clones_root(keep: Path | None, prefix: str) -> Iterator[Path]:
+    """The folder the clones go to: ``keep`` (created, kept) or a temporary one removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        root = keep or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        yield root

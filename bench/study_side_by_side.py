@@ -12,15 +12,13 @@ a change that leaves the numerics alone prints "identical"). Run it on an otherw
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from clones import REPO, fresh_clone, short
+from clones import REPO, clones_root, commits_parser, fresh_clone, short
 
 sys.path.insert(0, str(REPO / "scripts"))
 from compare_claims import claims_of, differences  # noqa: E402
@@ -50,16 +48,11 @@ def timed_study(commit: str, root: Path, profile: str) -> tuple[float, Path]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("old", help="the commit to compare against, e.g. 5803a75")
-    ap.add_argument("new", nargs="?", default="HEAD", help="the commit measured (default HEAD)")
+    ap = commits_parser(__doc__.splitlines()[0])
     ap.add_argument("--profile", default="default", help="the study's profile (default: default)")
-    ap.add_argument("--keep", type=Path, help="clone into this folder and keep the clones, runs and logs")
     args = ap.parse_args()
     new = short(args.new)
-    with tempfile.TemporaryDirectory(prefix="tiebias-study-") as tmp:
-        root = args.keep or Path(tmp)
-        root.mkdir(parents=True, exist_ok=True)
+    with clones_root(args.keep, "tiebias-study-") as root:
         (old_wall, old_run), (new_wall, new_run) = (timed_study(c, root, args.profile) for c in (args.old, new))
         old_nb, new_nb = notebook_seconds(old_run), notebook_seconds(new_run)
         for name in sorted(set(old_nb) | set(new_nb)):

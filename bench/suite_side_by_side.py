@@ -9,14 +9,12 @@ an otherwise quiet machine: anything else running moves both times. Usage::
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from clones import fresh_clone, short
+from clones import clones_root, commits_parser, fresh_clone, short
 
 TARGETS = ("test", "test-portable")
 
@@ -36,15 +34,9 @@ def timed_targets(commit: str, root: Path) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("old", help="the commit to compare against, e.g. 5803a75")
-    ap.add_argument("new", nargs="?", default="HEAD", help="the commit measured (default HEAD)")
-    ap.add_argument("--keep", type=Path, help="clone into this folder and keep the clones and their logs")
-    args = ap.parse_args()
+    args = commits_parser(__doc__.splitlines()[0]).parse_args()
     new = short(args.new)
-    with tempfile.TemporaryDirectory(prefix="tiebias-suite-") as tmp:
-        root = args.keep or Path(tmp)
-        root.mkdir(parents=True, exist_ok=True)
+    with clones_root(args.keep, "tiebias-suite-") as root:
         old_t, new_t = timed_targets(args.old, root), timed_targets(new, root)
     for target in TARGETS:
         print(f"make {target}: {args.old} {old_t[target]:.0f} s, {new} {new_t[target]:.0f} s, "
