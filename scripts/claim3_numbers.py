@@ -10,22 +10,35 @@ and the validation losses of the "training length" table. The README's default-p
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import pandas as pd
+
+from tiebias.run.folder import Run
+from tiebias.verdicts import records
 
 
 def _ms(s: pd.Series) -> str:
     return f"{s.mean():.3f} ± {s.std(ddof=1):.3f}"
 
 
+def _needed(run: Run) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    """Claim 3's two records and 03's two tables of ``run``; a SystemExit naming what is missing and how to make it."""
+    claims = records.results(run)  # a damaged record is named with the notebook that rewrites it
+    keys = ("claim3_tuned_lens", "claim3_tuned_lens_reference")
+    missing = [f"results/{k}.json" for k in keys if k not in claims]
+    missing += [f"metrics/{t}.csv" for t in ("lens_per_layer", "lens_readings") if not run.table_path(t).is_file()]
+    if missing:
+        raise SystemExit(f"run: {run.path} has no {', '.join(missing)}; run 03_lens on it first, with both "
+                         "lens_protocols (package, reference)")
+    return claims, pd.read_csv(run.table_path("lens_per_layer")), pd.read_csv(run.table_path("lens_readings"))
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", type=Path, help="a run folder after 03_lens")
-    run = ap.parse_args(argv).run
-    claims = json.loads((run / "summary.json").read_text())["claims"]
-    kl = pd.read_csv(run / "metrics" / "lens_per_layer.csv")
+    run = Run(ap.parse_args(argv).run)
+    claims, kl, rd = _needed(run)
     kl = kl[kl.protocol == "package"] if "protocol" in kl else kl
     l0 = kl[kl.layer == 0].groupby("variant")
     print(f"layer-0 tuned-lens KL (bits): tied {_ms(l0.get_group('tied').kl_tuned_bits)}, "
@@ -39,7 +52,6 @@ def main(argv: list[str] | None = None) -> None:
               f"{c['spread']:.3f}, {c['status']}; budget {d['budget']}x, converged {d['converged']} (last rung moved it "
               f"{conv.get('change', float('nan')):+.4f}, half-width {conv.get('half_width', float('nan')):.3f})")
         print("  ladder: " + ", ".join(f"{r['budget']}x {r['gap']:+.4f}" for r in d["ladder"]))
-    rd = pd.read_csv(run / "metrics" / "lens_readings.csv")
     print("\n| reading | early-layer gap (bits) | 95% CI | layer 0 tied / untied | layer 1 tied / untied |")
     print("|---|---|---|---|---|")
     for r in rd.itertuples():
@@ -50,12 +62,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"layer-1 tied - untied: (b) {by.gap_l1['b']:+.2f}, (d) {by.gap_l1['d']:+.2f} bits (paper {by.paper_gap_l1['b']:+.2f});"
           f" layer 0 under (c): {by.gap_l0['c']:+.2f} bits ({by.gap_l0['c'] / by.paper_gap_l0['c']:.0%} of the paper's "
           f"{by.paper_gap_l0['c']:+.2f})")
-    losses = {v: [] for v in ("tied", "untied")}
-    for f in sorted((run / "metrics").glob("*_val.csv")):
-        variant = f.name.rsplit("-s", 1)[0]
-        if variant in losses:
-            losses[variant].append(pd.read_csv(f).sort_values("step").val_loss.iloc[-1])
-    print("final validation loss: " + " / ".join(f"{v} {pd.Series(x).mean():.2f}" for v, x in losses.items() if x))
+    seeds = run.config["study"]["seeds"]
+    losses = {v: pd.Series([run.metrics(v, s, "val").sort_values("step").val_loss.iloc[-1] for s in seeds]).mean()
+              for v in ("tied", "untied")}
+    print(f"final validation loss: tied {losses['tied']:.2f} / untied {losses['untied']:.2f}")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compare_claims.py"
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("compare_claims", SCRIPT)
+def _load(name: str = "compare_claims"):
+    spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -56,12 +56,22 @@ def test_pin_keeps_the_about_line(tmp_path: Path) -> None:
 
 def test_claim3_numbers_prints_the_readmes_figures_from_a_run(smoke_study, capsys) -> None:
     """scripts/claim3_numbers.py on the shared smoke study: every figure the README's claim-3 text quotes, from the run."""
-    spec = importlib.util.spec_from_file_location("claim3_numbers", SCRIPT.parent / "claim3_numbers.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _load("claim3_numbers")
     mod.main([str(smoke_study.path)])
     out = capsys.readouterr().out
     claims = json.loads((smoke_study.path / "summary.json").read_text())["claims"]
     for key in ("claim3_tuned_lens", "claim3_tuned_lens_reference"):
         assert f"{key}: gap {claims[key]['value']:+.3f} bits" in out
     assert out.count("| (") == 4 and "layer-0 tuned-lens KL" in out and "final validation loss: tied" in out
+
+
+def test_claim3_numbers_names_what_a_run_without_03_lacks(tmp_path: Path, capsys) -> None:
+    mod = _load("claim3_numbers")
+    try:
+        mod.main([str(tmp_path)])
+    except SystemExit as e:
+        msg = str(e)
+    else:
+        raise AssertionError("a folder without 03's outputs was read")
+    assert msg.startswith(f"run: {tmp_path} has no results/claim3_tuned_lens.json") and "run 03_lens on it first" in msg
+    assert not list(tmp_path.iterdir())  # nothing written
