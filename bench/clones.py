@@ -13,10 +13,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def short(commit: str) -> str:
-    """The short hash of ``commit`` (e.g. HEAD) in this repository."""
-    return subprocess.run(["git", "rev-parse", "--short", commit], cwd=REPO, check=True, text=True,
-                          capture_output=True).stdout.strip()
+def short(commit: str, name: str = "new") -> str:
+    """The short hash of ``commit`` (e.g. HEAD) in this repository; one line naming ``name`` if it is not a commit."""
+    res = subprocess.run(["git", "rev-parse", "--short", "--verify", "--quiet", f"{commit}^{{commit}}"], cwd=REPO,
+                         text=True, capture_output=True)
+    if res.returncode:
+        raise SystemExit(f"{name}: {commit!r} is not a commit of this repository (e.g. 5803a75, HEAD)")
+    return res.stdout.strip()
 
 
 def fresh_clone(commit: str, root: Path) -> Path:

@@ -51,6 +51,7 @@ def main() -> None:
     ap = commits_parser(__doc__.splitlines()[0])
     ap.add_argument("--profile", default="default", help="the study's profile (default: default)")
     args = ap.parse_args()
+    short(args.old, "old")  # both checked before anything is cloned
     new = short(args.new)
     with clones_root(args.keep, "tiebias-study-") as root:
         (old_wall, old_run), (new_wall, new_run) = (timed_study(c, root, args.profile) for c in (args.old, new))

@@ -35,6 +35,7 @@ def timed_targets(commit: str, root: Path) -> dict[str, float]:
 
 def main() -> None:
     args = commits_parser(__doc__.splitlines()[0]).parse_args()
+    short(args.old, "old")  # both checked before anything is cloned
     new = short(args.new)
     with clones_root(args.keep, "tiebias-suite-") as root:
         old_t, new_t = timed_targets(args.old, root), timed_targets(new, root)

@@ -44,3 +44,13 @@ def test_claims_that_moved_are_reported_in_seed_sd(study_bench) -> None:
 def test_help_names_the_two_commits(script: str) -> None:
     out = subprocess.run([sys.executable, str(BENCH / script), "--help"], capture_output=True, text=True, check=True)
     assert "old" in out.stdout and "new" in out.stdout
+
+
+@pytest.mark.parametrize("script", ["study_side_by_side.py", "suite_side_by_side.py"])
+@pytest.mark.parametrize(("args", "name"), [(["no-such-commit"], "old"), (["HEAD", "no-such-commit"], "new")])
+def test_a_name_that_is_not_a_commit_stops_before_cloning(script: str, args: list[str], name: str) -> None:
+    res = subprocess.run([sys.executable, str(BENCH / script), *args, "--keep", "/nonexistent/never-made"],
+                         capture_output=True, text=True)
+    assert res.returncode == 1
+    assert res.stderr.strip() == f"{name}: 'no-such-commit' is not a commit of this repository (e.g. 5803a75, HEAD)"
+    assert not Path("/nonexistent/never-made").exists()
