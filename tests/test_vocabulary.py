@@ -45,7 +45,8 @@ DISTINCT = {
     "checkpoint_every": "10", "seeds": "5,6", "variants": "tied,untied,tied_in3", "heldout_folds": "3", "knn_k": "4",
     "lens_steps": "13", "lens_tokens_per_step": "128", "lens_depth_presets": "mini", "lens_eval_tokens": "555",
     "lens_budgets": "1,2,8", "lens_recipes": "package", "lens_protocols": "reference", "lens_checkpoints": "4,8", "ablate_factors": "1,3",
-    "ablate_seeds": "7", "ablate_budget_minutes": "1.5", "overwrite": "true", "methods": "linear,identity",
+    "ablate_seeds": "7", "ablate_budget_minutes": "1.5", "ablate_ingredients": "warmup10,sgd",
+    "scale_vocab_sizes": "700,900", "scale_presets": "mini", "overwrite": "true", "methods": "linear,identity",
     "tied_source": "someone/tied-lm", "untied_source": "someone/untied-lm", "prompt": "Once more unto the breach",
     "inverse_output": "true",
 }

@@ -157,6 +157,26 @@ def slope(x: Any, y: Any, *, level: float = 0.95) -> Slope:
     return Slope(b, b - half, b + half, int(xv.size))
 
 
+def line_at(x: Any, y: Any, x0: float, *, level: float = 0.95) -> tuple[float, float, float]:
+    """The straight-line fit of ``y`` on ``x`` evaluated at ``x0``, with the t-interval of that fitted mean.
+
+    Needs three or more points; far outside the range of ``x`` the interval widens, and the line is an assumption.
+    """
+    from scipy.stats import t as student_t
+
+    xv, yv = _floats(x), _floats(y)
+    s = slope(xv, yv, level=level)
+    if xv.size < 3:
+        raise ValueError("x: need at least three points for an interval")
+    dx = xv - xv.mean()
+    fit = float(yv.mean() + s.slope * (x0 - xv.mean()))
+    resid = yv - yv.mean() - s.slope * dx
+    sigma2 = float((resid**2).sum()) / (xv.size - 2)
+    se = math.sqrt(sigma2 * (1 / xv.size + (x0 - xv.mean()) ** 2 / float((dx**2).sum())))
+    half = float(student_t.ppf(0.5 + level / 2, df=xv.size - 2)) * se
+    return fit, fit - half, fit + half
+
+
 class BootstrapCI(NamedTuple):
     """Mean of per-item values with a percentile bootstrap confidence interval (items resampled)."""
 

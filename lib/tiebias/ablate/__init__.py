@@ -1,5 +1,6 @@
-"""Claim 4: the gradient-scaling sweep (plan with a time estimate, training, alignment and perplexity tables)."""
+"""Claim 4: the gradient-scaling sweep (plan with a time estimate, training, alignment and perplexity tables), its
+ingredients taken apart (``ingredients``), and claims 1, 2 and 4 against model size (``scale``)."""
 
-from tiebias.ablate import sweep
+from tiebias.ablate import ingredients, scale, sweep
 
-__all__ = ["sweep"]
+__all__ = ["ingredients", "scale", "sweep"]

@@ -19,3 +19,11 @@ LENS_RECIPES: dict[str, dict[str, Any]] = {
 
 LENS_PROTOCOLS: tuple[str, ...] = ("package", "reference")
 """How a tuned lens's translators are matched to hidden states (:func:`tiebias.lens.evaluate.evaluate`)."""
+
+INGREDIENTS: dict[str, str] = {
+    "warmup10": "warmup over 10% of the steps (the paper: 1,000 of 10,000)",
+    "no_embedding_decay": "no weight decay on the embedding matrices (AdamW decays every other matrix)",
+    "sgd": "SGD with momentum instead of AdamW: no per-coordinate scaling of the update",
+}
+"""Claim 4's ingredients: one change of the training recipe each, under which the k = 1 and k = 5 tied models are
+trained again (:mod:`tiebias.ablate.ingredients`), to see which brings the shift to the paper's size."""

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tiebias.config.checks import is_int
-from tiebias.config.choices import LENS_PROTOCOLS, METHODS
+from tiebias.config.choices import INGREDIENTS, LENS_PROTOCOLS, METHODS
 from tiebias.config.choices import LENS_RECIPES as _RECIPES
 from tiebias.config.corpus import BYTE_ALPHABET_SIZE, EMBEDDED_CORPUS, SPECIAL_TOKENS, looks_like_hub_name
 from tiebias.config.paths import NOTEBOOKS, check_encodable
@@ -168,6 +168,15 @@ def _factors(v: list[float]) -> str | None:
     return None if len(v) >= 2 else "need at least two factors k > 0 for a dose-response (e.g. [1, 5])"
 
 
+def _vocab_list(v: list[int]) -> str | None:
+    """Every vocabulary size valid, none repeated."""
+    for x in v:
+        bad = _vocab(x)
+        if bad:
+            return bad
+    return None if len(set(v)) == len(v) else "a size is repeated"
+
+
 def _budgets(v: list[float]) -> str | None:
     """Lens budgets: one or more numbers > 0, strictly increasing."""
     if not v or _positive(v):
@@ -252,6 +261,14 @@ PARAM_LIST: tuple[Param, ...] = (
           ("04_ablate",), "ablate.sweep_variants(factors)", check=_factors),
     Param("ablate_seeds", "ints", "seeds of the ablation sweep", ("04_ablate",), "ablate.run_sweep(seeds)",
           check=_seed_list),
+    Param("ablate_ingredients", "strs", "claim 4's ingredients: the k = 1 and k = 5 tied models retrained with one "
+          f"change of recipe each, from {', '.join(INGREDIENTS)} ([] = off; needs 5 in ablate_factors)", ("04_ablate",),
+          "ablate.ingredients.train_ingredients(names)", default=[], check=_none_or(_choice(tuple(INGREDIENTS)))),
+    Param("scale_vocab_sizes", "ints", "scale axis: other vocabulary sizes at the run's preset ([] = off)",
+          ("04_ablate",), "ablate.scale.points(vocab_sizes=)", default=[], check=_vocab_list),
+    Param("scale_presets", "strs", "scale axis: other presets (widths) at the run's vocabulary ([] = off), e.g. "
+          "['small-w64', 'small-w256']", ("04_ablate",), "ablate.scale.points(presets=)", default=[],
+          check=_none_or(_choice(tuple(PRESETS)))),
     Param("ablate_budget_minutes", "float", "warn before starting a sweep estimated to take longer",
           ("04_ablate",), "ablate.plan(budget_minutes=)", check=_positive),
     # -- notebook parameters that are not profile keys ----------------------------------------------

@@ -32,6 +32,8 @@ PRESETS: dict[str, Preset] = {
     "tiny": Preset(32, 2, 2, 256, "unit tests: seconds"),
     "mini": Preset(64, 4, 4, 512, "smoke profile: a minute on a laptop CPU"),
     "small": Preset(128, 6, 4, 1024, "default CPU study: a few minutes per model on 2 cores"),
+    "small-w64": Preset(64, 6, 4, 1024, "small's depth at width 64: the width axis of the scale profile"),
+    "small-w256": Preset(256, 6, 4, 1024, "small's depth at width 256: the width axis of the scale profile"),
     "small-deep": Preset(128, 10, 4, 1024, "small's width with 10 layers: the depth comparison of 03_lens"),
     "small-16": Preset(128, 16, 4, 1024, "small's width with 16 layers: the deepest model of the depth profile"),
     "base": Preset(256, 8, 8, 1024, "a larger CPU run: about 4x the cost of small"),

@@ -52,6 +52,22 @@ def checkpoint_steps(steps: int, every: int) -> list[int]:
     return sorted(s)
 
 
+OPTIMIZERS = ("adamw", "sgd")
+"""``adamw`` (the recipe of every study); ``sgd`` (momentum ``beta1``, a contrast in claim 4's ingredients: no
+per-coordinate scaling of the update)."""
+
+ADDED_KEYS: Mapping[str, Any] = MappingProxyType({"optimizer": "adamw", "decay_embeddings": True})
+"""Recipe keys added after models were first trained: a model's record carries them only when they differ from
+these defaults, so a model trained before they existed still matches its (unchanged) recipe."""
+
+
+def recorded_recipe(cfg: Any) -> dict[str, Any]:
+    """A TrainConfig as a model's train_config.json records it (:data:`ADDED_KEYS` left out at their default)."""
+    from dataclasses import asdict
+
+    return {k: v for k, v in asdict(cfg).items() if not (k in ADDED_KEYS and v == ADDED_KEYS[k])}
+
+
 with (PROFILE_DIR / "default.toml").open("rb") as _f:
     DEFAULT_PROFILE: Mapping[str, Any] = MappingProxyType(tomllib.load(_f))
 """The ``default`` profile's values as written: the owner of every default a profile key has in code (the
@@ -83,6 +99,8 @@ class TrainConfig:
     checkpoint_every: int = DEFAULT_PROFILE["checkpoint_every"]
     record_provenance: bool = True
     precision: str = "auto"
+    optimizer: str = "adamw"
+    decay_embeddings: bool = True
 
     def validate(self) -> TrainConfig:
         """Stop at once on a bad value, naming the parameter, the value and what is allowed."""
@@ -106,6 +124,11 @@ class TrainConfig:
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not 0 <= v <= 1:
                 raise ValueError(f"{name}: {v!r} is not allowed; need a number in [0, 1]")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer: unknown value {self.optimizer!r}; allowed: "
+                             f"{', '.join(map(repr, OPTIMIZERS))}")
+        if not isinstance(self.decay_embeddings, bool):
+            raise ValueError(f"decay_embeddings: {self.decay_embeddings!r} is not allowed; need true or false")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"precision: unknown value {self.precision!r}; allowed: 'auto', 'fp32', 'bf16'")
         if self.seq_len > get_preset(self.preset).max_positions:

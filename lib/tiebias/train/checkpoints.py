@@ -35,7 +35,8 @@ from tiebias.run.layout import CONFIG_NAME, TRAINER_STATE_NAME, WEIGHTS_NAME
 
 # the columns of metrics/<key>.csv and metrics/<key>_val.csv
 TRAIN_FIELDS = ["step", "loss", "lr", "grad_norm", "tokens", "elapsed_s", "input_norm", "output_norm",
-                "output_share", "cosine", "input_rows", "input_factor", "output_factor"]
+                "output_share", "cosine", "input_rows", "input_factor", "output_factor",
+                "input_l1", "output_l1", "proxy_input_norm", "proxy_input_l1"]
 VAL_FIELDS = ["step", "val_loss"]
 _TMP_PREFIX = f".tmp-{STEP_PREFIX}"  # a checkpoint being written: .tmp-step-<N>
 
@@ -171,8 +172,15 @@ def kept_log(path: Path, header: list[str], upto: int, expected: list[int], key:
             return [], []
         raise DamagedFileError(f"{path}: missing, but the checkpoint at step {upto} needs its rows for steps "
                                f"{_span(expected)}; restore it, or {OVERWRITE_HINT} to retrain {key} from scratch")
-    _, rows, dropped = read_log_lines(path, header, todo=todo)
+    cols, rows, dropped = read_log_lines(path, todo=todo)
     notes = [f"{path.name}: dropped a last row cut mid-write"] if dropped else []
+    if cols != header and header[:len(cols)] == cols:
+        # a log written before columns were added at the end: its rows get empty (missing) values for them
+        rows = [(step, line + "," * (len(header) - len(cols))) for step, line in rows]
+        notes.append(f"{path.name}: written before the columns {', '.join(header[len(cols):])} existed; "
+                     "its earlier rows leave them empty")
+    elif cols != header:
+        read_log_lines(path, header, todo=todo)  # the error naming both headers
     kept, seen = [], set()
     for step, line in rows:
         if step > upto:

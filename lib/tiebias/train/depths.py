@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from tiebias.config.presets import get_preset
@@ -16,7 +17,7 @@ from tiebias.run.folder import Run
 from tiebias.run.guard import mark
 from tiebias.train.sweeps import train_many
 
-__all__ = ["train_depth_models"]
+__all__ = ["share_data", "train_depth_models"]
 
 
 def train_depth_models(run: Run, preset: str, seeds: Sequence[int], config: Any, progress: bool = True) -> Run:
@@ -26,18 +27,23 @@ def train_depth_models(run: Run, preset: str, seeds: Sequence[int], config: Any,
     depths differ only in shape. Finished models are reused; an interrupted one resumes from its checkpoint.
     """
     get_preset(preset)
-    sub = Run(run.depth_dir(preset))
-    if not sub.config_path.exists():
-        _prepare_sub_run(run, sub, preset)
+    sub = share_data(run, run.depth_dir(preset), f"the {preset} models")
     train_many(sub, [(v, seed) for seed in seeds for v in ("tied", "untied")], replace(config, preset=preset),
                progress=progress)
     return sub
 
 
-def _prepare_sub_run(run: Run, sub: Run, preset: str) -> None:
-    """Copy the run's data into ``sub`` as a whole (:func:`tiebias.run.files.atomic_folder`, under the run's writer
-    lock), so an interrupted copy leaves nothing half-made (a leftover without config.json is rebuilt)."""
-    with run.writing(f"preparing the {preset} models' folder"), atomic_folder(sub.path) as tmp:
+def share_data(run: Run, path: Path, what: str) -> Run:
+    """A run folder at ``path`` with a copy of ``run``'s data (tokenizer, tokens, frequencies, config), made on first use.
+
+    The copy is built whole (:func:`tiebias.run.files.atomic_folder`, under the run's writer lock), so an interrupted
+    copy leaves nothing half-made (a leftover without config.json is rebuilt). Models trained there differ from the
+    run's only in what their recipe changes.
+    """
+    sub = Run(path)
+    if sub.config_path.exists():
+        return sub
+    with run.writing(f"preparing {what}' folder"), atomic_folder(sub.path) as tmp:
         part = Run(tmp)
         tmp.mkdir(parents=True)
         shutil.copytree(run.tokenizer_dir, part.tokenizer_dir)
@@ -45,3 +51,4 @@ def _prepare_sub_run(run: Run, sub: Run, preset: str) -> None:
         shutil.copy2(run.frequencies_path, part.frequencies_path)
         shutil.copy2(run.config_path, part.config_path)
         mark(tmp, "run")
+    return sub

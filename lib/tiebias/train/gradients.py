@@ -8,8 +8,10 @@ the dense softmax gradient for the output path), records its norm, and can multi
 No extra vocabulary-sized matmul is computed: the per-path gradients are the ones autograd builds
 anyway, and the statistics are elementwise reductions over them.
 
-The paper's code measures the input path on the embedding *activations*; this module measures it on
-the weight rows, which is what the optimiser actually applies.
+The paper's code measures the input path on the embedding *activations* (a backward hook on the embedding
+module's output: one gradient per token position, before repeated tokens' rows are summed); this module
+measures it on the weight rows, which is what the optimiser actually applies, and records the paper's proxy
+beside it (``proxy_input_norm``), so the two can be compared step by step.
 """
 
 from __future__ import annotations
@@ -39,6 +41,20 @@ def _world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
+class _ActivationProbe(torch.autograd.Function):
+    """Identity on the embedding lookup's output whose backward hands the activation gradient to a recorder."""
+
+    @staticmethod
+    def forward(ctx: Any, emb_out: Tensor, recorder: GradientProvenance) -> Tensor:  # type: ignore[override]
+        ctx.recorder = recorder
+        return emb_out.view_as(emb_out)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        ctx.recorder._on_activation_grad(grad)
+        return grad, None
+
+
 class _PathAlias(torch.autograd.Function):
     """Identity on the weight whose backward hands the path's gradient to a recorder."""
 
@@ -64,6 +80,10 @@ class PathStats:
     input_rows: int
     input_factor: float
     output_factor: float
+    input_l1: float = float("nan")
+    output_l1: float = float("nan")
+    proxy_input_norm: float = float("nan")
+    proxy_input_l1: float = float("nan")
 
     def as_dict(self) -> dict[str, float]:
         return dict(self.__dict__)
@@ -84,6 +104,11 @@ class GradientProvenance:
     of the gradients actually applied (after scaling). Works for untied models too (then the two
     paths land on two different matrices; scaling is refused unless ``allow_untied_scaling``).
     Several backward passes before :meth:`pop` (gradient accumulation) are summed per path.
+
+    Besides the exact per-path weight gradients (L2 and L1 norms), it records the paper's proxy for the input
+    path: the gradient on the embedding lookup's *output* (one d-vector per token position, so a token seen
+    twice contributes two vectors instead of their sum), times ``input_factor`` like the applied gradient. Under
+    data parallelism the proxy is this process's own slice of the batch (the paper logs one micro-batch).
     """
 
     def __init__(self, model: PreTrainedModel, *, input_factor: float = 1.0, output_factor: float = 1.0,
@@ -105,6 +130,7 @@ class GradientProvenance:
                 f"input_factor/output_factor: scaling ({self.input_factor}, {self.output_factor}) was asked for "
                 "an untied model; gradient scaling is defined for tied models only (factors must be 1)")
         self._grads: dict[str, Tensor | None] = {"input": None, "output": None}
+        self._proxy: list[float] = [0.0, 0.0]  # squared L2 and L1 of the activation gradient (summed over backwards)
         self._active = False
 
     # -- patching -------------------------------------------------------------------------------
@@ -113,8 +139,9 @@ class GradientProvenance:
 
         def emb_forward(ids: Tensor) -> Tensor:
             w = _PathAlias.apply(emb.weight, self, "input")
-            return F.embedding(ids, w, emb.padding_idx, emb.max_norm, emb.norm_type,
-                               emb.scale_grad_by_freq, emb.sparse)
+            out = F.embedding(ids, w, emb.padding_idx, emb.max_norm, emb.norm_type,
+                              emb.scale_grad_by_freq, emb.sparse)
+            return _ActivationProbe.apply(out, self) if self.record else out
 
         def out_forward(h: Tensor) -> Tensor:
             w = _PathAlias.apply(out.weight, self, "output")
@@ -143,9 +170,17 @@ class GradientProvenance:
             self._grads[path] = grad if prev is None else prev + grad
         return grad
 
+    def _on_activation_grad(self, grad: Tensor) -> None:
+        """Record the paper's proxy: norms of the gradient on the lookup's output, scaled as the input path is."""
+        with torch.no_grad():
+            g = grad.float()
+            self._proxy[0] += self.input_factor ** 2 * float(torch.linalg.vector_norm(g) ** 2)
+            self._proxy[1] += self.input_factor * float(g.abs().sum())
+
     def reset(self) -> None:
         """Forget the gradients held since the last :meth:`pop`."""
         self._grads = {"input": None, "output": None}
+        self._proxy = [0.0, 0.0]
 
     def pop(self) -> PathStats | None:
         """Statistics of the gradients received since the last call, then reset; None if nothing arrived."""
@@ -160,7 +195,10 @@ class GradientProvenance:
             rows = int((g_in != 0).any(dim=1).sum().item()) if g_in is not None else 0
             n_in = torch.linalg.vector_norm(g_in).item() if g_in is not None else 0.0
             n_out = torch.linalg.vector_norm(g_out).item() if g_out is not None else 0.0
+            l1_in = g_in.abs().sum().item() if g_in is not None else 0.0
+            l1_out = g_out.abs().sum().item() if g_out is not None else 0.0
             dot = (g_in * g_out).sum().item() if g_in is not None and g_out is not None else 0.0
+        proxy_l2, proxy_l1 = self._proxy[0] ** 0.5, self._proxy[1]
         total = n_in + n_out
         stats = PathStats(
             input_norm=n_in,
@@ -170,6 +208,10 @@ class GradientProvenance:
             input_rows=rows,
             input_factor=self.input_factor,
             output_factor=self.output_factor,
+            input_l1=l1_in,
+            output_l1=l1_out,
+            proxy_input_norm=proxy_l2 if g_in is not None else float("nan"),
+            proxy_input_l1=proxy_l1 if g_in is not None else float("nan"),
         )
         self.reset()
         return stats

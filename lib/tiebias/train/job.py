@@ -6,13 +6,13 @@ Shared by :mod:`tiebias.train.trainer` (which prepares it) and :mod:`tiebias.tra
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from accelerate import Accelerator
 
-from tiebias.config.training import TrainConfig
+from tiebias.config.training import TrainConfig, recorded_recipe
 from tiebias.config.variants import Variant, model_key
 from tiebias.run.folder import Run
 
@@ -46,7 +46,7 @@ class TrainJob:
 
     def wanted(self) -> dict[str, Any]:
         """What the model is trained with: variant, seed, vocabulary and the TrainConfig (a change is a new model)."""
-        return {"variant": self.v.name, "seed": self.seed, "vocab_size": self.vocab, **asdict(self.cfg)}
+        return {"variant": self.v.name, "seed": self.seed, "vocab_size": self.vocab, **recorded_recipe(self.cfg)}
 
     def train_config(self) -> dict[str, Any]:
         """The model's train_config.json: :meth:`wanted` and the run's corpus and tokenizer fingerprints, which tie

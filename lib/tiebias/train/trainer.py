@@ -213,16 +213,19 @@ def _check_folder(job: TrainJob, *, resume: bool, overwrite: bool) -> tuple[bool
 
 
 def _build(job: TrainJob) -> tuple[PreTrainedModel, torch.optim.Optimizer]:
-    """The freshly initialised model on the device, and AdamW (no weight decay on vectors)."""
+    """The freshly initialised model on the device, and its optimiser: AdamW (or SGD, ``cfg.optimizer``), no weight
+    decay on vectors, nor on the embedding matrices when ``cfg.decay_embeddings`` is off."""
     cfg, tok = job.cfg, job.tok
     model = build(cfg.preset, family=cfg.family, tied=job.v.tied, vocab_size=len(tok), seed=job.seed,
                   eos_token_id=tok.eos_token_id).to(job.dev)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), foreach=True)
-    return model, opt
+    embedding = {id(m.weight) for m in (model.get_input_embeddings(), model.get_output_embeddings())}
+    decayed = [p.dim() >= 2 and (cfg.decay_embeddings or id(p) not in embedding) for p in model.parameters()]
+    groups = [{"params": [p for p, d in zip(model.parameters(), decayed, strict=True) if d],
+               "weight_decay": cfg.weight_decay},
+              {"params": [p for p, d in zip(model.parameters(), decayed, strict=True) if not d], "weight_decay": 0.0}]
+    if cfg.optimizer == "sgd":  # claim 4's contrast: no per-coordinate scaling (L2-coupled decay, momentum beta1)
+        return model, torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.beta1, foreach=True)
+    return model, torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), foreach=True)
 
 
 def _resume(job: TrainJob, model: PreTrainedModel, opt: torch.optim.Optimizer,

@@ -29,7 +29,7 @@ from tiebias import stats
 from tiebias.align.comparisons import token_gap
 from tiebias.config.variants import model_key, parse_key
 from tiebias.lens.tables import at_budget, at_protocol, convergence, early_gap, ladder_gaps
-from tiebias.paper import FIG4_OUTPUT_SHARE, TABLE1, TABLE2_STEP10K, TABLE7_PPL
+from tiebias.paper import FIG4_LOG_WINDOWS, FIG4_OUTPUT_SHARE, TABLE1, TABLE2_STEP10K, TABLE7_PPL
 from tiebias.run.folder import Run
 from tiebias.train import divergence
 from tiebias.verdicts import evidence, records
@@ -187,15 +187,20 @@ def claim1(table1: pd.DataFrame, method: str, n_seeds: int, *, where: str = "in 
 # --------------------------------------------------------------------------- claim 2
 
 
-def claim2(flow: pd.DataFrame, first_n: int) -> Verdict:
-    """Claim 2 from per-model flow summaries (``gradients.summarise_flow`` rows): output share > ``CLAIM2_SHARE``."""
+def claim2(flow: pd.DataFrame, first_n: int, windows: dict[str, dict[str, float]] | None = None) -> Verdict:
+    """Claim 2 from per-model flow summaries (``gradients.summarise_flow`` rows): output share > ``CLAIM2_SHARE``.
+
+    ``windows`` (:func:`tiebias.train.windows.record_details`: the mean share per metric and window) goes into the
+    record's details beside the headline, which stays the exact split over the first ``first_n`` steps.
+    """
     share, ratio = flow.mean_output_share, flow.median_out_in_ratio
     spread = f" ± {share.std(ddof=1):.1%} (sd over {len(share)} seeds)" if len(share) > 1 else " (one seed)"
     value = float(share.mean())
     lines = [f"Output path carried {share.mean():.1%}{spread} of the gradient reaching the tied matrix over the first "
              f"{first_n} steps; median output/input norm ratio {ratio.mean():.1f}x. "
-             f"Paper: ~{FIG4_OUTPUT_SHARE['quoted']:.0%} quoted, {FIG4_OUTPUT_SHARE['reproduction_log_mean']:.0%} mean "
-             f"and {FIG4_OUTPUT_SHARE['median_out_in_ratio']}x in its reproduction log.",
+             f"Paper: ~{FIG4_OUTPUT_SHARE['quoted']:.0%} quoted over its first 1000 steps, all of them warmup "
+             f"({FIG4_LOG_WINDOWS['l2']['warmup']:.1%} in its published log, {FIG4_LOG_WINDOWS['l2']['after warmup']:.1%}"
+             " after warmup; its input norm is a proxy, see the windows above).",
              f"Claim 2 (output path dominates: share > {CLAIM2_SHARE:.0%}) "
              + printed(status_of(value > CLAIM2_SHARE), loud=False) + " in this run."]
     return Verdict("claim2_gradient_flow", value=value, threshold=CLAIM2_SHARE, unit="output share",
@@ -203,9 +208,12 @@ def claim2(flow: pd.DataFrame, first_n: int) -> Verdict:
                              f"{first_n} steps", text="\n".join(lines),
                    spread=share.std(ddof=1) if len(share) > 1 else None, n_seeds=len(share),
                    paper={"quoted": FIG4_OUTPUT_SHARE["quoted"],
-                          "reproduction_log": FIG4_OUTPUT_SHARE["reproduction_log_mean"]},
+                          "reproduction_log": FIG4_OUTPUT_SHARE["reproduction_log_mean"],
+                          "log_warmup": FIG4_LOG_WINDOWS["l2"]["warmup"],
+                          "log_after_warmup": FIG4_LOG_WINDOWS["l2"]["after warmup"]},
                    details={"median_out_in_ratio": float(ratio.mean()), "first_n": first_n,
-                            "per_seed": share.round(4).to_dict()}, models=_keys_in(flow.index))
+                            "per_seed": share.round(4).to_dict(), **({"windows": windows} if windows else {})},
+                   models=_keys_in(flow.index))
 
 
 def _keys_in(labels: Any) -> list[str]:
@@ -404,8 +412,24 @@ def _claim4_lines(verdicts: dict[str, dict], reference: str) -> list[str]:
     return lines
 
 
-def claim4(table: pd.DataFrame, methods: Sequence[str], reference: str) -> Verdict:
+def ingredient_details(summary: pd.DataFrame) -> dict[str, dict[str, dict[str, float | None]]]:
+    """Claim 4's ingredients for the record (:func:`tiebias.ablate.ingredients.summary` rows): per ingredient and k,
+    both shifts with their intervals (None where there is no interval, e.g. one seed)."""
+    cols = ("vs_untied_input", "vs_untied_input_ci_low", "vs_untied_input_ci_high", "vs_untied_output",
+            "vs_untied_output_ci_low", "vs_untied_output_ci_high")
+    out: dict[str, dict[str, dict[str, float | None]]] = {}
+    for r in summary.to_dict("records"):
+        out.setdefault(str(r["ingredient"]), {})[f"k={r['k']:g}"] = {
+            c: (round(float(r[c]), 4) if math.isfinite(r[c]) else None) for c in cols}
+    return out
+
+
+def claim4(table: pd.DataFrame, methods: Sequence[str], reference: str,
+           ingredients: pd.DataFrame | None = None) -> Verdict:
     """Claim 4 from an ablation alignment table: the first method's dose response carries the verdict.
+
+    ``ingredients`` (:func:`tiebias.ablate.ingredients.summary`) goes into the record's details as it is measured; it
+    does not change the verdict.
 
     Value and status come from :func:`claim4_rule` (the rule the printed lines use too): the smaller of
     the two claimed changes in units of ``NOISE_SDS`` seed sd, above 1 when it holds; with one seed the
@@ -422,7 +446,9 @@ def claim4(table: pd.DataFrame, methods: Sequence[str], reference: str) -> Verdi
                    text="\n".join(_claim4_lines(verdicts, reference)), n_seeds=head["seeds"],
                    noise_floor=NOISE_SDS * max(r_in["seed_std"], r_out["seed_std"]) if head["seeds"] > 1 else None,
                    paper={"k=1": TABLE2_STEP10K[1.0], "k=5": TABLE2_STEP10K[5.0]},
-                   details={"verdicts": verdicts, "reference": reference}, status=status, models=models_of(table))
+                   details={"verdicts": verdicts, "reference": reference,
+                            **({"ingredients": ingredient_details(ingredients)} if ingredients is not None
+                               and not ingredients.empty else {})}, status=status, models=models_of(table))
 
 
 def claim4_cost(ppl: pd.DataFrame) -> str:
@@ -436,4 +462,4 @@ def claim4_cost(ppl: pd.DataFrame) -> str:
 
 __all__ = ["CLAIM2_SHARE", "CLAIM3_KEYS", "CLAIM4_RATIO", "NOISE_SDS", "ONE_SEED_STATUS", "Verdict", "alignment_gap", "below_unigram",
            "beyond_noise", "claim1", "claim2", "claim3", "claim3_rule", "claim3_side_by_side", "claim4", "claim4_cost",
-           "claim4_rule", "dose_response", "models_of", "record"]
+           "claim4_rule", "dose_response", "ingredient_details", "models_of", "record"]

@@ -71,3 +71,40 @@ def over_steps(table: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
         fig.update_yaxes(title_text=f"mean cosine ({method})", row=1, col=j)
     fig.update_layout(height=380, title=f"{method} alignment through training, per k (mean over seeds)")
     return fig
+
+
+def ingredients(summary: pd.DataFrame, k: float) -> go.Figure:
+    """The shift at k of both cosines under each ingredient (mean with its 95% interval over seeds), the paper's beside."""
+    d = summary[summary.k == k]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=[f"towards the untied input matrix (k={k:g} - k=1)",
+                                                        f"from the untied output matrix (k={k:g} - k=1)"])
+    for col, (c, (label, color)) in enumerate(SERIES.items(), start=1):
+        fig.add_scatter(x=d[c], y=d.ingredient, mode="markers", marker=dict(color=color, size=10), name=label,
+                        error_x=dict(type="data", symmetric=False, array=d[f"{c}_ci_high"] - d[c],
+                                     arrayminus=d[c] - d[f"{c}_ci_low"]), row=1, col=col)
+        paper = d[f"paper_{c}"].dropna()
+        if not paper.empty:
+            fig.add_vline(x=float(paper.iloc[0]), line_dash="dash", line_color="black", row=1, col=col,
+                          annotation_text="paper", annotation_position="top")
+        fig.add_vline(x=0, line_color="grey", line_width=1, row=1, col=col)
+    fig.update_layout(title=f"Claim 4's shift at k={k:g} under each ingredient (mean, 95% CI over seeds)",
+                      showlegend=False, height=120 + 60 * len(d))
+    fig.update_xaxes(title_text="change of the Procrustes cosine")
+    return fig
+
+
+def scale_axis(summary: pd.DataFrame, quantity: str, title: str, base_vocab: int, base_width: int) -> go.Figure:
+    """One quantity against vocabulary size (left, at the run's width) and width (right, at its vocabulary), mean and
+    95% interval over seeds, log-2 axes."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=[f"vocabulary (width {base_width})",
+                                                        f"width (vocabulary {base_vocab})"], shared_yaxes=True)
+    d = summary[summary.quantity == quantity]
+    for col, (axis, other, fixed) in enumerate((("vocab_size", "width", base_width),
+                                                ("width", "vocab_size", base_vocab)), start=1):
+        g = d[d[other] == fixed].sort_values(axis)
+        fig.add_scatter(x=g[axis], y=g["mean"], mode="lines+markers", showlegend=False, line=dict(color="#1f77b4"),
+                        error_y=dict(type="data", symmetric=False, array=g.ci_high - g["mean"],
+                                     arrayminus=g["mean"] - g.ci_low), row=1, col=col)
+        fig.update_xaxes(type="log", tickvals=list(g[axis]), title_text=axis.replace("_", " "), row=1, col=col)
+    fig.update_layout(title=title, height=380)
+    return fig

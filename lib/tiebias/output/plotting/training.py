@@ -76,3 +76,30 @@ def gradient_flow(metrics: dict[str, pd.DataFrame], *, first_n: int | None = Non
     fig.update_xaxes(title_text="training step", row=2, col=1)
     fig.update_layout(height=620, title="Gradient flow into the tied embedding (cf. paper Figure 4)")
     return fig
+
+
+def claim2_windows(table: pd.DataFrame) -> go.Figure:
+    """The output share per window (x) and metric (bars, mean with its 95% interval over seeds), the paper's log beside.
+
+    The paper's values (diamonds) are its published log's under the matching norm; its input column is always the
+    proxy, so they belong beside the ``proxy`` bars.
+    """
+    fig = go.Figure()
+    windows = list(dict.fromkeys(table.window))
+    for i, (metric, g) in enumerate(table.groupby("metric", sort=False)):
+        g = g.set_index("window").reindex(windows)
+        fig.add_bar(x=windows, y=g["mean"], name=metric, marker_color=WINDOW_COLORS[i % len(WINDOW_COLORS)],
+                    error_y=dict(type="data", symmetric=False, array=g.ci_high - g["mean"],
+                                 arrayminus=g["mean"] - g.ci_low))
+    if "paper" in table:
+        p = table[table.metric == "proxy l2"].set_index("window").reindex(windows)
+        fig.add_scatter(x=windows, y=p.paper, mode="markers", name="paper's log (proxy l2)",
+                        marker=dict(symbol="diamond", size=12, color="black"))
+    fig.add_hline(y=0.5, line_dash="dot", line_color="grey")
+    fig.update_layout(barmode="group", title="Output share of the tied matrix's gradient, per window and metric "
+                      "(mean, 95% CI over seeds)", yaxis_title="out / (in + out)", yaxis_range=[0, 1.05],
+                      legend_title="metric")
+    return fig
+
+
+WINDOW_COLORS = ["#1f77b4", "#aec7e8", "#9edae5", "#d62728", "#ff9896", "#f7b6d2"]

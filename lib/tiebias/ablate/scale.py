@@ -1,0 +1,220 @@
+"""Claims 1, 2 and 4 against model size (notebook 04, the ``scale`` profile): vocabulary and width.
+
+A scale point is a (vocabulary size, preset) pair. The run's own point is the profile's ``vocab_size`` and
+``preset``; the others vary one of the two (``scale_vocab_sizes`` at the run's preset, ``scale_presets`` at the run's
+vocabulary) and live in ``<run>/scale/<label>/``, each a run folder of the same corpus, recipe and seeds. At every
+point the ablation sweep's models are trained (tied variants and the untied reference), and per seed:
+
+- claim 1: cosine of the (next seed's) untied output matrix mapped onto the tied one minus that of the untied input
+  matrix (orthogonal map, in-sample): the claim-4 table's k = 1 row, the headline pairing of claim 1;
+- claim 2: the output share of the tied matrix's gradient over the whole run, its warmup and after it;
+- claim 4: how far k moves the two cosines (k minus k = 1, same reference);
+- cost: validation loss of every variant, and the embedding's share of the parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tiebias import stats
+from tiebias.ablate import sweep
+from tiebias.config.presets import get_preset
+from tiebias.config.variants import Variant
+from tiebias.run.folder import Run
+from tiebias.train.depths import share_data
+from tiebias.train.trainer import TrainConfig
+
+PAPER_SCALE = {"vocab_size": 50280, "width": 2048}
+"""OLMo-1B's vocabulary and width: where the fitted trends are extrapolated to (with the caveat that they are lines
+fitted over a range far below it)."""
+
+QUANTITIES = {
+    "claim1_gap": "claim 1: untied output -> tied minus untied input -> tied (orthogonal cosine)",
+    "claim2_share": "claim 2: output share of the tied matrix's gradient, whole run",
+    "claim2_share_warmup": "claim 2: output share during warmup",
+    "claim2_share_after_warmup": "claim 2: output share after warmup",
+    "loss_tied_minus_untied": "validation loss, tied minus untied (nats)",
+}
+"""The per-seed quantities of a scale point besides claim 4's shifts and the losses (their columns in the table)."""
+
+
+@dataclass(frozen=True)
+class ScalePoint:
+    """One model size: its vocabulary and preset; ``base`` is the run's own (its models are the run's)."""
+
+    vocab_size: int
+    preset: str
+    base: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"v{self.vocab_size}-{self.preset}"
+
+    @property
+    def width(self) -> int:
+        return get_preset(self.preset).hidden
+
+
+def points(vocab_size: int, preset: str, vocab_sizes: Sequence[int], presets: Sequence[str]) -> list[ScalePoint]:
+    """The run's point, then every other vocabulary at its preset and every other preset at its vocabulary."""
+    get_preset(preset)
+    for p in presets:
+        get_preset(p)
+    out = [ScalePoint(vocab_size, preset, base=True)]
+    out += [ScalePoint(v, preset) for v in vocab_sizes if v != vocab_size]
+    out += [ScalePoint(vocab_size, p) for p in presets if p != preset]
+    return out
+
+
+def usable(pts: Sequence[ScalePoint], seeds: Sequence[int]) -> tuple[list[ScalePoint], str]:
+    """The points to study, and a note when the axis is skipped: with one seed there is no other seed's untied model
+    (claim 1's headline pairing and claim 4's reference), so only the run's own point is kept."""
+    if len(pts) > 1 and len(seeds) < 2:
+        return list(pts[:1]), (f"scale axis skipped: it needs two or more ablate_seeds (each tied model is compared with "
+                               f"another seed's untied model); this sweep has {list(seeds)}")
+    return list(pts), ""
+
+
+def point_run(run: Run, point: ScalePoint) -> Run:
+    """The run folder of a scale point: the run itself for its own point, else ``<run>/scale/<label>/`` (made on first use).
+
+    Another preset at the run's vocabulary copies the run's data (tokenizer, tokens, frequencies), so the two differ
+    only in shape; another vocabulary is a new run folder of the same corpus with its own tokenizer.
+    """
+    if point.base:
+        return run
+    sub = Run(run.path / "scale" / point.label)
+    if sub.config_path.exists():
+        return sub
+    if point.vocab_size != run.config["vocab_size"]:
+        return Run.prepare(sub.path, corpus=run.config["corpus"], vocab_size=point.vocab_size)
+    return share_data(run, sub.path, f"the {point.label} models")
+
+
+def train_points(run: Run, pts: Sequence[ScalePoint], variants: Sequence[Variant], seeds: Sequence[int],
+                 cfg: TrainConfig, *, progress: bool = True) -> dict[str, Run]:
+    """Train (or reuse) the sweep's models at every scale point; the run folder of each point by label.
+
+    Finished models are reused and an interrupted one resumes, so an interrupted scale study picks up where it stopped.
+    """
+    out = {}
+    for p in pts:
+        sub = point_run(run, p)
+        sweep.run_sweep(sub, variants, seeds, replace(cfg, preset=p.preset), progress=progress)
+        out[p.label] = sub
+    return out
+
+
+def _windows(metrics: pd.DataFrame, warmup: int) -> dict[str, float]:
+    """The mean output share over the whole run, its warmup (steps 1..warmup) and after it."""
+    m = metrics.dropna(subset=["output_share"])
+    return {"claim2_share": float(m.output_share.mean()),
+            "claim2_share_warmup": float(m[m.step <= warmup].output_share.mean()) if warmup else math.nan,
+            "claim2_share_after_warmup": float(m[m.step > warmup].output_share.mean())}
+
+
+def point_table(sub: Run, point: ScalePoint, variants: Sequence[Variant], seeds: Sequence[int],
+                warmup: int) -> pd.DataFrame:
+    """One row per seed at one scale point: claims 1, 2 and 4, losses and the embedding's share of the parameters."""
+    if len(seeds) < 2:
+        raise ValueError(f"ablate_seeds: {list(seeds)} has one seed; the scale axis compares the tied model with "
+                         "another seed's untied model (claim 1's headline pairing), which needs two or more")
+    tab = sweep.alignment_table(sub, variants, seeds, methods=("orthogonal",), reference="cross")
+    rows = []
+    for seed in seeds:
+        t = tab[tab.seed == seed].set_index("k")
+        base = t.loc[1.0]
+        row: dict[str, Any] = {"point": point.label, "vocab_size": point.vocab_size, "preset": point.preset,
+                               "width": point.width, "seed": seed,
+                               "claim1_gap": float(base.vs_untied_output - base.vs_untied_input),
+                               **_windows(sub.metrics(Variant(True), seed), warmup)}
+        for k in t.index:
+            if k != 1.0:
+                row[f"claim4_in_k{k:g}"] = float(t.loc[k].vs_untied_input - base.vs_untied_input)
+                row[f"claim4_out_k{k:g}"] = float(t.loc[k].vs_untied_output - base.vs_untied_output)
+        for v in [*variants, Variant(False)]:
+            s = sub.summary(v, seed)
+            row[f"val_loss_{v.name}"] = float(s["final_val_loss"])
+            p = s["parameters"]
+            row[f"embedding_share_{v.name}"] = p["embedding"] / p["total"]
+        row["loss_tied_minus_untied"] = row["val_loss_tied"] - row["val_loss_untied"]
+        for v in variants:
+            if v.input_factor != 1.0:
+                row[f"loss_{v.name}_minus_tied"] = row[f"val_loss_{v.name}"] - row["val_loss_tied"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def summary(table: pd.DataFrame, *, level: float = 0.95) -> pd.DataFrame:
+    """Mean and t-interval over seeds of every quantity at every point (one row per point and quantity)."""
+    cols = [c for c in table.columns if c not in ("point", "vocab_size", "preset", "width", "seed")]
+    rows = []
+    for (label, v, preset, w), g in table.groupby(["point", "vocab_size", "preset", "width"], sort=False):
+        for c in cols:
+            vals = g[c].dropna()
+            if vals.empty:
+                continue
+            s = stats.summarise(vals, level=level)
+            rows.append({"point": label, "vocab_size": v, "preset": preset, "width": w, "quantity": c,
+                         "mean": s.mean, "ci_low": s.ci_low, "ci_high": s.ci_high, "n_seeds": s.n})
+    return pd.DataFrame(rows)
+
+
+AXES = {"vocab_size": "vocabulary size", "width": "width"}
+
+
+def axis_rows(table: pd.DataFrame, axis: str, base: ScalePoint) -> pd.DataFrame:
+    """The rows of one axis: points that vary ``axis`` while the other stays at the run's point."""
+    if axis not in AXES:
+        raise ValueError(f"axis: unknown value {axis!r}; allowed: {', '.join(AXES)}")
+    other = "width" if axis == "vocab_size" else "vocab_size"
+    return table[table[other] == getattr(base, other)]
+
+
+def trend(table: pd.DataFrame, quantity: str, axis: str, base: ScalePoint, *, level: float = 0.95) -> dict[str, Any]:
+    """A straight-line fit of a per-seed quantity against log2 of the axis, its slope's t-interval, the fitted value at
+    the paper's scale with its interval, and a word: ``grows``, ``shrinks`` or ``no trend`` (the slope's interval
+    holds 0), or ``too few points`` (fewer than three sizes)."""
+    rows = axis_rows(table, axis, base).dropna(subset=[quantity])
+    sizes = sorted(rows[axis].unique())
+    out: dict[str, Any] = {"quantity": quantity, "axis": axis, "sizes": [int(s) for s in sizes],
+                           "n": int(len(rows))}
+    if len(sizes) < 3:
+        return {**out, "word": "too few points", "slope": math.nan, "ci_low": math.nan, "ci_high": math.nan,
+                "at_paper": math.nan, "at_paper_low": math.nan, "at_paper_high": math.nan}
+    x = np.log2(rows[axis].to_numpy(float))
+    y = rows[quantity].to_numpy(float)
+    s = stats.slope(x, y, level=level)
+    fit, low, high = stats.line_at(x, y, math.log2(PAPER_SCALE[axis]), level=level)
+    word = "no trend" if s.ci_low <= 0 <= s.ci_high else ("grows" if s.slope > 0 else "shrinks")
+    return {**out, "word": word, "slope": s.slope, "ci_low": s.ci_low, "ci_high": s.ci_high,
+            "at_paper": fit, "at_paper_low": low, "at_paper_high": high}
+
+
+def trends(table: pd.DataFrame, quantities: Sequence[str], base: ScalePoint, *, level: float = 0.95) -> pd.DataFrame:
+    """:func:`trend` for every quantity on both axes."""
+    return pd.DataFrame([trend(table, q, a, base, level=level) for q in quantities for a in AXES])
+
+
+def sentence(tr: dict[str, Any], what: str) -> str:
+    """One plain sentence on one trend: does the quantity grow with size, and what the line predicts at the paper's."""
+    axis = AXES[tr["axis"]]
+    if tr["word"] == "too few points":
+        return f"{what} against {axis}: {len(tr['sizes'])} size(s) only, no trend can be fitted."
+    span = f"{tr['sizes'][0]} to {tr['sizes'][-1]}"
+    head = {"grows": "grows", "shrinks": "shrinks", "no trend": "shows no trend"}[tr["word"]]
+    return (f"{what} {head} with {axis} ({span}; slope {tr['slope']:+.4f} per doubling, 95% CI "
+            f"[{tr['ci_low']:+.4f}, {tr['ci_high']:+.4f}]). The line predicts {tr['at_paper']:+.3f} "
+            f"[{tr['at_paper_low']:+.3f}, {tr['at_paper_high']:+.3f}] at the paper's {axis} "
+            f"({PAPER_SCALE[tr['axis']]}): an extrapolation far beyond the sizes measured, a direction rather than "
+            "a forecast.")
+
+
+__all__ = ["AXES", "PAPER_SCALE", "QUANTITIES", "ScalePoint", "axis_rows", "point_run", "point_table", "points",
+           "sentence", "summary", "train_points", "trend", "trends", "usable"]
