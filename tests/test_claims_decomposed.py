@@ -212,7 +212,7 @@ def test_line_at_matches_a_least_squares_fit() -> None:
 
 
 def test_the_smoke_study_writes_every_new_table_finite(smoke_study) -> None:
-    m = smoke_study.folder / "metrics"
+    m = smoke_study.path / "metrics"
     w = pd.read_csv(m / "claim2_windows.csv")
     assert set(w.window) == set(windows.WINDOWS) and set(w.metric) == set(windows.METRICS)
     assert np.isfinite(w[["mean", "paper"]].to_numpy()).all()
@@ -224,7 +224,7 @@ def test_the_smoke_study_writes_every_new_table_finite(smoke_study) -> None:
     assert np.isfinite(pts.drop(columns=["point", "preset"]).to_numpy(float)).all()
     tr = pd.read_csv(m / "scale_trends.csv")
     assert np.isfinite(tr[tr.axis == "vocab_size"][["slope", "ci_low", "ci_high", "at_paper"]].to_numpy()).all()
-    claims = json.loads((smoke_study.folder / "summary.json").read_text())["claims"]
+    claims = json.loads((smoke_study.path / "summary.json").read_text())["claims"]
     assert set(claims["claim2_gradient_flow"]["details"]["windows"]) == set(windows.METRICS)
     assert "no_embedding_decay" in claims["claim4_causality"]["details"]["ingredients"]
 
@@ -234,3 +234,13 @@ def test_the_scale_axis_needs_two_seeds_and_says_so() -> None:
     assert scale.usable(pts, [0, 1]) == (pts, "")
     kept, note = scale.usable(pts, [3])
     assert kept == pts[:1] and "two or more ablate_seeds" in note
+
+
+def test_like_for_like_sets_the_papers_metric_beside_its_log() -> None:
+    log = _synthetic_log(300, 20, 0.9, 0.6)
+    t = windows.with_paper(windows.window_shares({"a": log, "b": log}, 300, 20), FIG4_LOG_WINDOWS)
+    text = windows.like_for_like(t, 20, 1000)
+    r = 9.0 / 2
+    assert f"warmup (ours 20 steps, the paper's 1000) {r / (1 + r):.1%} vs {FIG4_LOG_WINDOWS['l2']['warmup']:.1%}" in text
+    after = 0.6 - (0.6 / 0.4) / (2 + 0.6 / 0.4)
+    assert f"gives {100 * after:+.1f} points after warmup" in text

@@ -75,3 +75,29 @@ def test_claim3_numbers_names_what_a_run_without_03_lacks(tmp_path: Path, capsys
         raise AssertionError("a folder without 03's outputs was read")
     assert msg.startswith(f"run: {tmp_path} has no results/claim3_tuned_lens.json") and "run 03_lens on it first" in msg
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_claims24_numbers_prints_the_readmes_figures_from_a_run(smoke_study, capsys) -> None:
+    """scripts/claims24_numbers.py on the shared smoke study: claim 2's windows, claim 4's ingredients, the scale axis."""
+    import pandas as pd
+
+    mod = _load("claims24_numbers")
+    mod.main([str(smoke_study.path), "--scale", str(smoke_study.path)])
+    out = capsys.readouterr().out
+    w = pd.read_csv(smoke_study.path / "metrics" / "claim2_windows.csv")
+    after = w[(w.window == "after warmup") & (w.metric == "proxy l2")].iloc[0]
+    assert f"after warmup {after['mean']:.1%} vs {after.paper:.1%}" in out
+    assert "| no_embedding_decay | 5 |" in out and "At k = 5, the paper's shift is +0.006" in out
+    assert "| 2048 | 32 |" in out and "with vocabulary size (512 to 2048" in out
+
+
+def test_claims24_numbers_names_what_a_run_without_01_lacks(tmp_path: Path) -> None:
+    mod = _load("claims24_numbers")
+    try:
+        mod.main([str(tmp_path)])
+    except SystemExit as e:
+        msg = str(e)
+    else:
+        raise AssertionError("a folder without 01's outputs was read")
+    assert msg == f"run: {tmp_path} has no metrics/claim2_windows.csv; run 01_train on it first"
+    assert not list(tmp_path.iterdir())

@@ -63,18 +63,31 @@ def test_depth_table_applies_claim3_per_depth_and_protocol() -> None:
 
 
 def test_depth_trend_and_sentence_say_whether_the_gap_grows() -> None:
-    grows = verdict_depth.depth_table({"a": ladder_table(6, 0.0), "b": ladder_table(16, 0.6)}, ["package"])
+    four = {f"d{n}": ladder_table(n, 0.04 * (n - 6)) for n in (6, 8, 12, 16)}
+    grows = verdict_depth.depth_table(four, ["package"])
     s = lens_depth.depth_trend(grows, "package")
-    assert s.ci_low > 0 and 0.04 < s.slope < 0.08
+    assert s.ci_low > 0 and 0.03 < s.slope < 0.05
     assert "the gap grows with depth" in verdict_depth.describe_depth(grows)
-    flat = verdict_depth.depth_table({"a": ladder_table(6, 0.2), "b": ladder_table(16, 0.2)}, ["package"])
+    flat = verdict_depth.depth_table({f"d{n}": ladder_table(n, 0.2) for n in (6, 8, 12, 16)}, ["package"])
     assert "no measurable trend" in verdict_depth.describe_depth(flat)
-    shrinks = verdict_depth.depth_table({"a": ladder_table(6, 0.6), "b": ladder_table(16, 0.0)}, ["package"])
+    shrinks = verdict_depth.depth_table({f"d{n}": ladder_table(n, 0.04 * (16 - n)) for n in (6, 8, 12, 16)},
+                                        ["package"])
     assert "shrinks" in verdict_depth.describe_depth(shrinks)
     one = verdict_depth.depth_table({"a": ladder_table(6, 0.2)}, ["package"])
     assert "one depth only" in verdict_depth.describe_depth(one)
     with pytest.raises(ValueError, match="^protocol: 'reference'"):
         lens_depth.depth_trend(grows, "reference")
+
+
+def test_three_depths_are_compared_by_their_intervals_not_a_slope() -> None:
+    t = verdict_depth.depth_table({"a": ladder_table(6, 0.6), "b": ladder_table(10, 0.0), "c": ladder_table(16, 0.0)},
+                                  ["package"])
+    text = verdict_depth.describe_depth(t)
+    assert "too few points to claim a slope from" in text and "shrinks" not in text
+    assert "10 layers' interval below 6's, 16 layers' interval below 6's" in text
+    # the row-1 gap beside the window mean (the fake tables put the same gap on every layer but the output)
+    np.testing.assert_allclose(t.row1_gap, [0.6, 0.0, 0.0], atol=0.1)
+    assert "at row 1 alone" in text
 
 
 def test_unconverged_depth_is_reported_as_such() -> None:

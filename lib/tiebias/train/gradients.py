@@ -112,11 +112,12 @@ class GradientProvenance:
     """
 
     def __init__(self, model: PreTrainedModel, *, input_factor: float = 1.0, output_factor: float = 1.0,
-                 record: bool = True, allow_untied_scaling: bool = False) -> None:
+                 record: bool = True, allow_untied_scaling: bool = False, proxy: bool = True) -> None:
         self.model = model
         self.input_factor = check_factor("input_factor", input_factor)
         self.output_factor = check_factor("output_factor", output_factor)
         self.record = record
+        self.proxy = proxy  # also record the paper's proxy (off: only to measure what it costs, bench/)
         emb = model.get_input_embeddings()
         out = model.get_output_embeddings()
         if not isinstance(emb, nn.Embedding) or not isinstance(out, nn.Linear):
@@ -141,7 +142,7 @@ class GradientProvenance:
             w = _PathAlias.apply(emb.weight, self, "input")
             out = F.embedding(ids, w, emb.padding_idx, emb.max_norm, emb.norm_type,
                               emb.scale_grad_by_freq, emb.sparse)
-            return _ActivationProbe.apply(out, self) if self.record else out
+            return _ActivationProbe.apply(out, self) if self.record and self.proxy else out
 
         def out_forward(h: Tensor) -> Tensor:
             w = _PathAlias.apply(out.weight, self, "output")
@@ -210,8 +211,8 @@ class GradientProvenance:
             output_factor=self.output_factor,
             input_l1=l1_in,
             output_l1=l1_out,
-            proxy_input_norm=proxy_l2 if g_in is not None else float("nan"),
-            proxy_input_l1=proxy_l1 if g_in is not None else float("nan"),
+            proxy_input_norm=proxy_l2 if g_in is not None and self.proxy else float("nan"),
+            proxy_input_l1=proxy_l1 if g_in is not None and self.proxy else float("nan"),
         )
         self.reset()
         return stats

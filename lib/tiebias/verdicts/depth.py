@@ -16,6 +16,7 @@ import pandas as pd
 
 from tiebias import stats
 from tiebias.lens.depth import depth_trend, per_seed_gaps
+from tiebias.lens.tables import at_budget, at_protocol, gaps
 from tiebias.run.folder import Run
 from tiebias.verdicts.claims import Verdict, claim3
 
@@ -28,7 +29,9 @@ def depth_table(tables: Mapping[str, pd.DataFrame], protocols: Sequence[str], *,
     """Claim 3 per depth and lens protocol: one row each, from each depth's lens-ladder table (``train_lens_ladders``).
 
     Columns: preset, n_layers, protocol, gap (early-layer tied - untied KL, bits), ci_low, ci_high, n_seeds,
-    budget, converged, verdict, per_seed (the per-seed gaps :func:`depth_trend` fits).
+    budget, converged, verdict, row1_gap with row1_ci_low / row1_ci_high (the gap at layer 1 alone: the early window
+    grows with depth, while the reference reading's penalty sits at row 1), per_seed (the per-seed gaps
+    :func:`depth_trend` fits).
     """
     if not tables:
         raise ValueError("tables: need at least one depth")
@@ -36,28 +39,58 @@ def depth_table(tables: Mapping[str, pd.DataFrame], protocols: Sequence[str], *,
     for preset, table in tables.items():
         for protocol in protocols:
             v = claim3(table, protocol=protocol, level=level)
+            row1 = gaps(at_budget(at_protocol(table, protocol)), level=level).set_index("layer").loc[1]
             rows.append({"preset": preset, "n_layers": int(table.layer.max()), "protocol": protocol,
                          "gap": v.value, "ci_low": v.details["ci_low"], "ci_high": v.details["ci_high"],
                          "n_seeds": v.n_seeds, "budget": v.details["budget"], "converged": v.details["converged"],
-                         "verdict": v.status, "per_seed": per_seed_gaps(table, protocol)})
+                         "verdict": v.status, "row1_gap": float(row1.gap), "row1_ci_low": float(row1.ci_low),
+                         "row1_ci_high": float(row1.ci_high), "per_seed": per_seed_gaps(table, protocol)})
     return pd.DataFrame(rows).sort_values(["protocol", "n_layers"], kind="stable").reset_index(drop=True)
 
 
+MIN_DEPTHS_FOR_SLOPE = 4
+"""Fewer depths than this: the fitted line is shown but not read as a trend (three points fit almost any line)."""
+
+
+def _against_first(rows: pd.DataFrame, col: str) -> str:
+    """How each deeper depth's interval of ``col`` lies against the shallowest depth's: below, above or overlapping."""
+    lo, hi = f"{col}_ci_low" if col != "gap" else "ci_low", f"{col}_ci_high" if col != "gap" else "ci_high"
+    first = rows.iloc[0]
+    words = []
+    for r in rows.iloc[1:].itertuples():
+        r = r._asdict()
+        where = ("below" if r[hi] < first[lo] else "above" if r[lo] > first[hi] else "overlapping")
+        words.append(f"{r['n_layers']} layers' interval {where} {int(first.n_layers)}'s")
+    return ", ".join(words)
+
+
 def describe_depth(table: pd.DataFrame, *, per: int = 10, level: float = 0.95) -> str:
-    """One plain sentence per protocol: the gap at each depth, and whether it grows with depth (slope CI above 0)."""
+    """One plain sentence per protocol: the early-layer gap and the row-1 gap at each depth, how the deeper depths'
+    intervals lie against the shallowest's, and the fitted slope, read as a trend only with enough depths."""
     out = []
     for protocol in dict.fromkeys(table.protocol):
-        rows = table[table.protocol == protocol]
+        rows = table[table.protocol == protocol].sort_values("n_layers")
         at = ", ".join(f"{g:+.3g} bits [{lo:+.3g}, {hi:+.3g}] at {n} layers ({v})" for n, g, lo, hi, v in
                        zip(rows.n_layers, rows.gap, rows.ci_low, rows.ci_high, rows.verdict, strict=True))
+        row1 = ""
+        if "row1_gap" in rows:
+            row1 = "; at row 1 alone " + ", ".join(
+                f"{g:+.3g} [{lo:+.3g}, {hi:+.3g}] at {n}" for n, g, lo, hi in
+                zip(rows.n_layers, rows.row1_gap, rows.row1_ci_low, rows.row1_ci_high, strict=True))
         if rows.n_layers.nunique() < 2:
-            out.append(f"{protocol} reading: {at}; one depth only, so nothing to say about a trend.")
+            out.append(f"{protocol} reading: {at}{row1}; one depth only, so nothing to say about a trend.")
             continue
         s = depth_trend(table, protocol, level=level)
         change = (f"{per * s.slope:+.3g} bits per {per} layers"
                   + ("" if math.isnan(s.ci_low) else f" [{per * s.ci_low:+.3g}, {per * s.ci_high:+.3g}]"))
+        compare = f" (early window: {_against_first(rows, 'gap')}"
+        compare += f"; row 1: {_against_first(rows, 'row1')})" if "row1_gap" in rows else ")"
+        if rows.n_layers.nunique() < MIN_DEPTHS_FOR_SLOPE:
+            out.append(f"{protocol} reading: {at}{row1}{compare}; a line through {rows.n_layers.nunique()} depths "
+                       f"({change}) is too few points to claim a slope from: compare the intervals instead.")
+            continue
         trend = TREND_WORDS[stats.ci_position(s.ci_low, s.ci_high)]
-        out.append(f"{protocol} reading: {at}; fitted change {change}: {trend}.")
+        out.append(f"{protocol} reading: {at}{row1}{compare}; fitted change {change}: {trend}.")
     return " ".join(out)
 
 
@@ -68,4 +101,4 @@ def final_point(run: Run, variants: Sequence[str], seeds: Sequence[int], verdict
             "ci_high": verdict.details["ci_high"]}
 
 
-__all__ = ["TREND_WORDS", "depth_table", "describe_depth", "final_point"]
+__all__ = ["MIN_DEPTHS_FOR_SLOPE", "TREND_WORDS", "depth_table", "describe_depth", "final_point"]

@@ -1,0 +1,100 @@
+"""Claims 2 and 4 taken apart, and the scale axis, as the README quotes them, printed from finished run folders.
+
+    python scripts/claims24_numbers.py runs/default [--scale runs/scale]
+
+Prints claim 2's output share per window under the paper's metric and ours, beside the paper's log (01's
+``claim2_windows`` table), claim 4's shift at k = 5 under each ingredient (04's ``claim4_ingredients`` table), and,
+with ``--scale``, the scale axis (04's ``scale_summary`` and ``scale_trends`` tables of a scale-profile run): the
+README's "Claims 2 and 4 in depth" figures come from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from tiebias.ablate import ingredients, scale
+from tiebias.run.folder import Run
+from tiebias.train import windows
+
+
+def _table(run: Run, name: str, notebook: str) -> pd.DataFrame:
+    """A table of ``run``; a SystemExit naming it and the notebook that writes it when it is missing."""
+    path = run.table_path(name)
+    if not path.is_file():
+        raise SystemExit(f"run: {run.path} has no metrics/{name}.csv; run {notebook} on it first")
+    return pd.read_csv(path)
+
+
+def _pct(r: pd.Series) -> str:
+    return f"{r['mean']:.1%} [{r.ci_low:.1%}, {r.ci_high:.1%}]"
+
+
+def claim2(run: Run) -> None:
+    """Claim 2's windows: a Markdown table of ours (exact and proxy, L2) beside the paper's log, and the sentences."""
+    t = _table(run, "claim2_windows", "01_train")
+    cfg = run.config["study"]
+    print("| window (steps) | ours, exact (kit) | ours, proxy (paper's metric) | paper's log, proxy |")
+    print("|---|---|---|---|")
+    for w, g in t.groupby("window", sort=False):
+        g = g.set_index("metric")
+        e, p = g.loc["exact l2"], g.loc["proxy l2"]
+        print(f"| {w} ({int(e.first_step)}-{int(e.last_step)}) | {_pct(e)} | {_pct(p)} | {p.paper:.1%} |")
+    print()
+    print(windows.like_for_like(t, cfg["warmup_steps"], 1000))
+
+
+def claim4(run: Run) -> None:
+    """Claim 4's ingredients at k = 5 (and the reference points' other k): a Markdown table and the sentence."""
+    t = _table(run, "claim4_ingredients", "04_ablate")
+    print("| ingredient | k | towards untied input (95% CI) | from untied output (95% CI) | holds the paper's? |")
+    print("|---|---|---|---|---|")
+    for r in t.itertuples():
+        ok = "" if not isinstance(r.matches_paper, bool) and pd.isna(r.matches_paper) else (
+            "yes" if str(r.matches_paper) == "True" else "no")
+        print(f"| {r.ingredient} | {r.k:g} | {r.vs_untied_input:+.4f} [{r.vs_untied_input_ci_low:+.4f}, "
+              f"{r.vs_untied_input_ci_high:+.4f}] | {r.vs_untied_output:+.4f} [{r.vs_untied_output_ci_low:+.4f}, "
+              f"{r.vs_untied_output_ci_high:+.4f}] | {ok} |")
+    print()
+    print(ingredients.sentence(t))
+
+
+def scale_axis(run: Run) -> None:
+    """The scale summary (mean [95% CI] per point and quantity) as a Markdown table, and the trend sentences."""
+    s = _table(run, "scale_summary", "04_ablate with the scale profile")
+    tr = _table(run, "scale_trends", "04_ablate with the scale profile")
+    qs = list(dict.fromkeys(q for q in tr.quantity))
+    shown = [q for q in qs if q in set(s.quantity)] + ["val_loss_tied", "val_loss_untied", "embedding_share_tied"]
+    print("| vocabulary | width | " + " | ".join(shown) + " |")
+    print("|---|---|" + "---|" * len(shown))
+    for (v, w), g in s.groupby(["vocab_size", "width"], sort=False):
+        g = g.set_index("quantity")
+        cells = [f"{g.loc[q, 'mean']:.3f} [{g.loc[q, 'ci_low']:.3f}, {g.loc[q, 'ci_high']:.3f}]" if q in g.index
+                 else "" for q in shown]
+        print(f"| {v} | {w} | " + " | ".join(cells) + " |")
+    print()
+    for t in tr.to_dict("records"):
+        if not (isinstance(t["slope"], float) and math.isnan(t["slope"])):
+            t["sizes"] = sorted(s[s.quantity == t["quantity"]][t["axis"]].unique().tolist())
+            print("- " + scale.sentence(t, t["quantity"]))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", type=Path, help="a run folder after 01_train and 04_ablate")
+    ap.add_argument("--scale", type=Path, help="a scale-profile run folder after 04_ablate")
+    args = ap.parse_args(argv)
+    run = Run(args.run)
+    claim2(run)
+    print()
+    claim4(run)
+    if args.scale is not None:
+        print()
+        scale_axis(Run(args.scale))
+
+
+if __name__ == "__main__":
+    main()
