@@ -196,10 +196,14 @@ def test_scale_points_and_trends() -> None:
              "q": 0.1 * math.log2(v) + rng.normal(0, 0.01)} for v in (1024, 4096, 16384) for s in range(3)]
     t = pd.DataFrame(rows)
     tr = scale.trend(t, "q", "vocab_size", pts[0])
-    assert tr["word"] == "grows" and tr["ci_low"] < 0.1 < tr["ci_high"]
+    assert tr["word"] == "rises" and tr["ci_low"] < 0.1 < tr["ci_high"]
     assert tr["at_paper"] == pytest.approx(0.1 * math.log2(50280), abs=0.1)
     assert scale.trend(t, "q", "width", pts[0])["word"] == "too few points"
-    assert "grows with vocabulary size" in scale.sentence(tr, "q")
+    assert "rises with vocabulary size (its size grows)" in scale.sentence(tr, "q")
+    neg = scale.trend(t.assign(q=-t.q), "q", "vocab_size", pts[0])
+    assert "falls with vocabulary size (its size grows)" in scale.sentence(neg, "q")
+    share = scale.trend(t.assign(claim2_share=t.q), "claim2_share", "vocab_size", pts[0])
+    assert "the line cannot hold that far" in scale.sentence(share, "share")
 
 
 def test_line_at_matches_a_least_squares_fit() -> None:
@@ -220,10 +224,10 @@ def test_the_smoke_study_writes_every_new_table_finite(smoke_study) -> None:
     assert {"kit (another seed's untied model)", "same-seed untied model", "no_embedding_decay"} <= set(ing.ingredient)
     assert np.isfinite(ing[["vs_untied_input", "vs_untied_output", "vs_untied_input_ci_low"]].to_numpy()).all()
     pts = pd.read_csv(m / "scale_points.csv")
-    assert set(pts.vocab_size) == {512, 1024, 2048}
+    assert set(pts.width) == {16, 32, 64}
     assert np.isfinite(pts.drop(columns=["point", "preset"]).to_numpy(float)).all()
     tr = pd.read_csv(m / "scale_trends.csv")
-    assert np.isfinite(tr[tr.axis == "vocab_size"][["slope", "ci_low", "ci_high", "at_paper"]].to_numpy()).all()
+    assert np.isfinite(tr[tr.axis == "width"][["slope", "ci_low", "ci_high", "at_paper"]].to_numpy()).all()
     claims = json.loads((smoke_study.path / "summary.json").read_text())["claims"]
     assert set(claims["claim2_gradient_flow"]["details"]["windows"]) == set(windows.METRICS)
     assert "no_embedding_decay" in claims["claim4_causality"]["details"]["ingredients"]

@@ -44,6 +44,17 @@ QUANTITIES = {
 """The per-seed quantities of a scale point besides claim 4's shifts and the losses (their columns in the table)."""
 
 
+FIGURES = {
+    "claim1": ("Claim 1 against size: the tied matrix's gap (mean, 95% CI over seeds)", ["claim1_gap"]),
+    "claim2": ("Claim 2 against size: the output share (mean, 95% CI over seeds)",
+               ["claim2_share", "claim2_share_warmup", "claim2_share_after_warmup"]),
+    "claim4": ("Claim 4 against size: the shift at the sweep's largest k (mean, 95% CI over seeds)", []),
+    "loss": ("What tying costs against size: validation loss, tied minus untied (nats)", ["loss_tied_minus_untied"]),
+}
+"""The scale axis's figures, one per claim (and the cost): title and the quantities drawn (claim 4's shifts are
+named by the sweep's largest k, added by the notebook)."""
+
+
 @dataclass(frozen=True)
 class ScalePoint:
     """One model size: its vocabulary and preset; ``base`` is the run's own (its models are the run's)."""
@@ -179,7 +190,7 @@ def axis_rows(table: pd.DataFrame, axis: str, base: ScalePoint) -> pd.DataFrame:
 
 def trend(table: pd.DataFrame, quantity: str, axis: str, base: ScalePoint, *, level: float = 0.95) -> dict[str, Any]:
     """A straight-line fit of a per-seed quantity against log2 of the axis, its slope's t-interval, the fitted value at
-    the paper's scale with its interval, and a word: ``grows``, ``shrinks`` or ``no trend`` (the slope's interval
+    the paper's scale with its interval, and a word: ``rises``, ``falls`` or ``no trend`` (the slope's interval
     holds 0), or ``too few points`` (fewer than three sizes)."""
     rows = axis_rows(table, axis, base).dropna(subset=[quantity])
     sizes = sorted(rows[axis].unique())
@@ -192,9 +203,9 @@ def trend(table: pd.DataFrame, quantity: str, axis: str, base: ScalePoint, *, le
     y = rows[quantity].to_numpy(float)
     s = stats.slope(x, y, level=level)
     fit, low, high = stats.line_at(x, y, math.log2(PAPER_SCALE[axis]), level=level)
-    word = "no trend" if s.ci_low <= 0 <= s.ci_high else ("grows" if s.slope > 0 else "shrinks")
+    word = "no trend" if s.ci_low <= 0 <= s.ci_high else ("rises" if s.slope > 0 else "falls")
     return {**out, "word": word, "slope": s.slope, "ci_low": s.ci_low, "ci_high": s.ci_high,
-            "at_paper": fit, "at_paper_low": low, "at_paper_high": high}
+            "at_paper": fit, "at_paper_low": low, "at_paper_high": high, "mean": float(y.mean())}
 
 
 def trends(table: pd.DataFrame, quantities: Sequence[str], base: ScalePoint, *, level: float = 0.95) -> pd.DataFrame:
@@ -208,13 +219,20 @@ def sentence(tr: dict[str, Any], what: str) -> str:
     if tr["word"] == "too few points":
         return f"{what} against {axis}: {len(tr['sizes'])} size(s) only, no trend can be fitted."
     span = f"{tr['sizes'][0]} to {tr['sizes'][-1]}"
-    head = {"grows": "grows", "shrinks": "shrinks", "no trend": "shows no trend"}[tr["word"]]
-    return (f"{what} {head} with {axis} ({span}; slope {tr['slope']:+.4f} per doubling, 95% CI "
+    head = {"rises": "rises", "falls": "falls", "no trend": "shows no trend"}[tr["word"]]
+    size = ""
+    if tr["word"] != "no trend" and math.isfinite(tr.get("mean", math.nan)) and tr["mean"] != 0:
+        grows = (tr["word"] == "rises") == (tr["mean"] > 0)
+        size = f" (its size {'grows' if grows else 'shrinks'})"
+    bounded = ""
+    if "share" in tr["quantity"] and not 0 <= tr["at_paper"] <= 1:
+        bounded = " (outside [0, 1], where a share lies: the line cannot hold that far)"
+    return (f"{what} {head} with {axis}{size} ({span}; slope {tr['slope']:+.4f} per doubling, 95% CI "
             f"[{tr['ci_low']:+.4f}, {tr['ci_high']:+.4f}]). The line predicts {tr['at_paper']:+.3f} "
             f"[{tr['at_paper_low']:+.3f}, {tr['at_paper_high']:+.3f}] at the paper's {axis} "
-            f"({PAPER_SCALE[tr['axis']]}): an extrapolation far beyond the sizes measured, a direction rather than "
-            "a forecast.")
+            f"({PAPER_SCALE[tr['axis']]}){bounded}: an extrapolation far beyond the sizes measured, a direction rather "
+            "than a forecast.")
 
 
-__all__ = ["AXES", "PAPER_SCALE", "QUANTITIES", "ScalePoint", "axis_rows", "point_run", "point_table", "points",
+__all__ = ["AXES", "FIGURES", "PAPER_SCALE", "QUANTITIES", "ScalePoint", "axis_rows", "point_run", "point_table", "points",
            "sentence", "summary", "train_points", "trend", "trends", "usable"]

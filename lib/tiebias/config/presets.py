@@ -30,6 +30,8 @@ class Preset:
 
 PRESETS: dict[str, Preset] = {
     "tiny": Preset(32, 2, 2, 256, "unit tests: seconds"),
+    "tiny-w16": Preset(16, 2, 2, 256, "tiny's depth at width 16: the smoke profile's scale axis (plumbing)"),
+    "tiny-w64": Preset(64, 2, 2, 256, "tiny's depth at width 64: the smoke profile's scale axis (plumbing)"),
     "mini": Preset(64, 4, 4, 512, "smoke profile: a minute on a laptop CPU"),
     "small": Preset(128, 6, 4, 1024, "default CPU study: a few minutes per model on 2 cores"),
     "small-w64": Preset(64, 6, 4, 1024, "small's depth at width 64: the width axis of the scale profile"),

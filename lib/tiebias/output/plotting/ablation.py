@@ -93,18 +93,25 @@ def ingredients(summary: pd.DataFrame, k: float) -> go.Figure:
     return fig
 
 
-def scale_axis(summary: pd.DataFrame, quantity: str, title: str, base_vocab: int, base_width: int) -> go.Figure:
-    """One quantity against vocabulary size (left, at the run's width) and width (right, at its vocabulary), mean and
-    95% interval over seeds, log-2 axes."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=[f"vocabulary (width {base_width})",
-                                                        f"width (vocabulary {base_vocab})"], shared_yaxes=True)
-    d = summary[summary.quantity == quantity]
-    for col, (axis, other, fixed) in enumerate((("vocab_size", "width", base_width),
-                                                ("width", "vocab_size", base_vocab)), start=1):
-        g = d[d[other] == fixed].sort_values(axis)
-        fig.add_scatter(x=g[axis], y=g["mean"], mode="lines+markers", showlegend=False, line=dict(color="#1f77b4"),
-                        error_y=dict(type="data", symmetric=False, array=g.ci_high - g["mean"],
-                                     arrayminus=g["mean"] - g.ci_low), row=1, col=col)
-        fig.update_xaxes(type="log", tickvals=list(g[axis]), title_text=axis.replace("_", " "), row=1, col=col)
-    fig.update_layout(title=title, height=380)
+def scale_axes(summary: pd.DataFrame, quantities: dict[str, str], title: str, base_vocab: int,
+               base_width: int) -> go.Figure:
+    """Quantities (one row each) against vocabulary size (left, at the run's width) and width (right, at its
+    vocabulary), mean and 95% interval over seeds, log-2 axes."""
+    fig = make_subplots(rows=len(quantities), cols=2, shared_yaxes="rows", vertical_spacing=0.12 / len(quantities),
+                        subplot_titles=[t for q in quantities.values() for t in
+                                        (f"{q}, against vocabulary (width {base_width})",
+                                         f"{q}, against width (vocabulary {base_vocab})")])
+    for row, q in enumerate(quantities, start=1):
+        d = summary[summary.quantity == q]
+        for col, (axis, other, fixed) in enumerate((("vocab_size", "width", base_width),
+                                                    ("width", "vocab_size", base_vocab)), start=1):
+            g = d[d[other] == fixed].sort_values(axis)
+            fig.add_scatter(x=g[axis], y=g["mean"], mode="lines+markers", showlegend=False,
+                            line=dict(color="#1f77b4"), row=row, col=col,
+                            error_y=dict(type="data", symmetric=False, array=g.ci_high - g["mean"],
+                                         arrayminus=g["mean"] - g.ci_low))
+            fig.update_xaxes(type="log", tickvals=list(g[axis]), row=row, col=col,
+                             title_text=axis.replace("_", " ") if row == len(quantities) else None)
+    fig.update_annotations(font_size=11)
+    fig.update_layout(title=title, height=140 + 260 * len(quantities))
     return fig
