@@ -221,7 +221,7 @@ def test_the_smoke_study_writes_every_new_table_finite(smoke_study) -> None:
     assert set(w.window) == set(windows.WINDOWS) and set(w.metric) == set(windows.METRICS)
     assert np.isfinite(w[["mean", "paper"]].to_numpy()).all()
     ing = pd.read_csv(m / "claim4_ingredients.csv")
-    assert {"kit (another seed's untied model)", "same-seed untied model", "no_embedding_decay"} <= set(ing.ingredient)
+    assert {"kit (another seed's untied model)", "same-seed untied model"} <= set(ing.ingredient)
     assert np.isfinite(ing[["vs_untied_input", "vs_untied_output", "vs_untied_input_ci_low"]].to_numpy()).all()
     pts = pd.read_csv(m / "scale_points.csv")
     assert set(pts.width) == {16, 32, 64}
@@ -230,7 +230,7 @@ def test_the_smoke_study_writes_every_new_table_finite(smoke_study) -> None:
     assert np.isfinite(tr[tr.axis == "width"][["slope", "ci_low", "ci_high", "at_paper"]].to_numpy()).all()
     claims = json.loads((smoke_study.path / "summary.json").read_text())["claims"]
     assert set(claims["claim2_gradient_flow"]["details"]["windows"]) == set(windows.METRICS)
-    assert "no_embedding_decay" in claims["claim4_causality"]["details"]["ingredients"]
+    assert "k=5" in claims["claim4_causality"]["details"]["ingredients"]["kit (another seed's untied model)"]
 
 
 def test_the_scale_axis_needs_two_seeds_and_says_so() -> None:
@@ -248,3 +248,24 @@ def test_like_for_like_sets_the_papers_metric_beside_its_log() -> None:
     assert f"warmup (ours 20 steps, the paper's 1000) {r / (1 + r):.1%} vs {FIG4_LOG_WINDOWS['l2']['warmup']:.1%}" in text
     after = 0.6 - (0.6 / 0.4) / (2 + 0.6 / 0.4)
     assert f"gives {100 * after:+.1f} points after warmup" in text
+
+
+def test_an_ingredient_trains_its_two_tied_models_and_reads_them_against_the_runs_untied(two_seed_run, tmp_path) -> None:
+    import shutil
+    from dataclasses import replace
+
+    from conftest import TINY
+
+    from tiebias.run.folder import Run
+
+    run = Run(tmp_path / "run")
+    shutil.copytree(two_seed_run.path, run.path)
+    cfg = replace(TrainConfig(**TINY), steps=8)
+    subs = ingredients.train_ingredients(run, ["no_embedding_decay"], [0, 1], cfg, progress=False)
+    sub = subs["no_embedding_decay"]
+    assert sub.path == run.path / "ingredients" / "no_embedding_decay"
+    recorded = json.loads(sub.train_config_path("tied_in5", 0).read_text())
+    assert recorded["decay_embeddings"] is False and recorded["steps"] == 8
+    assert not sub.model_dir("untied", 0).exists()  # the reference is the run's own untied model
+    shifts = ingredients.shifts_from_ingredients(run, subs, [0, 1])
+    assert len(shifts) == 2 and np.isfinite(shifts[["vs_untied_input", "vs_untied_output", "val_loss_k5"]]).all().all()

@@ -87,7 +87,7 @@ def test_claims24_numbers_prints_the_readmes_figures_from_a_run(smoke_study, cap
     w = pd.read_csv(smoke_study.path / "metrics" / "claim2_windows.csv")
     after = w[(w.window == "after warmup") & (w.metric == "proxy l2")].iloc[0]
     assert f"after warmup {after['mean']:.1%} vs {after.paper:.1%}" in out
-    assert "| no_embedding_decay | 5 |" in out and "At k = 5, the paper's shift is +0.006" in out
+    assert "| kit (another seed's untied model) | 5 |" in out and "At k = 5, the paper's shift is +0.006" in out
     assert "| 1024 | 64 |" in out and "with width (16 to 64" in out
 
 
