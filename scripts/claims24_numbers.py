@@ -50,14 +50,15 @@ def claim2(run: Run) -> None:
 def claim4(run: Run) -> None:
     """Claim 4's ingredients at k = 5 (and the reference points' other k): a Markdown table and the sentence."""
     t = _table(run, "claim4_ingredients", "04_ablate")
-    print("| ingredient | k | towards untied input (95% CI) | from untied output (95% CI) | holds the paper's? |")
-    print("|---|---|---|---|---|")
-    for r in t.itertuples():
-        ok = "" if not isinstance(r.matches_paper, bool) and pd.isna(r.matches_paper) else (
-            "yes" if str(r.matches_paper) == "True" else "no")
-        print(f"| {r.ingredient} | {r.k:g} | {r.vs_untied_input:+.4f} [{r.vs_untied_input_ci_low:+.4f}, "
-              f"{r.vs_untied_input_ci_high:+.4f}] | {r.vs_untied_output:+.4f} [{r.vs_untied_output_ci_low:+.4f}, "
-              f"{r.vs_untied_output_ci_high:+.4f}] | {ok} |")
+    print("| ingredient | k | towards untied input (95% CI) | from untied output (95% CI) | holds the paper's? | "
+          "val loss, k = 5 |")
+    print("|---|---|---|---|---|---|")
+    for r in t.to_dict("records"):
+        ok = "" if pd.isna(r["matches_paper"]) else ("yes" if str(r["matches_paper"]) == "True" else "no")
+        loss = f"{r['val_loss_k5']:.2f}" if pd.notna(r.get("val_loss_k5", math.nan)) else ""
+        print(f"| {r['ingredient']} | {r['k']:g} | {r['vs_untied_input']:+.4f} [{r['vs_untied_input_ci_low']:+.4f}, "
+              f"{r['vs_untied_input_ci_high']:+.4f}] | {r['vs_untied_output']:+.4f} [{r['vs_untied_output_ci_low']:+.4f}, "
+              f"{r['vs_untied_output_ci_high']:+.4f}] | {ok} | {loss} |")
     print()
     print(ingredients.sentence(t))
 

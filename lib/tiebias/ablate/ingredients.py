@@ -138,6 +138,8 @@ def summary(per_seed: pd.DataFrame, *, level: float = 0.95) -> pd.DataFrame:
                         f"paper_{col}": paper if k == K else math.nan})
             inside.append(s.ci_low <= paper <= s.ci_high if k == K and s.n > 1 else None)
         row["matches_paper"] = None if None in inside else bool(all(inside))
+        if "val_loss_k5" in g and g.val_loss_k5.notna().any():  # did the retrained models learn? (nats)
+            row["val_loss_k5"] = float(g.val_loss_k5.mean())
         rows.append(row)
     return pd.DataFrame(rows)
 
