@@ -4,6 +4,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compare_claims.py"
 
 
@@ -65,15 +67,18 @@ def test_claim3_numbers_prints_the_readmes_figures_from_a_run(smoke_study, capsy
     assert out.count("| (") == 4 and "layer-0 tuned-lens KL" in out and "final validation loss: tied" in out
 
 
-def test_claim3_numbers_names_what_a_run_without_03_lacks(tmp_path: Path, capsys) -> None:
-    mod = _load("claim3_numbers")
+@pytest.mark.parametrize("script, first_missing, todo", [
+    ("claim3_numbers", "results/claim3_tuned_lens.json", "run 03_lens on it first"),
+    ("claims24_numbers", "metrics/claim2_windows.csv", "run 01_train on it first")])
+def test_numbers_scripts_name_what_a_run_lacks(tmp_path: Path, script: str, first_missing: str, todo: str) -> None:
+    mod = _load(script)
     try:
         mod.main([str(tmp_path)])
     except SystemExit as e:
         msg = str(e)
     else:
-        raise AssertionError("a folder without 03's outputs was read")
-    assert msg.startswith(f"run: {tmp_path} has no results/claim3_tuned_lens.json") and "run 03_lens on it first" in msg
+        raise AssertionError("a folder without the notebook's outputs was read")
+    assert msg.startswith(f"run: {tmp_path} has no {first_missing}") and todo in msg
     assert not list(tmp_path.iterdir())  # nothing written
 
 
@@ -89,15 +94,3 @@ def test_claims24_numbers_prints_the_readmes_figures_from_a_run(smoke_study, cap
     assert f"after warmup {after['mean']:.1%} vs {after.paper:.1%}" in out
     assert "| kit (another seed's untied model) | 5 |" in out and "At k = 5, the paper's shift is +0.006" in out
     assert "| 1024 | 64 |" in out and "with width (16 to 64" in out
-
-
-def test_claims24_numbers_names_what_a_run_without_01_lacks(tmp_path: Path) -> None:
-    mod = _load("claims24_numbers")
-    try:
-        mod.main([str(tmp_path)])
-    except SystemExit as e:
-        msg = str(e)
-    else:
-        raise AssertionError("a folder without 01's outputs was read")
-    assert msg == f"run: {tmp_path} has no metrics/claim2_windows.csv; run 01_train on it first"
-    assert not list(tmp_path.iterdir())
