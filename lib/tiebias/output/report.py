@@ -29,8 +29,8 @@ LENS_PROTOCOL_NOTE = (
     "claim3_tuned_lens_reference reads it as the paper's public code does (hidden state i through translator i - 1, "
     "the last, already normed, state through the last translator and the final norm again). The paper's numbers "
     "(Figure 2) come from the reference code's reading, with lenses trained for 100 steps.")
-KEY_FIGURES = ["01_gradient_flow", "02_table1", "02_cosine_histograms", "03_tuned_lens_kl", "04_dose_response",
-               "01_loss_curves"]
+KEY_FIGURES = ["01_gradient_flow", "01_claim2_windows", "02_table1", "02_cosine_histograms", "03_tuned_lens_kl",
+               "04_dose_response", "04_ingredients", "04_scale_claim4", "01_loss_curves"]
 
 
 def write_summary(run: Run, timings: dict[str, float] | None = None) -> Path:
