@@ -76,7 +76,7 @@ def over_steps(table: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
 def ingredients(summary: pd.DataFrame, k: float) -> go.Figure:
     """The shift at k of both cosines under each ingredient (mean with its 95% interval over seeds), the paper's beside."""
     d = summary[summary.k == k]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=[f"towards the untied input matrix (k={k:g} - k=1)",
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, subplot_titles=[f"towards the untied input matrix (k={k:g} - k=1)",
                                                         f"from the untied output matrix (k={k:g} - k=1)"])
     for col, (c, (label, color)) in enumerate(SERIES.items(), start=1):
         fig.add_scatter(x=d[c], y=d.ingredient, mode="markers", marker=dict(color=color, size=10), name=label,
@@ -85,7 +85,7 @@ def ingredients(summary: pd.DataFrame, k: float) -> go.Figure:
         paper = d[f"paper_{c}"].dropna()
         if not paper.empty:
             fig.add_vline(x=float(paper.iloc[0]), line_dash="dash", line_color="black", row=1, col=col,
-                          annotation_text="paper", annotation_position="top")
+                          annotation_text="paper", annotation_position="bottom right")
         fig.add_vline(x=0, line_color="grey", line_width=1, row=1, col=col)
     fig.update_layout(title=f"Claim 4's shift at k={k:g} under each ingredient (mean, 95% CI over seeds)",
                       showlegend=False, height=120 + 60 * len(d))
