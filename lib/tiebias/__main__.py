@@ -69,6 +69,22 @@ def _study(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reproduction(run_dir: str, scale_dir: str | None) -> int:
+    from tiebias.output.report import write_report
+    from tiebias.output.reproduction_page import write_reproduction
+    from tiebias.run.folder import Run
+
+    runs = []
+    for name, d in (("run", run_dir), ("--scale", scale_dir)):
+        if d is not None and not Run(d).config_path.exists():
+            raise ValueError(f"{name}: {d!r} is not a run folder (no config.json); give the folder of an executed "
+                             "study, e.g. runs/default")
+        runs.append(Run(d) if d is not None else None)
+    print(f"reproduction: {write_reproduction(runs[0], runs[1])}")
+    print(f"report:       {write_report(runs[0])}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run it; returns the exit code (see the module's docstring)."""
     ap = argparse.ArgumentParser(prog="tiebias", description="Weight-tying bias study kit (Lopardo et al., 2026).")
@@ -84,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     wk = sub.add_parser("walkthrough", help="render a run's executed notebooks into walkthrough/ (Markdown, PNG "
                         "figures; needs Chromium)")
     wk.add_argument("run", help="run folder of an executed study, e.g. runs/class")
+    rp = sub.add_parser("reproduction", help="write a run's reproduction report (reproduction.md/.json/.html): every "
+                        "number the paper reports beside ours, with its computed cause")
+    rp.add_argument("run", help="run folder of an executed study, e.g. runs/default")
+    rp.add_argument("--scale", default=None, help="a run of the scale profile whose trends explain differences of "
+                    "size (default: the run's own, if it has them)")
     pr = sub.add_parser("profiles", help="list the parameters (one vocabulary) and the profiles")
     pr.add_argument("name", nargs="?", help="show one profile's values (a name or a .toml path)")
     pr.add_argument("--markdown", action="store_true", help="print the parameter table of the README")
@@ -101,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: {e}", file=sys.stderr)
                 return 1
             return 0
+        if args.cmd == "reproduction":
+            return _reproduction(args.run, args.scale)
         return _study(args)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -199,6 +199,14 @@ def _execute(name: str, src: Path, out: Path, parameters: dict[str, Any], progre
         raise
 
 
+def peak_child_mib() -> float:
+    """The largest resident memory of any finished child process so far (a notebook's kernel), in MiB."""
+    import resource
+
+    kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux, bytes on macOS
+    return kib / (1024 * 1024 if sys.platform == "darwin" else 1024)
+
+
 def run_study(profile: str | Path | None = None, run_dir: str | Path | None = None,
               overrides: dict[str, Any] | None = None, only: list[str] | None = None,
               progress: bool = True) -> dict[str, float]:
@@ -214,6 +222,7 @@ def run_study(profile: str | Path | None = None, run_dir: str | Path | None = No
     out_dir = Run(params["run_dir"]).notebooks_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     times: dict[str, float] = {}
+    memory: dict[str, float] = {}
     for name in names:
         src = notebooks_dir() / f"{name}.ipynb"
         declared = declared_parameters(name)
@@ -223,11 +232,14 @@ def run_study(profile: str | Path | None = None, run_dir: str | Path | None = No
         t0 = time.perf_counter()
         _execute(name, src, out_dir / f"{name}.ipynb", p, progress)
         times[name] = time.perf_counter() - t0
+        memory[name] = peak_child_mib()
         print(f"{name}: {times[name]:.0f} s -> {out_dir / (name + '.ipynb')}")
     from tiebias.output.report import write_report, write_summary
+    from tiebias.output.reproduction_page import write_reproduction
 
     run = Run(params["run_dir"])
     if run.config_path.exists():
-        print(f"summary: {write_summary(run, times)}")
+        print(f"summary: {write_summary(run, times, memory)}")
+        print(f"reproduction: {write_reproduction(run)}")
         print(f"report:  {write_report(run)}")
     return times

@@ -33,29 +33,32 @@ KEY_FIGURES = ["01_gradient_flow", "01_claim2_windows", "02_table1", "02_cosine_
                "04_dose_response", "04_ingredients", "04_scale_claim4", "01_loss_curves"]
 
 
-def write_summary(run: Run, timings: dict[str, float] | None = None) -> Path:
+def write_summary(run: Run, timings: dict[str, float] | None = None, memory: dict[str, float] | None = None) -> Path:
     """``<run>/summary.json``: every headline number, its spread, noise floor, paper value and verdict.
 
     A claim whose models were retrained or deleted since it was recorded is marked stale, with the reason and the
     notebook to rerun (:func:`tiebias.verdicts.records.current_results`), never shown with its old verdict.
     """
     cfg = run.config
-    for k, t in (timings or {}).items():
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-            raise ValueError(f"timings: {k!r} has {t!r}; need a finite number of seconds >= 0")
+    for what, unit, values in (("timings", "seconds", timings), ("memory", "MiB", memory)):
+        for k, t in (values or {}).items():
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+                raise ValueError(f"{what}: {k!r} has {t!r}; need a finite number of {unit} >= 0")
     claims = current_results(run)
     with run.writing("writing summary.json"):
-        prev = {}
+        prev: dict = {}
         path = run.summary_path
         if path.exists():
             try:
-                prev = read_json(path, "").get("timings_seconds", {})
+                prev = read_json(path, "")
+                prev = prev if isinstance(prev, dict) else {}
             except (DamagedFileError, AttributeError):
                 warnings.warn(f"{path}: damaged; rewritten from the run folder (timings of earlier notebooks are "
                               "lost)", stacklevel=2)
         data = {"run": path_text(run.path, "surrogateescape"), "profile": cfg.get("study", {}).get("profile"), "config": cfg,
                 "models": run.models().to_dict(orient="records"), "claims": claims,
-                "timings_seconds": {**prev, **(timings or {})}}
+                "timings_seconds": {**prev.get("timings_seconds", {}), **(timings or {})},
+                "peak_memory_mib": {**prev.get("peak_memory_mib", {}), **(memory or {})}}
         write_json_atomic(path, data)
     return path
 
@@ -112,6 +115,7 @@ th{{background:#f3f3f3}}iframe{{width:100%;height:660px;border:1px solid #ddd}}<
 <p>Run folder <code>{html.escape(path_text(run.path, "replace"))}</code>, profile <b>{html.escape(str(cfg.get('profile')))}</b>,
 preset {html.escape(str(cfg.get('preset')))}, {html.escape(str(cfg.get('steps')))} steps, seeds {html.escape(str(cfg.get('seeds')))}.
 Notebooks: {links or 'none executed'}</p>
+{_reproduction_link(run)}
 {_caveat(claims)}<h2>Summary of the four claims (claim 3 under two lens readings)</h2>
 <table><tr><th>claim</th><th>this run</th><th>spread over seeds</th><th>noise floor</th><th>paper</th><th>verdict</th>
 <th>statement</th></tr>{''.join(rows)}</table>
@@ -128,6 +132,15 @@ Notebooks: {links or 'none executed'}</p>
         write_text_atomic(run.report_path, doc)
     shutil.rmtree(scratch, ignore_errors=True)
     return run.report_path
+
+
+def _reproduction_link(run: Run) -> str:
+    """A paragraph linking the reproduction report (every paper number beside ours, with its cause), when written."""
+    if not (run.path / "reproduction.html").exists():
+        return ""
+    return ('<p><b>Reproduction report</b>: every number the paper reports beside ours, each difference with its '
+            'computed cause, [Re] or [¬Re] per claim: <a href="reproduction.html">reproduction.html</a> '
+            '(<a href="reproduction.md">Markdown</a>, <a href="reproduction.json">JSON</a>).</p>')
 
 
 def _verdict_cell(r: dict) -> str:
