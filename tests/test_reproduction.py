@@ -112,7 +112,7 @@ def test_report_files_escape_text_from_the_run_folder(fresh_run: Run) -> None:
     shifts = {R.KIT: ((0.05, 0.03, 0.07), (-0.05, -0.07, -0.03)),  # the paper's +0.006 / -0.015 outside
               bad: ((0.006, 0.0, 0.012), (-0.015, -0.02, -0.01))}  # an ingredient whose range holds them: named
     pd.DataFrame([{"ingredient": name, "k": 5.0, "n_seeds": 3, **{f"{c}{s}": v for c, vals in (
-        ("vs_untied_input", ins), ("vs_untied_output", outs)) for s, v in zip(("", "_ci_low", "_ci_high"), vals)}}
+        ("vs_untied_input", ins), ("vs_untied_output", outs)) for s, v in zip(("", "_ci_low", "_ci_high"), vals, strict=True)}}
         for name, (ins, outs) in shifts.items()]).to_csv(fresh_run.table_path("claim4_ingredients"), index=False)
     md = write_reproduction(fresh_run).read_text()
     page = (fresh_run.path / "reproduction.html").read_text()

@@ -238,17 +238,17 @@ PARAM_LIST: tuple[Param, ...] = (
     Param("knn_k", "int", "neighbours for the KNN@k overlap", ("02_align",), "comparisons.table1(knn_k=)",
           check=_at_least(1)),
     # -- 03_lens ----------------------------------------------------------------------------------
-    Param("lens_steps", "int", "tuned-lens training steps", ("03_lens",), "lens recipe steps", check=_at_least(1)),
-    Param("lens_tokens_per_step", "int", "tuned-lens tokens per step", ("03_lens",), "lens recipe tokens_per_step",
+    Param("lens_steps", "int", "tuned-lens training steps", ("03_lens", "04_ablate"), "lens recipe steps", check=_at_least(1)),
+    Param("lens_tokens_per_step", "int", "tuned-lens tokens per step", ("03_lens", "04_ablate"), "lens recipe tokens_per_step",
           check=_at_least(1)),
     Param("lens_depth_presets", "strs", "other model depths for 03_lens, same width ([] = off), e.g. "
           "['small-deep', 'small-16']", ("03_lens",), "train.train_depth_models(preset=)", default=[],
           check=_none_or(_choice(tuple(PRESETS)))),
-    Param("lens_eval_tokens", "int", "lens evaluation tokens (test split)", ("03_lens",), "lens KL tables (eval_tokens=)",
+    Param("lens_eval_tokens", "int", "lens evaluation tokens (test split)", ("03_lens", "04_ablate"), "lens KL tables (eval_tokens=)",
           check=_at_least(1)),
     Param("lens_budgets", "ints", "lens-budget ladder: multiples of lens_steps, strictly increasing; the last carries "
           "the claim-3 verdict", ("03_lens",), "03 lens-budget ladder (lens_ladder.train_model_lens_ladders)", default=[1], check=_budgets),
-    Param("lens_recipes", "strs", f"lens training recipes, from {', '.join(LENS_RECIPES)}", ("03_lens",),
+    Param("lens_recipes", "strs", f"lens training recipes, from {', '.join(LENS_RECIPES)}", ("03_lens", "04_ablate"),
           "03 lens recipe comparison", default=["cpu"], check=_choice(LENS_RECIPES)),
     Param("lens_protocols", "strs", f"readings of every trained lens, from {', '.join(LENS_PROTOCOLS)} (the "
           "tuned-lens package's, the paper's code's); the first carries claim 3's headline verdict", ("03_lens",),

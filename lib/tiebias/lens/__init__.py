@@ -4,7 +4,8 @@ Modules, lowest first: ``lenses`` (a lens for a model's layout, save / load), ``
 training reads: token sequences, the frozen model's hidden states and targets), ``precision``, ``cache`` (the
 activation cache), ``fit`` (training one lens), ``evaluate`` (per-layer KL under each protocol), ``rungs`` (one
 model's budget ladder), ``rung_eval``, ``ladder`` (ladders over a run's models, a pair, checkpoints), ``tables``
-(per-layer tables, gaps with intervals, convergence), ``readings`` (the four readings), ``depth`` (other depths).
+(per-layer tables, gaps with intervals, convergence), ``readings`` (the four readings), ``mechanism`` (why the paper's
+reading costs a tied model at row 1), ``depth`` (other depths).
 """
 
 from tiebias.lens import (
@@ -16,6 +17,7 @@ from tiebias.lens import (
                           inputs,
                           ladder,
                           lenses,
+                          mechanism,
                           precision,
                           readings,
                           rung_eval,
@@ -30,6 +32,6 @@ from tiebias.lens.ladder import (
 )
 from tiebias.lens.lenses import load_lens, new_lens, save_lens
 
-__all__ = ["cache", "depth", "evaluate", "fit", "frozen", "inputs", "ladder", "lenses", "load_lens", "new_lens",
-           "precision", "readings", "rung_eval", "rungs", "save_lens", "tables", "train_checkpoint_lens_ladders",
+__all__ = ["cache", "depth", "evaluate", "fit", "frozen", "inputs", "ladder", "lenses", "load_lens", "mechanism",
+           "new_lens", "precision", "readings", "rung_eval", "rungs", "save_lens", "tables", "train_checkpoint_lens_ladders",
            "train_lens_ladders", "train_model_lens_ladders", "train_pair_lens_ladders"]

@@ -11,6 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from tiebias import stats
 from tiebias.config.checks import is_int
 from tiebias.output import token_text
 from tiebias.output.plotting.style import COLORS, log_axis
@@ -200,4 +201,37 @@ def readings(layers: pd.DataFrame, table: pd.DataFrame, a: str = "tied", b: str 
     fig.update_yaxes(title_text="tuned-lens KL (bits)", col=1)
     fig.update_annotations(font_size=11)
     fig.update_layout(height=420, title="tied vs untied tuned-lens KL per layer under the four readings (mean over seeds)")
+    return fig
+
+
+def row1_parts(parts: pd.DataFrame, readings: tuple[str, ...]) -> go.Figure:
+    """Row-1 KL under each reading (package; plus the embedding part; plus the update part; both = the paper's), per
+    variant: mean and 95% t-interval over seeds."""
+    fig = go.Figure()
+    kl = parts[parts.kind == "kl"]
+    for v, g in kl.groupby("variant", sort=False):
+        s = [stats.summarise(g[g.measure == r].value.to_numpy()) for r in readings]
+        mean = np.array([x.mean for x in s])
+        fig.add_bar(x=list(readings), y=mean, name=str(v), marker_color=COLORS.get(str(v), "#7f7f7f"),
+                    error_y=dict(type="data", symmetric=False, array=np.array([x.ci_high for x in s]) - mean,
+                                 arrayminus=mean - np.array([x.ci_low for x in s])))
+    fig.update_layout(barmode="group", title="Row 1 read four ways: KL(final || lens) in bits (mean, 95% CI over seeds)",
+                      yaxis_title="KL at row 1, bits", height=420)
+    return fig
+
+
+def penalty_vs_k(by_k: pd.DataFrame) -> go.Figure:
+    """The row-1 penalty of the paper's reading (its KL minus the package's) of the tied models trained with the input
+    path scaled by k: per seed (points) and mean with 95% t-interval, log-2 k axis."""
+    fig = go.Figure()
+    fig.add_scatter(x=by_k.k, y=by_k.penalty, mode="markers", marker=dict(color="#bbbbbb", size=7), name="one seed")
+    ks = sorted(by_k.k.unique())
+    s = [stats.summarise(by_k[by_k.k == k].penalty.to_numpy()) for k in ks]
+    mean = np.array([x.mean for x in s])
+    fig.add_scatter(x=ks, y=mean, mode="lines+markers", name="mean", line=dict(color=COLORS.get("tied", "#d62728")),
+                    error_y=dict(type="data", symmetric=False, array=np.array([x.ci_high for x in s]) - mean,
+                                 arrayminus=mean - np.array([x.ci_low for x in s])))
+    fig.update_xaxes(type="log", tickvals=ks, title_text="k (input-path gradient factor)")
+    fig.update_layout(title="The paper's lens reading's row-1 penalty against k (tied models, bits)",
+                      yaxis_title="KL(reference) - KL(package) at row 1, bits", height=420)
     return fig
