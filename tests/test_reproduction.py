@@ -132,6 +132,7 @@ def test_the_smoke_study_writes_a_report_whose_every_row_says_not_meaningful(smo
     assert data["not_meaningful"] and data["rows"]
     assert all(r["why"].startswith("not meaningful") and not r["meaningful"] for r in data["rows"])
     assert _paper_keys() <= {r["key"] for r in data["rows"]}
+    assert {c["kit"] for c in data["claims"]} == {c["paper_protocol"] for c in data["claims"]} == {"not meaningful"}
     assert "Not meaningful" in (smoke_study.path / "reproduction.md").read_text()
     assert 'href="reproduction.html"' in (smoke_study.path / "report.html").read_text()
     assert set(data["compute"]["wall_seconds"]) == {"01_train", "02_align", "03_lens", "04_ablate"}

@@ -55,6 +55,19 @@ FIGURES = {
 named by the sweep's largest k, added by the notebook)."""
 
 
+def quantities(k_top: float) -> dict[str, str]:
+    """:data:`QUANTITIES` and claim 4's two shifts at the sweep's largest factor ``k_top``: every trend's label."""
+    return {**QUANTITIES, f"claim4_in_k{k_top:g}": f"claim 4: shift towards the untied input matrix at k={k_top:g}",
+            f"claim4_out_k{k_top:g}": f"claim 4: shift from the untied output matrix at k={k_top:g}"}
+
+
+def figure_quantities(k_top: float) -> dict[str, dict[str, str]]:
+    """Per figure of :data:`FIGURES`, the quantities it draws and their labels (claim 4's at ``k_top``)."""
+    q = quantities(k_top)
+    extra = {"claim4": [f"claim4_in_k{k_top:g}", f"claim4_out_k{k_top:g}"]}
+    return {name: {n: q[n] for n in qs + extra.get(name, [])} for name, (_, qs) in FIGURES.items()}
+
+
 @dataclass(frozen=True)
 class ScalePoint:
     """One model size: its vocabulary and preset; ``base`` is the run's own (its models are the run's)."""

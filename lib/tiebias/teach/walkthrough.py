@@ -199,7 +199,7 @@ def _fmt(x: Any) -> str:
     return f"{x:.3g}" if isinstance(x, float) else str(x)
 
 
-def index_page(run_label: str, summary: dict, titles: dict[str, str]) -> str:
+def index_page(run_label: str, summary: dict, titles: dict[str, str], reproduction: bool = False) -> str:
     """``walkthrough/README.md``: which profile and run, the claims' verdicts, and how to regenerate it."""
     study = summary.get("config", {}).get("study", {})
     profile = str(summary.get("profile") or study.get("profile"))
@@ -217,6 +217,8 @@ def index_page(run_label: str, summary: dict, titles: dict[str, str]) -> str:
         f"{md_text(study.get('seeds'))}, corpus {md_code(study.get('corpus'))}; run folder {md_code(run_label)}.", "",
         "| notebook | what it shows | run time |", "| --- | --- | --- |", *rows, "",
         *(["| claim | this run | verdict |", "| --- | --- | --- |", *claims, ""] if claims else []),
+        *(["The run's [reproduction report](reproduction.md): every number the paper reports beside this run's, each "
+           "difference with its computed cause, and [Re] or [¬Re] per claim.", ""] if reproduction else []),
         "Figures are PNG pictures of the interactive figures (drawn by plotly.js in headless Chromium); the "
         "explorers show the state they were saved in.", "",
         "Regenerate after changing a notebook (needs Chromium):", "",
@@ -257,11 +259,13 @@ def write_walkthrough(run_dir: str | Path, out: str | Path | None = None, scale:
         titles[name] = _title(nb)
         pages[name] = render_notebook(expand_widgets(nb), name)
     pngs = {name: figures_to_png(list(p.figures.values()), scale) for name, p in pages.items()}
-    return _write(out, pages, pngs, summary, titles, _run_label(run_dir))
+    report = run_dir / "reproduction.md"
+    return _write(out, pages, pngs, summary, titles, _run_label(run_dir),
+                  report.read_text(encoding="utf-8") if report.is_file() else None)
 
 
 def _write(out: Path, pages: dict[str, _Page], pngs: dict[str, list[bytes]], summary: dict,
-           titles: dict[str, str], run_label: str) -> list[Path]:
+           titles: dict[str, str], run_label: str, reproduction: str | None = None) -> list[Path]:
     """Replace the walkthrough's files by the rendered pages, their images and the index."""
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / "images", ignore_errors=True)
@@ -278,5 +282,8 @@ def _write(out: Path, pages: dict[str, _Page], pngs: dict[str, list[bytes]], sum
         md.write_text("\n\n".join([_header(name, {**study, "profile": summary.get("profile")}), *page.blocks]) + "\n",
                       encoding="utf-8")
         written.append(md)
-    (out / "README.md").write_text(index_page(run_label, summary, titles), encoding="utf-8")
+    if reproduction is not None:  # the run's own report (its text escaped when it was written)
+        (out / "reproduction.md").write_text(reproduction, encoding="utf-8")
+        written.append(out / "reproduction.md")
+    (out / "README.md").write_text(index_page(run_label, summary, titles, reproduction is not None), encoding="utf-8")
     return [*written, out / "README.md"]

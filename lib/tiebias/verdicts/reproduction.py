@@ -625,8 +625,11 @@ def build(run: Run, scale: Run | None = None) -> Reproduction:
     ev = Evidence.load(run, scale)
     rows = [r for b in BUILDERS for r in b(ev)]
     why = not_meaningful(run)
+    lines = claim_lines(ev)
     if why:
         for r in rows:
             r.meaningful = False
             r.why = f"not meaningful ({why}); {r.why}"
-    return Reproduction(rows, claim_lines(ev), why, ev.scale_source)
+        for line in lines:
+            line["kit"] = line["paper_protocol"] = "not meaningful"
+    return Reproduction(rows, lines, why, ev.scale_source)

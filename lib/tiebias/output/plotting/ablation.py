@@ -97,10 +97,10 @@ def scale_axes(summary: pd.DataFrame, quantities: dict[str, str], title: str, ba
                base_width: int) -> go.Figure:
     """Quantities (one row each) against vocabulary size (left, at the run's width) and width (right, at its
     vocabulary), mean and 95% interval over seeds, log-2 axes."""
-    fig = make_subplots(rows=len(quantities), cols=2, shared_yaxes="rows", vertical_spacing=0.12 / len(quantities),
+    fig = make_subplots(rows=len(quantities), cols=2, shared_yaxes="rows", vertical_spacing=0.25 / len(quantities),
                         subplot_titles=[t for q in quantities.values() for t in
-                                        (f"{q}, against vocabulary (width {base_width})",
-                                         f"{q}, against width (vocabulary {base_vocab})")])
+                                        (f"{q}<br>against vocabulary (width {base_width})",
+                                         f"{q}<br>against width (vocabulary {base_vocab})")])
     for row, q in enumerate(quantities, start=1):
         d = summary[summary.quantity == q]
         for col, (axis, other, fixed) in enumerate((("vocab_size", "width", base_width),
@@ -110,8 +110,8 @@ def scale_axes(summary: pd.DataFrame, quantities: dict[str, str], title: str, ba
                             line=dict(color="#1f77b4"), row=row, col=col,
                             error_y=dict(type="data", symmetric=False, array=g.ci_high - g["mean"],
                                          arrayminus=g["mean"] - g.ci_low))
-            fig.update_xaxes(type="log", tickvals=list(g[axis]), row=row, col=col,
+            fig.update_xaxes(type="log", tickvals=list(g[axis]), ticktext=[f"{int(v):,}" for v in g[axis]], row=row, col=col,
                              title_text=axis.replace("_", " ") if row == len(quantities) else None)
-    fig.update_annotations(font_size=11)
-    fig.update_layout(title=title, height=140 + 260 * len(quantities))
+    fig.update_annotations(font_size=10)
+    fig.update_layout(title=title, height=160 + 280 * len(quantities))
     return fig
