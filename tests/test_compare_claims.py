@@ -69,7 +69,8 @@ def test_claim3_numbers_prints_the_readmes_figures_from_a_run(smoke_study, capsy
 
 @pytest.mark.parametrize("script, first_missing, todo", [
     ("claim3_numbers", "results/claim3_tuned_lens.json", "run 03_lens on it first"),
-    ("claims24_numbers", "metrics/claim2_windows.csv", "run 01_train on it first")])
+    ("claims24_numbers", "metrics/claim2_windows.csv", "run 01_train on it first"),
+    ("reproduction_numbers", "reproduction.json", "run python -m tiebias reproduction")])
 def test_numbers_scripts_name_what_a_run_lacks(tmp_path: Path, script: str, first_missing: str, todo: str) -> None:
     mod = _load(script)
     try:
@@ -94,3 +95,15 @@ def test_claims24_numbers_prints_the_readmes_figures_from_a_run(smoke_study, cap
     assert f"after warmup {after['mean']:.1%} vs {after.paper:.1%}" in out
     assert "| kit (another seed's untied model) | 5 |" in out and "At k = 5, the paper's shift is +0.006" in out
     assert "| 1024 | 64 |" in out and "with width (16 to 64" in out
+
+
+def test_reproduction_numbers_prints_the_readmes_figures_from_a_run(smoke_study, capsys) -> None:
+    """scripts/reproduction_numbers.py on the shared smoke study: per-claim lines, cause counts, the row-1 mechanism."""
+    mod = _load("reproduction_numbers")
+    mod.main([str(smoke_study.path)])
+    out = capsys.readouterr().out
+    data = json.loads((smoke_study.path / "reproduction.json").read_text())
+    assert out.count("| not meaningful | not meaningful |") == len(data["claims"]) == 4
+    assert f"{sum(not r['setting'] for r in data['rows'])} numbers: " in out
+    assert "| penalty: update part |" in out and "The paper's reading costs the tied model" in out
+    assert "k = 1: " in out and "k = 5: " in out

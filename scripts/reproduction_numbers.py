@@ -1,0 +1,57 @@
+"""The reproduction report's summary as the README quotes it, printed from a run folder's ``reproduction.json``.
+
+    python scripts/reproduction_numbers.py runs/default
+
+Prints the per-claim [Re] / [¬Re] table, the count of each cause, the rows whose cause is ``unexplained`` and claim 3's
+mechanism (03's ``lens_row1_mechanism`` and 04's ``lens_row1_penalty_k`` tables, when the run has them): the README's
+"Reproduction report" and "Why the paper's reading costs a tied model" figures come from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from tiebias.lens import mechanism
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", type=Path)
+    run = ap.parse_args(argv).run
+    path = run / "reproduction.json"
+    if not path.is_file():
+        raise SystemExit(f"run: {run} has no reproduction.json; run python -m tiebias reproduction {run} on it first")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    print("| claim | the kit's protocol | the paper's protocol |\n|---|---|---|")
+    for c in data["claims"]:
+        print(f"| {c['claim']} | {c['kit']} | {c['paper_protocol']} |")
+    rows = [r for r in data["rows"] if not r["setting"]]
+    counts = {c: sum(r["cause"] == c for r in rows) for c in data["causes_vocabulary"]}
+    print(f"\n{len(rows)} numbers: " + ", ".join(f"{c} {n}" for c, n in counts.items() if n))
+    by_source: dict[str, int] = {}
+    for r in rows:
+        if r["cause"] == "unexplained":
+            by_source[r["source"]] = by_source.get(r["source"], 0) + 1
+    print("unexplained by source: " + ", ".join(f"{s} {n}" for s, n in by_source.items()))
+    mech = run / "metrics" / "lens_row1_mechanism.csv"
+    if mech.is_file():
+        t = pd.read_csv(mech)
+        print("\n| measure | tied | untied | tied - untied [95% CI] |\n|---|---|---|---|")
+        for r in t.itertuples():
+            print(f"| {r.measure} | {r.tied:.3g} | {r.untied:.3g} | {r.difference:+.3g} [{r.ci_low:+.3g}, "
+                  f"{r.ci_high:+.3g}] |")
+        print("\n" + mechanism.sentence(t))
+    pen = run / "metrics" / "lens_row1_penalty_k.csv"
+    if pen.is_file():
+        p = pd.read_csv(pen)
+        print("\n" + ", ".join(f"k = {k:g}: {g.penalty.mean():.3g} bits (sd {g.penalty.std():.2g})"
+                              for k, g in p.groupby("k")))
+        print(mechanism.k_sentence(mechanism.k_trend(p)))
+
+
+if __name__ == "__main__":
+    main()
