@@ -602,7 +602,8 @@ def claim_lines(ev: Evidence) -> list[dict[str, str]]:
              "paper's protocol: the k = 5 shift against another run's untied model, towards input and away from "
              "output with the 95% CI clear of 0")):
         rec = c.get(kit_key, {})
-        lines.append({"claim": claim, "kit": _re(rec.get("status")), "paper_protocol": _re(paper_status),
+        lines.append({"claim": claim, "kit": _re(rec.get("status")),
+                      "paper_protocol": _re(paper_status) if paper_status else "not measured here",
                       "kit_statement": str(rec.get("statement", "not run")), "paper_protocol_is": why})
     return lines
 
