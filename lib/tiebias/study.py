@@ -200,7 +200,8 @@ def _execute(name: str, src: Path, out: Path, parameters: dict[str, Any], progre
 
 
 def peak_child_mib() -> float:
-    """The largest resident memory of any finished child process so far (a notebook's kernel), in MiB."""
+    """The largest resident memory of any finished child process so far (a notebook's kernel), in MiB: after each
+    notebook, the peak of the largest kernel up to then (the operating system keeps only the maximum)."""
     import resource
 
     kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux, bytes on macOS

@@ -137,7 +137,7 @@ def _compute_lines(run: Run, env: dict[str, Any], comp: dict[str, Any]) -> list[
     walls = [[k, f"{v:.0f} s", _num(comp["peak_memory_mib"].get(k))] for k, v in comp["wall_seconds"].items()]
     pk = ", ".join(f"{k} {v}" for k, v in env["packages"].items())
     return ["## Compute and environment", "",
-            _md_table(("notebook", "wall time", "peak memory of its kernel (MiB)"), walls) if walls
+            _md_table(("notebook", "wall time", "peak memory of the largest kernel so far (MiB)"), walls) if walls
             else "No timings recorded (the notebooks were not run by the study command).", "",
             f"- total wall time: {comp['total_seconds']:.0f} s on {md_text(env['cpu'])} ({md_text(env['cpu_cores'])} "
             "cores, no GPU)" if comp["wall_seconds"] else f"- CPU: {md_text(env['cpu'])}",
@@ -170,7 +170,7 @@ vertical-align:top}}th{{background:#f3f3f3}}</style></head><body>
 <h2>Every number</h2><p>{html.escape(HOW_TO_READ.replace('`', ''))}</p><p>Causes: {html.escape(counts)}.</p>
 {table(COLUMNS, [_cells(r) for r in rep.rows if not r.setting])}
 <h2>Settings beside ours</h2>{table(("setting", "paper", "this run"), settings)}
-<h2>Compute and environment</h2>{table(("notebook", "wall time", "peak memory (MiB)"), walls)}
+<h2>Compute and environment</h2>{table(("notebook", "wall time", "peak memory of the largest kernel so far (MiB)"), walls)}
 <p>{html.escape(f"Python {env['python']}; " + ", ".join(f"{k} {v}" for k, v in env['packages'].items()))}; lock file
 sha256 {html.escape(str(env['lock_sha256']))}; CPU {html.escape(env['cpu'])}, {html.escape(str(env['cpu_cores']))} cores;
 ATEN_CPU_CAPABILITY {html.escape(str(env['ATEN_CPU_CAPABILITY'] or 'not set'))}.</p>
