@@ -27,6 +27,8 @@ LAB_ARGS ?=
 .PHONY: setup study test test-portable lab lint bench clean-runs lock
 
 $(STAMP): pyproject.toml $(LOCK)
+	@$(PYTHON) scripts/check_python.py
+	@$(PYTHON) scripts/check_python.py --venv $(VENV) || rm -rf $(VENV)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c $(LOCK) --upgrade pip
 	$(BIN)/python -m pip install -q -c $(LOCK) torch==2.13.0
