@@ -269,3 +269,27 @@ def test_papermill_typo_stops_the_notebook_before_it_writes(tmp_path: Path) -> N
                             progress_bar=False, parameters={"profile": "smoke", "run_dir": str(tmp_path / "run"),
                                                             "step": 5})
     assert not (tmp_path / "run").exists()
+
+
+def test_a_notebook_opened_on_its_own_uses_the_class_profile_and_says_so(monkeypatch, capsys) -> None:
+    import json
+    from pathlib import Path
+
+    cells = {}
+    for nb in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("0*.ipynb")):
+        first_code = next(c for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code")
+        cells[nb.stem] = "".join(first_code["source"])
+        assert f'os.environ.get("TIEBIAS_PROFILE", "{profiles.NOTEBOOK_PROFILE}")' in cells[nb.stem], nb
+    monkeypatch.delenv(profiles.PROFILE_ENV, raising=False)
+    ns: dict = {}
+    exec(cells["02_align"], ns)  # the parameters cell as JupyterLab runs it, nothing injected
+    ns["run_dir"] = "/tmp/x"
+    assert profiles.resolve_notebook("02_align", ns)["profile"] == "class"
+    out = capsys.readouterr().out
+    assert "profile: 'class', because TIEBIAS_PROFILE is not set" in out and "make lab PROFILE=default" in out
+    monkeypatch.setenv(profiles.PROFILE_ENV, "class")  # make lab and the study set it: nothing to explain
+    profiles.resolve_notebook("02_align", ns)
+    assert capsys.readouterr().out == ""
+    assert profiles.default_profile() == "class" and profiles.NOTEBOOK_PROFILE == "class"
+    monkeypatch.delenv(profiles.PROFILE_ENV)
+    assert profiles.default_profile() == "default"  # the command line's default is the full study

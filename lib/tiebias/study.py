@@ -180,12 +180,27 @@ def _utf8_kernel() -> Iterator[None]:
             os.environ[UTF8_MODE_ENV] = before
 
 
+@contextlib.contextmanager
+def _profile_env(profile: str) -> Iterator[None]:
+    """$TIEBIAS_PROFILE set to the study's profile while its kernels start, as ``make lab`` sets it: a notebook then
+    knows its profile was named (and does not print that it fell back to its own)."""
+    before = os.environ.get(profiles.PROFILE_ENV)
+    os.environ[profiles.PROFILE_ENV] = profile
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(profiles.PROFILE_ENV, None)
+        else:
+            os.environ[profiles.PROFILE_ENV] = before
+
+
 def _execute(name: str, src: Path, out: Path, parameters: dict[str, Any], progress: bool) -> None:
     """Execute one notebook into ``out``; an error in it becomes :class:`NotebookFailed`, a stop names it."""
     from nbclient.exceptions import DeadKernelError
 
     try:
-        with _writable(out) as target, _utf8_kernel():
+        with _writable(out) as target, _utf8_kernel(), _profile_env(str(parameters["profile"])):
             pm.execute_notebook(str(src), str(target), parameters=parameters, cwd=str(src.parent),
                                 progress_bar=progress, kernel_name="python3", extra_arguments=list(KERNEL_ARGUMENTS))
     except pm.PapermillExecutionError as e:

@@ -272,7 +272,8 @@ PARAM_LIST: tuple[Param, ...] = (
     Param("ablate_budget_minutes", "float", "warn before starting a sweep estimated to take longer",
           ("04_ablate",), "ablate.plan(budget_minutes=)", check=_positive),
     # -- notebook parameters that are not profile keys ----------------------------------------------
-    Param("profile", "str", "profile name or path to a .toml file (default: $TIEBIAS_PROFILE, else 'default')",
+    Param("profile", "str", "profile name or path to a .toml file (default: $TIEBIAS_PROFILE, else 'default' on the "
+          "command line and 'class' in a notebook opened on its own)",
           NOTEBOOKS, "profiles.resolve", default="default", profile=False, check=_non_empty),
     Param("run_dir", "str", "run folder (default: $TIEBIAS_RUN_DIR, else runs/<profile>)", NOTEBOOKS,
           "profiles.resolve", default=None, profile=False, optional=True),

@@ -171,13 +171,24 @@ def check_injected(notebook: str, namespace: Mapping[str, Any]) -> None:
                          f"{', '.join(PARAMS[name].notebooks)}")
 
 
+NOTEBOOK_PROFILE = "class"
+"""The profile of a notebook opened on its own (no ``$TIEBIAS_PROFILE``, no papermill parameter): the lesson's, a few
+minutes for all four notebooks; the command line's default stays ``default``."""
+
+
 def resolve_notebook(notebook: str, namespace: Mapping[str, Any]) -> dict[str, Any]:
     """Resolve every parameter a notebook declares (read from its namespace, e.g. ``globals()``).
 
     The names come from the vocabulary, so a notebook cannot declare a parameter and then drop it; a name
-    papermill injected that the notebook does not declare is refused (:func:`check_injected`).
+    papermill injected that the notebook does not declare is refused (:func:`check_injected`). A notebook that took
+    :data:`NOTEBOOK_PROFILE` because nothing named a profile says so.
     """
     check_injected(notebook, namespace)
+    if PROFILE_ENV not in os.environ and namespace.get("profile") == NOTEBOOK_PROFILE:
+        print(f"profile: {NOTEBOOK_PROFILE!r}, because TIEBIAS_PROFILE is not set (a notebook opened on its own, outside "
+              "`make lab` and `python -m tiebias study`, uses the lesson's profile: a few minutes for all four "
+              "notebooks). For the full study set profile = \"default\" in the first cell, or start JupyterLab with "
+              "`make lab PROFILE=default`.")
     names = [n for n in notebook_parameters(notebook) if n not in ("profile", "run_dir")]
     missing = [n for n in names if n not in namespace]
     if missing:
