@@ -146,3 +146,15 @@ def test_the_smoke_study_writes_a_report_whose_every_row_says_not_meaningful(smo
     t.to_csv(run.table_path("ablation_alignment"), index=False)
     after = next(r for r in R.build(run).rows if r.key == key)
     assert after.kit.value == pytest.approx(0.216) and after.kit.value != pytest.approx(before["kit"]["value"])
+
+
+def test_04_leaves_the_pages_to_the_study_and_writes_them_in_jupyterlab(smoke_study, monkeypatch) -> None:
+    from tiebias.config.environment import STUDY_ENV, in_study
+
+    executed = json.loads((smoke_study.path / "notebooks" / "04_ablate.ipynb").read_text())
+    printed = "".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))
+    assert "The study command writes summary.json" in printed  # the study wrote them once, after 04
+    monkeypatch.delenv(STUDY_ENV, raising=False)
+    assert not in_study()  # a kernel JupyterLab starts: 04's last cell writes them (run by nbval on the smoke run)
+    monkeypatch.setenv(STUDY_ENV, "1")
+    assert in_study()

@@ -182,17 +182,21 @@ def _utf8_kernel() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _profile_env(profile: str) -> Iterator[None]:
-    """$TIEBIAS_PROFILE set to the study's profile while its kernels start, as ``make lab`` sets it: a notebook then
-    knows its profile was named (and does not print that it fell back to its own)."""
-    before = os.environ.get(profiles.PROFILE_ENV)
+    """$TIEBIAS_PROFILE set to the study's profile while its kernels start, as ``make lab`` sets it (a notebook then
+    knows its profile was named), and $TIEBIAS_STUDY (04 leaves the run's pages to the study)."""
+    from tiebias.config.environment import STUDY_ENV
+
+    before = {k: os.environ.get(k) for k in (profiles.PROFILE_ENV, STUDY_ENV)}
     os.environ[profiles.PROFILE_ENV] = profile
+    os.environ[STUDY_ENV] = "1"  # the study writes the run's pages itself, after the last notebook
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(profiles.PROFILE_ENV, None)
-        else:
-            os.environ[profiles.PROFILE_ENV] = before
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _execute(name: str, src: Path, out: Path, parameters: dict[str, Any], progress: bool) -> None:

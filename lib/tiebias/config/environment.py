@@ -1,4 +1,5 @@
-"""The kit's environment variables for the machine: ``TIEBIAS_THREADS`` and ``TIEBIAS_WORKERS``.
+"""The kit's environment variables: ``TIEBIAS_THREADS`` and ``TIEBIAS_WORKERS`` for the machine, ``TIEBIAS_STUDY`` for
+a kernel the study command started.
 
 They are read where threads are set (:mod:`tiebias.system`) and checked with the parameters
 (:func:`tiebias.config.profiles.resolve`), so a bad value stops a study or a notebook before anything is
@@ -12,6 +13,14 @@ import warnings
 
 THREADS_ENV = "TIEBIAS_THREADS"
 WORKERS_ENV = "TIEBIAS_WORKERS"
+STUDY_ENV = "TIEBIAS_STUDY"
+"""Set to 1 by ``python -m tiebias study`` for its notebooks' kernels: the study writes the run's pages itself."""
+
+
+def in_study() -> bool:
+    """Whether this process is a notebook kernel started by the study command (which writes summary.json, the
+    reproduction report and report.html after its last notebook), not one a person runs in JupyterLab."""
+    return os.environ.get(STUDY_ENV) == "1"
 
 
 def cpu_cores() -> int:
