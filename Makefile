@@ -24,7 +24,7 @@ LAB_RUN = $(or $(TIEBIAS_RUN_DIR),runs/$(LAB_PROFILE))
 LAB_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 LAB_ARGS ?=
 
-.PHONY: setup study test test-portable lab lint bench clean-runs lock
+.PHONY: setup study test test-portable lab check-class lint bench clean-runs lock
 
 $(STAMP): pyproject.toml $(LOCK)
 	@$(PYTHON) scripts/check_python.py
@@ -72,6 +72,10 @@ lab: setup
 	@echo "Another profile: make lab PROFILE=default (or smoke, depth, long, gpu), or set profile = \"...\" in a notebook's first cell."
 	@echo "Open notebooks/01_train.ipynb .. 04_ablate.ipynb in order and Run All in each."
 	TIEBIAS_PROFILE=$(LAB_PROFILE) $(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --ContentsManager.post_save_hook=tiebias.nbfilter.post_save $(LAB_ROOT) $(LAB_ARGS)
+
+# before a class: packages, Chromium (optional), and a plumbing run of all four notebooks (scripts/check_class.py)
+check-class: setup
+	$(BIN)/python scripts/check_class.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check lib tests bench scripts
