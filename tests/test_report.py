@@ -72,3 +72,12 @@ def test_names_from_the_run_folder_are_text_in_the_report(fresh_run: Run) -> Non
     links = [a["href"] for t, a in found if t == "a"]
     assert [unquote(h) for h in links] == [f"report/{stem}.html"] and (fresh_run.report_dir / f"{stem}.html").is_file()
     assert "&lt;script&gt;alert(3)&lt;/script&gt;: 0.7" in page and "<b>&lt;b onclick=alert(4)&gt;p&lt;/b&gt;</b>" in page
+
+
+def test_claim4_row_names_its_map_and_the_other_maps_reading(fresh_run: Run) -> None:
+    records.record(fresh_run, "claim4_causality", value=1.5, threshold=1.0,
+                   statement="orthogonal: k 1->20 changes untied-input cosine by +0.05",
+                   details={"verdicts": {"orthogonal": {"claim4_status": "holds"},
+                                         "linear": {"claim4_status": "does not hold"}}})
+    page = report.write_report(fresh_run).read_text()
+    assert "(verdict under the orthogonal map; linear map: does not hold)" in page
