@@ -65,6 +65,9 @@ def _study(args: argparse.Namespace) -> int:
         during = f" during {e.notebook}" if e.notebook else ""
         print(f"stopped by {signal.Signals(e.signum).name}{during}: every finished model is kept; run the same "
               "command again to resume", file=sys.stderr)
+        # the one stop line is the last word: the stopped kernel's client may leave an asyncio task whose error is
+        # logged when the process exits ("Task exception was never retrieved"), so logging stays off until then
+        logging.disable(logging.CRITICAL)
         return 128 + e.signum
     return 0
 

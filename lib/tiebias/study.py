@@ -181,13 +181,14 @@ def _utf8_kernel() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _profile_env(profile: str) -> Iterator[None]:
+def _profile_env(profile: str | None) -> Iterator[None]:
     """$TIEBIAS_PROFILE set to the study's profile while its kernels start, as ``make lab`` sets it (a notebook then
     knows its profile was named), and $TIEBIAS_STUDY (04 leaves the run's pages to the study)."""
     from tiebias.config.environment import STUDY_ENV
 
     before = {k: os.environ.get(k) for k in (profiles.PROFILE_ENV, STUDY_ENV)}
-    os.environ[profiles.PROFILE_ENV] = profile
+    if profile is not None:
+        os.environ[profiles.PROFILE_ENV] = profile
     os.environ[STUDY_ENV] = "1"  # the study writes the run's pages itself, after the last notebook
     try:
         yield
@@ -204,7 +205,7 @@ def _execute(name: str, src: Path, out: Path, parameters: dict[str, Any], progre
     from nbclient.exceptions import DeadKernelError
 
     try:
-        with _writable(out) as target, _utf8_kernel(), _profile_env(str(parameters["profile"])):
+        with _writable(out) as target, _utf8_kernel(), _profile_env(None if parameters.get("profile") is None else str(parameters["profile"])):
             pm.execute_notebook(str(src), str(target), parameters=parameters, cwd=str(src.parent),
                                 progress_bar=progress, kernel_name="python3", extra_arguments=list(KERNEL_ARGUMENTS))
     except pm.PapermillExecutionError as e:
