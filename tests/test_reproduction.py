@@ -158,3 +158,13 @@ def test_04_leaves_the_pages_to_the_study_and_writes_them_in_jupyterlab(smoke_st
     assert not in_study()  # a kernel JupyterLab starts: 04's last cell writes them (run by nbval on the smoke run)
     monkeypatch.setenv(STUDY_ENV, "1")
     assert in_study()
+
+
+def test_a_damaged_table_is_named_and_nothing_is_written(fresh_run: Run) -> None:
+    from tiebias.run.files import DamagedFileError
+
+    fresh_run.metrics_dir.mkdir(exist_ok=True)
+    fresh_run.table_path("claim2_windows").write_text("")  # a write cut short
+    with pytest.raises(DamagedFileError, match="claim2_windows.csv: not a readable table"):
+        write_reproduction(fresh_run)
+    assert not (fresh_run.path / "reproduction.md").exists() and not (fresh_run.path / "reproduction.json").exists()

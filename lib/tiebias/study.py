@@ -116,7 +116,7 @@ def notebook_values(params: dict[str, Any]) -> dict[str, Any]:
     """Parameters as a notebook holds them: file names as UTF-8 text (:func:`tiebias.config.paths.path_text`).
 
     Under an ASCII locale a non-ASCII folder name is held as surrogate escapes, which a notebook file cannot
-    store; the kernel, started in UTF-8 mode (:func:`_utf8_kernel`), reads the text as the same folder. A name
+    store; the kernel, started in UTF-8 mode (:func:`_kernel_values`), reads the text as the same folder. A name
     whose bytes are not UTF-8 is refused, naming the parameter.
     """
     out = dict(params)
@@ -160,36 +160,10 @@ def _writable(out: Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def _utf8_kernel() -> Iterator[None]:
-    """Start the notebook's kernel in Python's UTF-8 mode when this process's file names are not UTF-8.
-
-    Under an ASCII locale (``LC_ALL=C`` without UTF-8 mode) the kernel could not name a non-ASCII run folder
-    given as text; in UTF-8 mode Python and the Rust libraries (tokenizers, safetensors) name it alike.
-    """
-    if codecs.lookup(sys.getfilesystemencoding()).name == "utf-8":
-        yield
-        return
-    before = os.environ.get(UTF8_MODE_ENV)
-    os.environ[UTF8_MODE_ENV] = "1"  # read when the kernel process starts, inside execute_notebook
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(UTF8_MODE_ENV, None)
-        else:
-            os.environ[UTF8_MODE_ENV] = before
-
-
-@contextlib.contextmanager
-def _profile_env(profile: str | None) -> Iterator[None]:
-    """$TIEBIAS_PROFILE set to the study's profile while its kernels start, as ``make lab`` sets it (a notebook then
-    knows its profile was named), and $TIEBIAS_STUDY (04 leaves the run's pages to the study)."""
-    from tiebias.config.environment import STUDY_ENV
-
-    before = {k: os.environ.get(k) for k in (profiles.PROFILE_ENV, STUDY_ENV)}
-    if profile is not None:
-        os.environ[profiles.PROFILE_ENV] = profile
-    os.environ[STUDY_ENV] = "1"  # the study writes the run's pages itself, after the last notebook
+def _kernel_env(values: dict[str, str]) -> Iterator[None]:
+    """Environment variables set while a notebook's kernel starts (it reads them then), restored afterwards."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
     try:
         yield
     finally:
@@ -200,12 +174,28 @@ def _profile_env(profile: str | None) -> Iterator[None]:
                 os.environ[k] = v
 
 
+def _kernel_values(profile: str | None) -> dict[str, str]:
+    """What a study's kernel is told: $TIEBIAS_PROFILE as ``make lab`` sets it (a notebook then knows its profile was
+    named), $TIEBIAS_STUDY (04 leaves the run's pages to the study), and Python's UTF-8 mode when this process's file
+    names are not UTF-8 (under an ASCII locale the kernel could not otherwise name a non-ASCII run folder given as
+    text; in UTF-8 mode Python and the Rust libraries, tokenizers and safetensors, name it alike)."""
+    from tiebias.config.environment import STUDY_ENV
+
+    values = {STUDY_ENV: "1"}
+    if profile is not None:
+        values[profiles.PROFILE_ENV] = profile
+    if codecs.lookup(sys.getfilesystemencoding()).name != "utf-8":
+        values[UTF8_MODE_ENV] = "1"
+    return values
+
+
 def _execute(name: str, src: Path, out: Path, parameters: dict[str, Any], progress: bool) -> None:
     """Execute one notebook into ``out``; an error in it becomes :class:`NotebookFailed`, a stop names it."""
     from nbclient.exceptions import DeadKernelError
 
     try:
-        with _writable(out) as target, _utf8_kernel(), _profile_env(None if parameters.get("profile") is None else str(parameters["profile"])):
+        profile = parameters.get("profile")
+        with _writable(out) as target, _kernel_env(_kernel_values(None if profile is None else str(profile))):
             pm.execute_notebook(str(src), str(target), parameters=parameters, cwd=str(src.parent),
                                 progress_bar=progress, kernel_name="python3", extra_arguments=list(KERNEL_ARGUMENTS))
     except pm.PapermillExecutionError as e:

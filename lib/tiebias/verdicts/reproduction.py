@@ -21,6 +21,7 @@ import pandas as pd
 from tiebias import paper, stats
 from tiebias.ablate.ingredients import KIT, SAME_SEED
 from tiebias.config.choices import INGREDIENTS
+from tiebias.run.files import DamagedFileError
 from tiebias.run.folder import Run
 from tiebias.verdicts.evidence import not_meaningful
 from tiebias.verdicts.records import current_results
@@ -186,7 +187,11 @@ class Evidence:
         """``metrics/<name>.csv`` of the run, or None when the notebook that writes it has not run."""
         if name not in self._tables:
             path = self.run.table_path(name)
-            self._tables[name] = pd.read_csv(path) if path.exists() else None
+            try:
+                self._tables[name] = pd.read_csv(path) if path.exists() else None
+            except (ValueError, UnicodeDecodeError) as e:  # pandas' ParserError and EmptyDataError are ValueErrors
+                raise DamagedFileError(f"{path}: not a readable table ({type(e).__name__}: {e}); delete it and rerun "
+                                       "the notebook that writes it") from None
         return self._tables[name]
 
     def trends(self, quantity: str) -> list[Trend]:
