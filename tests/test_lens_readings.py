@@ -139,7 +139,7 @@ def test_describe_names_the_readings_with_a_positive_gap(readings_tables) -> Non
     table, _ = lens_readings.decomposition(seq, ref)
     fake = table.assign(ci_low=[-1.0, 0.1, -1.0, 0.2], gap=[0.0, 0.5, 0.0, 0.6], gap_l0=[0.0, 0.37, 0.0, 0.925])
     text = lens_readings.describe(fake)
-    assert text.startswith("A positive early-layer gap") and "(b) reference reading, verdict budget" in text
+    assert text.startswith("A positive early-layer gap") and "(b) paper's reading, verdict budget" in text
     assert "(d)" in text and "not under (a), (c)" in text and "50.0% of the paper's" in text
     assert lens_readings.describe(table.assign(ci_low=-1.0)).startswith("No reading gives")
 
@@ -160,7 +160,7 @@ def test_second_claim3_record_beside_the_first(readings_tables, fresh_run: Run) 
     assert {"claim3_tuned_lens", "claim3_tuned_lens_reference"} <= set(stored)
     assert stored["claim3_tuned_lens_reference"]["value"] == pytest.approx(v_ref.value)
     side = claims.claim3_side_by_side({"package": v_pkg, "reference": v_ref})
-    assert "package reading" in side and "reference reading" in side and "Figure 2" in side
+    assert "package reading" in side and "the paper's reading" in side and "Figure 2" in side
     with pytest.raises(ValueError, match="^protocol: 'paper' is not allowed"):
         claims.claim3(seq, protocol="paper")
     assert "claim3_tuned_lens_reference" in records.CLAIMS and records.NOTEBOOK_OF["claim3_tuned_lens_reference"] == "03_lens"
@@ -169,7 +169,7 @@ def test_second_claim3_record_beside_the_first(readings_tables, fresh_run: Run) 
 def test_report_lists_both_readings_and_says_which_the_paper_uses(fresh_run: Run) -> None:
     records.record(fresh_run, "claim3_tuned_lens_reference", value=0.3, threshold=0.1, statement="s", unit="bits")
     page = report.write_report(fresh_run).read_text()
-    assert "(Figure 2) come from the reference code" in page
+    assert "(Figure 2) come from the paper&#x27;s reading" in page  # escaped, as all text the report writes
     assert "hidden state i through translator i - 1" in page and "not run" in page  # the other claims: not yet
 
 

@@ -249,7 +249,7 @@ def train_checkpoint_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequ
             losses += [x for x, _ in vals]
         row.update(val_loss=float(np.mean(losses)), gap=float(g.gap), ci_low=float(g.ci_low),
                    ci_high=float(g.ci_high), half_width=float(g.half_width), n_seeds=int(g.n_seeds),
-                   converged=convergence(ladder)["converged"], budget=int(g.budget))
+                   converged=convergence(ladder, seq)["converged"], budget=int(g.budget))
         rows.append(row)
         tables.append(per_layer(seq))
     return pd.DataFrame(rows), pd.concat(tables, ignore_index=True)

@@ -1,7 +1,7 @@
 """Why the paper's lens reading costs a tied model at row 1: its error taken apart, on a run's own lenses.
 
 The paper's code reads hidden state 1 with translator 0, the package with translator 1. Writing translator i as the
-affine map h -> h + W_i h + b_i, the reference reading's translated state is the package's plus an error
+affine map h -> h + W_i h + b_i, the paper's reading's translated state is the package's plus an error
 
     e = (W0 - W1) h1 + (b0 - b1) = [(W0 - W1) h0 + (b0 - b1)] + [(W0 - W1)(h1 - h0)],
 
@@ -30,14 +30,14 @@ from tiebias.lens.evaluate import kl_bits
 from tiebias.lens.inputs import check_tokens, sequences
 from tiebias.lens.lenses import _check_lens, check_model
 
-PARTS = ("neither (package reading)", "embedding part", "update part", "both (reference reading)")
+PARTS = ("neither (package reading)", "embedding part", "update part", "both (the paper's reading)")
 """The four readings of row 1: the package's translator 1 plus none, one or both parts of the error."""
 
 
 def split_error(lens: TunedLens, h0: Tensor, h1: Tensor) -> dict[str, Tensor]:
     """The translated states of row 1 under each of :data:`PARTS` (before the unembedding).
 
-    ``both`` equals ``h1 + translator0(h1)``, the reference reading, up to float rounding: the split is exact.
+    ``both`` equals ``h1 + translator0(h1)``, the paper's reading, up to float rounding: the split is exact.
     """
     t0, t1 = lens.layer_translators[0], lens.layer_translators[1]
     d_w = t0.weight - t1.weight

@@ -1,7 +1,7 @@
 """Claim 3 taken apart (notebook 03): which of the paper's two lens ingredients makes tied early layers read worse?
 
 The paper's public code differs from the tuned-lens package in two ways: it reads hidden state i with
-translator i - 1 (the *reference protocol*, :data:`tiebias.lens.evaluate.PROTOCOLS`), and it trains each lens
+translator i - 1 (*the paper's reading*, protocol ``reference`` of :data:`tiebias.lens.evaluate.PROTOCOLS`), and it trains each lens
 for only 100 steps (the *reference budget*, :data:`tiebias.paper.FIG2_LENS`). :func:`decomposition` gives
 the tied-untied gap under the four combinations: (a) neither, (b) the reading, (c) the budget, (d) both;
 :func:`describe` says in one sentence which of them produce a positive gap of the paper's kind and how
@@ -24,9 +24,9 @@ __all__ = ["READINGS", "REFERENCE_BUDGET_LADDER", "decomposition", "describe"]
 
 READINGS: dict[str, tuple[str, str, str]] = {
     "a": ("package", "verdict", "package reading, verdict budget (neither ingredient)"),
-    "b": ("reference", "verdict", "reference reading, verdict budget (the reading alone)"),
+    "b": ("reference", "verdict", "paper's reading, verdict budget (the reading alone)"),
     "c": ("package", "reference", "package reading, reference budget (the budget alone)"),
-    "d": ("reference", "reference", "reference reading, reference budget (both ingredients)"),
+    "d": ("reference", "reference", "paper's reading, paper's budget (both ingredients)"),
 }
 """The four readings: key -> (protocol, lens budget: the verdict's or the reference's, label)."""
 

@@ -4,7 +4,8 @@ The tables come from :mod:`tiebias.lens.ladder` (long format: one row per model,
 optionally, evaluation sequence). Gaps are tied - untied, with an interval over seeds (t) when there are
 two or more, else a bootstrap over evaluation sequences ("one pair: no seed noise floor"). The early
 layers are the input layer and the first third of the blocks; a ladder has converged when its last
-rung moved the early-layer gap by less than that gap's interval half-width. Every interval comes from
+rung moved the early-layer gap by less than that gap's interval half-width and no layer's KL by more than a small
+absolute plus relative tolerance. Every interval comes from
 :mod:`tiebias.stats`; the verdict built from these numbers is :func:`tiebias.verdicts.claims.claim3`.
 """
 
@@ -190,21 +191,70 @@ def ladder_gaps(seq_table: pd.DataFrame, recipe: str | None = None, column: str 
     return pd.DataFrame(rows)
 
 
-def convergence(ladder: pd.DataFrame) -> dict[str, Any]:
-    """Whether the ladder converged: its last rung moved the early-layer gap by less than that gap's CI half-width.
+KL_ATOL_BITS = 0.01
+"""Absolute part of the per-layer KL tolerance: a change this small is optimiser noise, even where a layer's KL is 0."""
+KL_RTOL = 0.05
+"""Relative part: a lens whose KL at some layer still changes by more than 5% when its training doubles is still
+learning. With 2 seeds the gap's CI half-width (t = 12.7) is so wide that the gap rule alone nearly always passes."""
+
+
+def kl_convergence(kl: pd.DataFrame, recipe: str | None = None, column: str = "kl_tuned_bits", *,
+                   atol: float = KL_ATOL_BITS, rtol: float = KL_RTOL) -> dict[str, Any]:
+    """Whether every layer's mean KL (per variant, mean over seeds) moved by at most ``atol + rtol * |KL|`` between
+    the two largest budgets of one recipe's ladder; the worst layer is named. ``converged`` is None with one budget."""
+    table = per_layer(kl)
+    recipe = recipe if recipe is not None else str(table.recipe.iloc[0])
+    table = table[table.recipe == recipe]
+    budgets = sorted(set(table.budget))
+    if len(budgets) < 2:
+        return {"converged": None, "worst": None, "atol": atol, "rtol": rtol}
+    m = table[table.budget.isin(budgets[-2:])].groupby(["variant", "layer", "budget"])[column].mean().unstack("budget")
+    before, after = m[budgets[-2]], m[budgets[-1]]
+    excess = (after - before).abs() - (atol + rtol * before.abs())
+    variant, layer = excess.idxmax()
+    worst = {"variant": str(variant), "layer": int(layer), "before": float(before[(variant, layer)]),
+             "after": float(after[(variant, layer)]), "excess": float(excess.max())}
+    return {"converged": bool(excess.max() <= 0), "worst": worst, "atol": atol, "rtol": rtol}
+
+
+def convergence(ladder: pd.DataFrame, kl: pd.DataFrame | None = None) -> dict[str, Any]:
+    """Whether the ladder converged: its last rung moved the early-layer gap by less than that gap's CI half-width
+    and, given the per-layer table ``kl``, moved no layer's KL by more than :func:`kl_convergence`'s tolerance.
 
     ``ladder`` is :func:`ladder_gaps` output. ``converged`` is None with a single budget (nothing to
     compare), else a bool; ``change`` is the last rung's change of the gap, ``half_width`` the largest
-    budget's CI half-width (NaN, e.g. with zero spread, counts as not converged).
+    budget's CI half-width (NaN, e.g. with zero spread, counts as not converged); ``gap_converged`` and
+    ``kl`` (:func:`kl_convergence`, or None without ``kl``) give the two parts.
     """
     lad = ladder.sort_values("budget")
     if len(lad) < 2:
         return {"converged": None, "change": math.nan, "half_width": float(lad.half_width.iloc[-1]),
-                "budgets": lad.budget.tolist()}
+                "budgets": lad.budget.tolist(), "gap_converged": None, "kl": None}
     change = float(lad.gap.iloc[-1] - lad.gap.iloc[-2])
     half = float(lad.half_width.iloc[-1])
-    return {"converged": bool(math.isfinite(half) and abs(change) < half), "change": change, "half_width": half,
-            "budgets": lad.budget.tolist()}
+    gap_ok = bool(math.isfinite(half) and abs(change) < half)
+    recipe = str(lad.recipe.iloc[0]) if "recipe" in lad else None
+    kl_part = kl_convergence(kl, recipe) if kl is not None else None
+    ok = gap_ok and (kl_part is None or kl_part["converged"] is not False)
+    return {"converged": ok, "change": change, "half_width": half, "budgets": lad.budget.tolist(),
+            "gap_converged": gap_ok, "kl": kl_part}
+
+
+def describe_convergence(conv: dict[str, Any]) -> str:
+    """One plain sentence on both parts of :func:`convergence`: the gap against its CI and the worst layer's KL."""
+    if conv["converged"] is None:
+        return "Lens convergence not checked: one lens budget (give lens_budgets two or more rungs)."
+    b = conv["budgets"]
+    text = (f"Lens convergence, last rung {b[-2]}x -> {b[-1]}x: the early-layer gap moved by {conv['change']:+.3g} "
+            f"bits, {'less' if conv['gap_converged'] else 'not less'} than its CI half-width {conv['half_width']:.3g}")
+    k = conv.get("kl")
+    if k and k["worst"]:
+        w = k["worst"]
+        rel = (w["after"] - w["before"]) / w["before"] if w["before"] else math.nan
+        text += (f"; the KL that moved most against its tolerance ({k['atol']:g} bits + {k['rtol']:.0%}) is the "
+                 f"{w['variant']} models' layer {w['layer']}, {w['before']:.3g} -> {w['after']:.3g} bits ({rel:+.0%}), "
+                 f"{'within' if k['converged'] else 'beyond'} it")
+    return text + (": converged." if conv["converged"] else ": NOT converged (the lenses are still learning).")
 
 
 def same_depth(table: pd.DataFrame) -> bool:

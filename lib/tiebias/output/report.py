@@ -26,9 +26,9 @@ from tiebias.verdicts.status import NOT_MEANINGFUL, STALE, status_of
 LENS_PROTOCOL_NOTE = (
     "Claim 3 is recorded twice, from the same trained lenses with the same rule: claim3_tuned_lens reads each lens "
     "as the tuned-lens package trains it (translator i on hidden state i, the model's own head at the last layer); "
-    "claim3_tuned_lens_reference reads it as the paper's public code does (hidden state i through translator i - 1, "
+    "claim3_tuned_lens_reference is the paper's reading, as its public code reads each lens (hidden state i through translator i - 1, "
     "the last, already normed, state through the last translator and the final norm again). The paper's numbers "
-    "(Figure 2) come from the reference code's reading, with lenses trained for 100 steps.")
+    "(Figure 2) come from the paper's reading, with lenses trained for 100 steps.")
 KEY_FIGURES = ["01_gradient_flow", "01_claim2_windows", "02_table1", "02_cosine_histograms", "03_tuned_lens_kl",
                "04_dose_response", "04_ingredients", "04_scale_claim4", "01_loss_curves"]
 

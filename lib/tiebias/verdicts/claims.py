@@ -28,7 +28,7 @@ import pandas as pd
 from tiebias import stats
 from tiebias.align.comparisons import token_gap
 from tiebias.config.variants import model_key, parse_key
-from tiebias.lens.tables import at_budget, at_protocol, convergence, early_gap, ladder_gaps
+from tiebias.lens.tables import at_budget, at_protocol, convergence, describe_convergence, early_gap, ladder_gaps
 from tiebias.paper import FIG4_LOG_WINDOWS, FIG4_OUTPUT_SHARE, TABLE1, TABLE2_STEP10K, TABLE7_PPL
 from tiebias.run.folder import Run
 from tiebias.train import divergence
@@ -245,12 +245,16 @@ def below_unigram(summaries: pd.DataFrame, unigram: float) -> str:
 # --------------------------------------------------------------------------- claim 3
 
 
+READING_NAMES = {"package": "package reading", "reference": "the paper's reading"}
+"""One name per lens protocol, the same in 03, summary.json and the report: protocol ``reference`` is "the paper's
+reading" (its public code's indexing), protocol ``package`` the "package reading"."""
 REFERENCE_READING = ("the paper's public code: hidden state i through translator i - 1, the last, already normed, "
                      "state through the last translator and the final norm again")
 
 
 def claim3_rule(converged: bool | None, ci_low: float) -> str:
-    """Claim 3's one rule, as a status: "not converged" (the lens ladder moved the gap by its CI half-width or more),
+    """Claim 3's one rule, as a status: "not converged" (the lens ladder's last rung moved the gap by its CI half-width
+    or more, or some layer's KL beyond its tolerance: ``lens.tables.convergence``),
     "undetermined" (no CI, e.g. one seed without per-sequence rows), else "holds" when the CI's low end is above 0."""
     if converged is False:
         return "not converged"
@@ -266,12 +270,7 @@ def _claim3_lines(g: dict[str, Any], conv: dict[str, Any], recipe: str, budget: 
              f"[{g['ci_low']:+.3g}, {g['ci_high']:+.3g}] ({g['method']})."]
     if g["depth_note"]:
         lines.append(f"Note: {g['depth_note']}.")
-    if conv["converged"] is None:
-        lines.append("Lens convergence not checked: one lens budget (give lens_budgets two or more rungs).")
-    else:
-        lines.append(f"Lens convergence: the last rung ({conv['budgets'][-2]}x -> {conv['budgets'][-1]}x) moved the "
-                     f"gap by {conv['change']:+.3g} bits, {'less' if conv['converged'] else 'not less'} than the CI "
-                     f"half-width {conv['half_width']:.3g}: {'converged' if conv['converged'] else 'NOT converged'}.")
+    lines.append(describe_convergence(conv))
     return lines
 
 
@@ -289,10 +288,10 @@ def claim3(seq_table: pd.DataFrame, *, paired: bool = True, level: float = 0.95,
     """Claim 3 at the largest budget of the first recipe of a lens-ladder table (``lens_ladder.train_lens_ladders``).
 
     Only the rows of ``protocol`` are used; the verdict is recorded as ``CLAIM3_KEYS[protocol]`` (the
-    package reading is ``claim3_tuned_lens``, the reference code's reading a second record, same rule).
+    package reading is ``claim3_tuned_lens``, the paper's reading a second record, same rule).
 
     ``status`` is "holds" (the CI of the early-layer gap lies above 0), "does not hold", or "not
-    converged" (the last rung moved the gap by its CI half-width or more). ``threshold`` is the
+    converged" (the last rung moved the gap by its CI half-width or more, or a layer's KL beyond its tolerance). ``threshold`` is the
     distance from the value down to the CI's lower end, so ``value > threshold`` is "CI above 0".
     Other recipes are summarised in the text for comparison only.
     """
@@ -301,7 +300,7 @@ def claim3(seq_table: pd.DataFrame, *, paired: bool = True, level: float = 0.95,
     seq_table = at_protocol(seq_table, protocol)
     recipes = list(dict.fromkeys(seq_table.recipe))
     ladder = ladder_gaps(seq_table, recipes[0], paired=paired, level=level)
-    conv = convergence(ladder)
+    conv = convergence(ladder, seq_table)
     g = early_gap(at_budget(seq_table, None, recipes[0]), paired=paired, level=level)
     budget = int(ladder.budget.max())
     status = claim3_rule(conv["converged"], g["ci_low"])
@@ -326,12 +325,12 @@ def claim3(seq_table: pd.DataFrame, *, paired: bool = True, level: float = 0.95,
 
 def claim3_side_by_side(verdicts: dict[str, Verdict]) -> str:
     """One plain sentence comparing claim 3's verdicts under each lens protocol (same lenses, same rule)."""
-    parts = [f"{p} reading {v.value:+.3g} bits [{v.details['ci_low']:+.3g}, {v.details['ci_high']:+.3g}], {v.status}"
+    parts = [f"{READING_NAMES.get(p, p + ' reading')} {v.value:+.3g} bits [{v.details['ci_low']:+.3g}, {v.details['ci_high']:+.3g}], {v.status}"
              for p, v in verdicts.items()]
     return (f"Claim 3 under each reading of the same lenses (early-layer gap, 95% CI, verdict): {'; '.join(parts)}. "
-            f"Only the reading differs: the reference protocol is {REFERENCE_READING}, the package's puts translator i "
-            "on hidden state i and the model's own head on the last; the paper's Figure 2 numbers come from the "
-            "reference code.")
+            f"Only the reading differs: the paper's reading (protocol 'reference') is {REFERENCE_READING}; the "
+            "package reading puts translator i on hidden state i and the model's own head on the last; the paper's "
+            "Figure 2 numbers come from the paper's reading.")
 
 
 # --------------------------------------------------------------------------- claim 4

@@ -30,7 +30,7 @@ def depth_table(tables: Mapping[str, pd.DataFrame], protocols: Sequence[str], *,
 
     Columns: preset, n_layers, protocol, gap (early-layer tied - untied KL, bits), ci_low, ci_high, n_seeds,
     budget, converged, verdict, row1_gap with row1_ci_low / row1_ci_high (the gap at layer 1 alone: the early window
-    grows with depth, while the reference reading's penalty sits at row 1), per_seed (the per-seed gaps
+    grows with depth, while the paper's reading's penalty sits at row 1), per_seed (the per-seed gaps
     :func:`depth_trend` fits).
     """
     if not tables:

@@ -28,8 +28,8 @@ CLAIMS = {
     "claim1_alignment": "The tied matrix is closer to the untied output matrix than to the untied input matrix",
     "claim2_gradient_flow": "The output path carries most of the gradient reaching the tied matrix",
     "claim3_tuned_lens": "Tied models' early layers have higher tuned-lens KL than untied models'",
-    "claim3_tuned_lens_reference": "Claim 3's rule with the lenses read as the paper's code reads them (hidden state "
-                                   "i through translator i - 1; the paper's Figure 2 numbers use this reading)",
+    "claim3_tuned_lens_reference": "Claim 3's rule under the paper's reading of the same lenses (hidden state i "
+                                   "through translator i - 1, as its public code; its Figure 2 numbers use it)",
     "claim4_causality": "Scaling the input-path gradient moves the tied matrix towards the input space",
 }
 NOTEBOOK_OF = {"claim1_alignment": "02_align", "claim2_gradient_flow": "01_train", "claim3_tuned_lens": "03_lens",
