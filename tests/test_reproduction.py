@@ -168,3 +168,14 @@ def test_a_damaged_table_is_named_and_nothing_is_written(fresh_run: Run) -> None
     with pytest.raises(DamagedFileError, match="claim2_windows.csv: not a readable table"):
         write_reproduction(fresh_run)
     assert not (fresh_run.path / "reproduction.md").exists() and not (fresh_run.path / "reproduction.json").exists()
+
+
+def test_a_run_with_another_knn_k_leaves_table_5_not_measured(fresh_run: Run) -> None:
+    """KNN@50 is not the paper's KNN@10: the rows say so instead of failing on the missing column."""
+    fresh_run.metrics_dir.mkdir(exist_ok=True)
+    rows = [{"comparison": c, "pairing": "cross seed", "seed_source": 0, "seed_target": 1, "knn@50": 0.2,
+             "orthogonal": 0.5, "linear": 0.6, "identity": 0.1}
+            for c in ("untied input -> tied", "untied output -> tied", "untied input -> untied output")]
+    pd.DataFrame(rows).to_csv(fresh_run.table_path("alignment_table1"), index=False)
+    t5 = [r for r in R.build(fresh_run).rows if r.source == "Table 5"]
+    assert t5 and all(r.cause == "not measured here" and "knn@50" in r.why and "k = 10" in r.why for r in t5)

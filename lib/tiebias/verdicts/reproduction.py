@@ -300,6 +300,12 @@ def table5_rows(ev: Evidence) -> list[Row]:
     for fam, cells in paper.TABLE5.items():
         for name, pv in cells.items():
             key = ("TABLE5", fam, name)
+            t = ev.table("alignment_table1")
+            if t is not None and "knn@10" not in t:
+                ks = [c for c in t.columns if c.startswith("knn@")]
+                rows.append(_missing(key, "Table 5", f"KNN@10, {name}", pv, f"this run measured {', '.join(ks) or 'no KNN'}"
+                                     " (knn_k), the paper's Table 5 k = 10: not the same quantity"))
+                continue
             kit, cands = _alignment(ev, _KNN[name], "knn@10")
             if kit is None:
                 rows.append(_missing(key, "Table 5", f"KNN@10, {name}", pv, _NOT_RUN.format("02_align")))
