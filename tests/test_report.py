@@ -4,7 +4,7 @@ import pytest
 
 from tiebias.output import report
 from tiebias.run.folder import Run
-from tiebias.verdicts import records
+from tiebias.verdicts import claims, records
 
 
 def test_record_computes_verdict_and_rejects_bad_input(fresh_run: Run) -> None:
@@ -74,10 +74,19 @@ def test_names_from_the_run_folder_are_text_in_the_report(fresh_run: Run) -> Non
     assert "&lt;script&gt;alert(3)&lt;/script&gt;: 0.7" in page and "<b>&lt;b onclick=alert(4)&gt;p&lt;/b&gt;</b>" in page
 
 
-def test_claim4_row_names_its_map_and_the_other_maps_reading(fresh_run: Run) -> None:
-    records.record(fresh_run, "claim4_causality", value=1.5, threshold=1.0,
-                   statement="orthogonal: k 1->20 changes untied-input cosine by +0.05",
-                   details={"verdicts": {"orthogonal": {"claim4_status": "holds"},
-                                         "linear": {"claim4_status": "does not hold"}}})
+def test_claim4_is_stated_once_with_its_map_and_the_other_maps_reading(fresh_run: Run) -> None:
+    """The verdict's map carries it; the other map's reading stands beside it in the statement (summary.json and the
+    report) and in the printed text, with no second verdict line."""
+    import pandas as pd
+
+    rows = [{"method": m, "step": 40, "k": k, "seed": seed, "vs_untied_input": 0.5 + (0.1 if m == "orthogonal" else 0)
+             * (k > 1) + 0.001 * seed, "vs_untied_output": 0.5 - 0.1 * (k > 1) - 0.001 * seed}
+            for m in ("orthogonal", "linear") for k in (1.0, 5.0) for seed in (0, 1)]
+    v = claims.claim4(pd.DataFrame(rows), ["orthogonal", "linear"], "cross")
+    assert v.statement.startswith("orthogonal map (the verdict's): k 1->5")
+    assert v.statement.endswith("; linear map's reading: does not hold")
+    assert v.text.count("Claim 4 (") == 1 and "judged under the orthogonal map: HOLDS" in v.text.replace("holds", "HOLDS")
+    assert "under the linear map it" in v.text
+    claims.record(fresh_run, v)
     page = report.write_report(fresh_run).read_text()
-    assert "(verdict under the orthogonal map; linear map: does not hold)" in page
+    assert "linear map&#x27;s reading: does not hold" in page

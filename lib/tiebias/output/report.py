@@ -98,7 +98,7 @@ def write_report(run: Run) -> Path:
         if r is None:
             rows.append(f"<tr><td>{html.escape(desc)}</td><td colspan=6>not run</td></tr>")
             continue
-        statement = html.escape(r["statement"]) + _other_maps(r)
+        statement = html.escape(r["statement"])
         if r.get("status") == STALE:
             statement = f"<i>as recorded from the earlier models:</i> {statement}"
         rows.append("<tr>" + "".join(f"<td>{v}</td>" for v in (
@@ -132,17 +132,6 @@ Notebooks: {links or 'none executed'}</p>
         write_text_atomic(run.report_path, doc)
     shutil.rmtree(scratch, ignore_errors=True)
     return run.report_path
-
-
-def _other_maps(r: dict) -> str:
-    """For a claim judged under several alignment maps (claim 4): each other map's status beside the verdict's map."""
-    verdicts = (r.get("details") or {}).get("verdicts")
-    if not isinstance(verdicts, dict) or len(verdicts) < 2:
-        return ""
-    main = r["statement"].split(":", 1)[0]
-    others = [f"{html.escape(str(m))} map: {html.escape(str(v.get('claim4_status')))}" for m, v in verdicts.items()
-              if m != main and isinstance(v, dict)]
-    return f" <i>(verdict under the {html.escape(main)} map; {'; '.join(others)})</i>" if others else ""
 
 
 def _reproduction_link(run: Run) -> str:

@@ -28,7 +28,14 @@ import pandas as pd
 from tiebias import stats
 from tiebias.align.comparisons import token_gap
 from tiebias.config.variants import model_key, parse_key
-from tiebias.lens.tables import at_budget, at_protocol, convergence, describe_convergence, early_gap, ladder_gaps
+from tiebias.lens.tables import (
+    at_budget,
+    at_protocol,
+    convergence,
+    describe_convergence,
+    early_gap,
+    ladder_gaps,
+)
 from tiebias.paper import FIG4_LOG_WINDOWS, FIG4_OUTPUT_SHARE, TABLE1, TABLE2_STEP10K, TABLE7_PPL
 from tiebias.run.folder import Run
 from tiebias.train import divergence
@@ -398,6 +405,7 @@ def _claim4_word(status: str) -> str:
 
 
 def _claim4_lines(verdicts: dict[str, dict], reference: str) -> list[str]:
+    """Each map's two changes, then the verdict once: the first map's, with every other map's reading beside it."""
     lines = []
     for m, v in verdicts.items():
         for col, label in (("vs_untied_input", "untied input -> tied"), ("vs_untied_output", "untied output -> tied")):
@@ -408,9 +416,16 @@ def _claim4_lines(verdicts: dict[str, dict], reference: str) -> list[str]:
                          f"change k={v['k'][0]:g}->{v['k'][-1]:g} = {r['change']:+.4f} (Spearman {r['spearman']:+.2f}, "
                          f"monotone in the claimed direction: {r['monotone']}); seed sd {r['seed_std']:.4f}: "
                          f"{noise} {NOISE_SDS} sd.")
-        lines.append(f"[{m}] claim 4 (input cosine rises and output cosine falls with k, beyond seed noise): "
-                     + _claim4_word(v["claim4_status"]) + ".")
+    head, *others = verdicts
+    beside = "".join(f"; under the {m} map it {_claim4_word(verdicts[m]['claim4_status'])}" for m in others)
+    lines.append(f"Claim 4 (input cosine rises and output cosine falls with k, beyond seed noise), judged under the "
+                 f"{head} map: {_claim4_word(verdicts[head]['claim4_status'])}{beside}.")
     return lines
+
+
+def _other_readings(verdicts: dict[str, dict]) -> str:
+    """Every map after the verdict's with its status, for the one-line statement."""
+    return "".join(f"; {m} map's reading: {v['claim4_status']}" for m, v in list(verdicts.items())[1:])
 
 
 def ingredient_details(summary: pd.DataFrame) -> dict[str, dict[str, dict[str, float | None]]]:
@@ -441,9 +456,9 @@ def claim4(table: pd.DataFrame, methods: Sequence[str], reference: str,
     r_in, r_out = head["vs_untied_input"], head["vs_untied_output"]
     value, status = head["claim4_value"], head["claim4_status"]
     return Verdict("claim4_causality", value=value, threshold=CLAIM4_RATIO, unit=f"min change / ({NOISE_SDS} seed sd)",
-                   statement=f"{methods[0]}: k {head['k'][0]:g}->{head['k'][-1]:g} changes untied-input cosine by "
+                   statement=f"{methods[0]} map (the verdict's): k {head['k'][0]:g}->{head['k'][-1]:g} changes untied-input cosine by "
                              f"{r_in['change']:+.4f} and untied-output cosine by {r_out['change']:+.4f} "
-                             f"({reference}-seed reference)",
+                             f"({reference}-seed reference){_other_readings(verdicts)}",
                    text="\n".join(_claim4_lines(verdicts, reference)), n_seeds=head["seeds"],
                    noise_floor=NOISE_SDS * max(r_in["seed_std"], r_out["seed_std"]) if head["seeds"] > 1 else None,
                    paper={"k=1": TABLE2_STEP10K[1.0], "k=5": TABLE2_STEP10K[5.0]},
