@@ -24,7 +24,7 @@ LAB_RUN = $(or $(TIEBIAS_RUN_DIR),runs/$(LAB_PROFILE))
 LAB_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 LAB_ARGS ?=
 
-.PHONY: setup study test test-portable lab check-class lint bench clean-runs lock
+.PHONY: setup study exercise test test-portable lab check-class lint bench clean-runs lock
 
 $(STAMP): pyproject.toml $(LOCK)
 	@$(PYTHON) scripts/check_python.py
@@ -52,6 +52,11 @@ setup: $(STAMP)
 
 study: $(STAMP)
 	$(BIN)/python -m tiebias study --profile $(PROFILE) --run-dir $(RUN) $(OVERRIDES)
+
+# one of the notebooks' exercises, as pasted from a notebook: make exercise ID=02-b (no ID: the list); it trains into
+# runs/ex-<ID>/ with the exercises' profile (class) unless PROFILE=... is given; works without an active environment
+exercise: $(STAMP)
+	$(BIN)/python -m tiebias exercise "$(ID)" $(if $(filter command line,$(origin PROFILE)),--profile $(PROFILE))
 
 test: $(STAMP)
 	$(BIN)/ruff check lib tests bench scripts

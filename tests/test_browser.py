@@ -6,7 +6,9 @@ A run folder as the 01 notebook trains it (smoke profile, its seeds: copied from
 figure drawn and no wider than its output area, each explorer rendered and updating when typed into
 (empty input gives a message, not a traceback), and the saved notebook holds no plotly.js bundle. A pasted
 1,160-character text gives each explorer a one-line message saying it was cut; leading spaces show the word.
-The exercises' answers stay folded until their summary is clicked.
+The exercises' answers stay folded until their summary is clicked. TEACHING.md's first coding exercise, opened in
+its notebook without running the rest: the stub's check says what to do, a wrong answer's says what is wrong, the
+solution passes, and the solution cell is folded.
 
 Needs Debian's ``chromium`` (apt-get install -y chromium) and ``playwright`` from PyPI; skipped when
 either is missing. ``.ci/run`` installs both.
@@ -82,12 +84,12 @@ def trained_run(smoke_study, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def lab(trained_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """A JupyterLab server on copies of 02 and 03; yields (URL template of a notebook in a fresh workspace of its
+    """A JupyterLab server on copies of 01, 02 and 03; yields (URL template of a notebook in a fresh workspace of its
     own, so no other notebook is open, and the server's root folder)."""
     home = tmp_path_factory.mktemp("lab")
     root = home / "notebooks"
     root.mkdir()
-    for name in ("02_align.ipynb", "03_lens.ipynb"):
+    for name in ("01_train.ipynb", "02_align.ipynb", "03_lens.ipynb"):  # 01: its coding exercise only
         shutil.copy(NB / name, root / name)
     settings = home / "settings"
     for rel, value in LAB_SETTINGS.items():
@@ -306,3 +308,58 @@ def test_02_exercise_answers_stay_folded_until_opened(page, lab) -> None:
     assert not answer.is_visible()
     first.locator("summary").click()
     sync_api.expect(answer).to_be_visible()
+
+
+def _code_cell(page, text: str):
+    """The visible notebook's code cell whose source contains ``text``."""
+    cell = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell").filter(has_text=text).first
+    cell.scroll_into_view_if_needed()
+    return cell
+
+
+def _run_cell(page, cell, source: str | None = None) -> str:
+    """Replace a cell's source (if given), run it with Shift+Enter and return its output once it has one."""
+    editor = cell.locator(".jp-InputArea-editor .cm-content")
+    editor.click()
+    if source is not None:
+        page.keyboard.press("Control+a")
+        page.keyboard.insert_text(source)
+    before = cell.locator(".jp-InputPrompt").inner_text()
+    page.keyboard.press("Shift+Enter")
+    page.wait_for_function("([el, b]) => /\\[\\d+\\]/.test(el.textContent) && el.textContent !== b",
+                           arg=[cell.locator(".jp-InputPrompt").element_handle(), before], timeout=60_000)
+    return cell.locator(".jp-OutputArea").inner_text()
+
+
+def test_teaching_first_coding_exercise_runs_its_checker_in_jupyterlab(page, lab) -> None:
+    """The lesson plan's first exercise, as a student meets it: open its notebook, run the stub and its check (a ✗
+    saying what to do), write a wrong answer (a ✗ saying what is wrong), then the solution (a ✓)."""
+    import re
+
+    from tiebias.teach import coding
+
+    teaching = (NB.parent / "TEACHING.md").read_text()
+    ex = coding.EXERCISES[re.search(r"Coding exercise (\d\d-code)", teaching).group(1)]
+    url, _ = lab
+    page.goto(url.format(name=ex.notebook))
+    page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-CodeCell", timeout=60_000)
+    sync_api.expect(page.locator("#jp-main-statusbar")).to_contain_text("| Idle", timeout=60_000)
+    heading = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedMarkdown").filter(
+        has_text=f"Coding exercise {ex.id}").first
+    heading.scroll_into_view_if_needed()
+    assert "Spend up to" in heading.inner_text() and "Hint 1" in heading.inner_text()
+    stub = _code_cell(page, "raise NotImplementedError")
+    check = _code_cell(page, f'run_check("{ex.id}", {ex.function})')
+    _run_cell(page, stub)
+    out = _run_cell(page, check)
+    assert "✗" in out and "NotImplementedError" in out, out
+    _run_cell(page, stub, ex.wrong)
+    out = _run_cell(page, check)
+    assert "✗" in out and ex.expected_message in out, out
+    _run_cell(page, stub, ex.solution)
+    out = _run_cell(page, check)
+    assert "✓" in out, out
+    cells = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell")
+    folded = page.evaluate("""() => [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell')]
+        .filter(c => c.querySelector('.jp-InputPlaceholder')).length""")
+    assert cells.count() and folded >= 1, "the solution cell is folded"

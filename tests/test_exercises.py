@@ -1,10 +1,10 @@
-"""Every notebook ends with its exercises as defined in notebooks/exercises.toml, and every exercise command runs
-(through the command line with papermill stubbed; one of them for real)."""
+"""Every notebook ends with its exercises as defined in notebooks/exercises.toml, every exercise command runs
+(through the command line with papermill stubbed; one of them for real, as pasted), and every answer's numbers come
+from the measured runs in notebooks/exercise_numbers.json."""
 
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from tiebias.study import check_study, notebooks_dir, parse_set
 from tiebias.teach import exercises
 
 HEADER, EXERCISES = exercises.load()
+NUMBERS = exercises.load_numbers()
 # parameters that shape the models: a run folder cannot take a second value of these, so such an exercise
 # gets a folder of its own (shared only with exercises making the very same change)
 SHAPING = {name for name, p in PARAMS.items() if "TrainConfig" in p.configures or "Run.prepare" in p.configures}
@@ -44,10 +45,12 @@ def test_exercise_changes_one_thing_and_the_study_accepts_it(ex: exercises.Exerc
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=lambda e: e.id)
 def test_answer_says_which_profile_its_numbers_come_from(ex: exercises.Exercise) -> None:
-    text = exercises.markdown(ex, HEADER["profile"])
-    assert f"{HEADER['profile'].capitalize()} profile" in ex.answer or f"`{HEADER['profile']}` profile" in ex.answer
+    text = exercises.markdown(ex, HEADER["profile"], NUMBERS)
+    flat = " ".join(ex.answer.split())
+    assert f"{HEADER['profile'].capitalize()} profile" in flat or f"`{HEADER['profile']}` profile" in flat
     assert text.count("<details>") == 1 and text.rstrip().endswith("</details>")
-    assert "**Predict first.**" in text and "```bash\n" in text
+    assert "**Predict first.**" in text and f"```bash\nmake exercise ID={ex.id}\n```" in text
+    assert f"!make -C .. exercise ID={ex.id}" in text and ex.command(HEADER["profile"]) in text
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -141,21 +144,29 @@ REAL = "01-b"  # the exercise whose command runs for real (below)
 
 
 @pytest.mark.slow
-def test_one_exercise_command_runs_as_a_user_types_it(tmp_path: Path) -> None:
-    """Exercise 01-b's command in a process of its own, as a user types it: it exits 0 and its change reaches the
+@pytest.mark.skipif(not (notebooks_dir().parent / ".venv" / "bin" / "python").exists(), reason="needs make setup's .venv")
+def test_one_exercise_command_runs_as_pasted_without_an_active_environment(tmp_path: Path) -> None:
+    """``make exercise ID=01-b``, typed in a shell whose PATH has no project environment (as JupyterLab's terminal),
+    in a folder laid out like the checkout: it exits 0, prints the study command it runs, and the change reaches the
     executed notebook's injected-parameters cell.
 
-    It stands for all the commands (checked above with papermill stubbed) because it is the cheapest one that
-    trains: it runs only 01_train, for the smoke profile's 40 steps; 01-a trains for 200 steps, and every other
-    command runs 02, 03 or 04, after a training or with a training of its own.
+    The one change from the pasted line is PROFILE=smoke (40 steps instead of the class profile's 300, which would take
+    minutes); the class profile's arguments of every exercise pass the same checks above. 01-b stands for all the
+    commands because it is the cheapest one that trains: it runs only 01_train.
     """
     ex = next(e for e in EXERCISES if e.id == REAL)
-    run_dir = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(notebooks_dir().parent / "lib"),
-                                                         os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-m", "tiebias", *ex.argv("smoke", run_dir)], env=env,
-                         capture_output=True, text=True, timeout=1200)
-    assert out.returncode == 0, f"{ex.id}: {ex.command('smoke')}\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
+    root = notebooks_dir().parent
+    work = tmp_path / "checkout"
+    work.mkdir()
+    for name in ("Makefile", "pyproject.toml", "constraints.txt", ".venv", "lib", "notebooks", "scripts"):
+        (work / name).symlink_to(root / name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TIEBIAS_", "VIRTUAL_ENV", "PYTHON"))}
+    env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+    out = subprocess.run([*ex.make.split(), "PROFILE=smoke"], cwd=work, env=env, capture_output=True, text=True,
+                         timeout=1200)
+    assert out.returncode == 0, f"{ex.make}\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
+    assert ex.command("smoke") in out.stdout, out.stdout[-2000:]
+    run_dir = work / "runs" / f"ex-{ex.id}"
     assert sorted(p.stem for p in (run_dir / "notebooks").glob("*.ipynb")) == sorted(ex.only)
     name, value, target = _change(ex)
     executed = run_dir / "notebooks" / f"{target}.ipynb"
@@ -163,3 +174,45 @@ def test_one_exercise_command_runs_as_a_user_types_it(tmp_path: Path) -> None:
     injected = "".join("".join(c["source"]) for c in cells if "injected-parameters" in c["metadata"].get("tags", []))
     assert f"{name} = " in injected, f"{ex.id}: {name} did not reach {executed.name}"
     assert repr(value) in injected, f"{ex.id}: {ex.set[0]} not in {injected}"
+
+
+def test_exercise_command_lists_and_refuses_unknown_ids(capsys) -> None:
+    from tiebias.__main__ import main
+
+    assert main(["exercise"]) == 0
+    listed = capsys.readouterr().out
+    assert all(f"  {e.id}  {e.notebook}  {e.title}" in listed for e in EXERCISES), listed
+    assert main(["exercise", "09-z"]) == 2
+    assert "'09-z' is not an exercise id; there are 01-a" in capsys.readouterr().err
+
+
+def test_answers_quote_the_measured_runs_of_their_own_exercise() -> None:
+    """The numbers file holds one class run and, per exercise, a run of that exercise (its change taken), and every
+    field of every answer template is filled from it."""
+    assert NUMBERS["profile"] == HEADER["profile"] == NUMBERS["base"]["profile"]
+    assert set(NUMBERS["exercises"]) == {e.id for e in EXERCISES}
+    for ex in EXERCISES:
+        measured = NUMBERS["exercises"][ex.id]
+        assert measured["run"] == f"runs/ex-{ex.id}" and measured["profile"] == HEADER["profile"], ex.id
+        name, value, _ = _change(ex)
+        if name in measured["ex"]:
+            assert measured["ex"][name] == value, (ex.id, name)
+        text = exercises.answer(ex, NUMBERS)
+        assert "{" not in text and "}" not in text, (ex.id, text)
+
+
+def test_the_base_run_is_the_walkthroughs_class_run() -> None:
+    """The answers' class run is the run the walkthrough shows: the same notebook times and the same claim-2 share."""
+    walk = notebooks_dir().parent / "walkthrough"
+    base = NUMBERS["base"]
+    assert f"| {base['time_01_train']} s |" in (walk / "README.md").read_text()
+    assert f"{base['share']:.1%}" in (walk / "01_train.md").read_text()
+
+
+def test_teaching_md_is_the_lesson_template_filled_from_the_class_run() -> None:
+    from tiebias.teach import answers
+
+    text = (notebooks_dir().parent / "TEACHING.md").read_text()
+    assert text == answers.lesson(NUMBERS["base"]), "TEACHING.md is out of date: run python scripts/exercise_answers.py"
+    for ex in EXERCISES[:1]:
+        assert ex.make in text

@@ -175,3 +175,21 @@ def test_file_names_come_from_the_layout(tmp_path) -> None:
     assert run.train_config_path("tied", 0).name == layout.TRAIN_CONFIG_NAME
     assert run.tokenizer_dir.name == layout.TOKENIZER_SUBDIR
     assert (layout.WEIGHTS_NAME, layout.LENS_PARAMS_NAME) == ("model.safetensors", "params.pt")
+
+
+def test_a_run_of_04_alone_names_its_profile(fresh_run, tmp_path) -> None:
+    """04 records its profile under ``ablation``: a folder where 01 never ran still says which profile made it (so a
+    smoke run of 04 alone is flagged as plumbing, and an exercise's folder can be checked against its exercise)."""
+    from tiebias.run.folder import Run
+    from tiebias.verdicts.evidence import not_meaningful
+
+    assert Run(tmp_path / "nothing").profile is None
+    run = fresh_run
+    cfg = run.config
+    cfg.pop("study", None)
+    run.config_path.write_text(__import__("json").dumps(cfg))
+    assert run.profile is None
+    run.update_config(ablation={"profile": "smoke", "steps": 40})
+    assert run.profile == "smoke" and "smoke" in (not_meaningful(run) or "")
+    run.update_config(study={"profile": "class"})
+    assert run.profile == "class"

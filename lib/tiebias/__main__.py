@@ -72,6 +72,23 @@ def _study(args: argparse.Namespace) -> int:
     return 0
 
 
+def _exercise(exercise_id: str, profile: str | None) -> int:
+    """Run an exercise's study command (printed first, so it can be rerun by hand), or list the exercises."""
+    from tiebias.teach import exercises
+
+    header, known = exercises.load()
+    if not exercise_id:
+        print("exercises (make exercise ID=<id>):")
+        for e in known:
+            print(f"  {e.id}  {e.notebook}  {e.title}")
+        return 0
+    ex = exercises.find(exercise_id, known)
+    profile = profile or header["profile"]
+    print(f"exercise {ex.id} ({ex.title}): {ex.command(profile)}", flush=True)
+    args = main_parser().parse_args(ex.argv(profile))
+    return _study(args)
+
+
 def _reproduction(run_dir: str, scale_dir: str | None) -> int:
     from tiebias.output.report import write_report
     from tiebias.output.reproduction_page import write_reproduction
@@ -88,8 +105,8 @@ def _reproduction(run_dir: str, scale_dir: str | None) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse the command line and run it; returns the exit code (see the module's docstring)."""
+def main_parser() -> argparse.ArgumentParser:
+    """The command line's parser: study, exercise, walkthrough, reproduction, profiles."""
     ap = argparse.ArgumentParser(prog="tiebias", description="Weight-tying bias study kit (Lopardo et al., 2026).")
     sub = ap.add_subparsers(dest="cmd", required=True)
     st = sub.add_parser("study", help="run the notebooks in order with papermill into <run>/notebooks/")
@@ -108,10 +125,19 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("run", help="run folder of an executed study, e.g. runs/default")
     rp.add_argument("--scale", default=None, help="a run of the scale profile whose trends explain differences of "
                     "size (default: the run's own, if it has them)")
+    ex = sub.add_parser("exercise", help="run one of the notebooks' exercises (its study command, into "
+                        "runs/ex-<id>/); without an id, list them")
+    ex.add_argument("id", nargs="?", default="", help="an exercise id, e.g. 02-b")
+    ex.add_argument("--profile", default=None, help="the profile (default: the exercises' own, class)")
     pr = sub.add_parser("profiles", help="list the parameters (one vocabulary) and the profiles")
     pr.add_argument("name", nargs="?", help="show one profile's values (a name or a .toml path)")
     pr.add_argument("--markdown", action="store_true", help="print the parameter table of the README")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run it; returns the exit code (see the module's docstring)."""
+    args = main_parser().parse_args(argv)
     try:
         if args.cmd == "profiles":
             print(profiles.markdown_table() if args.markdown else profiles.describe(args.name))
@@ -127,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.cmd == "reproduction":
             return _reproduction(args.run, args.scale)
+        if args.cmd == "exercise":
+            return _exercise(args.id, args.profile)
         return _study(args)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -55,7 +55,7 @@ def write_summary(run: Run, timings: dict[str, float] | None = None, memory: dic
             except (DamagedFileError, AttributeError):
                 warnings.warn(f"{path}: damaged; rewritten from the run folder (timings of earlier notebooks are "
                               "lost)", stacklevel=2)
-        data = {"run": path_text(run.path, "surrogateescape"), "profile": cfg.get("study", {}).get("profile"), "config": cfg,
+        data = {"run": path_text(run.path, "surrogateescape"), "profile": run.profile, "config": cfg,
                 "models": run.models().to_dict(orient="records"), "claims": claims,
                 "timings_seconds": {**prev.get("timings_seconds", {}), **(timings or {})},
                 "peak_memory_mib": {**prev.get("peak_memory_mib", {}), **(memory or {})}}

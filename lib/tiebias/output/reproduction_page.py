@@ -75,7 +75,7 @@ def compute(run: Run) -> dict[str, Any]:
 
 def command(run: Run) -> str:
     """The command that reruns this study into the same folder (its parameters are in ``config.json``)."""
-    profile = run.config.get("study", {}).get("profile") or "default"
+    profile = run.profile or "default"
     return f"python -m tiebias study --profile {profile} --run-dir {path_text(run.path, 'replace')}"
 
 

@@ -340,6 +340,18 @@ class Run(RunLayout):
 
     # -- reading ----------------------------------------------------------------------------------
     @property
+    def profile(self) -> str | None:
+        """The profile the run's work was done with: 01's record (``study``), else 04's (``ablation``: a run of 04
+        alone), else None (nothing recorded yet, or an external pair's folder)."""
+        if not self.config_path.exists():
+            return None
+        cfg = self.config
+        for section in ("study", "ablation"):
+            if isinstance(cfg.get(section), dict) and cfg[section].get("profile"):
+                return str(cfg[section]["profile"])
+        return None
+
+    @property
     def config(self) -> dict:
         """config.json as a dict; a missing or damaged file is named with what to do."""
         if not self.config_path.exists():

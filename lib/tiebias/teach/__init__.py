@@ -1,5 +1,6 @@
-"""Teaching material: toy mechanisms per notebook, the exercises and the rendered walkthrough."""
+"""Teaching material: toy mechanisms per notebook, the exercises, the coding exercises and the rendered walkthrough."""
 
-from tiebias.teach import exercises, mechanisms, walkthrough
+from tiebias.teach import answers, coding, exercises, mechanisms, walkthrough
+from tiebias.teach.coding import CheckResult, check, run_check
 
-__all__ = ["exercises", "mechanisms", "walkthrough"]
+__all__ = ["CheckResult", "answers", "check", "coding", "exercises", "mechanisms", "run_check", "walkthrough"]

@@ -1,8 +1,11 @@
 """The notebooks' exercises: defined once in ``notebooks/exercises.toml``, rendered into each notebook's last cells.
 
-Each exercise asks for a prediction, changes one thing with a one-line ``python -m tiebias study`` command in a
-fresh run folder, says what to look at, and hides an answer with measured numbers in a collapsible block.
-Keeping the definitions in one file lets a test run every command and check the notebooks show them as written.
+Each exercise asks for a prediction, changes one thing with one command (``make exercise ID=<id>``, which runs a
+``python -m tiebias study`` line into a fresh run folder), says what to look at, and hides an answer in a collapsible
+block. The answer is a template whose numbers come from a class run and the exercise's own run
+(:mod:`tiebias.teach.answers`, stored in ``notebooks/exercise_numbers.json``). Each notebook's coding exercise
+(:mod:`tiebias.teach.coding`) follows the heading. Keeping the definitions in one file lets a test run every command
+and check the notebooks show them as written.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 from tiebias.config.params import NOTEBOOKS
 from tiebias.config.paths import notebooks_dir
 from tiebias.output.markup import md_fence
+from tiebias.teach import answers, coding
 
 CELL_PREFIX = "exercise-"
 """Notebook cell ids of rendered exercise cells start with this (``exercise-01_train`` is the heading cell)."""
@@ -46,8 +50,21 @@ class Exercise:
         return args
 
     def command(self, profile: str) -> str:
-        """The one-line command shown in the notebook."""
+        """The study command the exercise runs (what ``make exercise`` prints before it starts)."""
         return shlex.join(["python", "-m", "tiebias", *self.argv(profile)])
+
+    @property
+    def make(self) -> str:
+        """The command a student pastes: it needs no active environment (make uses ``.venv/bin/python``)."""
+        return f"make exercise ID={self.id}"
+
+
+def find(exercise_id: str, known: list[Exercise]) -> Exercise:
+    """The exercise with this id; an unknown id is refused, naming the ones there are."""
+    for e in known:
+        if e.id == exercise_id.strip():
+            return e
+    raise ValueError(f"exercise: {exercise_id!r} is not an exercise id; there are {', '.join(e.id for e in known)}")
 
 
 def default_path() -> Path:
@@ -79,23 +96,45 @@ def _parse(raw: dict[str, Any]) -> Exercise:
     return Exercise(**{**raw, "set": tuple(raw["set"]), "only": tuple(raw["only"])})
 
 
-def markdown(ex: Exercise, profile: str) -> str:
+def numbers_path() -> Path:
+    """``notebooks/exercise_numbers.json``: the measured numbers the answers quote."""
+    return notebooks_dir() / answers.NUMBERS_FILE
+
+
+def load_numbers(path: str | Path | None = None) -> dict[str, Any]:
+    """The stored numbers: ``base`` (the class run) and, per exercise id, ``ex`` (its own run)."""
+    return json.loads(Path(path or numbers_path()).read_text())
+
+
+def answer(ex: Exercise, numbers: dict[str, Any]) -> str:
+    """The exercise's answer with its numbers filled in from the class run and the exercise's run."""
+    if ex.id not in numbers["exercises"]:
+        raise ValueError(f"exercise {ex.id}: no measured numbers in {answers.NUMBERS_FILE}; run "
+                         "python scripts/exercise_answers.py")
+    return answers.fill(ex.answer.strip(), numbers["base"], numbers["exercises"][ex.id]["ex"])
+
+
+def markdown(ex: Exercise, profile: str, numbers: dict[str, Any]) -> str:
     """The markdown cell of one exercise: predict, the command, what to look at, the collapsible answer."""
     return (f"### Exercise {ex.id} · {ex.title}\n\n**Predict first.** {ex.predict.strip()}\n\n"
-            f"**Change one thing** (in a fresh run folder, so your run stays as it is):\n\n"
-            f"{md_fence(ex.command(profile), 'bash')}\n\n**Look at** {ex.look.strip()}\n\n"
-            f"<details><summary>Answer</summary>\n\n{ex.answer.strip()}\n\n</details>")
+            f"**Change one thing.** In JupyterLab's terminal (File > New > Terminal; it opens at the repository "
+            f"root) type\n\n{md_fence(ex.make, 'bash')}\n\nor, in a notebook cell, `!make -C .. exercise ID={ex.id}`. "
+            f"It trains into a fresh run folder, `runs/ex-{ex.id}/`, so your run stays as it is, and prints the "
+            f"command it runs: `{ex.command(profile)}`.\n\n**Look at** {ex.look.strip()}\n\n"
+            f"<details><summary>Answer</summary>\n\n{answer(ex, numbers)}\n\n</details>")
 
 
-def cells(notebook: str, path: str | Path | None = None) -> list[dict[str, Any]]:
-    """The notebook's exercise cells (a heading cell, then one per exercise), as nbformat markdown cells."""
+def cells(notebook: str, path: str | Path | None = None, numbers: str | Path | None = None) -> list[dict[str, Any]]:
+    """The notebook's exercise cells (a heading cell, its coding exercise, then one cell per command exercise)."""
     header, exercises = load(path)
+    measured = load_numbers(numbers)
     mine = [e for e in exercises if e.notebook == notebook]
     if not 2 <= len(mine) <= 3:
         raise ValueError(f"notebook {notebook}: {len(mine)} exercises in the file; each notebook has 2 or 3")
     texts = [(f"{CELL_PREFIX}{notebook}", f"## Exercises\n\n{header['intro'].strip()}")]
-    texts += [(f"{CELL_PREFIX}{e.id}", markdown(e, header["profile"])) for e in mine]
-    return [{"cell_type": "markdown", "id": cid, "metadata": {}, "source": _lines(text)} for cid, text in texts]
+    texts += [(f"{CELL_PREFIX}{e.id}", markdown(e, header["profile"], measured)) for e in mine]
+    md = [{"cell_type": "markdown", "id": cid, "metadata": {}, "source": _lines(text)} for cid, text in texts]
+    return md[:1] + coding.cells(notebook) + md[1:]
 
 
 def _lines(text: str) -> list[str]:

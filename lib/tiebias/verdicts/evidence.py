@@ -23,7 +23,7 @@ def not_meaningful(run: Run) -> str | None:
     or None. A folder without a study record (an external pair's) is not judged by this rule."""
     if not run.config_path.exists():
         return None
-    profile = run.config.get("study", {}).get("profile")
+    profile = run.profile
     name = Path(str(profile)).stem if profile else None  # a shipped profile by name or by its file's path
     if name in PLUMBING_PROFILES:
         return f"the {name!r} profile is {PLUMBING_PROFILES[name]}"
