@@ -379,8 +379,9 @@ def test_training_keys_reach_train_and_config_is_recorded_only_after_success(tmp
     study.run_study("smoke", run, ab, only=["04_ablate"], progress=False)
     variants = ablate.sweep_variants([1, 3], inverse_output=True)
     record = json.loads((run / "config.json").read_text())["ablation"]
-    assert record == {"ablate_factors": [1.0, 3.0], "ablate_seeds": [4], "ablate_budget_minutes": 7.5,
-                      "inverse_output": True, "methods": ["linear"], "variants": [v.name for v in variants]}
+    assert record == {"profile": "smoke", "steps": 10, "ablate_factors": [1.0, 3.0], "ablate_seeds": [4],
+                      "ablate_budget_minutes": 7.5, "inverse_output": True, "methods": ["linear"],
+                      "variants": [v.name for v in variants]}
     for v in [*variants, ablate.Variant(False)]:
         cfg = _train_config(run, f"{v.name}-s4")
         assert {k: cfg[k] for k in TRAIN_KEYS} == {**{k: TRAIN[k] for k in TRAIN_KEYS}, "steps": 10}

@@ -188,3 +188,16 @@ def test_without_chromium_the_cli_says_how_to_install_it(tmp_path: Path, monkeyp
     monkeypatch.setattr(walkthrough, "write_walkthrough", lambda run: figure_png.chromium())
     assert cli.main(["walkthrough", str(tmp_path)]) == 1
     assert capsys.readouterr().err.startswith("error: no Chromium found")
+
+
+def test_a_folded_code_cell_stays_folded_in_the_walkthrough() -> None:
+    """A cell JupyterLab shows folded (a coding exercise's solution) is a <details> block in the walkthrough too."""
+    from tiebias.teach.walkthrough import render_notebook
+
+    nb = {"cells": [{"cell_type": "code", "id": "a", "metadata": {"jupyter": {"source_hidden": True}},
+                     "source": "x = 1", "outputs": []},
+                    {"cell_type": "code", "id": "b", "metadata": {}, "source": "y = 2", "outputs": []}]}
+    blocks = render_notebook(nb, "01_train").blocks
+    folded = next(b for b in blocks if "x = 1" in b)
+    assert folded.startswith("<details><summary>") and folded.endswith("</details>")
+    assert not next(b for b in blocks if "y = 2" in b).startswith("<details>")

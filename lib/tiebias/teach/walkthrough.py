@@ -154,7 +154,10 @@ def render_notebook(nb: dict, name: str) -> _Page:
         if cell["cell_type"] == "markdown":
             page.blocks.append(relink(src))
         elif cell["cell_type"] == "code":
-            page.blocks.append(md_fence(src, "python"))
+            code = md_fence(src, "python")
+            if cell.get("metadata", {}).get("jupyter", {}).get("source_hidden"):  # folded in JupyterLab: here too
+                code = f"<details><summary>Code (folded, as in the notebook)</summary>\n\n{code}\n\n</details>"
+            page.blocks.append(code)
             page.blocks.extend(b for b in (page.output(i, o) for o in _merged(cell.get("outputs", []))) if b)
         else:
             page.blocks.append(md_fence(src))
