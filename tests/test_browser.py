@@ -151,9 +151,12 @@ def _run_all(page, url: str, n_code: int, shots: Path) -> None:
     try:
         page.wait_for_function(
             """n => {
-                const prompts = [...document.querySelectorAll(
-                    '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt')];
-                return prompts.length === n && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
+                const cells = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell')];
+                // a folded cell (a coding exercise's solution) shows no prompt: it has run once it has an output
+                const done = cells.filter(c => c.querySelector('.jp-InputPlaceholder')
+                    ? c.querySelector('.jp-OutputArea-output') !== null
+                    : /\\[\\d+\\]/.test((c.querySelector('.jp-InputPrompt') || {}).textContent || ''));
+                return cells.length === n && done.length === n;
             }""", arg=n_code, timeout=RUN_TIMEOUT_S * 1000, polling=500)
     except sync_api.TimeoutError:
         page.screenshot(path=str(shots / "timeout.png"), full_page=True)
@@ -297,22 +300,29 @@ def test_03_prompt_explorer_cuts_long_input(page, lab) -> None:
 
 
 def test_02_exercise_answers_stay_folded_until_opened(page, lab) -> None:
-    """Each exercise's answer is a <details> block: JupyterLab shows its summary only, and the answer on a click."""
+    """Each exercise's answer, and each coding exercise's hint, is a <details> block: JupyterLab shows its summary
+    only, and the text on a click."""
     _visible(page, lab, "02_align")
     details = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedMarkdown details")
-    assert details.count() >= 2, "02 has two or more exercises, each with a folded answer"
-    first = details.first
-    first.scroll_into_view_if_needed()
-    answer = first.locator(":scope > :not(summary)").first
-    assert first.locator("summary").inner_text().strip().startswith("Answer")
-    assert not answer.is_visible()
-    first.locator("summary").click()
-    sync_api.expect(answer).to_be_visible()
+    answers = details.filter(has=page.locator("summary", has_text="Answer"))
+    hints = details.filter(has=page.locator("summary", has_text="Hint"))
+    assert answers.count() >= 2, "02 has two or more exercises, each with a folded answer"
+    assert hints.count() >= 1, "02's coding exercise has folded hints"
+    for first in (answers.first, hints.first):
+        first.scroll_into_view_if_needed()
+        text = first.locator(":scope > :not(summary)").first
+        assert not text.is_visible()
+        first.locator("summary").click()
+        sync_api.expect(text).to_be_visible()
 
 
 def _code_cell(page, text: str):
-    """The visible notebook's code cell whose source contains ``text``."""
-    cell = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell").filter(has_text=text).first
+    """The visible notebook's code cell whose source contains ``text`` now, pinned by its position (so the locator
+    still finds it after its source is replaced)."""
+    cells = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell")
+    index = cells.evaluate_all("(els, t) => els.findIndex(e => e.textContent.includes(t))", text)
+    assert index >= 0, f"no code cell holds {text!r}"
+    cell = cells.nth(index)
     cell.scroll_into_view_if_needed()
     return cell
 

@@ -201,3 +201,12 @@ def test_a_folded_code_cell_stays_folded_in_the_walkthrough() -> None:
     folded = next(b for b in blocks if "x = 1" in b)
     assert folded.startswith("<details><summary>") and folded.endswith("</details>")
     assert not next(b for b in blocks if "y = 2" in b).startswith("<details>")
+
+
+def test_the_walkthrough_shows_run_folders_relative_to_the_checkout() -> None:
+    """No absolute path of the machine it was rendered on: `run_dir = "runs/class"`, not `/home/.../runs/class`."""
+    import re
+
+    for page in (Path(__file__).resolve().parents[1] / "walkthrough").glob("*.md"):
+        hit = re.search(r"(?<![\w.])/[\w.-]+(?:/[\w.-]+)*/runs/\w+", page.read_text())
+        assert hit is None, f"{page.name}: {hit.group(0)}"

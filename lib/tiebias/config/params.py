@@ -247,12 +247,12 @@ PARAM_LIST: tuple[Param, ...] = (
     Param("lens_eval_tokens", "int", "lens evaluation tokens (test split)", ("03_lens", "04_ablate"), "lens KL tables (eval_tokens=)",
           check=_at_least(1)),
     Param("lens_budgets", "ints", "lens-budget ladder: multiples of lens_steps, strictly increasing; the last carries "
-          "the claim-3 verdict", ("03_lens",), "03 lens-budget ladder (lens_ladder.train_model_lens_ladders)", default=[1], check=_budgets),
+          "the claim-3 verdict", ("03_lens",), "03 lens-budget ladder (lens.ladder.train_model_lens_ladders)", default=[1], check=_budgets),
     Param("lens_recipes", "strs", f"lens training recipes, from {', '.join(LENS_RECIPES)}", ("03_lens", "04_ablate"),
           "03 lens recipe comparison", default=["cpu"], check=_choice(LENS_RECIPES)),
     Param("lens_protocols", "strs", f"readings of every trained lens, from {', '.join(LENS_PROTOCOLS)} (the "
           "tuned-lens package's, the paper's code's); the first carries claim 3's headline verdict", ("03_lens",),
-          "03 lens evaluation (lens_ladder.train_lens_ladders(protocols=))", default=["package", "reference"],
+          "03 lens evaluation (lens.ladder.train_lens_ladders(protocols=))", default=["package", "reference"],
           check=_choice(LENS_PROTOCOLS)),
     Param("lens_checkpoints", "ints", "training steps whose checkpoints also get a lens ([] = final models only)",
           ("03_lens",), "03 lens over training", default=[], check=_steps),
@@ -287,7 +287,7 @@ PARAM_LIST: tuple[Param, ...] = (
           check=_non_empty),
     Param("untied_source", "str", "its untied counterpart", ("02_align", "03_lens"),
           "comparisons.load_sources / sources.load_models", default=None, profile=False, optional=True, check=_non_empty),
-    Param("prompt", "str", "prompt for the lens trajectory and the explorer", ("03_lens",), "lens_eval.trajectory(prompt)",
+    Param("prompt", "str", "prompt for the lens trajectory and the explorer", ("03_lens",), "lens.evaluate.trajectory(prompt)",
           default="Friends, Romans, countrymen, lend me your", profile=False, check=_non_empty),
     Param("inverse_output", "bool", "also multiply the output path by 1/k", ("04_ablate",),
           "ablate.sweep_variants(inverse_output=)", default=False, profile=False),

@@ -220,7 +220,7 @@ def check_lens(params: Mapping[str, Any]) -> None:
     """Refuse lens settings 03 could not use with this training recipe, naming them, before anything trains.
 
     ``lens_tokens_per_step`` must be whole lens sequences and ``lens_eval_tokens`` at least one (the rules of
-    ``lens_fit.train_lens`` and ``lens_eval.evaluate``), every ``lens_checkpoints`` step one at which training
+    ``lens.fit.train_lens`` and ``lens.evaluate.evaluate``), every ``lens_checkpoints`` step one at which training
     saves a checkpoint, and every ``lens_depth_presets`` entry a shape the recipe can train.
     """
     n, seq_len = lens_seq_len(params["seq_len"]), params["seq_len"]

@@ -32,8 +32,8 @@ READINGS: dict[str, tuple[str, str, str]] = {
 
 REFERENCE_BUDGET_LADDER: dict[str, Any] = {"recipes": ["package"], "budgets": [1], "steps": FIG2_LENS["steps"],
                                            "subdir": REFERENCE_BUDGET}
-"""``lens_ladder.train_lens_ladders`` arguments of the reference budget: the package's SGD recipe for the paper's 100
-steps, one rung, in its own sub-folder (``lens_ladder.REFERENCE_BUDGET``). Tokens per step stay the profile's
+"""``lens.ladder.train_lens_ladders`` arguments of the reference budget: the package's SGD recipe for the paper's 100
+steps, one rung, in its own sub-folder (``lens.ladder.REFERENCE_BUDGET``). Tokens per step stay the profile's
 ``lens_tokens_per_step``: our models are about 1000x smaller than OLMo-1B, whose script uses 131,072 tokens per
 step (32k-131k for the paper's 1B-8B models)."""
 

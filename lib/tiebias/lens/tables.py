@@ -79,7 +79,7 @@ def gap_table(df: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied", 
     df = per_layer(df)
     if df.duplicated(["layer", "seed", "variant"]).any():
         raise ValueError("df: several rows per (layer, seed, variant), e.g. several lens budgets or recipes; "
-                         "select one with lens_study.at_budget(df, budget, recipe)")
+                         "select one with lens.tables.at_budget(df, budget, recipe)")
     wide = df.pivot_table(index=["layer", "seed"], columns="variant", values=column)
     if a not in wide or b not in wide:
         raise ValueError(f"variants: need both {a!r} and {b!r} in the table, have {list(wide.columns)}")
@@ -118,7 +118,7 @@ def gaps(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied"
     depth = seq_table.groupby("variant").layer.max()
     if depth.get(a) != depth.get(b):
         raise ValueError(f"layers: {a} has {depth.get(a)} layers and {b} {depth.get(b)}; per-layer gaps need equal "
-                         "depth; use lens_study.early_gap (relative depth)")
+                         "depth; use lens.tables.early_gap (relative depth)")
     rows = []
     for layer, g in seq_table.groupby("layer"):
         xa = g[g.variant == a].sort_values("sequence")[column].to_numpy()
@@ -147,7 +147,7 @@ def early_gap(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "
     df = seq_table[seq_table.variant.isin([a, b])]
     if df.duplicated([c for c in ("layer", "seed", "variant", "sequence") if c in df]).any():
         raise ValueError("seq_table: several rows per model and layer (several budgets or recipes); select one "
-                         "with lens_study.at_budget")
+                         "with lens.tables.at_budget")
     depth = df.groupby("variant").layer.max()
     if a not in depth or b not in depth:
         raise ValueError(f"variants: need both {a!r} and {b!r} in the table, have {sorted(depth.index)}")

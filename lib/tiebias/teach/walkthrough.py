@@ -263,13 +263,20 @@ def write_walkthrough(run_dir: str | Path, out: str | Path | None = None, scale:
         pages[name] = render_notebook(expand_widgets(nb), name)
     pngs = {name: figures_to_png(list(p.figures.values()), scale) for name, p in pages.items()}
     report = run_dir / "reproduction.md"
-    return _write(out, pages, pngs, summary, titles, _run_label(run_dir),
-                  report.read_text(encoding="utf-8") if report.is_file() else None)
+    text = report.read_text(encoding="utf-8") if report.is_file() else None
+    return _write(out, pages, pngs, summary, titles, _run_label(run_dir), text, _checkout_prefix())
+
+
+def _checkout_prefix() -> str:
+    """The checkout's absolute path with a trailing slash: the walkthrough shows run folders relative to it, so it
+    reads the same wherever it was rendered."""
+    return str(repo_root().resolve()) + "/"
 
 
 def _write(out: Path, pages: dict[str, _Page], pngs: dict[str, list[bytes]], summary: dict,
-           titles: dict[str, str], run_label: str, reproduction: str | None = None) -> list[Path]:
-    """Replace the walkthrough's files by the rendered pages, their images and the index."""
+           titles: dict[str, str], run_label: str, reproduction: str | None = None, prefix: str = "") -> list[Path]:
+    """Replace the walkthrough's files by the rendered pages, their images and the index; ``prefix`` (the checkout's
+    path) is cut from every path the pages show."""
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / "images", ignore_errors=True)
     for old in out.glob("*.md"):
@@ -282,11 +289,12 @@ def _write(out: Path, pages: dict[str, _Page], pngs: dict[str, list[bytes]], sum
             (out / rel).write_bytes(data)
             written.append(out / rel)
         md = out / f"{name}.md"
-        md.write_text("\n\n".join([_header(name, {**study, "profile": summary.get("profile")}), *page.blocks]) + "\n",
-                      encoding="utf-8")
+        text = "\n\n".join([_header(name, {**study, "profile": summary.get("profile")}), *page.blocks]) + "\n"
+        md.write_text(text.replace(prefix, "") if prefix else text, encoding="utf-8")
         written.append(md)
     if reproduction is not None:  # the run's own report (its text escaped when it was written)
-        (out / "reproduction.md").write_text(reproduction, encoding="utf-8")
+        (out / "reproduction.md").write_text(reproduction.replace(prefix, "") if prefix else reproduction,
+                                             encoding="utf-8")
         written.append(out / "reproduction.md")
     (out / "README.md").write_text(index_page(run_label, summary, titles, reproduction is not None), encoding="utf-8")
     return [*written, out / "README.md"]

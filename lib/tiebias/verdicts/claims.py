@@ -292,7 +292,7 @@ def _claim3_closing(status: str) -> str:
 
 def claim3(seq_table: pd.DataFrame, *, paired: bool = True, level: float = 0.95,
            paper: Any = None, protocol: str = "package") -> Verdict:
-    """Claim 3 at the largest budget of the first recipe of a lens-ladder table (``lens_ladder.train_lens_ladders``).
+    """Claim 3 at the largest budget of the first recipe of a lens-ladder table (``lens.ladder.train_lens_ladders``).
 
     Only the rows of ``protocol`` are used; the verdict is recorded as ``CLAIM3_KEYS[protocol]`` (the
     package reading is ``claim3_tuned_lens``, the paper's reading a second record, same rule).
