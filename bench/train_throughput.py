@@ -22,7 +22,8 @@ from pathlib import Path
 
 import torch
 
-from tiebias.models.build import build, count_parameters, get_preset
+from tiebias.config.presets import get_preset
+from tiebias.models.build import build, count_parameters
 from tiebias.run.folder import Run
 from tiebias.system.alloc import MALLOC_ENV, kept_heap
 from tiebias.train.steploop import batch_for_step, checkpoint_steps, lr_at

@@ -23,13 +23,14 @@ from tiebias.ablate import sweep as ablate
 from tiebias.align import comparisons
 from tiebias.config import profiles
 from tiebias.config.params import PARAMS
+from tiebias.config.training import check_factor
 from tiebias.config.variants import Variant
 from tiebias.lens import ladder as lens_ladder
 from tiebias.lens import rungs as lens_rungs
 from tiebias.models import sources
 from tiebias.run.folder import FINGERPRINTS, Run
 from tiebias.train import divergence
-from tiebias.train.gradients import GradientProvenance, check_factor
+from tiebias.train.gradients import GradientProvenance
 from tiebias.train.trainer import TrainConfig, train
 from tiebias.verdicts import claims
 

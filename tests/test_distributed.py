@@ -14,7 +14,8 @@ import torch
 from safetensors.torch import load_file
 
 from tiebias.run.folder import Run
-from tiebias.train.trainer import TrainConfig, estimate_memory, make_accelerator, train
+from tiebias.train.memory import estimate_memory
+from tiebias.train.trainer import TrainConfig, make_accelerator, train
 
 WORKER = Path(__file__).with_name("_ddp_worker.py")
 

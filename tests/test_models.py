@@ -1,8 +1,9 @@
 import pytest
 import torch
 
+from tiebias.config.presets import PRESETS
 from tiebias.models.anatomy import is_tied
-from tiebias.models.build import PRESETS, build, count_parameters, make_config
+from tiebias.models.build import build, count_parameters, make_config
 
 
 @pytest.mark.parametrize("family", ["llama", "neox"])

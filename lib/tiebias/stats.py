@@ -17,6 +17,9 @@ from torch import Tensor
 
 from tiebias.config.checks import is_int
 
+LEVEL = 0.95
+"""The confidence level of every interval the kit reports, unless a caller gives another."""
+
 
 class Summary(NamedTuple):
     """Mean, sample std, n and a two-sided t confidence interval for the mean."""
@@ -39,7 +42,7 @@ def _check_level(level: float) -> None:
         raise ValueError(f"level must be in (0, 1), got {level}")
 
 
-def t_half_width(sd: float, n: int, level: float = 0.95) -> float:
+def t_half_width(sd: float, n: int, level: float = LEVEL) -> float:
     """Half-width of the two-sided t-interval of a mean of ``n`` values with sample sd ``sd`` (NaN for n < 2)."""
     from scipy.stats import t as student_t
 
@@ -48,7 +51,7 @@ def t_half_width(sd: float, n: int, level: float = 0.95) -> float:
     return float(student_t.ppf(0.5 + level / 2, df=n - 1)) * sd / math.sqrt(n)
 
 
-def t_interval(mean: float, sd: float, n: int, level: float = 0.95) -> tuple[float, float, float]:
+def t_interval(mean: float, sd: float, n: int, level: float = LEVEL) -> tuple[float, float, float]:
     """``(low, high, half_width)`` of the two-sided t-interval around ``mean`` (NaN for n < 2 or a non-finite sd)."""
     half = t_half_width(sd, n, level)
     return mean - half, mean + half, half
@@ -83,7 +86,7 @@ def pooled_sd(sds: Any) -> float:
     return float(np.sqrt(np.nanmean(np.asarray(sds) ** 2)))
 
 
-def summarise(values: Any, *, level: float = 0.95) -> Summary:
+def summarise(values: Any, *, level: float = LEVEL) -> Summary:
     """Mean +- t-interval of repeated measurements (e.g. one score over seeds: the noise floor)."""
     v = _floats(values)
     if v.size == 0:
@@ -132,7 +135,7 @@ class Slope(NamedTuple):
     n: int
 
 
-def slope(x: Any, y: Any, *, level: float = 0.95) -> Slope:
+def slope(x: Any, y: Any, *, level: float = LEVEL) -> Slope:
     """Slope of a straight-line fit of ``y`` on ``x`` and its t-interval (NaN interval with fewer than 3 points).
 
     Used to ask whether a quantity grows with another (e.g. claim 3's per-seed gap with model depth).
@@ -157,7 +160,7 @@ def slope(x: Any, y: Any, *, level: float = 0.95) -> Slope:
     return Slope(b, b - half, b + half, int(xv.size))
 
 
-def line_at(x: Any, y: Any, x0: float, *, level: float = 0.95) -> tuple[float, float, float]:
+def line_at(x: Any, y: Any, x0: float, *, level: float = LEVEL) -> tuple[float, float, float]:
     """The straight-line fit of ``y`` on ``x`` evaluated at ``x0``, with the t-interval of that fitted mean.
 
     Needs three or more points; far outside the range of ``x`` the interval widens, and the line is an assumption.
@@ -188,7 +191,7 @@ class BootstrapCI(NamedTuple):
     level: float
 
 
-def bootstrap_mean(values: Any, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> BootstrapCI:
+def bootstrap_mean(values: Any, *, n_boot: int = 2000, level: float = LEVEL, seed: int = 0) -> BootstrapCI:
     """Percentile bootstrap CI for the mean of per-item values (e.g. per-token score differences of one pair).
 
     Items are resampled with replacement ``n_boot`` times (deterministic for ``seed``), in chunks of a
@@ -213,7 +216,7 @@ def bootstrap_mean(values: Any, *, n_boot: int = 2000, level: float = 0.95, seed
     return BootstrapCI(float(v.mean()), float(lo), float(hi), int(v.size), n_boot, float(level))
 
 
-def bootstrap_diff(a: np.ndarray, b: np.ndarray, *, paired: bool, n_boot: int = 2000, level: float = 0.95,
+def bootstrap_diff(a: np.ndarray, b: np.ndarray, *, paired: bool, n_boot: int = 2000, level: float = LEVEL,
                    seed: int = 0) -> tuple[float, float, float]:
     """(mean(a) - mean(b), low, high): percentile bootstrap CI, resampling evaluation sequences.
 

@@ -26,6 +26,7 @@ from tiebias.config.choices import INGREDIENTS
 from tiebias.config.variants import Variant
 from tiebias.paper import TABLE2_STEP10K
 from tiebias.run.folder import Run
+from tiebias.stats import LEVEL
 from tiebias.train.depths import share_data
 from tiebias.train.sweeps import train_many
 from tiebias.train.trainer import TrainConfig
@@ -123,7 +124,7 @@ def shifts_from_ingredients(run: Run, subs: Mapping[str, Run], seeds: Sequence[i
     return pd.DataFrame(rows)
 
 
-def summary(per_seed: pd.DataFrame, *, level: float = 0.95) -> pd.DataFrame:
+def summary(per_seed: pd.DataFrame, *, level: float = LEVEL) -> pd.DataFrame:
     """Mean shift and its t-interval over seeds per (ingredient, k), the paper's shift at k = 5 beside, and whether
     the paper's shift lies inside the interval (both cosines: ``matches_paper``)."""
     rows = []
@@ -161,10 +162,10 @@ def sentence(summ: pd.DataFrame) -> str:
     if not ok.empty:
         names = ", ".join(repr(n) for n in ok.ingredient)
         which = "that ingredient brings" if len(ok) == 1 else "each of these brings"
-        return (f"At k = {K:g}, {paper}; {kit_text}the 95% intervals over seeds hold the paper's shift on both cosines "
+        return (f"At k = {K:g}, {paper}; {kit_text}the {LEVEL:.0%} intervals over seeds hold the paper's shift on both cosines "
                 f"under {names}: {which} our shift to the paper's size (an interval over few seeds is wide: "
                 "holding the paper's value is not the same as matching it).")
-    return (f"At k = {K:g}, {paper}; {kit_text}no ingredient alone brings our shift to the paper's size (no 95% "
+    return (f"At k = {K:g}, {paper}; {kit_text}no ingredient alone brings our shift to the paper's size (no {LEVEL:.0%} "
             f"interval holds the paper's shift on both cosines). The smallest shift is under {closest.ingredient!r}: "
             f"{closest.vs_untied_input:+.3f} and {closest.vs_untied_output:+.3f}.")
 

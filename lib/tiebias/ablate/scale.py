@@ -27,6 +27,7 @@ from tiebias.ablate import sweep
 from tiebias.config.presets import get_preset
 from tiebias.config.variants import Variant
 from tiebias.run.folder import Run
+from tiebias.stats import LEVEL
 from tiebias.train.depths import share_data
 from tiebias.train.trainer import TrainConfig
 
@@ -175,7 +176,7 @@ def point_table(sub: Run, point: ScalePoint, variants: Sequence[Variant], seeds:
     return pd.DataFrame(rows)
 
 
-def summary(table: pd.DataFrame, *, level: float = 0.95) -> pd.DataFrame:
+def summary(table: pd.DataFrame, *, level: float = LEVEL) -> pd.DataFrame:
     """Mean and t-interval over seeds of every quantity at every point (one row per point and quantity)."""
     cols = [c for c in table.columns if c not in ("point", "vocab_size", "preset", "width", "seed")]
     rows = []
@@ -201,7 +202,7 @@ def axis_rows(table: pd.DataFrame, axis: str, base: ScalePoint) -> pd.DataFrame:
     return table[table[other] == getattr(base, other)]
 
 
-def trend(table: pd.DataFrame, quantity: str, axis: str, base: ScalePoint, *, level: float = 0.95) -> dict[str, Any]:
+def trend(table: pd.DataFrame, quantity: str, axis: str, base: ScalePoint, *, level: float = LEVEL) -> dict[str, Any]:
     """A straight-line fit of a per-seed quantity against log2 of the axis, its slope's t-interval, the fitted value at
     the paper's scale with its interval, and a word: ``rises``, ``falls`` or ``no trend`` (the slope's interval
     holds 0), or ``too few points`` (fewer than three sizes)."""
@@ -221,7 +222,7 @@ def trend(table: pd.DataFrame, quantity: str, axis: str, base: ScalePoint, *, le
             "at_paper": fit, "at_paper_low": low, "at_paper_high": high, "mean": float(y.mean())}
 
 
-def trends(table: pd.DataFrame, quantities: Sequence[str], base: ScalePoint, *, level: float = 0.95) -> pd.DataFrame:
+def trends(table: pd.DataFrame, quantities: Sequence[str], base: ScalePoint, *, level: float = LEVEL) -> pd.DataFrame:
     """:func:`trend` for every quantity on both axes."""
     return pd.DataFrame([trend(table, q, a, base, level=level) for q in quantities for a in AXES])
 
@@ -240,7 +241,7 @@ def sentence(tr: dict[str, Any], what: str) -> str:
     bounded = ""
     if "share" in tr["quantity"] and not 0 <= tr["at_paper"] <= 1:
         bounded = " (outside [0, 1], where a share lies: the line cannot hold that far)"
-    return (f"{what} {head} with {axis}{size} ({span}; slope {tr['slope']:+.4f} per doubling, 95% CI "
+    return (f"{what} {head} with {axis}{size} ({span}; slope {tr['slope']:+.4f} per doubling, {LEVEL:.0%} CI "
             f"[{tr['ci_low']:+.4f}, {tr['ci_high']:+.4f}]). The line predicts {tr['at_paper']:+.3f} "
             f"[{tr['at_paper_low']:+.3f}, {tr['at_paper_high']:+.3f}] at the paper's {axis} "
             f"({PAPER_SCALE[tr['axis']]}){bounded}: an extrapolation far beyond the sizes measured, a direction rather "

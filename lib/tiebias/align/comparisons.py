@@ -27,6 +27,7 @@ from tiebias.config.variants import Variant
 from tiebias.models.anatomy import TyingError
 from tiebias.run import inventory
 from tiebias.run.folder import Run
+from tiebias.stats import LEVEL
 from tiebias.train import divergence
 from tiebias.train.checkpoints import require_initial
 
@@ -155,7 +156,7 @@ def score_columns(df: pd.DataFrame) -> list[str]:
 
 
 def token_gap(df: pd.DataFrame, method: str = "orthogonal", *, pairing: str = "same seed", seed_target: int | None = None,
-              n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> stats.BootstrapCI:
+              n_boot: int = 2000, level: float = LEVEL, seed: int = 0) -> stats.BootstrapCI:
     """Paired bootstrap over tokens of one tied model's gap (untied output -> tied) - (untied input -> tied).
 
     Both rows score the same untied model's tokens against the same tied matrix, so each token gives one

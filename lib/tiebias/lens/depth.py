@@ -11,6 +11,7 @@ import pandas as pd
 
 from tiebias import stats
 from tiebias.lens.tables import at_budget, at_protocol, early_gap
+from tiebias.stats import LEVEL
 
 __all__ = ["depth_trend", "per_seed_gaps"]
 
@@ -21,7 +22,7 @@ def per_seed_gaps(table: pd.DataFrame, protocol: str) -> list[float]:
     return [float(x) for x in early_gap(at_budget(at_protocol(table, protocol)))["per_seed"]]
 
 
-def depth_trend(table: pd.DataFrame, protocol: str, *, level: float = 0.95) -> stats.Slope:
+def depth_trend(table: pd.DataFrame, protocol: str, *, level: float = LEVEL) -> stats.Slope:
     """Slope of the per-seed early-layer gap against the number of layers under ``protocol`` (bits per layer)."""
     rows = table[table.protocol == protocol]
     if rows.empty:

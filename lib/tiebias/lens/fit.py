@@ -6,26 +6,21 @@ distribution at the same position, translator i fed ``hidden_states[i]``, one ba
 layer (the loss is the sum over layers), gradient clipping at ``max_grad_norm``, weight
 decay, linear warmup then linear decay to zero.
 
-Defaults differ from the package's where its values do not suit a small model on a CPU. The
-package trains 250 steps of 2**18 tokens with SGD + Nesterov momentum 0.9 at lr 1.0 (its
-``lr_scale``, applied as ``lr * (1 - momentum)``) and no warmup. At 2**13 tokens per step one
-run takes 5-20 minutes here (2 cores) for a hidden-128, 6-layer, 4096-vocab model, so the
-default is 250 steps of 512 tokens (each translator has only 128 x 129 parameters). With that
-little data the package's SGD recipe (``optimizer="sgd", lr=1.0, warmup_steps=0``) and Adam at
-1e-3 stop short of convergence at layer 0, where a tied model's translator has to move furthest
-from the identity. Layer-0 KL in bits (identity lens / SGD recipe / Adam 1e-3 / Adam 1e-2
-default / reference of 600 steps x 1024 tokens at Adam 1e-2): trained tied Llama 18.7 / 1.47 /
-3.46 / 1.16 / 1.07 (SGD and Adam 1e-3 at 1024 tokens per step); trained untied GPT-NeoX 5.35 /
-0.14 / 0.22 / 0.066 / 0.057. Layers 1-5 land within a few percent of the reference. An
-under-trained lens inflates early-layer KL, the quantity claim 3 compares, hence Adam at 1e-2
-with 25 warmup steps. Adam follows the package's Adam branch (amsgrad, beta1 = ``momentum``).
+Defaults differ from the package's where its values do not suit a small model on a CPU. The package trains 250
+steps of 2**18 tokens with SGD + Nesterov momentum 0.9 at lr 1.0 (its ``lr_scale``, applied as ``lr * (1 -
+momentum)``) and no warmup. The kit's models are far smaller and its CPU slower, so the default is fewer tokens per
+step; with that little data the package's SGD recipe (``optimizer="sgd", lr=1.0, warmup_steps=0``) and Adam at a
+small learning rate stop short of convergence at layer 0, where a tied model's translator has to move furthest from
+the identity. An under-trained lens inflates early-layer KL, the quantity claim 3 compares, hence Adam at 1e-2 with
+a short warmup (the README's "Measured here" gives the measurements). Adam follows the package's Adam branch (amsgrad,
+beta1 = ``momentum``).
 
 ``num_threads`` defaults to ``"auto"``: a :class:`tiebias.system.threads.ThreadTuner` chooses the intra-op
-threads from measured steps (two threads were about 1.3x faster on the kit's quiet 2-core machine, and
-several times slower than one when another process held a core). The lens does not depend on it.
+threads from measured steps (two threads help on a quiet machine and hurt when another process holds a core). The
+lens does not depend on it.
 
-A step runs the frozen model and reduces its logits to the loss's target statistics (about 30% of a step,
-0.027 s of 0.087 s, for the ``small`` model), then the lens's loss and backward per layer; ``cache=``
+A step runs the frozen model and reduces its logits to the loss's target statistics (a sizeable part of a step),
+then the lens's loss and backward per layer; ``cache=``
 (:mod:`tiebias.lens.cache`) takes the former from activations computed once, with the same lens bit for bit: both
 run :func:`tiebias.lens.frozen.frozen_forward`. Token streams and settings are checked by :mod:`tiebias.lens.inputs`.
 

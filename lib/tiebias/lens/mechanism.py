@@ -29,6 +29,7 @@ from tiebias.config.variants import Variant
 from tiebias.lens.evaluate import kl_bits
 from tiebias.lens.inputs import check_tokens, sequences
 from tiebias.lens.lenses import _check_lens, check_model
+from tiebias.stats import LEVEL
 
 PARTS = ("neither (package reading)", "embedding part", "update part", "both (the paper's reading)")
 """The four readings of row 1: the package's translator 1 plus none, one or both parts of the error."""
@@ -109,7 +110,7 @@ def penalties(parts: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def compare(parts: pd.DataFrame, a: str = "tied", b: str = "untied", *, level: float = 0.95) -> pd.DataFrame:
+def compare(parts: pd.DataFrame, a: str = "tied", b: str = "untied", *, level: float = LEVEL) -> pd.DataFrame:
     """Each penalty (and each reading's KL, and the geometry) for ``a`` and ``b``, and the paired ``a - b``
     difference over seeds with its t-interval."""
     wide = parts.pivot_table(index=["variant", "seed"], columns="measure", values="value")
@@ -133,17 +134,17 @@ def sentence(table: pd.DataFrame, a: str = "tied", b: str = "untied") -> str:
     both = table.set_index("measure").loc["penalty: both"]
     named = [m.removeprefix("penalty: ") for m, r in pen.iterrows() if stats.lies_above_zero(r.ci_low)]
     head = (f"The paper's reading costs the {a} model {both[a]:.3g} bits at row 1 and the {b} model {both[b]:.3g} "
-            f"(difference {both.difference:+.3g}, 95% CI [{both.ci_low:+.3g}, {both.ci_high:+.3g}]).")
+            f"(difference {both.difference:+.3g}, {LEVEL:.0%} CI [{both.ci_low:+.3g}, {both.ci_high:+.3g}]).")
     if not named:
         return head + (" No part's difference lies above 0: the data do not say which part makes the "
                        f"{a} model pay more.")
-    parts = " and ".join(f"the {n} ({pen.loc['penalty: ' + n].difference:+.3g} bits, 95% CI "
+    parts = " and ".join(f"the {n} ({pen.loc['penalty: ' + n].difference:+.3g} bits, {LEVEL:.0%} CI "
                          f"[{pen.loc['penalty: ' + n].ci_low:+.3g}, {pen.loc['penalty: ' + n].ci_high:+.3g}])"
                          for n in named)
     return head + f" The difference lies in {parts}: that is what the data support."
 
 
-def k_trend(penalty_by_k: pd.DataFrame, *, level: float = 0.95) -> dict[str, Any]:
+def k_trend(penalty_by_k: pd.DataFrame, *, level: float = LEVEL) -> dict[str, Any]:
     """The row-1 penalty (``penalty`` column, per ``k`` and ``seed``) against log2 k: the fitted slope per doubling,
     its interval, and whether it falls, rises or shows no trend."""
     x = np.log2(penalty_by_k.k.to_numpy(dtype=float))
@@ -159,7 +160,7 @@ def k_sentence(tr: dict[str, Any]) -> str:
     """The causal check in plain words: does scaling the input path lower the row-1 penalty?"""
     if tr["word"] == "too few points":
         return "Too few models (two or more factors k and three values) to fit a trend of the penalty against k."
-    ci = f"{tr['slope']:+.3g} bits per doubling of k, 95% CI [{tr['ci_low']:+.3g}, {tr['ci_high']:+.3g}]"
+    ci = f"{tr['slope']:+.3g} bits per doubling of k, {LEVEL:.0%} CI [{tr['ci_low']:+.3g}, {tr['ci_high']:+.3g}]"
     return {"falls": f"The row-1 penalty falls as k grows ({ci}): the more the input path shapes the tied matrix, "
                      "the less the paper's reading costs, as it should if translator 0 was fitted to undo the "
                      "matrix's output-space alignment.",

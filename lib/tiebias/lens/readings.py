@@ -19,6 +19,7 @@ from tiebias import stats
 from tiebias.lens.ladder import REFERENCE_BUDGET
 from tiebias.lens.tables import at_budget, at_protocol, early_gap, gaps, per_layer, same_depth
 from tiebias.paper import FIG2_LENS, FIG2_OLMO_KL_BITS
+from tiebias.stats import LEVEL
 
 __all__ = ["READINGS", "REFERENCE_BUDGET_LADDER", "decomposition", "describe"]
 
@@ -53,7 +54,7 @@ def _per_layer(sub: pd.DataFrame, paired: bool, level: float, a: str, b: str) ->
 
 
 def decomposition(verdict_table: pd.DataFrame, reference_table: pd.DataFrame, *, paired: bool = True,
-                  level: float = 0.95, a: str = "tied", b: str = "untied") -> tuple[pd.DataFrame, pd.DataFrame]:
+                  level: float = LEVEL, a: str = "tied", b: str = "untied") -> tuple[pd.DataFrame, pd.DataFrame]:
     """The early-layer gap under the four :data:`READINGS`: (one row per reading, the per-layer table of each).
 
     ``verdict_table``: the per-sequence ladder table with both protocols (its first recipe at its largest budget
@@ -105,11 +106,11 @@ def _headline(table: pd.DataFrame) -> str:
     if positive.empty:
         gaps_text = ", ".join(f"({r.reading}) {r.gap:+.3g} [{r.ci_low:+.3g}, {r.ci_high:+.3g}]"
                               for r in table.itertuples())
-        return (f"No reading gives a positive early-layer gap of the paper's kind (95% CI above 0): {gaps_text} "
+        return (f"No reading gives a positive early-layer gap of the paper's kind ({LEVEL:.0%} CI above 0): {gaps_text} "
                 f"bits, against {paper}.")
     which = "; ".join(f"({r.reading}) {r.label}: {r.gap:+.3g} bits [{r.ci_low:+.3g}, {r.ci_high:+.3g}], input layer "
                       f"{r.gap_l0:+.3g} ({r.gap_l0 / r.paper_gap_l0:.1%} of the paper's), layer 1 {r.gap_l1:+.3g} "
                       f"({r.gap_l1 / r.paper_gap_l1:.1%})" for r in positive.itertuples())
     rest = ", ".join(f"({r.reading})" for r in table.itertuples() if not stats.lies_above_zero(r.ci_low))
-    return (f"A positive early-layer gap of the paper's kind (95% CI above 0) appears under {which}"
+    return (f"A positive early-layer gap of the paper's kind ({LEVEL:.0%} CI above 0) appears under {which}"
             f"{'; not under ' + rest if rest else ''}; compare {paper}.")

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tiebias import stats
+from tiebias.stats import LEVEL
 
 METRICS = ["kl_tuned_bits", "kl_logit_bits", "ce_tuned_nats", "ce_logit_nats", "ce_model_nats"]
 ID_COLUMNS = ["variant", "seed", "step", "recipe", "budget", "lens_steps", "protocol"]
@@ -69,7 +70,7 @@ def at_budget(df: pd.DataFrame, budget: int | None = None, recipe: str | None = 
 
 
 def gap_table(df: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied", b: str = "untied",
-              level: float = 0.95) -> pd.DataFrame:
+              level: float = LEVEL) -> pd.DataFrame:
     """Per layer: mean of ``a`` and ``b``, and the paired gap a - b over seeds with sd, t-interval and p-value.
 
     ``significant`` means the confidence interval of the gap excludes 0 (needs two or more seeds; see
@@ -107,7 +108,7 @@ def _n_seeds(df: pd.DataFrame, a: str, b: str) -> int:
 
 
 def gaps(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied", b: str = "untied", *,
-         paired: bool = True, level: float = 0.95, n_boot: int = 2000) -> pd.DataFrame:
+         paired: bool = True, level: float = LEVEL, n_boot: int = 2000) -> pd.DataFrame:
     """Per-layer gap table of one rung with a CI: over seeds (t) with two or more seeds, else a bootstrap over sequences.
 
     Same columns as :func:`gap_table`; ``ci_method`` says which interval it is. One pair of models of
@@ -136,7 +137,7 @@ def early_layers(n_layers: int) -> list[int]:
 
 
 def early_gap(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied", b: str = "untied", *,
-              paired: bool = True, level: float = 0.95, n_boot: int = 2000) -> dict[str, Any]:
+              paired: bool = True, level: float = LEVEL, n_boot: int = 2000) -> dict[str, Any]:
     """The early-layer gap of one rung with its CI: each model's mean over its own early layers, a minus b.
 
     With two or more seeds: the mean over seeds of the paired per-seed gap and its t-interval. With one
@@ -179,7 +180,7 @@ def early_gap(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "
 
 
 def ladder_gaps(seq_table: pd.DataFrame, recipe: str | None = None, column: str = "kl_tuned_bits", *,
-                paired: bool = True, level: float = 0.95) -> pd.DataFrame:
+                paired: bool = True, level: float = LEVEL) -> pd.DataFrame:
     """The early-layer gap with its CI at every budget of one recipe's ladder (default: the first recipe)."""
     recipe = recipe if recipe is not None else str(seq_table.recipe.iloc[0])
     rows = []
@@ -271,7 +272,7 @@ def ladder_layers(kl: pd.DataFrame, layers: Sequence[int] = (0, 1, 2), column: s
     return cell.unstack(["layer", "variant"])
 
 
-def describe_scale(scale: pd.DataFrame, level: float = 0.95) -> str:
+def describe_scale(scale: pd.DataFrame, level: float = LEVEL) -> str:
     """One sentence per checkpoint of :func:`train_checkpoint_lens_ladders`: validation loss, early-layer gap and whether its CI is above 0."""
     parts = []
     for r in scale.itertuples():
@@ -290,7 +291,7 @@ def describe_gaps(gaps: pd.DataFrame) -> str:
     c = layer_summary(gaps)
     return (f"Tied - untied tuned-lens KL: {c['input_layer_gap']:+.3g} bits at the input layer, {c['value']:+.3g} on "
             f"average over the early layers {c['early_layers']}; tied > untied at layers {c['positive_layers'] or 'none'}; "
-            f"the 95% CI ({gaps.ci_method.iloc[0]}) excludes 0 at layers {c['significant_layers'] or 'none'}.")
+            f"the {LEVEL:.0%} CI ({gaps.ci_method.iloc[0]}) excludes 0 at layers {c['significant_layers'] or 'none'}.")
 
 
 def layer_summary(gaps: pd.DataFrame) -> dict[str, Any]:

@@ -20,12 +20,7 @@ from transformers import (
 )
 
 from tiebias.config.checks import is_int
-from tiebias.config.presets import (  # noqa: F401  (PRESETS, Preset: the shapes, re-exported where models are built)
-    FAMILIES,
-    PRESETS,
-    Preset,
-    get_preset,
-)
+from tiebias.config.presets import FAMILIES, get_preset
 from tiebias.models.anatomy import is_tied
 from tiebias.system.parallel import CONSTRUCTION
 

@@ -134,14 +134,6 @@ def mark(path: str | Path, kind: Kind = "run") -> None:
                                    "only into folders marked so, or into new or empty ones"})
 
 
-def claim_folder(path: str | Path, kind: Kind = "run", *, corpus: Any = None, param: str = "run_dir",
-                 kit_made: bool = False) -> Path:
-    """Check ``path`` (:func:`check_folder`), then create and mark it: the first write into a folder."""
-    p = check_folder(path, kind, corpus=corpus, param=param, kit_made=kit_made)
-    mark(p, kind)
-    return p
-
-
 def empty_folder(path: Path) -> None:
     """Delete everything in a run folder except its writer lock (held by the caller): ``overwrite=True``."""
     import shutil

@@ -1,21 +1,17 @@
 """Keep freed memory in the process during hot loops, so large tensors are not mapped anew every step.
 
-glibc's ``malloc`` serves every block of 32 MiB or more (and, by its dynamic threshold, often smaller
-ones) with a fresh ``mmap`` and gives it back to the system on ``free``. A training step allocates
-and frees several such tensors (logits and their gradient: 2048 positions x 4096 tokens x 4 bytes =
-32 MiB each for the default profile), so each step pays page faults and the kernel's zeroing of those
-pages again. Measured on the kit's 2-core machine (``bench/train_throughput.py``): a ``small`` step
-0.283 s with glibc's defaults, 0.241 s with freed memory kept, the same weights bit for bit (the
-allocator decides where numbers live, never what they are).
+glibc's ``malloc`` serves every large block (32 MiB or more, and by its dynamic threshold often smaller ones) with a
+fresh ``mmap`` and gives it back to the system on ``free``. A training step allocates and frees several such tensors
+(the logits and their gradient), so each step would pay page faults and the kernel's zeroing of those pages again.
+Keeping freed memory makes steps faster with the same weights bit for bit (the allocator decides where numbers live,
+never what they are); ``bench/train_throughput.py`` measures the gain, the README's "Measured here" quotes it.
 
 :func:`kept_heap` sets ``M_MMAP_MAX = 0`` and a high ``M_TRIM_THRESHOLD`` for the block (``mallopt``),
 and on leaving the outermost block restores glibc's defaults and returns the freed memory
-(``malloc_trim``). The price is some peak memory: large blocks now share the heap with small ones
-and fragment it (a default-profile training: peak RSS 896 vs 835 MB, +7%). For the KNN of
-:mod:`tiebias.align.neighbours` it bought 1.6% for +93 MiB (377 vs 284 at V = 50k), so that stays on
-glibc's defaults. It does nothing where the C library is not glibc, where the
-user has set glibc's ``MALLOC_*_`` variables or preloaded another allocator (jemalloc, tcmalloc:
-their choice wins), and with ``TIEBIAS_MALLOC=default``.
+(``malloc_trim``). The price is some peak memory: large blocks now share the heap with small ones and fragment it.
+For the KNN of :mod:`tiebias.align.neighbours` the gain was too small for its memory, so that stays on glibc's
+defaults. It does nothing where the C library is not glibc, where the user has set glibc's ``MALLOC_*_`` variables
+or preloaded another allocator (jemalloc, tcmalloc: their choice wins), and with ``TIEBIAS_MALLOC=default``.
 """
 
 from __future__ import annotations

@@ -17,8 +17,9 @@ import torch
 
 from tiebias.align import maps as alignment
 from tiebias.config.checks import is_int
+from tiebias.config.training import check_factor
 from tiebias.models.build import build
-from tiebias.train.gradients import GradientProvenance, check_factor
+from tiebias.train.gradients import GradientProvenance
 
 TOY_VOCAB = 64
 """Toy vocabulary: small enough that a batch of 128 Zipf-distributed tokens leaves many tokens unseen."""

@@ -24,11 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
-from tiebias.config.training import (  # noqa: F401  (the factor range, re-exported beside the scaling)
-    FACTOR_RANGE,
-    MAX_FACTOR,
-    check_factor,
-)
+from tiebias.config.training import check_factor
 from tiebias.models.anatomy import is_tied
 
 PATHS = ("input", "output")

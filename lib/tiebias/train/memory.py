@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from tiebias.models.build import get_preset
+from tiebias.config.presets import get_preset
 from tiebias.system.memory import free_memory
 
 __all__ = ["check_memory", "estimate_memory"]

@@ -55,7 +55,7 @@ from tiebias.train.checkpoints import (
     write_log,
 )
 from tiebias.train.job import TrainJob
-from tiebias.train.memory import check_memory, estimate_memory  # noqa: F401  (estimate_memory: part of train's API)
+from tiebias.train.memory import check_memory
 from tiebias.train.steploop import StepLoop
 
 _SETUP_LOCK = threading.Lock()

@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from tiebias import stats
+from tiebias.stats import LEVEL
 
 METRICS = {
     "exact l2": ("input_norm", "output_norm", 1),
@@ -64,7 +65,7 @@ def step_shares(metrics: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def window_shares(logs: Mapping[str, pd.DataFrame], steps: int, warmup: int, *, level: float = 0.95) -> pd.DataFrame:
+def window_shares(logs: Mapping[str, pd.DataFrame], steps: int, warmup: int, *, level: float = LEVEL) -> pd.DataFrame:
     """Mean share per window and metric over the models' logs (one per seed), with a t-interval over them.
 
     Each model's share is the mean over the window's steps (as the paper averages its log); the interval is over
@@ -131,13 +132,13 @@ def sentence(table: pd.DataFrame, targets: Mapping[str, float], warmup: int, pap
         n_hit = len(hit)
         if hit.empty:
             near = table.loc[(table["mean"] - value).abs().idxmin()]
-            parts.append(f"no window and metric of ours holds the paper's {label} of {value:.0%} in its 95% interval; "
+            parts.append(f"no window and metric of ours holds the paper's {label} of {value:.0%} in its {LEVEL:.0%} interval; "
                          f"the nearest is {near.metric} over {near.window} ({near['mean']:.1%})")
         else:
             hit = hit.loc[(hit["mean"] - value).abs().sort_values().index[:3]]  # the three nearest
             names = "; ".join(f"{r.metric} over {r.window} ({r.mean:.1%} [{r.ci_low:.1%}, {r.ci_high:.1%}])"
                               for r in hit.itertuples())
-            parts.append(f"the paper's {label} of {value:.0%} lies inside the 95% interval of {names}"
+            parts.append(f"the paper's {label} of {value:.0%} lies inside the {LEVEL:.0%} interval of {names}"
                          + (f" (and {n_hit - 3} more)" if n_hit > 3 else ""))
     tail = (f" The paper's warmup was {paper_warmup} steps, ours is {warmup}: a window in steps is a different phase "
             "of training in each.")

@@ -38,6 +38,7 @@ from tiebias.lens.tables import (
 )
 from tiebias.paper import FIG4_LOG_WINDOWS, FIG4_OUTPUT_SHARE, TABLE1, TABLE2_STEP10K, TABLE7_PPL
 from tiebias.run.folder import Run
+from tiebias.stats import LEVEL
 from tiebias.train import divergence
 from tiebias.verdicts import evidence, records
 from tiebias.verdicts.status import DOES_NOT_HOLD, HOLDS, NOT_MEANINGFUL, printed, status_of
@@ -114,7 +115,7 @@ def beyond_noise(change: float, sd: float) -> bool | None:
 # --------------------------------------------------------------------------- claim 1
 
 
-def alignment_gap(df: pd.DataFrame, method: str = "orthogonal", *, n_boot: int = 2000, level: float = 0.95,
+def alignment_gap(df: pd.DataFrame, method: str = "orthogonal", *, n_boot: int = 2000, level: float = LEVEL,
                   seed: int = 0) -> dict[str, Any]:
     """Claim 1's numbers: gap = (untied output -> tied) - (untied input -> tied) on the headline pairing.
 
@@ -290,7 +291,7 @@ def _claim3_closing(status: str) -> str:
             f"{printed(status)} here.")
 
 
-def claim3(seq_table: pd.DataFrame, *, paired: bool = True, level: float = 0.95,
+def claim3(seq_table: pd.DataFrame, *, paired: bool = True, level: float = LEVEL,
            paper: Any = None, protocol: str = "package") -> Verdict:
     """Claim 3 at the largest budget of the first recipe of a lens-ladder table (``lens.ladder.train_lens_ladders``).
 
@@ -334,7 +335,7 @@ def claim3_side_by_side(verdicts: dict[str, Verdict]) -> str:
     """One plain sentence comparing claim 3's verdicts under each lens protocol (same lenses, same rule)."""
     parts = [f"{READING_NAMES.get(p, p + ' reading')} {v.value:+.3g} bits [{v.details['ci_low']:+.3g}, {v.details['ci_high']:+.3g}], {v.status}"
              for p, v in verdicts.items()]
-    return (f"Claim 3 under each reading of the same lenses (early-layer gap, 95% CI, verdict): {'; '.join(parts)}. "
+    return (f"Claim 3 under each reading of the same lenses (early-layer gap, {LEVEL:.0%} CI, verdict): {'; '.join(parts)}. "
             f"Only the reading differs: the paper's reading (protocol 'reference') is {REFERENCE_READING}; the "
             "package reading puts translator i on hidden state i and the model's own head on the last; the paper's "
             "Figure 2 numbers come from the paper's reading.")

@@ -18,6 +18,7 @@ from tiebias import stats
 from tiebias.lens.depth import depth_trend, per_seed_gaps
 from tiebias.lens.tables import at_budget, at_protocol, gaps
 from tiebias.run.folder import Run
+from tiebias.stats import LEVEL
 from tiebias.verdicts.claims import Verdict, claim3
 
 TREND_WORDS = {"above 0": "the gap grows with depth", "below 0": "the gap shrinks with depth",
@@ -25,7 +26,7 @@ TREND_WORDS = {"above 0": "the gap grows with depth", "below 0": "the gap shrink
 """What the slope's interval against 0 says about the gap and depth."""
 
 
-def depth_table(tables: Mapping[str, pd.DataFrame], protocols: Sequence[str], *, level: float = 0.95) -> pd.DataFrame:
+def depth_table(tables: Mapping[str, pd.DataFrame], protocols: Sequence[str], *, level: float = LEVEL) -> pd.DataFrame:
     """Claim 3 per depth and lens protocol: one row each, from each depth's lens-ladder table (``train_lens_ladders``).
 
     Columns: preset, n_layers, protocol, gap (early-layer tied - untied KL, bits), ci_low, ci_high, n_seeds,
@@ -64,7 +65,7 @@ def _against_first(rows: pd.DataFrame, col: str) -> str:
     return ", ".join(words)
 
 
-def describe_depth(table: pd.DataFrame, *, per: int = 10, level: float = 0.95) -> str:
+def describe_depth(table: pd.DataFrame, *, per: int = 10, level: float = LEVEL) -> str:
     """One plain sentence per protocol: the early-layer gap and the row-1 gap at each depth, how the deeper depths'
     intervals lie against the shallowest's, and the fitted slope, read as a trend only with enough depths."""
     out = []

@@ -23,6 +23,7 @@ from tiebias.ablate.ingredients import KIT, SAME_SEED
 from tiebias.config.choices import INGREDIENTS
 from tiebias.run.files import DamagedFileError
 from tiebias.run.folder import Run
+from tiebias.stats import LEVEL
 from tiebias.verdicts.evidence import not_meaningful
 from tiebias.verdicts.records import current_results
 
@@ -46,7 +47,7 @@ class Estimate:
     label: str
 
     @classmethod
-    def of(cls, values: Any, label: str, level: float = 0.95) -> Estimate:
+    def of(cls, values: Any, label: str, level: float = LEVEL) -> Estimate:
         """From per-seed values: mean +- t(n - 1) sd sqrt(1 + 1/n), the prediction range of one more run."""
         x = np.asarray(values, dtype=float)
         x = x[np.isfinite(x)]
@@ -132,7 +133,7 @@ def judge(paper_value: float, kit: Estimate | None, candidates: Sequence[Candida
     """
     p = f"{paper_value:.3g}"
     if kit is not None and kit.usable and kit.contains(paper_value):
-        return "agrees", f"the paper's {p} lies inside one run's 95% range of ours, {kit.text()} ({kit.label})"
+        return "agrees", f"the paper's {p} lies inside one run's {LEVEL:.0%} range of ours, {kit.text()} ({kit.label})"
     if kit is not None and kit.usable and spread is not None and spread[0] <= kit.value <= spread[1]:
         return "agrees", (f"ours, {kit.value:.3g}, lies within the paper's own spread across its model pairs "
                           f"[{spread[0]:.3g}, {spread[1]:.3g}]")
@@ -149,7 +150,7 @@ def judge(paper_value: float, kit: Estimate | None, candidates: Sequence[Candida
     if kit is not None and kit.usable:
         for t in trends:
             if stats.excludes_zero(t.low, t.high) and np.sign(t.slope) == np.sign(paper_value - kit.value):
-                return "scale", (f"along {t.axis} ours {t.word} ({t.slope:+.3g} per doubling, 95% CI "
+                return "scale", (f"along {t.axis} ours {t.word} ({t.slope:+.3g} per doubling, {LEVEL:.0%} CI "
                                  f"[{t.low:+.3g}, {t.high:+.3g}]), towards the paper's {p}; the line gives "
                                  f"{t.at_paper:.3g} at the paper's size (an extrapolation)")
         if noise and math.isfinite(kit.low):

@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from tiebias.output.plotting.style import log_axis, reference_line
+from tiebias.stats import LEVEL
 from tiebias.verdicts import claims
 
 SERIES = {"vs_untied_input": ("untied input -> tied", "#1f77b4"),
@@ -87,7 +88,7 @@ def ingredients(summary: pd.DataFrame, k: float) -> go.Figure:
             fig.add_vline(x=float(paper.iloc[0]), line_dash="dash", line_color="black", row=1, col=col,
                           annotation_text="paper", annotation_position="bottom right")
         fig.add_vline(x=0, line_color="grey", line_width=1, row=1, col=col)
-    fig.update_layout(title=f"Claim 4's shift at k={k:g} under each ingredient (mean, 95% CI over seeds)",
+    fig.update_layout(title=f"Claim 4's shift at k={k:g} under each ingredient (mean, {LEVEL:.0%} CI over seeds)",
                       showlegend=False, height=120 + 60 * len(d))
     fig.update_xaxes(title_text="change of the Procrustes cosine")
     return fig
