@@ -3,6 +3,7 @@ and what in that HTML could run or load something."""
 
 from __future__ import annotations
 
+import re
 from html.parser import HTMLParser
 
 import mistune
@@ -51,3 +52,19 @@ def unsafe(page: str, images: str = "images/") -> list[str]:
         if tag == "img" and not attrs.get("src", "").startswith(images):
             bad.append(f"<img src={attrs.get('src')!r}>")
     return bad
+
+
+REMOTE = re.compile(r"""(?:<script[^>]*\bsrc|<link[^>]*\bhref|<iframe[^>]*\bsrc)\s*=\s*["']?(https?:)?//"""
+                     r"""|\bimport\b[^;\n]*["'](https?:)?//|@import\s+(?:url\()?["']?(https?:)?//""", re.I)
+
+
+def remote_references(page: str) -> list[str]:
+    """The script, stylesheet, frame or module URLs a page would fetch from the network (http, https, //)."""
+    return [m.group(0) for m in REMOTE.finditer(page)]
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """(width, height) of a PNG image, from its header."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("data: not a PNG image")
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")

@@ -26,10 +26,7 @@ def test_table1_rows_pairings_and_claim(two_seed_run: Run) -> None:
     assert s.loc[("untied output -> tied", "cross seed"), ("orthogonal", "n")] == 2
 
 
-def test_moved_and_evolution_and_neighbours(two_seed_run: Run) -> None:
-    moved = comparisons.moved_from_init(two_seed_run, [0])
-    assert set(moved.matrix) == {"tied", "untied input", "untied output"}
-    assert moved.cos_to_init.between(-1, 1.0001).all()
+def test_evolution_and_neighbours(two_seed_run: Run) -> None:
     ev = comparisons.evolution_table(two_seed_run, [0])
     assert ev.groupby("matrix").step.min().eq(0).all()
     assert ev[ev.step == 0].cos_to_init.min() > 0.9999

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import nbformat
 import plotly.graph_objects as go
+from _rendered import remote_references
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from tiebias.output import notebook, report
@@ -12,7 +13,6 @@ from tiebias.output.static_pages import (
     WIDGET_VIEW,
     expand_widgets,
     export_offline_html,
-    remote_references,
 )
 from tiebias.run.folder import Run
 from tiebias.verdicts import records

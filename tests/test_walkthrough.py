@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import plotly.graph_objects as go
 import pytest
-from _rendered import HOSTILE, rendered, tags, unsafe
+from _rendered import HOSTILE, png_size, rendered, tags, unsafe
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from tiebias.config import profiles
@@ -58,7 +58,7 @@ def test_walkthrough_index_names_its_profile_and_images_exist() -> None:
     on_disk = {str(p.relative_to(folder)) for p in (folder / "images").rglob("*") if p.is_file()}
     assert linked == on_disk and linked  # every picture shown is there, and no stale picture is left behind
     for rel in linked:
-        assert figure_png.png_size((folder / rel).read_bytes())[0] >= 600
+        assert png_size((folder / rel).read_bytes())[0] >= 600
 
 
 def executed(source: dict) -> dict:
@@ -172,7 +172,7 @@ def test_figures_are_drawn_at_their_size_times_the_scale() -> None:
     figs = [go.Figure(go.Scatter(y=[1, 3, 2]), layout={"width": 320, "height": 200}).to_plotly_json(),
             go.Figure(go.Bar(y=[2, 1])).to_plotly_json()]
     pngs = figure_png.figures_to_png(json.loads(json.dumps(figs, default=list)), scale=1.5)
-    assert [figure_png.png_size(p) for p in pngs] == [(480, 300), (1350, 750)]
+    assert [png_size(p) for p in pngs] == [(480, 300), (1350, 750)]
     with pytest.raises(ValueError, match="^scale: 9"):
         figure_png.figures_to_png(figs, scale=9)
 

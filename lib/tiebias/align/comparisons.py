@@ -23,7 +23,6 @@ from tiebias.align import embeddings, token_stats
 from tiebias.align import maps as alignment
 from tiebias.align.embeddings import Embeddings
 from tiebias.align.neighbours import check_knn_k
-from tiebias.config.variants import Variant
 from tiebias.models.anatomy import TyingError
 from tiebias.run import inventory
 from tiebias.run.folder import Run
@@ -181,23 +180,6 @@ def token_gap(df: pd.DataFrame, method: str = "orthogonal", *, pairing: str = "s
     _, ia, ib = np.intersect1d(ids_a, ids_b, assume_unique=True, return_indices=True)
     diff = a.per_token[method].double().cpu().numpy()[ia] - b.per_token[method].double().cpu().numpy()[ib]
     return stats.bootstrap_mean(diff, n_boot=n_boot, level=level, seed=seed)
-
-
-def moved_from_init(run: Run, seeds: Sequence[int]) -> pd.DataFrame:
-    """How far each final matrix moved from its step-0 value: mean per-token cosine and relative distance."""
-    _require_initial(run, seeds)
-    rows = []
-    for s in seeds:
-        for variant, which in (("tied", "input"), ("untied", "input"), ("untied", "output")):
-            v = Variant.parse(variant)
-            start = embeddings.from_run(run, v, s, 0).matrix(which)
-            end = embeddings.from_run(run, v, s).matrix(which)
-            ev = token_stats.evolution([(0, start), (1, end)])
-            last = ev.iloc[-1]
-            rows.append({"matrix": f"{variant} {which}" if variant == "untied" else "tied", "seed": s,
-                         "cos_to_init": float(last["cos_to_init"]),
-                         "dist_to_init": float(last["dist_to_init"])})
-    return pd.DataFrame(rows)
 
 
 def evolution_table(run: Run, seeds: Sequence[int]) -> pd.DataFrame:

@@ -10,6 +10,8 @@ import os
 import re
 
 EMBEDDED_CORPUS = "shakespeare"
+SPLITS: tuple[str, str, str] = ("train", "validation", "test")
+"""The corpus splits: models train on the first, lenses and validation losses use the second, the third is held out."""
 FILE_BUILDERS: dict[str, str] = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 """Local file extension -> ``datasets`` builder: the file kinds a local corpus may be."""
 # Endings that mark a string as a (mistyped) file path rather than a hub dataset name.

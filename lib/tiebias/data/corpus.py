@@ -17,7 +17,7 @@ import datasets
 import numpy as np
 import pyarrow as pa
 
-from tiebias.config.corpus import EMBEDDED_CORPUS, FILE_BUILDERS, looks_like_hub_name
+from tiebias.config.corpus import EMBEDDED_CORPUS, FILE_BUILDERS, SPLITS, looks_like_hub_name
 from tiebias.data.checks import (
     SPLIT_WORDS,
     check_text_bytes,
@@ -36,7 +36,6 @@ __all__ = [
     "load_corpus",
 ]
 
-SPLITS: tuple[str, str, str] = ("train", "validation", "test")
 DATA_ENV_VAR = "TIEBIAS_DATA_DIR"
 
 _ALLOWED_EXTS = "/".join(FILE_BUILDERS)

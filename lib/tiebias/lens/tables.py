@@ -308,8 +308,3 @@ def layer_summary(gaps: pd.DataFrame) -> dict[str, Any]:
             "positive_layers": gaps[gaps.gap > 0].layer.tolist()}
 
 
-def relative_depth(gaps: pd.DataFrame) -> pd.DataFrame:
-    """Add ``depth`` = layer / number of layers, so models of different depth share one axis."""
-    out = gaps.copy()
-    out["depth"] = out.layer / out.layer.max()
-    return out

@@ -41,13 +41,6 @@ def chromium() -> str:
                        "(apt-get install chromium, or brew install --cask chromium)")
 
 
-def png_size(data: bytes) -> tuple[int, int]:
-    """(width, height) of a PNG image, from its header."""
-    if data[:8] != b"\x89PNG\r\n\x1a\n":
-        raise ValueError("data: not a PNG image")
-    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-
-
 def figures_to_png(figures: Sequence[dict[str, Any]], scale: float = 1.5, timeout: float = 600) -> list[bytes]:
     """PNG images of plotly figures (their JSON: ``data`` and ``layout``), in order, drawn in one browser start."""
     from plotly.offline import get_plotlyjs

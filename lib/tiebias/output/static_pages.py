@@ -23,9 +23,6 @@ OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
 """
-_REMOTE = re.compile(r"""(?:<script[^>]*\bsrc|<link[^>]*\bhref|<iframe[^>]*\bsrc)\s*=\s*["']?(https?:)?//"""
-                     r"""|\bimport\b[^;\n]*["'](https?:)?//|@import\s+(?:url\()?["']?(https?:)?//""", re.I)
-
 
 def _plain(value: str) -> str:
     """A widget's HTML value as one line of text (tags dropped, entities and figure spaces undone)."""
@@ -88,11 +85,6 @@ def expand_widgets(nb: Any) -> Any:
             new.extend(widget_outputs(view["model_id"], models) if view else [out])
         cell["outputs"] = new
     return nb
-
-
-def remote_references(page: str) -> list[str]:
-    """The script, stylesheet, frame or module URLs a page would fetch from the network (http, https, //)."""
-    return [m.group(0) for m in _REMOTE.finditer(page)]
 
 
 def export_offline_html(notebook_path: str | Path, out_path: str | Path) -> Path:

@@ -25,6 +25,7 @@ import torch
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
 from tiebias.config.checks import is_int
+from tiebias.config.corpus import SPLITS
 from tiebias.config.variants import Variant, model_key, parse_key, step_of
 from tiebias.data.checks import check_unchanged
 from tiebias.data.tokens import (
@@ -63,7 +64,6 @@ from tiebias.run.layout import (
 from tiebias.run.variation import ParameterChangedError
 from tiebias.system.parallel import CONSTRUCTION
 
-SPLITS = ("train", "validation", "test")
 _DATA_KEYS = ("corpus", "vocab_size", "n_documents", "n_tokens", "tokenizer_size", "corpus_fingerprint")
 FINGERPRINTS = {"corpus_fingerprint": "corpus fingerprint", "tokenizer_fingerprint": "tokenizer fingerprint"}
 """What a model folder's train_config.json records of its run's data (written when its training starts)."""
