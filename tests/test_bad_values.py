@@ -46,6 +46,13 @@ def test_lr_above_one_is_refused_up_front() -> None:
     with pytest.raises(ValueError, match=r"^lr: 1000000.0 is not allowed; need a finite number > 0 and at most 1"):
         profiles.resolve("smoke", "/tmp/never", lr=1e6)
     assert profiles.resolve("smoke", "/tmp/never", lr=1.0)["lr"] == 1.0
+    # one rule, two callers: the library's TrainConfig refuses what the schema refuses, in the same words
+    with pytest.raises(ValueError, match=r"^lr: 1000000.0 is not allowed; need a finite number > 0 and at most 1"):
+        TrainConfig(preset="tiny", lr=1e6).validate()
+    for bad in (0, -1e-3, math.nan, True):
+        with pytest.raises(ValueError, match=r"^lr: .* is not allowed; need a finite number > 0 and at most 1"):
+            TrainConfig(preset="tiny", lr=bad).validate()
+    assert TrainConfig(preset="tiny", lr=1.0).validate().lr == 1.0
 
 
 # -- case 11: warmup as long as training ------------------------------------------------------------------
@@ -139,17 +146,35 @@ def test_lens_depth_presets_are_checked_against_the_recipe() -> None:
 
 
 # -- case 10: a training that diverges ---------------------------------------------------------------------
+def _blows_up_at_call(n: int):  # noqa: ANN202
+    """``torch.nn.utils.clip_grad_norm_`` that clips as usual and reports an infinite norm from its n-th call on."""
+    clip, calls = torch.nn.utils.clip_grad_norm_, [0]
+
+    def blown(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls[0] += 1
+        norm = clip(*args, **kwargs)
+        return norm if calls[0] < n else torch.full_like(norm, math.inf)
+
+    return blown
+
+
 @pytest.fixture(scope="module")
 def diverged_run(prepared_run: Run, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    """Tied and untied models of seed 0 trained with lr=1e6 (the library allows it; the schema does not)."""
+    """Tied and untied models of seed 0 whose training diverges at step 5: the gradient norm turns infinite there.
+
+    Injected (the clipping call reports inf from its fifth call on), because no learning rate TrainConfig accepts
+    (at most 1, the schema's rule) makes the tiny model diverge reliably in 40 steps; what is under test is what the
+    kit does once a step is not finite."""
     import shutil
 
     run = Run(tmp_path_factory.mktemp("runs") / "diverged")
     shutil.copytree(prepared_run.path, run.path, ignore=shutil.ignore_patterns("models", "metrics"), dirs_exist_ok=True)
-    cfg = TrainConfig(preset="tiny", steps=40, batch_size=4, seq_len=32, lr=1e6, warmup_steps=2, eval_every=20,
+    cfg = TrainConfig(preset="tiny", steps=40, batch_size=4, seq_len=32, lr=1.0, warmup_steps=2, eval_every=20,
                       eval_tokens=512, checkpoint_every=20)
     for v in ("tied", "untied"):
-        train(run, v, 0, cfg, progress=False)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(torch.nn.utils, "clip_grad_norm_", _blows_up_at_call(5))
+            train(run, v, 0, cfg, progress=False)
     return run
 
 
@@ -185,7 +210,7 @@ def test_01_reports_diverged_models_plainly(diverged_run: Run) -> None:
 
 def test_analyses_refuse_a_diverged_model_by_name(diverged_run: Run) -> None:
     before = _files(diverged_run.path)
-    named = r"model tied-s0 in .*: training diverged at step \d+ .*lower lr \(it trained with lr=1e\+06\) and train " \
+    named = r"model tied-s0 in .*: training diverged at step \d+ .*lower lr \(it trained with lr=1\) and train " \
             r"it again in a fresh run_dir"
     with pytest.raises(ValueError, match=named):  # 02
         comparisons.load_models(diverged_run, [0])

@@ -29,7 +29,7 @@ from tiebias.config.choices import LENS_RECIPES as _RECIPES
 from tiebias.config.corpus import BYTE_ALPHABET_SIZE, EMBEDDED_CORPUS, SPECIAL_TOKENS, looks_like_hub_name
 from tiebias.config.paths import NOTEBOOKS, check_encodable
 from tiebias.config.presets import FAMILIES, PRESETS
-from tiebias.config.training import FACTOR_RANGE, SEED_LIMIT, TrainConfig, check_factor
+from tiebias.config.training import FACTOR_RANGE, SEED_LIMIT, TrainConfig, check_factor, lr_problem
 from tiebias.config.variants import parse_variants
 
 REQUIRED: Any = object()  # default of a profile key every profile must give
@@ -94,19 +94,9 @@ def _seed_list(v: list[int]) -> str | None:
     return None if len(set(v)) == len(v) else "a seed is repeated"
 
 
-MAX_LR = 1.0
-
-
 def _lr(v: float) -> str | None:
-    """A peak learning rate AdamW can train with: 0 < lr <= MAX_LR.
-
-    Adam moves every weight by about lr per step and the weights start near 0.02, so above 1 training can only
-    diverge (a slip such as 3e3 for 3e-3); the shipped profiles use 1e-3 to 3e-3.
-    """
-    if not math.isfinite(v) or not 0 < v <= MAX_LR:
-        return (f"need a finite number > 0 and at most {MAX_LR:g} (Adam moves each weight by about lr per step; "
-                "the profiles use 1e-3 to 3e-3)")
-    return None
+    """The schema's learning-rate check: :func:`tiebias.config.training.lr_problem`, the rule TrainConfig applies."""
+    return lr_problem(v)
 
 
 def _variants(v: list[str]) -> str | None:

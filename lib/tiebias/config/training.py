@@ -74,6 +74,22 @@ with (PROFILE_DIR / "default.toml").open("rb") as _f:
 recipe's here, the lens trainer's in :func:`tiebias.lens.fit.train_lens`)."""
 
 
+MAX_LR = 1.0
+"""The largest peak learning rate the kit accepts (see :func:`lr_problem`)."""
+
+
+def lr_problem(v: object) -> str | None:
+    """What is wrong with a peak learning rate, or None: AdamW needs 0 < lr <= MAX_LR.
+
+    Adam moves every weight by about lr per step and the weights start near 0.02, so above 1 training can only
+    diverge (a slip such as 3e3 for 3e-3). One rule for the parameter schema and for :meth:`TrainConfig.validate`.
+    """
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 < v <= MAX_LR:
+        return (f"need a finite number > 0 and at most {MAX_LR:g} (Adam moves each weight by about lr per step; "
+                "the profiles use 1e-3 to 3e-3)")
+    return None
+
+
 @dataclass
 class TrainConfig:
     """Everything that determines a trained model besides its variant and seed.
@@ -116,10 +132,11 @@ class TrainConfig:
         if self.warmup_steps >= self.steps:  # the learning rate would still be ramping up when training ends
             raise ValueError(f"warmup_steps: {self.warmup_steps} is not allowed with steps={self.steps}; need "
                              f"warmup_steps < steps, else the learning rate never reaches its peak lr={self.lr:g}")
-        for name in ("lr", "grad_clip"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise ValueError(f"{name}: {v!r} is not allowed; need a finite number > 0")
+        if (why := lr_problem(self.lr)) is not None:
+            raise ValueError(f"lr: {self.lr!r} is not allowed; {why}")
+        v = self.grad_clip
+        if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise ValueError(f"grad_clip: {v!r} is not allowed; need a finite number > 0")
         for name in ("min_lr_ratio", "weight_decay", "beta1", "beta2"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not 0 <= v <= 1:
