@@ -12,11 +12,23 @@ from tiebias.verdicts import claims, records
 
 @pytest.mark.parametrize("bad,msg", [
     ([0], "0 is not allowed"), ([-2], "-2 is not allowed"), ([float("nan")], "nan"), (["x"], "'x' is not a number"),
-    ([], "empty"), ([1, 1], "repeats"), (None, "not a list"), ([True], "not a number"),
+    ([], "empty"), ([1, 1], "a factor is repeated"), (None, "not a list"), ([True], "not a number"),
 ])
 def test_bad_factors(bad, msg) -> None:
     with pytest.raises(ValueError, match=msg):
         ablate.check_factors(bad, "ablate_factors")
+
+
+def test_the_sweep_and_the_schema_share_the_factor_rule() -> None:
+    from tiebias.config import profiles
+    from tiebias.config.training import DOSE_RESPONSE_FACTORS
+
+    assert ablate.check_factors([5]) == [5.0]  # the library may sweep one factor
+    with pytest.raises(ValueError, match=r"^ablate_factors: \[5\] is not allowed; need at least 2 factors") as sweep:
+        ablate.check_factors([5], "ablate_factors", DOSE_RESPONSE_FACTORS)  # a dose-response needs two, as 04's
+    with pytest.raises(ValueError, match=r"^ablate_factors: \[5\] is not allowed; ") as schema:
+        profiles.resolve("smoke", "/tmp/never", ablate_factors=[5])
+    assert str(sweep.value) == str(schema.value)
 
 
 def test_factors_and_variants() -> None:
@@ -121,4 +133,4 @@ def test_claim4_one_seed_cannot_be_judged_in_text_and_record(tmp_path, rise) -> 
 def test_record_refuses_nan_without_a_status(tmp_path) -> None:
 
     with pytest.raises(ValueError, match="value: nan is not a finite number"):
-        records.record(Run(tmp_path / "r"), "claim4_causality", value=float("nan"), threshold=1.0, statement="x")
+        records.record(Run(tmp_path / "r"), records.Headline("claim4_causality", value=float("nan"), threshold=1.0, statement="x"))

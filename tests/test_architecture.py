@@ -14,6 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 LIB = ROOT / "lib" / "tiebias"
 MODULES = sorted(LIB.rglob("*.py"))
 MAX_FUNCTION_LINES = 80
+MAX_PARAMETERS = 10
+WHY_MORE = "Why so many parameters:"
+"""A function over MAX_PARAMETERS says why in its docstring, after these words."""
 
 LAYERS = ("config", "system", "stats", "paper", "data", "run", "models", "train", "align", "lens", "ablate",
           "verdicts", "output", "teach", "study", "nbfilter", "__main__")
@@ -156,6 +159,36 @@ def test_functions_are_short(path: Path) -> None:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
     assert not long, f"{path.relative_to(LIB)}: {', '.join(long)}; break them into named steps"
+
+
+def long_signatures(source: str) -> list[str]:
+    """Functions of ``source`` with more than MAX_PARAMETERS parameters (self and cls not counted) and no note why."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        a = node.args
+        names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x is not None]
+        n = len([x for x in names if x not in ("self", "cls")])
+        if n > MAX_PARAMETERS and WHY_MORE not in (ast.get_docstring(node) or ""):
+            out.append(f"{node.name} ({n} parameters)")
+    return out
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(LIB)))
+def test_signatures_are_short(path: Path) -> None:
+    """Settings that travel together are one object (TrainConfig, LensSettings, LensFit, Headline), not ten keywords."""
+    long = long_signatures(path.read_text())
+    assert not long, (f"{path.relative_to(LIB)}: {', '.join(long)}; group settings that travel together in a "
+                      f"dataclass, or say in the docstring '{WHY_MORE} ...'")
+
+
+def test_the_signature_count_finds_a_long_one() -> None:
+    many = ", ".join(f"a{i}" for i in range(MAX_PARAMETERS))
+    assert long_signatures(f"def f(self, {many}): pass") == []
+    assert long_signatures(f"def f({many}, *, b): pass") == [f"f ({MAX_PARAMETERS + 1} parameters)"]
+    assert long_signatures(f"def f({many}, **kw): pass") == [f"f ({MAX_PARAMETERS + 1} parameters)"]
+    assert long_signatures(f'def f({many}, b):\n    """{WHY_MORE} they are the fields of a file."""') == []
 
 
 def test_every_module_imports() -> None:

@@ -249,11 +249,11 @@ def test_a_model_must_beat_the_unigram_baseline_strictly(loss: float, short: boo
 def test_a_record_stores_the_computed_words(tmp_path: Path) -> None:
     run = Run(tmp_path / "r")
     for value, status in ((0.5 + NUDGE, HOLDS), (0.5, DOES_NOT_HOLD)):
-        entry = records.record(run, "claim2_gradient_flow", value=value, threshold=0.5, statement="s")
+        entry = records.record(run, records.Headline("claim2_gradient_flow", value=value, threshold=0.5, statement="s"))
         assert entry["status"] == status
     stored = records.results(run)["claim2_gradient_flow"]
     assert stored["status"] == DOES_NOT_HOLD and stored["verdict"] is False and stored["above_threshold"] is False
-    e = records.record(run, "claim2_gradient_flow", value=0.9, threshold=0.5, statement="s", not_meaningful="smoke")
+    e = records.record(run, records.Headline("claim2_gradient_flow", value=0.9, threshold=0.5, statement="s"), not_meaningful="smoke")
     assert e["status"] == NOT_MEANINGFUL and e["verdict"] is None and e["above_threshold"] is True
     stored = records.results(run)["claim2_gradient_flow"]
     assert stored["status"] == NOT_MEANINGFUL and stored["verdict"] is None and stored["above_threshold"] is True

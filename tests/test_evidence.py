@@ -98,10 +98,9 @@ def test_record_in_a_run_that_learned_keeps_the_verdict(fresh_run: Run) -> None:
 
 
 def test_a_value_that_cannot_exist_keeps_its_own_null_reason(fresh_run: Run) -> None:
-    e = records.record(fresh_run, "claim4_causality", value=math.nan, threshold=1.0, statement="s",
-                      status=claims.ONE_SEED_STATUS, not_meaningful="a plumbing run")
+    e = records.record(fresh_run, records.Headline("claim4_causality", value=math.nan, threshold=1.0, statement="s", status=claims.ONE_SEED_STATUS), not_meaningful="a plumbing run")
     stored = json.loads(fresh_run.result_path("claim4_causality").read_text())
     assert e["status"] == stored["status"] == NOT_MEANINGFUL and stored["value"] is None
     assert stored["null_reasons"]["value"] == claims.ONE_SEED_STATUS
     with pytest.raises(ValueError, match="^not_meaningful: ''"):
-        records.record(fresh_run, "claim4_causality", value=1.5, threshold=1.0, statement="s", not_meaningful="")
+        records.record(fresh_run, records.Headline("claim4_causality", value=1.5, threshold=1.0, statement="s"), not_meaningful="")

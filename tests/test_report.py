@@ -8,21 +8,19 @@ from tiebias.verdicts import claims, records
 
 
 def test_record_computes_verdict_and_rejects_bad_input(fresh_run: Run) -> None:
-    e = records.record(fresh_run, "claim2_gradient_flow", value=0.8, threshold=0.5, statement="s", spread=0.01)
+    e = records.record(fresh_run, records.Headline("claim2_gradient_flow", value=0.8, threshold=0.5, statement="s", spread=0.01))
     assert e["verdict"] is True and e["above_threshold"] is True and e["status"] == "holds"
-    e = records.record(fresh_run, "claim3_tuned_lens", value=-0.2, threshold=0.1, statement="s",
-                      noise_floor=float("nan"))
+    e = records.record(fresh_run, records.Headline("claim3_tuned_lens", value=-0.2, threshold=0.1, statement="s", noise_floor=float("nan")))
     assert e["verdict"] is False and e["above_threshold"] is False and e["noise_floor"] is None
     with pytest.raises(ValueError, match="claim: unknown value 'claim9'"):
-        records.record(fresh_run, "claim9", value=1, threshold=0, statement="s")
+        records.record(fresh_run, records.Headline("claim9", value=1, threshold=0, statement="s"))
     with pytest.raises(ValueError, match="value: nan"):
-        records.record(fresh_run, "claim1_alignment", value=float("nan"), threshold=0, statement="s")
+        records.record(fresh_run, records.Headline("claim1_alignment", value=float("nan"), threshold=0, statement="s"))
     assert set(records.results(fresh_run)) == {"claim2_gradient_flow", "claim3_tuned_lens"}
 
 
 def test_summary_and_report_files(fresh_run: Run) -> None:
-    records.record(fresh_run, "claim1_alignment", value=0.3, threshold=0.1, statement="tied looks like output",
-                  paper={"OLMo": 0.719})
+    records.record(fresh_run, records.Headline("claim1_alignment", value=0.3, threshold=0.1, statement="tied looks like output", paper={"OLMo": 0.719}))
     path = report.write_summary(fresh_run, {"01_train": 12.0})
     data = json.loads(path.read_text())
     assert data["claims"]["claim1_alignment"]["verdict"] is True
@@ -35,9 +33,9 @@ def test_summary_and_report_files(fresh_run: Run) -> None:
 
 
 def test_status_words_the_verdict_and_is_checked(fresh_run: Run) -> None:
-    e = records.record(fresh_run, "claim2_gradient_flow", value=0.8, threshold=0.5, statement="s")
+    e = records.record(fresh_run, records.Headline("claim2_gradient_flow", value=0.8, threshold=0.5, statement="s"))
     assert e["status"] == "holds"
-    e = records.record(fresh_run, "claim3_tuned_lens", value=0.3, threshold=0.1, statement="s", status="not converged")
+    e = records.record(fresh_run, records.Headline("claim3_tuned_lens", value=0.3, threshold=0.1, statement="s", status="not converged"))
     # neither yes nor no: the verdict is null beside the status that says why; the bare comparison is kept
     assert e["status"] == "not converged" and e["verdict"] is None and e["above_threshold"] is True
     stored = records.results(fresh_run)["claim3_tuned_lens"]
@@ -45,7 +43,7 @@ def test_status_words_the_verdict_and_is_checked(fresh_run: Run) -> None:
     before = (fresh_run.path / "results" / "claim3_tuned_lens.json").read_bytes()
     for bad in ("", "  ", 3):
         with pytest.raises(ValueError, match="^status: "):
-            records.record(fresh_run, "claim3_tuned_lens", value=0.3, threshold=0.1, statement="s", status=bad)
+            records.record(fresh_run, records.Headline("claim3_tuned_lens", value=0.3, threshold=0.1, statement="s", status=bad))
     assert (fresh_run.path / "results" / "claim3_tuned_lens.json").read_bytes() == before
     page = report.write_report(fresh_run).read_text()
     assert "<b>not converged</b>" in page and "<b>holds</b>" in page
@@ -64,8 +62,7 @@ def test_names_from_the_run_folder_are_text_in_the_report(fresh_run: Run) -> Non
     fresh_run.notebooks_dir.mkdir(parents=True, exist_ok=True)
     nbformat.write(new_notebook(cells=[new_markdown_cell("# t")]), fresh_run.notebooks_dir / f"{stem}.ipynb")
     fresh_run.update_config(study={"profile": "<b onclick=alert(4)>p</b>", "preset": "<script>alert(5)</script>"})
-    records.record(fresh_run, "claim1_alignment", value=0.3, threshold=0.1, statement="s",
-                   paper={"<script>alert(3)</script>": 0.7})
+    records.record(fresh_run, records.Headline("claim1_alignment", value=0.3, threshold=0.1, statement="s", paper={"<script>alert(3)</script>": 0.7}))
     page = report.write_report(fresh_run).read_text()
     found = tags(page)
     assert [t for t, a in found if t in ("script", "img") or any(k.startswith("on") for k in a)] == []

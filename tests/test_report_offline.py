@@ -81,7 +81,7 @@ def test_notebook_page_needs_no_network(tmp_path: Path) -> None:
 def test_report_pages_need_no_network(fresh_run: Run) -> None:
     fresh_run.notebooks_dir.mkdir(parents=True, exist_ok=True)
     nbformat.write(executed_notebook(), fresh_run.notebooks_dir / "01_train.ipynb")
-    records.record(fresh_run, "claim2_gradient_flow", value=0.8, threshold=0.5, statement="s")
+    records.record(fresh_run, records.Headline("claim2_gradient_flow", value=0.8, threshold=0.5, statement="s"))
     pages = [report.write_report(fresh_run), *sorted(fresh_run.report_dir.glob("*.html"))]
     assert [p.name for p in pages] == ["report.html", "01_train.html"]
     for p in pages:

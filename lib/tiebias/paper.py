@@ -76,6 +76,6 @@ FIG2_OLMO_KL_BITS: dict[int, dict[str, float]] = {0: {"tied": 8.86, "untied": 7.
 
 # How Figure 2's lenses were trained and read by the paper's public code (AntonioLopardo/weight-tying-bias,
 # utils/tuned_lens_utils.py): the tuned-lens package's SGD recipe for 100 steps (the figure's title; the OLMo
-# script uses 500 steps x 131,072 tokens), read with the reference protocol (tiebias.lens.evaluate.PROTOCOLS).
+# script uses 500 steps x 131,072 tokens), read with the reference protocol (tiebias.config.choices.LENS_PROTOCOLS).
 FIG2_LENS = {"protocol": "reference", "recipe": "package", "steps": 100, "olmo_script_steps": 500,
              "olmo_script_tokens_per_step": 131072}

@@ -20,8 +20,7 @@ from typing import Any
 import pandas as pd
 
 from tiebias import stats
-from tiebias.align import embeddings
-from tiebias.align import maps as alignment
+from tiebias.align import embeddings, maps
 from tiebias.config.choices import INGREDIENTS
 from tiebias.config.variants import Variant
 from tiebias.paper import TABLE2_STEP10K
@@ -93,8 +92,8 @@ def _cosines(ref_run: Run, ref_seed: int, tied_run: Run, v: Variant, seed: int) 
     """Orthogonal Procrustes cosine (centred, in-sample, as Table 2) of the untied matrices mapped onto a tied one."""
     ref = embeddings.from_run(ref_run, Variant(False), ref_seed)
     tied = embeddings.from_run(tied_run, v, seed)
-    return {"vs_untied_input": alignment.align_all(ref.input, tied.input, ("orthogonal",))["orthogonal"].mean,
-            "vs_untied_output": alignment.align_all(ref.output, tied.input, ("orthogonal",))["orthogonal"].mean}
+    return {"vs_untied_input": maps.align_all(ref.input, tied.input, ("orthogonal",))["orthogonal"].mean,
+            "vs_untied_output": maps.align_all(ref.output, tied.input, ("orthogonal",))["orthogonal"].mean}
 
 
 def shifts_from_sweep(table: pd.DataFrame, label: str, method: str = "orthogonal") -> pd.DataFrame:

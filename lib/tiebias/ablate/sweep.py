@@ -19,9 +19,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tiebias.align import embeddings
-from tiebias.align import maps as alignment
-from tiebias.config.training import check_factor
+from tiebias.align import embeddings, maps
+from tiebias.config.training import check_factor, factors_problem
 from tiebias.config.variants import Variant
 from tiebias.run.folder import Run
 from tiebias.train import divergence
@@ -30,8 +29,9 @@ from tiebias.train.sweeps import train_many
 from tiebias.train.trainer import TrainConfig
 
 
-def check_factors(factors: Any, name: str = "factors") -> list[float]:
-    """Validate a list of gradient factors (each by :func:`tiebias.config.training.check_factor`), no duplicates."""
+def check_factors(factors: Any, name: str = "factors", minimum: int = 1) -> list[float]:
+    """Gradient factors as a sorted list: text or numbers, each checked by :func:`tiebias.config.training.check_factor`,
+    then the schema's rule (:func:`tiebias.config.training.factors_problem`: none repeated, at least ``minimum``)."""
     if isinstance(factors, (int, float)) and not isinstance(factors, bool):
         factors = [factors]
     if isinstance(factors, str):
@@ -40,8 +40,6 @@ def check_factors(factors: Any, name: str = "factors") -> list[float]:
         items = list(factors)
     except TypeError:
         raise ValueError(f"{name}: {factors!r} is not a list of numbers (e.g. [1, 2, 5, 10])") from None
-    if not items:
-        raise ValueError(f"{name}: empty; give one or more factors k > 0 (e.g. [1, 2, 5, 10])")
     out = []
     for f in items:
         x = f
@@ -49,8 +47,8 @@ def check_factors(factors: Any, name: str = "factors") -> list[float]:
             with contextlib.suppress(TypeError, ValueError):
                 x = float(f)  # text from a command line, numpy numbers; check_factor refuses the rest as given
         out.append(check_factor(name, x))
-    if len(set(out)) != len(out):
-        raise ValueError(f"{name}: {items!r} repeats a factor")
+    if why := factors_problem(out, minimum):
+        raise ValueError(f"{name}: {items!r} is not allowed; {why}")
     return sorted(out)
 
 
@@ -190,8 +188,8 @@ def alignment_table(run: Run, variants: Sequence[Variant], seeds: Sequence[int],
                 if not v.tied:
                     raise ValueError(f"variant: {v.name!r} is not a tied model")
                 tied = embeddings.from_run(run, v, seed, step)
-                res_in = alignment.align_all(ref.input, tied.input, methods, heldout_folds=heldout_folds)
-                res_out = alignment.align_all(ref.output, tied.input, methods, heldout_folds=heldout_folds)
+                res_in = maps.align_all(ref.input, tied.input, methods, heldout_folds=heldout_folds)
+                res_out = maps.align_all(ref.output, tied.input, methods, heldout_folds=heldout_folds)
                 for m in methods:
                     rows.append({"variant": v.name, "k": v.input_factor, "output_factor": v.output_factor,
                                  "seed": seed, "reference_seed": ref_seed,

@@ -19,8 +19,7 @@ import pandas as pd
 import torch
 
 from tiebias import stats
-from tiebias.align import embeddings, token_stats
-from tiebias.align import maps as alignment
+from tiebias.align import embeddings, maps, token_stats
 from tiebias.align.embeddings import Embeddings
 from tiebias.align.neighbours import check_knn_k
 from tiebias.models.anatomy import TyingError
@@ -111,7 +110,7 @@ def _pairs(seeds: list[int], same_kind: bool, within: bool) -> list[tuple[int, i
     return same + cross
 
 
-def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = alignment.METHODS, *,
+def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = maps.METHODS, *,
            heldout_folds: int = 0, knn_k: int | None = 10, noise_floor: bool = True,
            keep_scores: bool = False) -> pd.DataFrame:
     """One row per (comparison, pairing, seeds): mean cosine per method (+ held-out, + KNN@k).
@@ -129,14 +128,14 @@ def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = al
     for (label, ka, wa, kb, wb), same_kind in specs:
         within = label.startswith("untied input -> untied output")
         for sa, sb, pairing in _pairs(seeds, same_kind, within):
-            row = alignment.compare(models[sa][ka], models[sb][kb], wa, wb, methods, knn_k=knn_k,
+            row = maps.compare(models[sa][ka], models[sb][kb], wa, wb, methods, knn_k=knn_k,
                                     return_scores=keep_scores)
             out = {"comparison": label, "pairing": pairing, "seed_source": sa, "seed_target": sb,
                    "n_tokens": row["n_tokens"], **{m: row[m] for m in methods}}
             if knn_k is not None:
                 out[f"knn@{knn_k}"] = row[f"knn@{knn_k}"]
             if heldout_folds:
-                ho = alignment.compare(models[sa][ka], models[sb][kb], wa, wb,
+                ho = maps.compare(models[sa][ka], models[sb][kb], wa, wb,
                                        [m for m in methods if m != "identity"], heldout_folds)
                 for m in methods:
                     if m != "identity":

@@ -29,7 +29,13 @@ from tiebias.config.choices import LENS_RECIPES as _RECIPES
 from tiebias.config.corpus import BYTE_ALPHABET_SIZE, EMBEDDED_CORPUS, SPECIAL_TOKENS, looks_like_hub_name
 from tiebias.config.paths import NOTEBOOKS, check_encodable
 from tiebias.config.presets import FAMILIES, PRESETS
-from tiebias.config.training import FACTOR_RANGE, SEED_LIMIT, TrainConfig, check_factor, lr_problem
+from tiebias.config.training import (
+    DOSE_RESPONSE_FACTORS,
+    SEED_LIMIT,
+    TrainConfig,
+    factors_problem,
+    lr_problem,
+)
 from tiebias.config.variants import parse_variants
 
 REQUIRED: Any = object()  # default of a profile key every profile must give
@@ -147,15 +153,8 @@ def _none_or(rule: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
 
 
 def _factors(v: list[float]) -> str | None:
-    """Gradient factors: two or more distinct ones, each as training.check_factor allows (a dose-response needs two)."""
-    try:
-        for x in v:
-            check_factor("factor", x)
-    except ValueError:
-        return f"each factor k must be {FACTOR_RANGE} (the paper's k is 5; a far larger one overflows the gradient norm)"
-    if len(set(v)) != len(v):
-        return "a factor is repeated"
-    return None if len(v) >= 2 else "need at least two factors k > 0 for a dose-response (e.g. [1, 5])"
+    """Gradient factors of a dose-response (training.factors_problem, at least DOSE_RESPONSE_FACTORS)."""
+    return factors_problem(v, DOSE_RESPONSE_FACTORS)
 
 
 def _vocab_list(v: list[int]) -> str | None:
@@ -228,21 +227,21 @@ PARAM_LIST: tuple[Param, ...] = (
     Param("knn_k", "int", "neighbours for the KNN@k overlap", ("02_align",), "comparisons.table1(knn_k=)",
           check=_at_least(1)),
     # -- 03_lens ----------------------------------------------------------------------------------
-    Param("lens_steps", "int", "tuned-lens training steps", ("03_lens", "04_ablate"), "lens recipe steps", check=_at_least(1)),
-    Param("lens_tokens_per_step", "int", "tuned-lens tokens per step", ("03_lens", "04_ablate"), "lens recipe tokens_per_step",
+    Param("lens_steps", "int", "tuned-lens training steps", ("03_lens", "04_ablate"), "config.lens.LensSettings(steps=)", check=_at_least(1)),
+    Param("lens_tokens_per_step", "int", "tuned-lens tokens per step", ("03_lens", "04_ablate"), "config.lens.LensSettings(tokens_per_step=)",
           check=_at_least(1)),
     Param("lens_depth_presets", "strs", "other model depths for 03_lens, same width ([] = off), e.g. "
           "['small-deep', 'small-16']", ("03_lens",), "train.train_depth_models(preset=)", default=[],
           check=_none_or(_choice(tuple(PRESETS)))),
-    Param("lens_eval_tokens", "int", "lens evaluation tokens (test split)", ("03_lens", "04_ablate"), "lens KL tables (eval_tokens=)",
+    Param("lens_eval_tokens", "int", "lens evaluation tokens (test split)", ("03_lens", "04_ablate"), "config.lens.LensSettings(eval_tokens=)",
           check=_at_least(1)),
     Param("lens_budgets", "ints", "lens-budget ladder: multiples of lens_steps, strictly increasing; the last carries "
-          "the claim-3 verdict", ("03_lens",), "03 lens-budget ladder (lens.ladder.train_model_lens_ladders)", default=[1], check=_budgets),
+          "the claim-3 verdict", ("03_lens",), "03 lens-budget ladder (config.lens.LensSettings(budgets=))", default=[1], check=_budgets),
     Param("lens_recipes", "strs", f"lens training recipes, from {', '.join(LENS_RECIPES)}", ("03_lens", "04_ablate"),
           "03 lens recipe comparison", default=["cpu"], check=_choice(LENS_RECIPES)),
     Param("lens_protocols", "strs", f"readings of every trained lens, from {', '.join(LENS_PROTOCOLS)} (the "
           "tuned-lens package's, the paper's code's); the first carries claim 3's headline verdict", ("03_lens",),
-          "03 lens evaluation (lens.ladder.train_lens_ladders(protocols=))", default=["package", "reference"],
+          "03 lens evaluation (config.lens.LensSettings(protocols=))", default=["package", "reference"],
           check=_choice(LENS_PROTOCOLS)),
     Param("lens_checkpoints", "ints", "training steps whose checkpoints also get a lens ([] = final models only)",
           ("03_lens",), "03 lens over training", default=[], check=_steps),

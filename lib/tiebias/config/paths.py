@@ -9,12 +9,19 @@ from pathlib import Path
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
 NOTEBOOKS = ("01_train", "02_align", "03_lens", "04_ablate")
+RUNS = "runs"
+"""The folder, in the checkout, that holds the runs (``runs/<profile>/``) and external pairs (``runs/external/``)."""
 
 
 def repo_root() -> Path:
     """The checkout root when installed in editable mode, else the current directory."""
     here = Path(__file__).resolve().parents[3]
     return here if (here / "pyproject.toml").exists() else Path.cwd()
+
+
+def runs_dir() -> Path:
+    """The runs folder of the checkout (:data:`RUNS`)."""
+    return repo_root() / RUNS
 
 
 def notebooks_dir() -> Path:

@@ -19,6 +19,7 @@ from typing import Any
 
 from tiebias.config.checks import check_run_dir_text
 from tiebias.config.environment import check_environment
+from tiebias.config.lens import check_shape, lens_seq_len
 from tiebias.config.params import (
     PARAM_LIST,
     PARAMS,
@@ -29,13 +30,12 @@ from tiebias.config.params import (
     notebook_parameters,
     unknown_name,
 )
-from tiebias.config.paths import NOTEBOOKS, PROFILE_DIR, check_encodable, repo_root
+from tiebias.config.paths import NOTEBOOKS, PROFILE_DIR, check_encodable, repo_root, runs_dir
 from tiebias.config.training import TrainConfig, checkpoint_steps
 from tiebias.config.variants import parse_variants
 
 PROFILE_ENV = "TIEBIAS_PROFILE"
 RUN_DIR_ENV = "TIEBIAS_RUN_DIR"
-LENS_MAX_SEQ_LEN = 128  # 03's lenses read sequences of min(seq_len, this)
 
 
 def available() -> list[str]:
@@ -128,7 +128,7 @@ def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None
         check_lens(params)
     check_pairs(params, NOTEBOOKS if notebooks is None else notebooks)
     check_run_dir_text(run_dir)  # "" is a mistake, not "not given" (that is None)
-    rd = run_dir or env_run_dir() or repo_root() / "runs" / Path(str(name)).stem
+    rd = run_dir or env_run_dir() or runs_dir() / Path(str(name)).stem
     params["profile"] = str(name)
     check_encodable("run_dir", rd)
     params["run_dir"] = str(Path(rd).expanduser().resolve())
@@ -211,11 +211,6 @@ def train_config(params: Mapping[str, Any], **changes: Any) -> TrainConfig:
     return cfg.validate()
 
 
-def lens_seq_len(seq_len: int) -> int:
-    """Sequence length of 03's lenses: the training one, capped at LENS_MAX_SEQ_LEN (lens cost grows with it)."""
-    return min(seq_len, LENS_MAX_SEQ_LEN)
-
-
 def check_lens(params: Mapping[str, Any]) -> None:
     """Refuse lens settings 03 could not use with this training recipe, naming them, before anything trains.
 
@@ -223,17 +218,8 @@ def check_lens(params: Mapping[str, Any]) -> None:
     ``lens.fit.train_lens`` and ``lens.evaluate.evaluate``), every ``lens_checkpoints`` step one at which training
     saves a checkpoint, and every ``lens_depth_presets`` entry a shape the recipe can train.
     """
-    n, seq_len = lens_seq_len(params["seq_len"]), params["seq_len"]
-    unit = f"the lens sequence length {n} (min(seq_len={seq_len}, {LENS_MAX_SEQ_LEN}))"
-    tps = params["lens_tokens_per_step"]
-    if tps % n:
-        below = tps - tps % n
-        hint = f"e.g. {below} or {below + n}" if below else f"e.g. {n} or {2 * n}"
-        raise ValueError(f"lens_tokens_per_step: {tps} is not allowed with seq_len={seq_len}; need a multiple of "
-                         f"{unit}, {hint}")
-    if params["lens_eval_tokens"] < n:
-        raise ValueError(f"lens_eval_tokens: {params['lens_eval_tokens']} is not allowed with seq_len={seq_len}; "
-                         f"need at least one lens sequence, i.e. >= {unit}")
+    seq_len = params["seq_len"]
+    check_shape(params["lens_tokens_per_step"], params["lens_eval_tokens"], lens_seq_len(seq_len), seq_len)
     _check_lens_checkpoints(params)
     for depth in params["lens_depth_presets"]:
         try:

@@ -41,6 +41,26 @@ def check_factor(name: str, value: Any) -> float:
     return float(value)
 
 
+DOSE_RESPONSE_FACTORS = 2
+"""Fewest factors k of a dose-response (notebook 04's ``ablate_factors``); a sweep of the library may train one."""
+
+
+def factors_problem(factors: list[float], minimum: int = 1) -> str | None:
+    """What is wrong with a list of gradient factors (None: nothing): each as :func:`check_factor` allows, none
+    repeated, at least ``minimum`` of them. The one rule of the schema (``ablate_factors``) and the sweep."""
+    for x in factors:
+        try:
+            check_factor("factor", x)
+        except ValueError:
+            return f"each factor k must be {FACTOR_RANGE} (the paper's k is 5; a far larger one overflows the gradient norm)"
+    if len(set(factors)) != len(factors):
+        return "a factor is repeated"
+    if len(factors) < minimum:
+        return (f"need at least {minimum} factors k > 0 for a dose-response (e.g. [1, 5])" if minimum > 1
+                else "empty; give one or more factors k > 0 (e.g. [1, 2, 5, 10])")
+    return None
+
+
 def checkpoint_steps(steps: int, every: int) -> list[int]:
     """Steps with a checkpoint: 0, powers of two (log-spaced, for evolution plots), every ``every``, last."""
     s = {0, steps}

@@ -23,6 +23,7 @@ from transformers import PreTrainedTokenizerFast
 
 from tiebias.config.checks import is_int
 from tiebias.config.corpus import BYTE_ALPHABET_SIZE, EOS_TOKEN, SPECIAL_TOKENS
+from tiebias.config.training import DEFAULT_PROFILE
 
 __all__ = [
     "EOS_TOKEN",
@@ -51,7 +52,7 @@ _LONG_RUN = re.compile(rf"(?<!\S)\S{{{MAX_TRAIN_RUN + 1},}}")
 
 
 def train_tokenizer(
-    texts: Iterable[str], vocab_size: int = 4096, *, min_frequency: int = 2
+    texts: Iterable[str], vocab_size: int = DEFAULT_PROFILE["vocab_size"], *, min_frequency: int = 2
 ) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE tokenizer (GPT-2 style) and wrap it for ``transformers``.
 

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from tiebias.config.checks import is_int
+from tiebias.config.lens import LENS_BATCH_SIZE, LENS_SEQ_LEN
 from tiebias.lens.frozen import LensTarget, frozen_forward
 from tiebias.lens.inputs import check_train_args, sequences
 from tiebias.lens.lenses import check_model, new_lens
@@ -147,9 +148,9 @@ def build_cache(
     model: PreTrainedModel,
     tokens: Tensor,
     *,
-    seq_len: int = 128,
+    seq_len: int = LENS_SEQ_LEN,
     tokens_per_step: int = 512,
-    batch_size: int = 8,
+    batch_size: int = LENS_BATCH_SIZE,
     max_bytes: int = MAX_BYTES,
     num_threads: int | Literal["auto"] | None = "auto",
     progress: bool = False,

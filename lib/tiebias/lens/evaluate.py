@@ -23,6 +23,7 @@ from tuned_lens.nn import Lens, LogitLens
 
 from tiebias.config.checks import is_int
 from tiebias.config.choices import LENS_PROTOCOLS
+from tiebias.config.lens import LENS_BATCH_SIZE, LENS_SEQ_LEN
 from tiebias.lens.inputs import check_tokens, sequences
 from tiebias.lens.lenses import LN2, _check_lens, _layout, check_model, new_logit_lens
 from tiebias.system.threads import check_num_threads, loop_threads
@@ -30,10 +31,7 @@ from tiebias.system.threads import check_num_threads, loop_threads
 if TYPE_CHECKING:  # plotting pulls in plotly; imported where used
     from tuned_lens.plotting import PredictionTrajectory
 
-__all__ = ["PROTOCOLS", "evaluate", "kl_bits", "top_tokens_by_layer", "trajectory"]
-
-PROTOCOLS = LENS_PROTOCOLS
-"""How a tuned lens's translators are matched to hidden states: see :func:`evaluate`."""
+__all__ = ["evaluate", "kl_bits", "top_tokens_by_layer", "trajectory"]
 
 
 def kl_bits(p_logits: Tensor, q_logits: Tensor) -> Tensor:
@@ -70,9 +68,9 @@ def evaluate(
     tokens: Tensor,
     lens: TunedLens | None = None,
     *,
-    seq_len: int = 128,
+    seq_len: int = LENS_SEQ_LEN,
     max_tokens: int = 32768,
-    batch_size: int = 8,
+    batch_size: int = LENS_BATCH_SIZE,
     num_threads: int | str | None = "auto",
     per_sequence: bool = False,
     logit_lens: bool = True,
@@ -94,14 +92,14 @@ def evaluate(
     leading ``sequence`` column, ``n_tokens`` = seq_len), the input of a bootstrap over
     sequences; the mean over sequences of each column is the per-layer table.
 
-    ``protocol`` (one of :data:`PROTOCOLS`) says which translator reads which hidden state: ``"package"`` as
+    ``protocol`` (one of :data:`tiebias.config.choices.LENS_PROTOCOLS`) says which translator reads which hidden state: ``"package"`` as
     the tuned-lens package trains them (translator i on hidden state i, the model's head on the stream entering
     the final norm at row L); ``"reference"`` as the paper's public code reads them (row i is
     ``hidden_states[i]`` through translator ``max(0, i - 1)``; row L, the already-normed last hidden state,
     through translator L - 1 and the final norm again; the logit lens likewise).
     """
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"protocol: {protocol!r} is not allowed; allowed: {', '.join(PROTOCOLS)}")
+    if protocol not in LENS_PROTOCOLS:
+        raise ValueError(f"protocol: {protocol!r} is not allowed; allowed: {', '.join(LENS_PROTOCOLS)}")
     check_model(model)
     tokens = check_tokens(tokens, seq_len, model.config.vocab_size)
     if lens is not None:

@@ -44,8 +44,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 from tuned_lens import TunedLens
 
-from tiebias.config.choices import LENS_RECIPES
-from tiebias.config.training import DEFAULT_PROFILE
+from tiebias.config.lens import LensFit
 from tiebias.lens.frozen import LensTarget, frozen_forward
 from tiebias.lens.inputs import check_train_args, sequences
 from tiebias.lens.lenses import LN2, _check_lens, check_model, new_lens
@@ -111,52 +110,48 @@ _kl_nats_fused = _LensKL.apply
 # --------------------------------------------------------------------------- training
 
 
-_DEFAULT_RECIPE = LENS_RECIPES["cpu"]  # defaults: the default profile's steps, the "cpu" recipe (config owns both)
-
-
 def train_lens(
     model: PreTrainedModel,
     tokens: Tensor,
+    fit: LensFit | None = None,
     *,
-    steps: int = DEFAULT_PROFILE["lens_steps"],
-    seq_len: int = 128,
-    tokens_per_step: int = DEFAULT_PROFILE["lens_tokens_per_step"],
-    lr: float = _DEFAULT_RECIPE["lr"],
-    warmup_steps: int = 25,
-    weight_decay: float = _DEFAULT_RECIPE["weight_decay"],
-    seed: int = 0,
-    progress: bool = True,
-    optimizer: Literal["adam", "sgd"] = _DEFAULT_RECIPE["optimizer"],
-    momentum: float = _DEFAULT_RECIPE["momentum"],
-    max_grad_norm: float = 1.0,
-    batch_size: int = 8,
-    low_precision: bool | None = None,
-    num_threads: int | Literal["auto"] | None = "auto",
-    log: list[dict[str, float]] | None = None,
     lens: TunedLens | None = None,
     state: dict[str, Any] | None = None,
-    should_stop: Callable[[], bool] | None = None,
     cache: LensCache | None = None,
+    log: list[dict[str, float]] | None = None,
+    progress: bool = True,
+    num_threads: int | Literal["auto"] | None = "auto",
+    should_stop: Callable[[], bool] | None = None,
 ) -> TunedLens:
     """Train the package's TunedLens on ``model`` (frozen) to minimise sum over layers of KL(final || lens).
 
-    Recipe and defaults: see the module docstring. ``tokens`` is chunked into non-overlapping ``seq_len``
-    sequences, shuffled with ``seed`` and cycled, ``batch_size`` sequences per forward pass.
-    ``low_precision`` (default: :func:`logits_precision` says bf16) computes the lens logits in bf16 like
-    the package's autocast. ``log`` receives one dict per step (``kl_bits_<i>`` per layer, ``lr``).
-    ``num_threads`` sets torch's intra-op CPU threads for the call (None: keep; ``"auto"``: a
-    :class:`tiebias.system.threads.ThreadTuner` picks them from step times, restored after). ``lens`` is trained in
-    place instead of a new identity lens; ``state`` (empty: filled on return) resumes where a call stopped.
-    ``should_stop`` is asked before every step: True raises :class:`tiebias.system.parallel.Stopped`.
-    ``cache`` (:func:`tiebias.lens.cache.build_cache` of this model, tokens and settings) replaces the frozen
-    model's forward, giving the same lens bit for bit; a cache built for anything else is refused (ValueError).
+    Args:
+        model: the frozen model (a supported decoder, see :func:`tiebias.lens.lenses.check_model`).
+        tokens: a 1-D token stream, cut into non-overlapping ``fit.seq_len`` sequences, shuffled with ``fit.seed``
+            and cycled, ``fit.batch_size`` sequences per forward pass.
+        fit: steps, data shape and optimiser recipe (:class:`tiebias.config.lens.LensFit`; None: its defaults, see
+            the module docstring). ``fit.low_precision`` None: bf16 lens logits where :func:`logits_precision` says so, like the
+            package's autocast.
+        lens: trained in place instead of a new identity lens.
+        state: empty: filled on return; filled: resumes where the call that filled it stopped.
+        cache: :func:`tiebias.lens.cache.build_cache` of this model, tokens and settings, replacing the frozen
+            model's forward (the same lens bit for bit); a cache built for anything else is refused (ValueError).
+        log: receives one dict per step (``kl_bits_<i>`` per layer, ``lr``).
+        progress: show a progress bar.
+        num_threads: torch's intra-op CPU threads for the call (None: keep; ``"auto"``: a
+            :class:`tiebias.system.threads.ThreadTuner` picks them from step times, restored after).
+        should_stop: asked before every step; True raises :class:`tiebias.system.parallel.Stopped`.
+
+    Returns:
+        The trained lens.
     """
     model_type = check_model(model)
-    tokens = check_train_args(model, tokens, steps=steps, seq_len=seq_len, tokens_per_step=tokens_per_step,
-                               warmup_steps=warmup_steps, lr=lr, optimizer=optimizer, batch_size=batch_size,
-                               num_threads=num_threads, should_stop=should_stop)
+    fit = LensFit() if fit is None else fit
+    tokens = check_train_args(model, tokens, fit, num_threads, should_stop)
+    low_precision = fit.low_precision
     if low_precision is None:
         low_precision = logits_precision(model.device) == "bf16"
+    steps, seq_len, optimizer = fit.steps, fit.seq_len, fit.optimizer
     if lens is None:
         lens = new_lens(model)
     else:
@@ -165,25 +160,24 @@ def train_lens(
     was_training = model.training
     model.eval()
     params = [p for p in lens.parameters() if p.requires_grad]
-    opt, base_lr, feed = _start(params, tokens, seq_len, seed, resume, optimizer=optimizer, lr=lr, momentum=momentum,
-                                weight_decay=weight_decay)
+    opt, base_lr, feed = _start(params, tokens, fit, resume)
     target = LensTarget.of(lens, low_precision)
-    per_step = tokens_per_step // seq_len
+    per_step = fit.tokens_per_step // seq_len
     if cache is not None:
-        cache.check(model, feed.seqs, tokens_per_step=tokens_per_step, batch_size=batch_size)
+        cache.check(model, feed.seqs, tokens_per_step=fit.tokens_per_step, batch_size=fit.batch_size)
     with loop_threads(num_threads, model.device.type) as tuner:
         bar = tqdm(range(steps), desc=f"tuned lens ({model_type})", disable=not progress)
         try:
             for step in bar:
                 if should_stop is not None and should_stop():
                     raise Stopped(f"lens training stopped at step {step} of {steps}")
-                factor = _lr_factor(step, steps, warmup_steps)
+                factor = _lr_factor(step, steps, fit.warmup_steps)
                 for g, base in zip(opt.param_groups, base_lr, strict=True):
                     g["lr"] = base * factor
                 idx = feed.take(per_step)
                 with tuner.step():
-                    layer_loss = _accumulate_gradients(model, lens, target, feed.seqs, idx, batch_size, cache)
-                    torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+                    layer_loss = _accumulate_gradients(model, lens, target, feed.seqs, idx, fit.batch_size, cache)
+                    torch.nn.utils.clip_grad_norm_(params, fit.max_grad_norm)
                     opt.step()
                     opt.zero_grad(set_to_none=False)
                 _record(bar, log, layer_loss, opt.param_groups[0]["lr"])
@@ -247,24 +241,15 @@ class _Feed:
 
 
 def _start(
-    params: list[torch.nn.Parameter],
-    tokens: Tensor,
-    seq_len: int,
-    seed: int,
-    resume: dict[str, Any] | None,
-    *,
-    optimizer: str,
-    lr: float,
-    momentum: float,
-    weight_decay: float,
+    params: list[torch.nn.Parameter], tokens: Tensor, fit: LensFit, resume: dict[str, Any] | None
 ) -> tuple[torch.optim.Optimizer, list[float], _Feed]:
     """Optimiser, its base learning rates and the data feed, fresh or restored from ``resume``.
 
     The base rates are read before a resumed optimiser state overwrites them with its last scheduled ones."""
-    opt = _new_optimizer(params, optimizer, lr, momentum, weight_decay)
+    opt = _new_optimizer(params, fit.optimizer, fit.lr, fit.momentum, fit.weight_decay)
     base_lr = [g["lr"] for g in opt.param_groups]
-    seqs = sequences(tokens, seq_len)
-    gen = torch.Generator().manual_seed(seed)
+    seqs = sequences(tokens, fit.seq_len)
+    gen = torch.Generator().manual_seed(fit.seed)
     if resume is None:
         return opt, base_lr, _Feed(seqs, gen, torch.randperm(len(seqs), generator=gen), 0, 0)
     opt.load_state_dict(resume["optimizer"])

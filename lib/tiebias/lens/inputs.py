@@ -13,6 +13,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from tiebias.config.checks import is_int
+from tiebias.config.lens import LensFit
 from tiebias.system.parallel import check_should_stop
 from tiebias.system.threads import check_num_threads
 
@@ -50,36 +51,12 @@ def sequences(tokens: Tensor, seq_len: int) -> Tensor:
     return tokens[: n * seq_len].view(n, seq_len)
 
 
-def check_train_args(
-    model: PreTrainedModel,
-    tokens: Any,
-    *,
-    steps: int,
-    seq_len: int,
-    tokens_per_step: int,
-    warmup_steps: int,
-    lr: float,
-    optimizer: str,
-    batch_size: int,
-    num_threads: int | str | None,
-    should_stop: object = None,
-) -> Tensor:
-    """Validate :func:`tiebias.lens.fit.train_lens`'s arguments (ValueError naming the first bad one); return the token stream."""
-    if not is_int(steps) or steps <= 0:
-        raise ValueError(f"steps: must be a positive int, got {steps!r}")
+def check_train_args(model: PreTrainedModel, tokens: Any, fit: LensFit, num_threads: int | str | None,
+                     should_stop: object = None) -> Tensor:
+    """Validate :func:`tiebias.lens.fit.train_lens`'s arguments (ValueError naming the first bad one); return the token
+    stream. ``fit`` checked itself when made; here: that it is one, and the stream against its ``seq_len``."""
+    if not isinstance(fit, LensFit):
+        raise ValueError(f"fit: expected a tiebias.config.lens.LensFit, got {type(fit).__name__}")
     check_num_threads(num_threads)
     check_should_stop(should_stop)
-    tokens = check_tokens(tokens, seq_len, model.config.vocab_size)
-    if not is_int(tokens_per_step) or tokens_per_step < seq_len or tokens_per_step % seq_len:
-        raise ValueError(
-            f"tokens_per_step: must be a positive multiple of seq_len={seq_len}, got {tokens_per_step!r}"
-        )
-    if not is_int(warmup_steps) or not 0 <= warmup_steps < steps:
-        raise ValueError(f"warmup_steps: must be an int in [0, steps={steps}), got {warmup_steps!r}")
-    if lr <= 0:
-        raise ValueError(f"lr: must be > 0, got {lr!r}")
-    if optimizer not in ("adam", "sgd"):
-        raise ValueError(f"optimizer: must be 'adam' or 'sgd', got {optimizer!r}")
-    if not is_int(batch_size) or batch_size <= 0:
-        raise ValueError(f"batch_size: must be a positive int, got {batch_size!r}")
-    return tokens
+    return check_tokens(tokens, fit.seq_len, model.config.vocab_size)

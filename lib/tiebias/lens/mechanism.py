@@ -25,6 +25,7 @@ from tuned_lens import TunedLens
 
 from tiebias import stats
 from tiebias.config.checks import is_int
+from tiebias.config.lens import LENS_BATCH_SIZE, LENS_SEQ_LEN, LensSettings
 from tiebias.config.variants import Variant
 from tiebias.lens.evaluate import kl_bits
 from tiebias.lens.inputs import check_tokens, sequences
@@ -61,8 +62,8 @@ def _geometry(lens: TunedLens, h0: Tensor, h1: Tensor) -> dict[str, Tensor]:
             "translator 1 departure on h1": lens.layer_translators[1](h1).norm(dim=-1) / n1}
 
 
-def row1_parts(model: PreTrainedModel, lens: TunedLens, tokens: Any, *, seq_len: int = 128,
-               max_tokens: int = 8192, batch_size: int = 8) -> pd.DataFrame:
+def row1_parts(model: PreTrainedModel, lens: TunedLens, tokens: Any, *, seq_len: int = LENS_SEQ_LEN,
+               max_tokens: int = 8192, batch_size: int = LENS_BATCH_SIZE) -> pd.DataFrame:
     """One row per measure: KL (bits) at row 1 under each of :data:`PARTS`, then the geometry (means over positions).
 
     Columns ``measure``, ``value``, ``kind`` ("kl" or "geometry"). Gradient-free and deterministic.
@@ -171,11 +172,11 @@ def k_sentence(tr: dict[str, Any]) -> str:
 
 
 
-def run_row1_parts(run: Any, variants: list[str], seeds: list[int], *, steps: int, tokens_per_step: int,
-                   seq_len: int, budgets: list[int], recipe: str, eval_tokens: int,
+def run_row1_parts(run: Any, variants: list[str], seeds: list[int], lens: LensSettings, *,
                    progress: bool = True) -> pd.DataFrame:
     """:func:`row1_parts` for each finished model of a run (``variant``, ``seed`` columns added), read with its lens
-    at the largest of ``budgets`` (trained first if that lens is not saved yet)."""
+    (``lens``: the first recipe at the largest budget, trained first if not saved yet) on ``lens.eval_tokens``
+    test tokens."""
     from tiebias.lens.ladder import ensure_lens
 
     frames = []
@@ -183,23 +184,22 @@ def run_row1_parts(run: Any, variants: list[str], seeds: list[int], *, steps: in
         for s in seeds:
             if not run.is_complete(v, s):
                 continue
-            model, lens = ensure_lens(run, v, s, steps=steps, tokens_per_step=tokens_per_step, seq_len=seq_len,
-                                      budgets=budgets, recipe=recipe, progress=progress)
-            df = row1_parts(model, lens, run.tokens("test"), seq_len=seq_len, max_tokens=eval_tokens)
+            model, tuned = ensure_lens(run, v, s, lens, progress=progress)
+            df = row1_parts(model, tuned, run.tokens("test"), seq_len=lens.seq_len, max_tokens=lens.eval_tokens)
             frames.append(df.assign(variant=str(v), seed=int(s)))
     if not frames:
         raise ValueError(f"variants {variants}, seeds {seeds}: no finished model to read; run 01_train first")
     return pd.concat(frames, ignore_index=True)
 
 
-def penalty_by_k(run: Any, variants: Sequence[Variant], seeds: list[int], **lens: Any) -> pd.DataFrame:
+def penalty_by_k(run: Any, variants: Sequence[Variant], seeds: list[int], lens: LensSettings) -> pd.DataFrame:
     """The row-1 penalties (:func:`penalties`) of every tied model of a sweep whose output path is unscaled, with its
     input-path factor ``k``; ``penalty`` is the paper's reading's (both parts). ``lens`` as :func:`run_row1_parts`."""
     tied = [v for v in variants if v.tied and v.output_factor == 1.0]
     if len({v.input_factor for v in tied}) < 2:
         raise ValueError(f"variants: {[v.name for v in variants]} hold fewer than two tied models with different "
                          "input factors k; the penalty against k needs two or more (ablate_factors, e.g. [1, 5])")
-    pen = penalties(run_row1_parts(run, [v.name for v in tied], seeds, **lens))
+    pen = penalties(run_row1_parts(run, [v.name for v in tied], seeds, lens))
     pen["k"] = pen.variant.map({v.name: v.input_factor for v in tied})
     return pen.assign(penalty=pen["both"]).sort_values(["k", "seed"], ignore_index=True)
 

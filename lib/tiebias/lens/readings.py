@@ -1,7 +1,7 @@
 """Claim 3 taken apart (notebook 03): which of the paper's two lens ingredients makes tied early layers read worse?
 
 The paper's public code differs from the tuned-lens package in two ways: it reads hidden state i with
-translator i - 1 (*the paper's reading*, protocol ``reference`` of :data:`tiebias.lens.evaluate.PROTOCOLS`), and it trains each lens
+translator i - 1 (*the paper's reading*, protocol ``reference`` of :data:`tiebias.config.choices.LENS_PROTOCOLS`), and it trains each lens
 for only 100 steps (the *reference budget*, :data:`tiebias.paper.FIG2_LENS`). :func:`decomposition` gives
 the tied-untied gap under the four combinations: (a) neither, (b) the reading, (c) the budget, (d) both;
 :func:`describe` says in one sentence which of them produce a positive gap of the paper's kind and how
@@ -16,12 +16,12 @@ from typing import Any
 import pandas as pd
 
 from tiebias import stats
-from tiebias.lens.ladder import REFERENCE_BUDGET
+from tiebias.config.lens import LensSettings
 from tiebias.lens.tables import at_budget, at_protocol, early_gap, gaps, per_layer, same_depth
 from tiebias.paper import FIG2_LENS, FIG2_OLMO_KL_BITS
 from tiebias.stats import LEVEL
 
-__all__ = ["READINGS", "REFERENCE_BUDGET_LADDER", "decomposition", "describe"]
+__all__ = ["READINGS", "REFERENCE_BUDGET_LADDER", "decomposition", "describe", "reference_budget"]
 
 READINGS: dict[str, tuple[str, str, str]] = {
     "a": ("package", "verdict", "package reading, verdict budget (neither ingredient)"),
@@ -31,12 +31,17 @@ READINGS: dict[str, tuple[str, str, str]] = {
 }
 """The four readings: key -> (protocol, lens budget: the verdict's or the reference's, label)."""
 
-REFERENCE_BUDGET_LADDER: dict[str, Any] = {"recipes": ["package"], "budgets": [1], "steps": FIG2_LENS["steps"],
-                                           "subdir": REFERENCE_BUDGET}
-"""``lens.ladder.train_lens_ladders`` arguments of the reference budget: the package's SGD recipe for the paper's 100
-steps, one rung, in its own sub-folder (``lens.ladder.REFERENCE_BUDGET``). Tokens per step stay the profile's
+REFERENCE_BUDGET_LADDER: dict[str, Any] = {"recipes": ("package",), "budgets": (1,), "steps": FIG2_LENS["steps"]}
+"""The reference budget's changes to a study's :class:`~tiebias.config.lens.LensSettings` (:func:`reference_budget`):
+the package's SGD recipe for the paper's 100 steps, one rung. Tokens per step stay the profile's
 ``lens_tokens_per_step``: our models are about 1000x smaller than OLMo-1B, whose script uses 131,072 tokens per
 step (32k-131k for the paper's 1B-8B models)."""
+
+
+def reference_budget(lens: LensSettings) -> LensSettings:
+    """The settings of the reference-budget ladder, trained in its own sub-folder
+    (``lens.ladder.train_lens_ladders(..., subdir=lens.ladder.REFERENCE_BUDGET)``)."""
+    return lens.replace(**REFERENCE_BUDGET_LADDER)
 
 
 def _layer_means(sub: pd.DataFrame, a: str, b: str) -> dict[str, float]:

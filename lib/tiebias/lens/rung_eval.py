@@ -1,6 +1,6 @@
 """Evaluating a lens ladder (notebook 03): every rung under every lens protocol, cached next to the lens.
 
-A trained lens can be read two ways (:data:`tiebias.lens.evaluate.PROTOCOLS`): as the tuned-lens package
+A trained lens can be read two ways (:data:`tiebias.config.choices.LENS_PROTOCOLS`): as the tuned-lens package
 trains it, or as the paper's public code reads it. Both readings use the same lens, so a second
 protocol costs one more evaluation and no training. Each evaluation is cached as a CSV in the rung's
 folder; the package reading keeps the file name it always had (``eval_<tokens>x<seq_len>.csv``), so
@@ -9,22 +9,17 @@ runs made before protocols existed are not evaluated again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from tiebias.config.params import coerce
-from tiebias.lens import evaluate as lens_eval
+from tiebias.config.lens import LensSettings
+from tiebias.lens import evaluate
 from tiebias.run.files import atomic_path, damaged
 
-__all__ = ["check_protocols", "evaluate_cached", "eval_name", "logit_name", "rung_frames"]
-
-
-def check_protocols(lens_protocols: Any) -> list[str]:
-    """The lens protocols: distinct names from :data:`tiebias.lens.evaluate.PROTOCOLS`; the first carries the verdict."""
-    return coerce("lens_protocols", lens_protocols)
+__all__ = ["evaluate_cached", "eval_name", "logit_name", "rung_frames"]
 
 
 def eval_name(eval_tokens: int, seq_len: int, protocol: str) -> str:
@@ -47,7 +42,7 @@ def evaluate_cached(model: Any, tokens: Any, lens: Any, path: Path, *, seq_len: 
             return pd.read_csv(path)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
             raise damaged(path, e, "delete it: the evaluation is computed again from the saved lens") from None
-    df = lens_eval.evaluate(model, tokens, lens, seq_len=seq_len, max_tokens=eval_tokens, per_sequence=True,
+    df = evaluate.evaluate(model, tokens, lens, seq_len=seq_len, max_tokens=eval_tokens, per_sequence=True,
                             logit_lens=logit_lens, num_threads=num_threads, protocol=protocol)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
@@ -56,25 +51,25 @@ def evaluate_cached(model: Any, tokens: Any, lens: Any, path: Path, *, seq_len: 
 
 
 def rung_frames(model: Any, tokens: Any, lenses: Mapping[int, Any], dirs: Mapping[int, Path],
-                logits: Mapping[str, pd.DataFrame], *, recipe: str, steps: int, seq_len: int, eval_tokens: int,
-                protocols: Sequence[str], num_threads: int | str | None = "auto") -> list[pd.DataFrame]:
+                logits: Mapping[str, pd.DataFrame], settings: LensSettings, *, recipe: str,
+                num_threads: int | str | None = "auto") -> list[pd.DataFrame]:
     """One per-sequence frame per (rung, protocol) of a recipe's ladder, with the logit lens of that protocol.
 
     Columns: ``recipe``, ``budget``, ``lens_steps``, ``protocol``, then the :func:`tiebias.lens.evaluate.evaluate`
     columns. ``lenses`` and ``dirs`` map each budget to its lens and rung folder; ``logits`` maps each protocol
-    to the model's logit-lens evaluation.
+    to the model's logit-lens evaluation; ``settings`` gives the protocols, ``seq_len`` and ``eval_tokens``.
     """
     frames = []
+    n, seq_len = settings.eval_tokens, settings.seq_len
     for b, lens in lenses.items():
-        for protocol in protocols:
-            df = evaluate_cached(model, tokens, lens, dirs[b] / eval_name(eval_tokens, seq_len, protocol),
-                                 seq_len=seq_len, eval_tokens=eval_tokens, logit_lens=False, protocol=protocol,
-                                 num_threads=num_threads)
+        for protocol in settings.protocols:
+            df = evaluate_cached(model, tokens, lens, dirs[b] / eval_name(n, seq_len, protocol), seq_len=seq_len,
+                                 eval_tokens=n, logit_lens=False, protocol=protocol, num_threads=num_threads)
             df["kl_logit_bits"] = logits[protocol].kl_logit_bits.to_numpy()
             df["ce_logit_nats"] = logits[protocol].ce_logit_nats.to_numpy()
             df.insert(0, "recipe", recipe)
             df.insert(1, "budget", b)
-            df.insert(2, "lens_steps", b * steps)
+            df.insert(2, "lens_steps", b * settings.steps)
             df.insert(3, "protocol", protocol)
             frames.append(df)
     return frames

@@ -28,7 +28,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,42 +36,17 @@ import torch
 
 from tiebias.config.checks import is_int
 from tiebias.config.choices import LENS_RECIPES
-from tiebias.config.params import coerce
-from tiebias.lens import cache as lens_cache
-from tiebias.lens import fit as lens_fit
-from tiebias.lens import lenses as tl
+from tiebias.config.lens import LensSettings
+from tiebias.lens import cache, fit, lenses
 from tiebias.lens.precision import logits_precision
 from tiebias.run.files import load_torch_file, read_json, write_json_atomic
 from tiebias.run.layout import LENS_PARAMS_NAME
 
-__all__ = ["RECIPES", "check_budgets", "check_recipes", "publish_top_rung", "recipe_kwargs", "rung_dir",
-           "train_ladder"]
-
-RECIPES = LENS_RECIPES
-"""Named lens-training recipes (keyword arguments of :func:`tiebias.lens.fit.train_lens`), owned by the config."""
+__all__ = ["publish_top_rung", "rung_dir", "train_ladder"]
 
 _RUNG = "rung.json"
 _TRAINER = "trainer.pt"
 _TOP_RECIPE = "recipe.json"
-
-
-def check_budgets(lens_budgets: Any) -> list[int]:
-    """The ladder: positive, strictly increasing integer multiples of lens_steps (the schema's rule, e.g. [1, 2, 4])."""
-    return coerce("lens_budgets", lens_budgets)
-
-
-def check_recipes(lens_recipes: Any) -> list[str]:
-    """The lens recipes: distinct names from :data:`RECIPES`; the first one carries the verdict (the schema's rule)."""
-    return coerce("lens_recipes", lens_recipes)
-
-
-def recipe_kwargs(recipe: str, steps: int) -> dict[str, Any]:
-    """train_lens keyword arguments of a named recipe for a run of ``steps`` steps (warmup scaled to short runs)."""
-    if recipe not in RECIPES:
-        raise ValueError(f"lens_recipes: unknown recipe {recipe!r}; allowed: {', '.join(RECIPES)}")
-    kw = dict(RECIPES[recipe])
-    kw.setdefault("warmup_steps", min(25, steps // 10))  # the package's Adam warmup of 25, scaled for short runs
-    return kw
 
 
 def rung_dir(folder: str | Path, recipe: str, budget: int) -> Path:
@@ -79,13 +54,14 @@ def rung_dir(folder: str | Path, recipe: str, budget: int) -> Path:
     return Path(folder) / f"{recipe}-x{int(budget)}"
 
 
-def _rung_meta(recipe: str, budgets: Sequence[int], k: int, *, steps: int, tokens_per_step: int, seq_len: int,
-               n_tokens: int, model_sha256: str, precision: str) -> dict[str, Any]:
+def _rung_meta(recipe: str, lens: LensSettings, k: int, *, n_tokens: int, model_sha256: str,
+               precision: str) -> dict[str, Any]:
     """What determines rung k of a ladder (its lens depends on every rung before it, on the model, and on the
     precision of the lens logits in training)."""
-    return {"recipe": recipe, "train_lens": RECIPES[recipe], "ladder": list(budgets[: k + 1]),
-            "budget": int(budgets[k]), "lens_steps": steps, "tokens_per_step": tokens_per_step, "seq_len": seq_len,
-            "n_train_tokens": int(n_tokens), "model_sha256": model_sha256, "logits_precision": precision}
+    return {"recipe": recipe, "train_lens": LENS_RECIPES[recipe], "ladder": list(lens.budgets[: k + 1]),
+            "budget": int(lens.budgets[k]), "lens_steps": lens.steps, "tokens_per_step": lens.tokens_per_step,
+            "seq_len": lens.seq_len, "n_train_tokens": int(n_tokens), "model_sha256": model_sha256,
+            "logits_precision": precision}
 
 
 def _rung_done(path: Path, meta: dict[str, Any], auto_precision: str) -> bool:
@@ -98,31 +74,43 @@ def _rung_done(path: Path, meta: dict[str, Any], auto_precision: str) -> bool:
     return saved == meta
 
 
-def train_ladder(model: Any, tokens: Any, folder: str | Path, *, steps: int, tokens_per_step: int, seq_len: int,
-                 budgets: Sequence[int] = (1,), recipe: str = "cpu", progress: bool = True,
-                 max_cache_bytes: int = lens_cache.MAX_BYTES, num_threads: int | str | None = "auto",
-                 should_stop: Callable[[], bool] | None = None) -> dict[int, Any]:
+def train_ladder(model: Any, tokens: Any, folder: str | Path, lens: LensSettings, *, recipe: str | None = None,
+                 progress: bool = True, max_cache_bytes: int = cache.MAX_BYTES,
+                 num_threads: int | str | None = "auto", should_stop: Callable[[], bool] | None = None,
+                 ) -> dict[int, Any]:
     """Train (or load) a lens at every budget of the ladder; returns {budget: TunedLens}. Resumable.
+
+    Args:
+        model: the frozen model.
+        tokens: the training token stream (the validation split).
+        folder: the model's lens folder; rung ``b`` lives in :func:`rung_dir`.
+        lens: the ladder (``budgets``), its unit (``steps`` x ``tokens_per_step``) and ``seq_len``.
+        recipe: one of ``lens.recipes`` (default: the first).
+        progress: show progress bars.
+        max_cache_bytes: largest activation cache the rungs may share (0: none); built only when it pays off
+            (:func:`tiebias.lens.cache.pays_off`); the lenses are the same either way.
+        num_threads, should_stop: as in :func:`tiebias.lens.fit.train_lens` (a stop keeps finished rungs).
+
+    Returns:
+        {budget: lens} for every rung.
 
     Rung k continues rung k-1's lens and optimiser for ``(budgets[k] - budgets[k-1]) * steps`` steps
     (schedule per rung, see the module docstring). Finished rungs are loaded, not retrained; an
-    interrupted ladder restarts from the highest finished rung that kept its trainer state. The rungs
-    trained share one activation cache when it fits ``max_cache_bytes`` (0: none) and pays off
-    (:func:`tiebias.lens.cache.pays_off`); the lenses are the same.
-    ``num_threads`` and ``should_stop`` go to :func:`tiebias.lens.fit.train_lens` (a stop keeps finished rungs).
+    interrupted ladder resumes from the highest finished rung that kept its trainer state.
     """
-    budgets = check_budgets(budgets)
-    if not is_int(steps) or steps <= 0:
-        raise ValueError(f"lens_steps: {steps!r} is not allowed; need an integer > 0")
-    if recipe not in RECIPES:
-        raise ValueError(f"lens_recipes: unknown recipe {recipe!r}; allowed: {', '.join(RECIPES)}")
+    if not isinstance(lens, LensSettings):
+        raise ValueError(f"lens: expected a tiebias.config.lens.LensSettings, got {type(lens).__name__}")
+    recipe = lens.recipe if recipe is None else recipe
+    if recipe not in LENS_RECIPES:
+        raise ValueError(f"lens_recipes: unknown recipe {recipe!r}; allowed: {', '.join(LENS_RECIPES)}")
     if not is_int(max_cache_bytes) or max_cache_bytes < 0:
         raise ValueError(f"max_cache_bytes: must be an int >= 0 (0: no cache), got {max_cache_bytes!r}")
+    budgets, steps, seq_len = lens.budgets, lens.steps, lens.seq_len
     folder = Path(folder)
-    sha = tl._unembed_sha256(model)
+    sha = lenses._unembed_sha256(model)
     precision = logits_precision(model.device)
-    metas = [_rung_meta(recipe, budgets, k, steps=steps, tokens_per_step=tokens_per_step, seq_len=seq_len,
-                        n_tokens=tokens.numel(), model_sha256=sha, precision=precision) for k in range(len(budgets))]
+    metas = [_rung_meta(recipe, lens, k, n_tokens=tokens.numel(), model_sha256=sha, precision=precision)
+             for k in range(len(budgets))]
     dirs = [rung_dir(folder, recipe, b) for b in budgets]
     auto = logits_precision(model.device, "auto")
     done = 0
@@ -130,45 +118,44 @@ def train_ladder(model: Any, tokens: Any, folder: str | Path, *, steps: int, tok
         done += 1
     out: dict[int, Any] = {}
     if done == len(budgets):
-        return {b: tl.load_lens(model, d) for b, d in zip(budgets, dirs, strict=True)}
+        return {b: lenses.load_lens(model, d) for b, d in zip(budgets, dirs, strict=True)}
     start = max((k for k in range(done) if (dirs[k] / _TRAINER).is_file()), default=-1)
     for k in range(start):
-        out[budgets[k]] = tl.load_lens(model, dirs[k])
-    lens, state = None, {}
+        out[budgets[k]] = lenses.load_lens(model, dirs[k])
+    tuned, state = None, {}
     if start >= 0:
-        lens = tl.load_lens(model, dirs[start])
+        tuned = lenses.load_lens(model, dirs[start])
         state = load_torch_file(dirs[start] / _TRAINER, "a rung's lens optimiser and data generator states",
                                 "delete it and run 03_lens again: the ladder then resumes from a lower rung that "
                                 "kept its trainer state, or is trained again from the start")
-        out[budgets[start]] = copy.deepcopy(lens) if start < len(budgets) - 1 else lens
-    draws = (budgets[-1] - (budgets[start] if start >= 0 else 0)) * steps * (tokens_per_step // seq_len)
-    cache = lens_cache.build_cache(model, tokens, seq_len=seq_len, tokens_per_step=tokens_per_step,
+        out[budgets[start]] = copy.deepcopy(tuned) if start < len(budgets) - 1 else tuned
+    draws = (budgets[-1] - (budgets[start] if start >= 0 else 0)) * steps * (lens.tokens_per_step // seq_len)
+    activations = cache.build_cache(model, tokens, seq_len=seq_len, tokens_per_step=lens.tokens_per_step,
                                    max_bytes=max_cache_bytes, progress=progress, num_threads=num_threads,
-                                   ) if lens_cache.pays_off(draws, tokens.numel() // seq_len) else None
+                                   ) if cache.pays_off(draws, tokens.numel() // seq_len) else None
     for k in range(start + 1, len(budgets)):
         seg = (budgets[k] - (budgets[k - 1] if k else 0)) * steps
-        kw = recipe_kwargs(recipe, seg)
-        lens = lens_fit.train_lens(model, tokens, steps=seg, tokens_per_step=tokens_per_step, seq_len=seq_len,
-                                   progress=progress, lens=lens, state=state, cache=cache, num_threads=num_threads,
-                                   should_stop=should_stop, low_precision=precision == "bf16", **kw)
+        rung_fit = lens.fit(recipe, seg, low_precision=precision == "bf16")
+        tuned = fit.train_lens(model, tokens, rung_fit, lens=tuned, state=state, cache=activations, progress=progress,
+                                    num_threads=num_threads, should_stop=should_stop)
         if dirs[k].exists():
             shutil.rmtree(dirs[k])
-        tl.save_lens(lens, dirs[k], logits_precision=precision)
+        lenses.save_lens(tuned, dirs[k], logits_precision=precision)
         torch.save(state, dirs[k] / _TRAINER)
         write_json_atomic(dirs[k] / _RUNG, metas[k])  # last: marks the rung finished
         if k > 0:
             (dirs[k - 1] / _TRAINER).unlink(missing_ok=True)
-        out[budgets[k]] = copy.deepcopy(lens) if k < len(budgets) - 1 else lens  # the next rung trains in place
+        out[budgets[k]] = copy.deepcopy(tuned) if k < len(budgets) - 1 else tuned  # the next rung trains in place
     return out
 
 
-def publish_top_rung(folder: Path, recipe: str, budgets: Sequence[int], *, steps: int, tokens_per_step: int,
-                     seq_len: int, n_tokens: int, model_sha256: str, precision: str) -> None:
+def publish_top_rung(folder: Path, recipe: str, lens: LensSettings, *, n_tokens: int, model_sha256: str,
+                     precision: str) -> None:
     """Copy the largest rung's lens files of ``recipe``'s ladder to the top of the lens folder, where
     :func:`tiebias.lens.lenses.load_lens` finds them (skipped when that rung is already there)."""
-    meta = _rung_meta(recipe, budgets, len(budgets) - 1, steps=steps, tokens_per_step=tokens_per_step,
-                      seq_len=seq_len, n_tokens=n_tokens, model_sha256=model_sha256, precision=precision)
-    src = rung_dir(folder, recipe, budgets[-1])
+    meta = _rung_meta(recipe, lens, len(lens.budgets) - 1, n_tokens=n_tokens, model_sha256=model_sha256,
+                      precision=precision)
+    src = rung_dir(folder, recipe, lens.budgets[-1])
     top = folder / _TOP_RECIPE
     if top.is_file() and json.loads(top.read_text()) == meta and (folder / LENS_PARAMS_NAME).is_file():
         return

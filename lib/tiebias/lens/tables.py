@@ -40,7 +40,7 @@ def per_layer(seq_table: pd.DataFrame) -> pd.DataFrame:
 
 
 def at_protocol(df: pd.DataFrame, protocol: str = "package") -> pd.DataFrame:
-    """The rows of one lens protocol (:data:`tiebias.lens.evaluate.PROTOCOLS`); a table without the column is all package."""
+    """The rows of one lens protocol (:data:`tiebias.config.choices.LENS_PROTOCOLS`); a table without the column is all package."""
     if "protocol" not in df:
         if protocol != "package":
             raise ValueError(f"protocol: {protocol!r} not in the table; it has no protocol column (package rows only)")

@@ -21,11 +21,12 @@ from transformers import (
 
 from tiebias.config.checks import is_int
 from tiebias.config.presets import FAMILIES, get_preset
+from tiebias.config.training import DEFAULT_PROFILE
 from tiebias.models.anatomy import is_tied
 from tiebias.system.parallel import CONSTRUCTION
 
 
-def make_config(preset: str, *, family: str = "llama", vocab_size: int = 4096, tied: bool = True,
+def make_config(preset: str, *, family: str = "llama", vocab_size: int = DEFAULT_PROFILE["vocab_size"], tied: bool = True,
                 bos_token_id: int | None = 0, eos_token_id: int | None = 0) -> PretrainedConfig:
     """The transformers config for a preset; no dropout, sdpa attention, init std 0.02."""
     p = get_preset(preset)
@@ -61,7 +62,7 @@ def _model_class(family: str) -> type[PreTrainedModel]:
     return LlamaForCausalLM if family == "llama" else GPTNeoXForCausalLM
 
 
-def build(preset: str = "small", *, family: str = "llama", tied: bool = True, vocab_size: int = 4096,
+def build(preset: str = "small", *, family: str = "llama", tied: bool = True, vocab_size: int = DEFAULT_PROFILE["vocab_size"],
           seed: int = 0, eos_token_id: int | None = 0) -> PreTrainedModel:
     """Build a freshly initialised decoder.
 

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import torch
 
+from tiebias.config.paths import RUNS
 from tiebias.models.anatomy import (
     TyingError,
     check_loaded_tying,
@@ -284,7 +285,7 @@ def pair_slug(tied_source: Any, untied_source: Any) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", raw)
 
 
-def external_path(tied_source: Any, untied_source: Any, run_dir: Any = None, *, root: Any = "runs",
+def external_path(tied_source: Any, untied_source: Any, run_dir: Any = None, *, root: Any = RUNS,
                   corpus: Any = None) -> Path:
     """Where an external pair's figures, tables and results go, checked, creating nothing.
 
@@ -298,7 +299,7 @@ def external_path(tied_source: Any, untied_source: Any, run_dir: Any = None, *, 
     return check_folder(path, "pair", corpus=corpus, kit_made=True)  # the kit's own name: an older pair folder
 
 
-def external_dir(tied_source: Any, untied_source: Any, run_dir: Any = None, *, root: Any = "runs",
+def external_dir(tied_source: Any, untied_source: Any, run_dir: Any = None, *, root: Any = RUNS,
                  corpus: Any = None) -> Run:
     """The external pair's folder (:func:`external_path`), created and marked, with ``figures/`` and ``metrics/``.
 

@@ -206,7 +206,7 @@ def prompt_view(text: str, loaded: Mapping[str, tuple[Any, Any, Any]], k: int = 
     ``loaded`` maps a label to ``(model, lens, tokenizer)``. An empty prompt, or one a model's tokenizer
     turns into no token, gives a message instead of an error.
     """
-    from tiebias.lens import evaluate as lens_eval
+    from tiebias.lens import evaluate
 
     _check_k(k)
     text, cut = clean(text, MAX_PROMPT_CHARS)
@@ -218,7 +218,7 @@ def prompt_view(text: str, loaded: Mapping[str, tuple[Any, Any, Any]], k: int = 
             notes.append(f"{label}: {quote(text)} gives no token in its vocabulary")
             continue
         try:
-            t = lens_eval.top_tokens_by_layer(model, lens, tok, text, k=k)
+            t = evaluate.top_tokens_by_layer(model, lens, tok, text, k=k)
         except ValueError as exc:  # the library's bad-input errors name the parameter; show them as text
             notes.append(f"{label}: {exc}")
             continue

@@ -26,6 +26,7 @@ from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
 from tiebias.config.checks import is_int
 from tiebias.config.corpus import SPLITS
+from tiebias.config.training import DEFAULT_PROFILE
 from tiebias.config.variants import Variant, model_key, parse_key, step_of
 from tiebias.data.checks import check_unchanged
 from tiebias.data.tokens import (
@@ -220,7 +221,7 @@ class Run(RunLayout):
 
     # -- creation ---------------------------------------------------------------------------------
     @classmethod
-    def prepare(cls, path: str | Path, *, corpus: str | Path | None = None, vocab_size: int = 4096,
+    def prepare(cls, path: str | Path, *, corpus: str | Path | None = None, vocab_size: int = DEFAULT_PROFILE["vocab_size"],
                 overwrite: bool = False, extra: dict | None = None) -> Run:
         """Create a run folder (corpus split, tokenizer, token streams, frequencies) or reopen one.
 
@@ -238,7 +239,7 @@ class Run(RunLayout):
         minimum = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
         if not is_int(vocab_size) or vocab_size < minimum:
             raise ValueError(f"vocab_size: {vocab_size!r} is not allowed; give an integer >= {minimum} "
-                             "(byte-level BPE: 256 byte tokens + 1 special token), such as 4096")
+                             f"(byte-level BPE: 256 byte tokens + 1 special token), such as {DEFAULT_PROFILE['vocab_size']}")
         if extra is not None:
             sanitise_json(extra)
         check_folder(path, "run", corpus=corpus)  # never a user's folder or the corpus (tiebias.run.guard)

@@ -15,12 +15,13 @@ from typing import Any, Literal
 
 from tiebias.config.checks import HOW_TO_PASS
 from tiebias.config.checks import check_run_dir_text as check_text
+from tiebias.config.paths import NOTEBOOKS
 from tiebias.run.files import RunFolderError, write_json_atomic
 from tiebias.run.layout import LOCK_HOLDER, LOCK_NAME, MARKERS, RunLayout
 
 Kind = Literal["run", "pair"]
 KIT_CONFIG_KEYS = ("corpus", "vocab_size")  # every config.json the kit writes has these
-KIT_NOTEBOOKS = ("01_train.ipynb", "02_align.ipynb", "03_lens.ipynb", "04_ablate.ipynb")
+KIT_NOTEBOOKS = tuple(f"{name}.ipynb" for name in NOTEBOOKS)
 _WHAT = {"run": "a run folder", "pair": "an external pair's folder"}
 _FOR = {"run": "", "pair": " (the folder notebooks 02 / 03 write to for tied_source / untied_source)"}
 

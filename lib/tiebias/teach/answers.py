@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from tiebias.data.tokens import unigram_loss
-from tiebias.lens import tables as lens_tables
+from tiebias.lens import tables
 from tiebias.run.folder import Run
 
 NUMBERS_FILE = "exercise_numbers.json"
@@ -92,7 +92,7 @@ def _lens(run: Run, summary: dict[str, Any]) -> dict[str, Any]:
         out.update(ref_gap=ref["value"], ref_lo=ref["details"]["ci_low"], ref_hi=ref["details"]["ci_high"])
     kl = pd.read_csv(run.metrics_dir / "lens_per_layer_ladder.csv")
     recipe = str(kl.recipe.iloc[0])
-    conv = lens_tables.convergence(lens_tables.ladder_gaps(kl, recipe), kl)
+    conv = tables.convergence(tables.ladder_gaps(kl, recipe), kl)
     out.update(lens_budgets=[int(b) for b in conv["budgets"]], budgets=", ".join(f"{b}x" for b in conv["budgets"]),
                converged="converged" if conv["converged"] else "not converged", gap_change=conv["change"])
     if conv["kl"]:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tiebias.align import maps as alignment
+from tiebias.align import maps
 from tiebias.config.paths import NOTEBOOKS
 from tiebias.lens.evaluate import kl_bits as library_kl_bits
 from tiebias.models.build import build
@@ -263,18 +263,18 @@ def _check_orthogonal_map(fn: Callable[..., Any]) -> str:
     with _student():
         got = fn(S.copy(), T.copy())
     W = _as_matrix(got, (d, d))
-    maps = map_formulas(S, T)
+    formulas = map_formulas(S, T)
     off = float(np.abs(W.T @ W - np.eye(d)).max())
     if off > ATOL_SHARE:  # the identity's entries are 1: this is relative to the reference's size
-        raise _Fail(_not_orthogonal(W, off, S, T, maps))
+        raise _Fail(_not_orthogonal(W, off, S, T, formulas))
     Sc, Tc = S - S.mean(0), T - T.mean(0)
     mine = _mean_cosine(Sc @ W, Tc)
-    lib = alignment.align(torch.from_numpy(S), torch.from_numpy(T), "orthogonal").mean
+    lib = maps.align(torch.from_numpy(S), torch.from_numpy(T), "orthogonal").mean
     if abs(mine - lib) <= RTOL:  # a cosine's scale is 1
         return f"orthogonal_map is orthogonal and gives the library's mean cosine ({lib:.4f}) on a toy pair"
     reason = "your W is orthogonal but not the best one"
     U, _, Vt = np.linalg.svd(S.T @ T)
-    if np.allclose(W, maps["orthogonal"].T, rtol=0, atol=ATOL_SHARE):
+    if np.allclose(W, formulas["orthogonal"].T, rtol=0, atol=ATOL_SHARE):
         reason = ("you returned the transpose V U^T: with U Σ V^T the SVD of S_c^T T_c, the map with S_c W ≈ T_c "
                   "is U V^T")
     elif np.allclose(W, U @ Vt, rtol=0, atol=ATOL_SHARE):

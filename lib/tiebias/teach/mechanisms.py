@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tiebias.align import maps as alignment
+from tiebias.align import maps
 from tiebias.config.checks import is_int
 from tiebias.config.training import check_factor
 from tiebias.models.build import build
@@ -132,11 +132,11 @@ def map_check(n: int = 200, d: int = 8, noise: float = 0.3, seed: int = 0) -> pd
     Also reports how far the fitted orthogonal map is from orthogonal (max |W^T W - I|).
     """
     S, T, _ = toy_alignment(n, d, noise, seed)
-    maps = map_formulas(S, T)
+    formulas = map_formulas(S, T)
     Sc, Tc = S - S.mean(0), T - T.mean(0)
     out = {}
-    for method, W in maps.items():
-        lib = alignment.align(torch.from_numpy(S), torch.from_numpy(T), method).mean
+    for method, W in formulas.items():
+        lib = maps.align(torch.from_numpy(S), torch.from_numpy(T), method).mean
         out[method] = {"formula": _mean_cosine(Sc @ W, Tc), "tiebias.align.maps": lib,
                        "max |W^T W - I|": float(np.abs(W.T @ W - np.eye(d)).max())}
     return pd.DataFrame(out).T.rename_axis("map")

@@ -135,6 +135,10 @@ def train(run: Run | str | Path, variant: str | Variant, seed: int, config: Trai
     Under ``accelerate launch`` (or torchrun) each process takes an equal slice of the same global
     batch, DDP averages the gradients, provenance is measured on the averaged gradient, and only the
     main process writes.
+
+    Why so many parameters: the recipe is one object already (``config``); the others say how this one call runs
+    (resume or start over, progress, where to stop, device, threads), and each caller sets a different few of them
+    (notebook 01, models trained side by side, ``accelerate launch``).
     """
     run = run if isinstance(run, Run) else Run(run)
     hf_logging.disable_progress_bar()  # one bar per checkpoint write would drown the training bar

@@ -44,7 +44,7 @@ from tiebias.verdicts import evidence, records
 from tiebias.verdicts.status import DOES_NOT_HOLD, HOLDS, NOT_MEANINGFUL, printed, status_of
 
 CLAIM3_KEYS = {"package": "claim3_tuned_lens", "reference": "claim3_tuned_lens_reference"}
-"""Claim 3's record under each lens protocol (:data:`tiebias.lens.evaluate.PROTOCOLS`): one rule, two readings."""
+"""Claim 3's record under each lens protocol (:data:`tiebias.config.choices.LENS_PROTOCOLS`): one rule, two readings."""
 NOISE_SDS = 2  # "beyond noise": a change larger than this many seed standard deviations
 CLAIM2_SHARE = 0.5  # claim 2 holds when the output path carries more than half of the gradient
 CLAIM4_RATIO = 1.0  # claim 4 holds when both changes, in units of NOISE_SDS seed sd, are above this
@@ -89,9 +89,10 @@ def record(dest: Run, v: Verdict) -> dict:
         v.details["reading"] = v.status or status_of(v.holds)
         v.text, v.status = f"{evidence.banner(why)}\n{v.text}", NOT_MEANINGFUL
     status = v.details.get("reading") if v.status == NOT_MEANINGFUL else v.status
-    return records.record(dest, v.claim, value=v.value, threshold=v.threshold, statement=v.statement, unit=v.unit,
-                          spread=v.spread, noise_floor=v.noise_floor, paper=v.paper, n_seeds=v.n_seeds,
-                          details=v.details, status=status, not_meaningful=why, models=v.models)
+    headline = records.Headline(v.claim, v.value, v.threshold, v.statement, unit=v.unit, spread=v.spread,
+                                noise_floor=v.noise_floor, paper=v.paper, n_seeds=v.n_seeds, details=v.details,
+                                status=status, models=v.models)
+    return records.record(dest, headline, not_meaningful=why)
 
 
 def models_of(table: pd.DataFrame, variants: Sequence[str] = ()) -> list[str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tiebias.config.checks import is_int
@@ -56,31 +57,60 @@ def _number(name: str, x: Any) -> float:
     return f
 
 
-def record(run: Run, claim: str, *, value: float, threshold: float, statement: str, unit: str = "",
-           spread: float | None = None, noise_floor: float | None = None, paper: Any = None,
-           n_seeds: int | None = None, details: dict | None = None, status: str | None = None,
-           not_meaningful: str | None = None, models: Sequence[str] | None = None) -> dict:
+@dataclass
+class Headline:
+    """What a claim's record states: the claim, our value against its threshold and the evidence beside it.
+
+    ``status`` is the verdict in words; by default "holds" / "does not hold" from ``value > threshold``, or a rule's
+    own outcome when the comparison is not enough (e.g. claim 3's "not converged"). A value that cannot exist (NaN,
+    e.g. claim 4 with one seed) is accepted only with a ``status`` saying why. ``models`` are the keys of the run's
+    models the numbers were computed from (``tied-s0``, ...).
+    """
+
+    claim: str
+    value: float
+    threshold: float
+    statement: str
+    unit: str = ""
+    spread: float | None = None
+    noise_floor: float | None = None
+    paper: Any = None
+    n_seeds: int | None = None
+    details: dict | None = None
+    status: str | None = None
+    models: Sequence[str] | None = None
+
+
+def record(run: Run, headline: Headline, not_meaningful: str | None = None) -> dict:
     """Store one claim's headline: value, threshold, status and the verdict that follows from the status.
 
-    ``status`` is the verdict in words; by default "holds" / "does not hold" from ``value > threshold``, or a
-    rule's own outcome when the comparison is not enough (e.g. claim 3's "not converged"). ``verdict`` follows
-    the status (:func:`~tiebias.verdicts.status.verdict_of`: null unless it holds or does not hold);
-    ``above_threshold`` keeps the bare comparison. A value that cannot exist (NaN, e.g. claim 4 with one seed) is
-    accepted only with a ``status`` saying why; it is stored as ``null`` with that reason, and so are its verdict
-    and comparison. ``not_meaningful`` (a reason: the run is not evidence) makes the status ``NOT_MEANINGFUL``
-    whatever the comparison, the reason stored beside it.
-    ``models`` are the keys of the run's models the numbers were computed from (``tied-s0``, ...): each finished
-    one is stored under ``models`` with its identity, so the report can tell when one changed since
-    (:func:`current_results`); keys of models the folder does not hold (an external pair's) are left out.
+    Args:
+        run: the run (or an external pair's folder) whose ``results/`` holds the record.
+        headline: what is stated (:class:`Headline`).
+        not_meaningful: a reason the run is not evidence: the status becomes ``NOT_MEANINGFUL`` whatever the
+            comparison, the reason stored beside it.
 
-    Everything is checked before the file is written (under the run's writer lock); a spread or
-    noise floor that is not a number is stored as ``null`` with its reason under ``null_reasons``.
+    Returns:
+        The stored entry (non-finite numbers as NaN rather than the file's ``null``).
+
+    ``verdict`` follows the status (:func:`~tiebias.verdicts.status.verdict_of`: null unless it holds or does not
+    hold); ``above_threshold`` keeps the bare comparison. A NaN value with a status is stored as ``null`` with that
+    reason, and so are its verdict and comparison. Each finished model among ``headline.models`` is stored under
+    ``models`` with its identity, so the report can tell when one changed since (:func:`current_results`); keys of
+    models the folder does not hold (an external pair's) are left out. Everything is checked before the file is
+    written (under the run's writer lock); a spread or noise floor that is not a number is stored as ``null`` with
+    its reason under ``null_reasons``.
     """
+    if not isinstance(headline, Headline):
+        raise ValueError(f"headline: expected a tiebias.verdicts.records.Headline, got {type(headline).__name__}")
+    h = headline
+    claim, value, status, n_seeds, details, unit = h.claim, h.value, h.status, h.n_seeds, h.details, h.unit
+    spread, noise_floor = h.spread, h.noise_floor
     if claim not in CLAIMS:
         raise ValueError(f"claim: unknown value {claim!r}; allowed: {', '.join(CLAIMS)}")
     undetermined = isinstance(value, float) and math.isnan(value) and bool(status)
     value = math.nan if undetermined else _number("value", value)
-    threshold = _number("threshold", threshold)
+    threshold = _number("threshold", h.threshold)
     if n_seeds is not None and (not is_int(n_seeds) or n_seeds < 1):
         raise ValueError(f"n_seeds: {n_seeds!r} is not allowed; need None or an integer >= 1")
     if status is not None and (not isinstance(status, str) or not status.strip()):
@@ -89,15 +119,15 @@ def record(run: Run, claim: str, *, value: float, threshold: float, statement: s
         raise ValueError(f"not_meaningful: {not_meaningful!r} is not allowed; need None or a non-empty reason")
     if details is not None and not isinstance(details, dict):
         raise ValueError(f"details: {type(details).__name__} is not a dict")
-    used = _identities(run, models)
+    used = _identities(run, h.models)
     value_null = str(status)  # why a NaN value is stored as null: the rule's own reason, not the run's
     if not_meaningful:
         status = NOT_MEANINGFUL
     status = status or status_of(value > threshold)
     entry = {"claim": claim, "description": CLAIMS[claim], "value": value, "threshold": threshold,
              "verdict": verdict_of(status), "above_threshold": None if undetermined else bool(value > threshold),
-             "status": status, "statement": str(statement), "unit": unit,
-             "spread": spread, "noise_floor": noise_floor, "paper": paper, "n_seeds": n_seeds,
+             "status": status, "statement": str(h.statement), "unit": unit,
+             "spread": spread, "noise_floor": noise_floor, "paper": h.paper, "n_seeds": n_seeds,
              "details": details or {}, "models": used,
              **({"not_meaningful": not_meaningful} if not_meaningful else {})}
     one = "one seed: a spread needs two or more" if n_seeds == 1 else "not a number (fewer than two values?)"

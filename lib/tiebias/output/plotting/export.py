@@ -12,6 +12,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from tiebias.output.figure_png import chromium, figures_to_png
+from tiebias.run.layout import RunLayout
 
 __all__ = ["DEFAULT_HEIGHT", "DEFAULT_WIDTH", "chromium", "from_run", "sized", "write_png", "write_pngs"]
 
@@ -50,16 +51,17 @@ def from_run(run_dir: str | Path, out_dir: str | Path, names: list[str] | None =
     import plotly.io as pio
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
-    if not (run_dir / "figures").is_dir():
+    layout = RunLayout(run_dir)
+    if not layout.figure_path("x").parent.is_dir():
         raise ValueError(f"run_dir: {str(run_dir)!r} has no figures/ folder (run the notebooks on it first)")
     names = sorted(p.stem for p in out_dir.glob("*.png")) if names is None else names
     found = []
     for name in names:
-        if (run_dir / "figures" / f"{name}.json").is_file():
+        if layout.figure_path(name, "json").is_file():
             found.append(name)
         else:
-            print(f"skipped {name}: {run_dir / 'figures' / (name + '.json')} does not exist")
-    written = write_pngs([pio.read_json(run_dir / "figures" / f"{n}.json") for n in found],
+            print(f"skipped {name}: {layout.figure_path(name, 'json')} does not exist")
+    written = write_pngs([pio.read_json(layout.figure_path(n, "json")) for n in found],
                          [out_dir / f"{n}.png" for n in found])
     for path in written:
         print(f"wrote {path}")
