@@ -16,7 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 
-from tiebias.config.paths import NOTEBOOKS, notebooks_dir  # noqa: E402
+from tiebias.config.paths import NOTEBOOKS, notebooks_dir, runs_dir  # noqa: E402
+from tiebias.run.files import write_text_atomic  # noqa: E402
 from tiebias.run.folder import Run  # noqa: E402
 from tiebias.study import parse_set  # noqa: E402
 from tiebias.teach import answers, exercises  # noqa: E402
@@ -50,7 +51,7 @@ def check_belongs(ex: exercises.Exercise, run_dir: Path, profile: str) -> dict:
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="runs/class")
-    ap.add_argument("--runs", default="runs")
+    ap.add_argument("--runs", default=str(runs_dir()))
     args = ap.parse_args(argv)
     header, known = exercises.load()
     base = Path(args.base)
@@ -63,10 +64,10 @@ def main(argv: list[str]) -> int:
         out["exercises"][ex.id] = {**provenance(run_dir), "ex": check_belongs(ex, run_dir, header["profile"])}
         exercises.answer(ex, out)  # every field of the template is there
     path = exercises.numbers_path()
-    path.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    write_text_atomic(path, json.dumps(out, indent=1, sort_keys=True) + "\n")
     print(f"wrote {path}")
     teaching = Path(__file__).resolve().parents[1] / "TEACHING.md"
-    teaching.write_text(answers.lesson(out["base"]))
+    write_text_atomic(teaching, answers.lesson(out["base"]))
     print(f"wrote {teaching}")
     for name in NOTEBOOKS:
         if exercises.sync(notebooks_dir() / f"{name}.ipynb"):

@@ -216,3 +216,12 @@ def test_teaching_md_is_the_lesson_template_filled_from_the_class_run() -> None:
     assert text == answers.lesson(NUMBERS["base"]), "TEACHING.md is out of date: run python scripts/exercise_answers.py"
     for ex in EXERCISES[:1]:
         assert ex.make in text
+
+
+def test_a_damaged_numbers_file_is_named_with_what_to_do(tmp_path: Path) -> None:
+    from tiebias.run.files import DamagedFileError
+
+    bad = tmp_path / "exercise_numbers.json"
+    bad.write_text('{"base": {"steps": 4')
+    with pytest.raises(DamagedFileError, match=r"exercise_numbers\.json.*git checkout notebooks/exercise_numbers\.json"):
+        exercises.load_numbers(bad)

@@ -5,7 +5,8 @@ training reads: token sequences, the frozen model's hidden states and targets), 
 activation cache), ``fit`` (training one lens), ``evaluate`` (per-layer KL under each protocol), ``rungs`` (one
 model's budget ladder), ``rung_eval``, ``ladder`` (ladders over a run's models, a pair, checkpoints), ``tables``
 (per-layer tables, gaps with intervals, convergence), ``readings`` (the four readings), ``mechanism`` (why the paper's
-reading costs a tied model at row 1), ``depth`` (other depths).
+reading costs a tied model at row 1), ``depth`` (other depths). What they all train and read with is one
+:class:`tiebias.config.lens.LensSettings`.
 """
 
 from tiebias.lens import (
@@ -24,14 +25,6 @@ from tiebias.lens import (
                           rungs,
                           tables,
 )
-from tiebias.lens.ladder import (
-                          train_checkpoint_lens_ladders,
-                          train_lens_ladders,
-                          train_model_lens_ladders,
-                          train_pair_lens_ladders,
-)
-from tiebias.lens.lenses import load_lens, new_lens, save_lens
 
-__all__ = ["cache", "depth", "evaluate", "fit", "frozen", "inputs", "ladder", "lenses", "load_lens", "mechanism",
-           "new_lens", "precision", "readings", "rung_eval", "rungs", "save_lens", "tables", "train_checkpoint_lens_ladders",
-           "train_lens_ladders", "train_model_lens_ladders", "train_pair_lens_ladders"]
+__all__ = ["cache", "depth", "evaluate", "fit", "frozen", "inputs", "ladder", "lenses", "mechanism", "precision",
+           "readings", "rung_eval", "rungs", "tables"]

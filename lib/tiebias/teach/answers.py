@@ -10,7 +10,6 @@ the templates filled with those numbers.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import pandas as pd
 
 from tiebias.data.tokens import unigram_loss
 from tiebias.lens import tables
+from tiebias.run.files import read_json
 from tiebias.run.folder import Run
 
 NUMBERS_FILE = "exercise_numbers.json"
@@ -129,7 +129,7 @@ def _ablation(run: Run, summary: dict[str, Any]) -> dict[str, float]:
 def quantities(run_dir: str | Path) -> dict[str, Any]:
     """Every named number an answer may quote, from one executed run folder (claims that did not run are absent)."""
     run = Run(run_dir)
-    summary = json.loads((run.path / "summary.json").read_text())
+    summary = read_json(run.path / "summary.json", "run the study on it again (python -m tiebias study)")
     m = run.models()
     first = m[m.complete].iloc[0]
     out: dict[str, Any] = {"steps": run.summary(first.variant, first.seed)["steps"],

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tiebias.config.params import NOTEBOOKS
-from tiebias.config.paths import notebooks_dir
+from tiebias.config.paths import NOTEBOOKS, notebooks_dir
 from tiebias.output.markup import md_fence
+from tiebias.run.files import read_json, write_text_atomic
 from tiebias.teach import answers, coding
 
 CELL_PREFIX = "exercise-"
@@ -102,8 +102,10 @@ def numbers_path() -> Path:
 
 
 def load_numbers(path: str | Path | None = None) -> dict[str, Any]:
-    """The stored numbers: ``base`` (the class run) and, per exercise id, ``ex`` (its own run)."""
-    return json.loads(Path(path or numbers_path()).read_text())
+    """The stored numbers: ``base`` (the class run) and, per exercise id, ``ex`` (its own run); a damaged file is
+    named, with what to do."""
+    return read_json(Path(path or numbers_path()), "restore it with `git checkout notebooks/exercise_numbers.json`, or "
+                     "measure it again with `python scripts/exercise_answers.py`")
 
 
 def answer(ex: Exercise, numbers: dict[str, Any]) -> str:
@@ -159,5 +161,5 @@ def sync(notebook_path: str | Path, path: str | Path | None = None) -> bool:
     if new == nb["cells"]:
         return False
     nb["cells"] = new
-    nb_path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    write_text_atomic(nb_path, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     return True
