@@ -22,11 +22,12 @@ from tiebias import study
 from tiebias.ablate import sweep as ablate
 from tiebias.align import comparisons
 from tiebias.config import profiles
+from tiebias.config.choices import LENS_RECIPES
+from tiebias.config.lens import LensSettings, lens_seq_len
 from tiebias.config.params import PARAMS
 from tiebias.config.training import check_factor
 from tiebias.config.variants import Variant
 from tiebias.lens import ladder as lens_ladder
-from tiebias.lens import rungs as lens_rungs
 from tiebias.models import sources
 from tiebias.run.folder import FINGERPRINTS, Run
 from tiebias.train import divergence
@@ -34,7 +35,7 @@ from tiebias.train.gradients import GradientProvenance
 from tiebias.train.trainer import TrainConfig, train
 from tiebias.verdicts import claims
 
-LENS = dict(steps=2, tokens_per_step=64, seq_len=32, eval_tokens=64, progress=False)
+LENS = LensSettings(steps=2, tokens_per_step=64, seq_len=32, eval_tokens=64)
 
 
 def _files(path: Path) -> list[str]:
@@ -66,9 +67,9 @@ def test_warmup_not_shorter_than_steps_is_refused() -> None:
 
 
 def test_lens_recipes_warm_up_for_fewer_steps_than_they_train() -> None:
-    for recipe in lens_rungs.RECIPES:
+    for recipe in LENS_RECIPES:
         for steps in range(1, 400):
-            assert lens_rungs.recipe_kwargs(recipe, steps)["warmup_steps"] < steps, (recipe, steps)
+            assert LensSettings().fit(recipe, steps).warmup_steps < steps, (recipe, steps)
 
 
 # -- case 12: seeds beyond what seeding accepts ----------------------------------------------------------------
@@ -136,7 +137,7 @@ def test_lens_tokens_are_checked_up_front_with_their_own_names() -> None:
     with pytest.raises(ValueError, match=r"^lens_tokens_per_step: 256 is not allowed with seq_len=48"):
         profiles.resolve("smoke", "/tmp/never", seq_len=48)  # the lens sequence follows seq_len
     p = profiles.resolve("smoke", "/tmp/never", seq_len=512, preset="mini", lens_tokens_per_step=384)
-    assert profiles.lens_seq_len(p["seq_len"]) == 128
+    assert lens_seq_len(p["seq_len"]) == 128
 
 
 def test_lens_depth_presets_are_checked_against_the_recipe() -> None:
@@ -215,7 +216,7 @@ def test_analyses_refuse_a_diverged_model_by_name(diverged_run: Run) -> None:
     with pytest.raises(ValueError, match=named):  # 02
         comparisons.load_models(diverged_run, [0])
     with pytest.raises(ValueError, match=named):  # 03
-        lens_ladder.train_lens_ladders(diverged_run, ["tied", "untied"], [0], **LENS)
+        lens_ladder.train_lens_ladders(diverged_run, ["tied", "untied"], [0], LENS, progress=False)
     for call in (lambda: ablate.alignment_table(diverged_run, [Variant(True)], [0]),  # 04
                  lambda: ablate.perplexities(diverged_run, [Variant(True)], [0], seq_len=32),
                  lambda: ablate.gradient_shares(diverged_run, [Variant(True)], [0])):
@@ -276,7 +277,7 @@ def test_03_refuses_a_pair_whose_tokenizer_cannot_read_the_corpus(tmp_path: Path
     with pytest.raises(ValueError, match=r"^tied_source: the tokenizer of '.*tied' writes 8\d% of the corpus "
                                          r"'shakespeare' as its unknown token '<unk>', so a lens would be measured on "
                                          r"that token, not on the text; allowed: at most 1%"):
-        lens_ladder.train_pair_lens_ladders(pair, None, folder=tmp_path / "out", **LENS)
+        lens_ladder.train_pair_lens_ladders(pair, None, LENS, folder=tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()  # refused before any lens was trained
 
 
@@ -287,5 +288,5 @@ def test_03_refuses_a_pair_sharing_no_token_as_02_does(tmp_path: Path) -> None:
                            knn_k=None)
     with pytest.raises(ValueError, match=r"^tied_source, untied_source: no shared tokens between '.*tied' and "
                                          r"'.*untied'; .*allowed: models whose tokenizers share tokens"):
-        lens_ladder.train_pair_lens_ladders(pair, None, folder=tmp_path / "out", **LENS)
+        lens_ladder.train_pair_lens_ladders(pair, None, LENS, folder=tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()

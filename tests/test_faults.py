@@ -29,6 +29,7 @@ from conftest import TINY
 from safetensors.torch import load_file, save_file
 
 from tiebias.align import comparisons, embeddings
+from tiebias.config.lens import LensSettings
 from tiebias.config.variants import parse_variants
 from tiebias.lens import ladder as lens_ladder
 from tiebias.output import report
@@ -257,7 +258,7 @@ def test_knn_k_zero_named() -> None:
 def test_bad_record(run: Run, kwargs: dict, name: str) -> None:
     args = {"claim": "claim2_gradient_flow", "value": 0.7, "threshold": 0.5, "statement": "s", **kwargs}
     claim = args.pop("claim")
-    refused(run, lambda: records.record(run, claim, **args), ValueError, name)
+    refused(run, lambda: records.record(run, records.Headline(claim, **args)), ValueError, name)
 
 
 def test_bad_timings(run: Run) -> None:
@@ -266,8 +267,9 @@ def test_bad_timings(run: Run) -> None:
 
 # -- strict outputs ----------------------------------------------------------------------------------
 def test_json_outputs_are_strict(run: Run) -> None:
-    e = records.record(run, "claim3_tuned_lens", value=0.2, threshold=0.0, statement="s", spread=float("nan"),
-                      n_seeds=1, details={"sd": float("nan"), "per_layer": [{"gap": np.float64("inf")}]})
+    e = records.record(run, records.Headline("claim3_tuned_lens", value=0.2, threshold=0.0, statement="s",
+                                             spread=float("nan"), n_seeds=1,
+                                             details={"sd": float("nan"), "per_layer": [{"gap": np.float64("inf")}]}))
     assert e["spread"] is None
     data = strict_json(run.path / "results" / "claim3_tuned_lens.json")
     assert data["spread"] is None and data["details"]["sd"] is None
@@ -448,7 +450,7 @@ def test_truncated_token_stream(run: Run) -> None:
 
 
 def test_truncated_result(run: Run) -> None:
-    records.record(run, "claim1_alignment", value=0.2, threshold=0.0, statement="s")
+    records.record(run, records.Headline("claim1_alignment", value=0.2, threshold=0.0, statement="s"))
     p = run.path / "results" / "claim1_alignment.json"
     truncate(p)
     refused(run, lambda: report.write_summary(run), DamagedFileError, str(p), "rerun notebook 02_align")
@@ -552,12 +554,12 @@ def test_second_writer_refused_with_holder_pid(run: Run, holder: subprocess.Pope
     pid = f"PID {holder.pid}"
     refused(run, lambda: train(run, "untied", 0, CFG, progress=False), RunLockedError, pid, "training untied-s0",
             "a test holder")
-    refused(run, lambda: records.record(run, "claim2_gradient_flow", value=0.7, threshold=0.5, statement="s"),
+    refused(run, lambda: records.record(run, records.Headline("claim2_gradient_flow", value=0.7, threshold=0.5, statement="s")),
             RunLockedError, pid)
     refused(run, lambda: Run.prepare(run.path, vocab_size=512, overwrite=True), RunLockedError, pid)
     refused(run, lambda: run.record_study({"steps": 8}), RunLockedError, pid)
-    refused(run, lambda: lens_ladder.train_lens_ladders(run, ["tied"], [0], steps=2, tokens_per_step=2 * CFG.seq_len,
-                                             seq_len=CFG.seq_len, eval_tokens=2 * CFG.seq_len, progress=False),
+    lens = LensSettings(steps=2, tokens_per_step=2 * CFG.seq_len, seq_len=CFG.seq_len, eval_tokens=2 * CFG.seq_len)
+    refused(run, lambda: lens_ladder.train_lens_ladders(run, ["tied"], [0], lens, progress=False),
             RunLockedError, pid, "lenses of tied-s0")
     refused(run, lambda: run.save_table(pd.DataFrame({"a": [1]}), "lens_gap"), RunLockedError, pid,
             "saving table lens_gap")
@@ -573,7 +575,7 @@ def test_killed_holder_is_taken_over(run: Run, holder: subprocess.Popen) -> None
     holder.wait()
     stale = json.loads((run.path / LOCK_HOLDER).read_text())
     assert stale["pid"] == holder.pid and run.lock_holder() is None
-    records.record(run, "claim2_gradient_flow", value=0.7, threshold=0.5, statement="s")
+    records.record(run, records.Headline("claim2_gradient_flow", value=0.7, threshold=0.5, statement="s"))
     assert records.results(run)["claim2_gradient_flow"]["verdict"] is True
     assert not (run.path / LOCK_HOLDER).exists()
 
@@ -645,11 +647,11 @@ def test_retrained_model_makes_its_records_stale(run: Run) -> None:
     ident = hashlib.sha256((run.model_dir("tied", 0) / "model.safetensors").read_bytes()).hexdigest()
     assert run.summary("tied", 0)["weights_sha256"] == ident == run.model_id("tied", 0)
     assert run.model_id("untied", 0) is None  # stopped at step 5
-    e = records.record(run, "claim1_alignment", value=0.3, threshold=0.1, statement="<gap>",
-                       models=["tied-s0", "untied-s0"])
+    e = records.record(run, records.Headline("claim1_alignment", value=0.3, threshold=0.1, statement="<gap>",
+                                             models=["tied-s0", "untied-s0"]))
     assert e["models"] == {"tied-s0": ident}  # the unfinished model cannot have been used: left out
-    records.record(run, "claim2_gradient_flow", value=0.7, threshold=0.5, statement="s", models=["tied-s0"])
-    records.record(run, "claim4_causality", value=2.0, threshold=1.0, statement="s")  # names no model
+    records.record(run, records.Headline("claim2_gradient_flow", value=0.7, threshold=0.5, statement="s", models=["tied-s0"]))
+    records.record(run, records.Headline("claim4_causality", value=2.0, threshold=1.0, statement="s"))  # names no model
     before = json.loads(report.write_summary(run).read_text())["claims"]
     assert {c: r["status"] for c, r in before.items()} == dict.fromkeys(before, "holds") and len(before) == 3
     train(run, "tied", 0, replace(CFG, steps=6), progress=False, overwrite=True)  # as 01 with overwrite, steps=6
@@ -664,7 +666,7 @@ def test_retrained_model_makes_its_records_stale(run: Run) -> None:
     page = report.write_report(run).read_text()
     assert page.count("<i>stale</i>: computed from models retrained since: tied-s0") == 2
     assert page.count("<b>holds</b>") == 1 and "&lt;gap&gt;" in page and "rerun 02_align" in page
-    records.record(run, "claim1_alignment", value=0.3, threshold=0.1, statement="s", models=["tied-s0"])  # rerun
+    records.record(run, records.Headline("claim1_alignment", value=0.3, threshold=0.1, statement="s", models=["tied-s0"]))  # rerun
     now = records.current_results(run)
     assert now["claim1_alignment"]["status"] == "holds" and now["claim2_gradient_flow"]["status"] == "stale"
     shutil.rmtree(run.model_dir("tied", 0))
@@ -677,14 +679,14 @@ def test_claims_name_their_models_in_the_record(run: Run) -> None:
     e = claims.record(run, claims.claim2(flow, first_n=8))
     assert e["models"] == {"tied-s0": run.model_id("tied", 0)}
     with pytest.raises(ValueError, match="models: 'tied' is not a model key"):
-        records.record(run, "claim2_gradient_flow", value=0.7, threshold=0.5, statement="s", models=["tied"])
+        records.record(run, records.Headline("claim2_gradient_flow", value=0.7, threshold=0.5, statement="s", models=["tied"]))
 
 
 def test_lock_is_reentrant_in_one_process(run: Run) -> None:
     with run.writing("01_train"):
         assert run.lock_holder()["pid"] == os.getpid()
         train(run, "tied", 0, CFG, progress=False)  # finished: returns its summary
-        records.record(run, "claim2_gradient_flow", value=0.7, threshold=0.5, statement="s")
+        records.record(run, records.Headline("claim2_gradient_flow", value=0.7, threshold=0.5, statement="s"))
         run.record_study({"steps": 8})
         assert (run.path / LOCK_HOLDER).exists()
     assert not (run.path / LOCK_HOLDER).exists() and run.lock_holder() is None

@@ -20,6 +20,7 @@ from transformers import (
 )
 from tuned_lens import TunedLens
 
+from tiebias.config.lens import LensFit, LensSettings
 from tiebias.lens import evaluate as E
 from tiebias.lens import fit as F
 from tiebias.lens import frozen, rungs
@@ -102,7 +103,7 @@ def lenses(models: dict[tuple[str, bool], PreTrainedModel]) -> dict[tuple[str, b
     """A short-trained lens per model."""
     return {
         key: F.train_lens(
-            m, TRAIN, steps=40, seq_len=SEQ, tokens_per_step=512, warmup_steps=4, lr=1e-2, progress=False
+            m, TRAIN, LensFit(steps=40, seq_len=SEQ, tokens_per_step=512, warmup_steps=4, lr=1e-2), progress=False
         )
         for key, m in models.items()
     }
@@ -225,8 +226,8 @@ def test_save_load_round_trip(models, lenses, tmp_path: Path) -> None:
 
 def test_training_is_deterministic(models) -> None:
     model = models[("llama", False)]
-    kw = dict(steps=3, seq_len=SEQ, tokens_per_step=256, warmup_steps=1, progress=False, seed=3)
-    a, b = F.train_lens(model, TRAIN, **kw), F.train_lens(model, TRAIN, **kw)
+    fit = LensFit(steps=3, seq_len=SEQ, tokens_per_step=256, warmup_steps=1, seed=3)
+    a, b = F.train_lens(model, TRAIN, fit, progress=False), F.train_lens(model, TRAIN, fit, progress=False)
     for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
         assert torch.equal(pa, pb)
 
@@ -234,11 +235,11 @@ def test_training_is_deterministic(models) -> None:
 def test_lens_does_not_depend_on_threads(models) -> None:
     """The thread tuner may switch counts mid-run: the trained lens must not change."""
     model = models[("llama", True)]
-    kw = dict(steps=8, seq_len=SEQ, tokens_per_step=256, warmup_steps=1, progress=False, seed=4)
+    fit = LensFit(steps=8, seq_len=SEQ, tokens_per_step=256, warmup_steps=1, seed=4)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        one, two, auto = (F.train_lens(model, TRAIN, num_threads=n, **kw) for n in (1, 2, "auto"))
+        one, two, auto = (F.train_lens(model, TRAIN, fit, num_threads=n, progress=False) for n in (1, 2, "auto"))
         assert torch.get_num_threads() == 2  # restored
     finally:
         torch.set_num_threads(before)
@@ -256,28 +257,28 @@ def test_lens_does_not_depend_on_threads(models) -> None:
 def test_continued_training_through_disk_matches_in_memory(models, tmp_path: Path) -> None:
     """Two chained calls give the same lens whether the lens and its state went through disk or not."""
     model = models[("llama", True)]
-    kw = dict(seq_len=SEQ, tokens_per_step=256, warmup_steps=1, progress=False, seed=2)
+    fit = LensFit(seq_len=SEQ, tokens_per_step=256, warmup_steps=1, seed=2)
     state: dict = {}
     log: list[dict[str, float]] = []
-    a = F.train_lens(model, TRAIN, steps=3, state=state, **kw)
+    a = F.train_lens(model, TRAIN, fit.replace(steps=3), state=state, progress=False)
     assert state["steps_done"] == 3 and state["optimizer_name"] == "adam"
     L.save_lens(a, tmp_path / "lens")
     torch.save(state, tmp_path / "state.pt")
-    a = F.train_lens(model, TRAIN, steps=4, lens=a, state=state, log=log, **kw)
+    a = F.train_lens(model, TRAIN, fit.replace(steps=4), lens=a, state=state, log=log, progress=False)
     assert state["steps_done"] == 7
     # each call runs its own warmup and decay to 0
     assert log[0]["lr"] == pytest.approx(1e-2) and log[-1]["lr"] == pytest.approx(1e-2 / 3)
     b = L.load_lens(model, tmp_path / "lens")
     b_state = torch.load(tmp_path / "state.pt", weights_only=True)
-    b = F.train_lens(model, TRAIN, steps=4, lens=b, state=b_state, **kw)
+    b = F.train_lens(model, TRAIN, fit.replace(steps=4), lens=b, state=b_state, progress=False)
     for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
         assert torch.equal(pa, pb)
-    fresh = F.train_lens(model, TRAIN, steps=4, **kw)
+    fresh = F.train_lens(model, TRAIN, fit.replace(steps=4), progress=False)
     assert not torch.equal(fresh.layer_translators[0].weight, a.layer_translators[0].weight)
     with pytest.raises(ValueError, match="optimizer: 'sgd' cannot continue a lens trained with 'adam'"):
-        F.train_lens(model, TRAIN, steps=2, lens=b, state=dict(b_state), optimizer="sgd", **kw)
+        F.train_lens(model, TRAIN, fit.replace(steps=2, optimizer="sgd"), lens=b, state=dict(b_state), progress=False)
     with pytest.raises(ValueError, match="lens: its unembedding"):
-        F.train_lens(models[("llama", False)], TRAIN, steps=2, lens=b, **kw)
+        F.train_lens(models[("llama", False)], TRAIN, fit.replace(steps=2), lens=b, progress=False)
 
 
 def test_per_sequence_evaluation_averages_to_the_table(models, lenses) -> None:
@@ -358,13 +359,14 @@ def test_lens_json_that_is_not_its_settings_named(tmp_path: Path, name: str, tex
 
 def test_rung_trainer_state_with_code_refused_and_not_run(tmp_path: Path) -> None:
     model = _build("llama", True)
-    kw = dict(steps=1, tokens_per_step=2 * SEQ, seq_len=SEQ, progress=False, max_cache_bytes=0)
-    rungs.train_ladder(model, TRAIN, tmp_path / "lens", budgets=[1], **kw)
+    lens = LensSettings(steps=1, tokens_per_step=2 * SEQ, seq_len=SEQ, budgets=(1,))
+    kw = dict(progress=False, max_cache_bytes=0)
+    rungs.train_ladder(model, TRAIN, tmp_path / "lens", lens, **kw)
     state = rungs.rung_dir(tmp_path / "lens", "cpu", 1) / "trainer.pt"
     marker = tmp_path / "ran"
     save_hostile(state, marker, steps_done=1)
     with pytest.raises(UnsafeFileError) as info:
-        rungs.train_ladder(model, TRAIN, tmp_path / "lens", budgets=[1, 2], **kw)
+        rungs.train_ladder(model, TRAIN, tmp_path / "lens", lens.replace(budgets=(1, 2)), **kw)
     msg = str(info.value)
     assert f"{state}: refused" in msg and "delete it and run 03_lens again" in msg and "weights_only" not in msg
     assert not marker.exists(), "loading the rung's trainer state ran the file's code"
@@ -376,17 +378,17 @@ def test_rung_trainer_state_with_code_refused_and_not_run(tmp_path: Path) -> Non
 def test_bad_inputs_raise(models, lenses) -> None:
     model = models[("llama", True)]
     with pytest.raises(ValueError, match=r"steps: .*got 0"):
-        F.train_lens(model, TRAIN, steps=0)
+        LensFit(steps=0)
     with pytest.raises(ValueError, match=r"tokens: .*100 tokens.*seq_len=128"):
         E.evaluate(model, EVAL[:100])
     with pytest.raises(ValueError, match=r"tokens: .*100 tokens.*seq_len=128"):
-        F.train_lens(model, EVAL[:100], steps=1)
+        F.train_lens(model, EVAL[:100], LensFit(steps=1, warmup_steps=0))
     with pytest.raises(ValueError, match=r"tokens: .*1-D"):
         E.evaluate(model, EVAL[:256].view(2, 128))
     with pytest.raises(ValueError, match=r"tokens: .*\[0, 255\]"):
         E.evaluate(model, EVAL[:256] + VOCAB)
     with pytest.raises(ValueError, match="tokens_per_step: .*seq_len=64"):
-        F.train_lens(model, TRAIN, seq_len=64, tokens_per_step=100)
+        LensFit(seq_len=64, tokens_per_step=100)
     with pytest.raises(ValueError, match="lens: shape mismatch: lens has 3 translators.*num_hidden_layers=4"):
         E.evaluate(_build("llama", True, layers=4), EVAL, lenses[("llama", True)], seq_len=SEQ)
     with pytest.raises(ValueError, match="lens: its unembedding"):
@@ -404,7 +406,7 @@ def test_thread_setting_is_restored(models) -> None:
     with pytest.raises(ValueError, match=r"num_threads: .*got 0"):
         E.evaluate(model, EVAL, seq_len=SEQ, num_threads=0)
     with pytest.raises(ValueError, match=r"num_threads: .*got 0"):
-        F.train_lens(model, TRAIN, seq_len=SEQ, num_threads=0)
+        F.train_lens(model, TRAIN, LensFit(seq_len=SEQ), num_threads=0)
     for bad in ("fast", True, 1.5):
         with pytest.raises(ValueError, match=r"num_threads: must be a positive int, 'auto' or None"):
             E.evaluate(model, EVAL, seq_len=SEQ, num_threads=bad)
@@ -419,7 +421,7 @@ def test_unsupported_family_names_model_type() -> None:
                     word_embed_proj_dim=32, do_layer_norm_before=False)
     model = OPTForCausalLM(cfg)
     with pytest.raises(ValueError, match=r"model: model_type='opt' \(OPTForCausalLM\) has no final norm"):
-        F.train_lens(model, TRAIN, steps=1, warmup_steps=0)
+        F.train_lens(model, TRAIN, LensFit(steps=1, warmup_steps=0))
     with pytest.raises(ValueError, match="model_type='opt'"):
         E.evaluate(model, EVAL)
     with pytest.raises(ValueError, match="model: expected a transformers PreTrainedModel"):

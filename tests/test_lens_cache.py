@@ -10,6 +10,7 @@ import torch
 import transformers as tr
 from _families import tiny_config
 
+from tiebias.config.lens import LensFit, LensSettings
 from tiebias.lens import cache as C
 from tiebias.lens import fit as F
 from tiebias.lens import lenses as L
@@ -18,7 +19,7 @@ from tiebias.lens import rungs as lens_rungs
 VOCAB = 300
 SEQ = 32
 FAMILIES = [("llama", True), ("llama", False), ("gpt_neox", True), ("gpt_neox", False)]
-KW = dict(seq_len=SEQ, tokens_per_step=4 * SEQ, warmup_steps=1, progress=False, seed=1)
+FIT = LensFit(seq_len=SEQ, tokens_per_step=4 * SEQ, warmup_steps=1, seed=1)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -50,12 +51,14 @@ def _both(model: tr.PreTrainedModel, tokens: torch.Tensor, **kw) -> None:
     cache = C.build_cache(model, tokens, **settings)
     assert cache is not None
     logs: tuple[list, list] = ([], [])
-    plain = F.train_lens(model, tokens, log=logs[0], **{**KW, **kw})
-    cached = F.train_lens(model, tokens, log=logs[1], cache=cache, **{**KW, **kw})
+    fit = FIT.replace(**kw)
+    plain = F.train_lens(model, tokens, fit, log=logs[0], progress=False)
+    cached = F.train_lens(model, tokens, fit, log=logs[1], cache=cache, progress=False)
     _assert_same(plain, cached)
     assert logs[0] == logs[1]
     # the cached run really read the cache: other activations, another lens
-    other = F.train_lens(model, tokens, cache=replace(cache, hidden=[h * 1.01 for h in cache.hidden]), **{**KW, **kw})
+    other = F.train_lens(model, tokens, fit, cache=replace(cache, hidden=[h * 1.01 for h in cache.hidden]),
+                         progress=False)
     assert not torch.equal(other.layer_translators[0].weight, plain.layer_translators[0].weight)
 
 
@@ -77,12 +80,13 @@ def test_continued_training_through_cache_matches(models, tmp_path: Path) -> Non
     for use in (None, cache):
         state: dict = {}
         log: list = []
-        lens = F.train_lens(model, tokens, steps=3, state=state, cache=use, **KW)
+        lens = F.train_lens(model, tokens, FIT.replace(steps=3), state=state, cache=use, progress=False)
         L.save_lens(lens, tmp_path / f"lens{use is None}")
         torch.save(state, tmp_path / f"state{use is None}.pt")
         lens = L.load_lens(model, tmp_path / f"lens{use is None}")
         state = torch.load(tmp_path / f"state{use is None}.pt", weights_only=True)
-        lens = F.train_lens(model, tokens, steps=4, lens=lens, state=state, cache=use, log=log, **KW)
+        lens = F.train_lens(model, tokens, FIT.replace(steps=4), lens=lens, state=state, cache=use, log=log,
+                            progress=False)
         assert state["steps_done"] == 7
         lenses.append((lens, log))
     _assert_same(lenses[0][0], lenses[1][0])
@@ -111,9 +115,9 @@ def test_cap_falls_back_to_the_model(models, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="max_bytes: "):
         C.build_cache(model, tokens, seq_len=SEQ, max_bytes=-1)
     # The ladder trains the same lenses with and without its cache.
-    kw = dict(steps=3, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=[1, 2], progress=False)
-    a = lens_rungs.train_ladder(model, tokens, tmp_path / "a", **kw)
-    b = lens_rungs.train_ladder(model, tokens, tmp_path / "b", max_cache_bytes=0, **kw)
+    lens = LensSettings(steps=3, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=(1, 2))
+    a = lens_rungs.train_ladder(model, tokens, tmp_path / "a", lens, progress=False)
+    b = lens_rungs.train_ladder(model, tokens, tmp_path / "b", lens, max_cache_bytes=0, progress=False)
     for budget in (1, 2):
         _assert_same(a[budget], b[budget])
 
@@ -127,11 +131,11 @@ def test_ladder_builds_one_cache_and_only_when_training(models, tmp_path: Path, 
         built.append(real(*args, **kwargs))
         return built[-1]
 
-    monkeypatch.setattr(lens_rungs.lens_cache, "build_cache", counting)
-    kw = dict(steps=3, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=[1, 2, 4], progress=False)
-    lens_rungs.train_ladder(model, tokens, tmp_path, **kw)
+    monkeypatch.setattr(C, "build_cache", counting)
+    lens = LensSettings(steps=3, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=(1, 2, 4))
+    lens_rungs.train_ladder(model, tokens, tmp_path, lens, progress=False)
     assert len(built) == 1 and built[0] is not None
-    lens_rungs.train_ladder(model, tokens, tmp_path, **kw)  # every rung finished: nothing to train
+    lens_rungs.train_ladder(model, tokens, tmp_path, lens, progress=False)  # every rung finished: nothing to train
     assert len(built) == 1
 
 
@@ -152,26 +156,26 @@ def test_mismatched_cache_is_refused(models) -> None:
     model, tokens = models[("llama", True)], _tokens(30)
     cache = C.build_cache(model, tokens, seq_len=SEQ, tokens_per_step=4 * SEQ)
     with pytest.raises(ValueError, match="model: its weights differ"):
-        F.train_lens(_model("llama", True, seed=1), tokens, steps=2, cache=cache, **KW)
+        F.train_lens(_model("llama", True, seed=1), tokens, FIT.replace(steps=2), cache=cache, progress=False)
     with pytest.raises(ValueError, match="tokens: 29 sequences"):
-        F.train_lens(model, tokens[: 29 * SEQ], steps=2, cache=cache, **KW)
+        F.train_lens(model, tokens[: 29 * SEQ], FIT.replace(steps=2), cache=cache, progress=False)
     with pytest.raises(ValueError, match="tokens: differ"):
-        F.train_lens(model, _tokens(30, seed=1), steps=2, cache=cache, **KW)
+        F.train_lens(model, _tokens(30, seed=1), FIT.replace(steps=2), cache=cache, progress=False)
     with pytest.raises(ValueError, match="seq_len: 16, but the cache holds sequences of seq_len=32"):
-        F.train_lens(model, tokens, steps=2, cache=cache, **{**KW, "seq_len": 16, "tokens_per_step": 64})
+        F.train_lens(model, tokens, FIT.replace(steps=2, seq_len=16, tokens_per_step=64), cache=cache, progress=False)
     with pytest.raises(ValueError, match="batch_size: .*micro-batches of 2 sequences.*of 4"):
-        F.train_lens(model, tokens, steps=2, cache=cache, batch_size=2, **KW)
+        F.train_lens(model, tokens, FIT.replace(steps=2, batch_size=2), cache=cache, progress=False)
     with pytest.raises(ValueError, match="batch_size: .*uneven micro-batches"):
-        F.train_lens(model, tokens, steps=2, cache=cache, batch_size=3, **KW)
+        F.train_lens(model, tokens, FIT.replace(steps=2, batch_size=3), cache=cache, progress=False)
 
 
 def test_short_ladder_over_a_long_stream_builds_no_cache(models, tmp_path: Path, monkeypatch) -> None:
     """Building costs one forward per sequence: a ladder drawing fewer than MIN_VISITS per sequence skips it."""
     model, tokens = models[("llama", True)], _tokens(30)
     built: list = []
-    monkeypatch.setattr(lens_rungs.lens_cache, "build_cache", lambda *a, **k: built.append(1))
-    lens_rungs.train_ladder(model, tokens, tmp_path, steps=2, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=[1, 2],
-                             progress=False)  # 2 x 2 x 4 = 16 draws from 30 sequences
+    monkeypatch.setattr(C, "build_cache", lambda *a, **k: built.append(1))
+    lens = LensSettings(steps=2, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=(1, 2))
+    lens_rungs.train_ladder(model, tokens, tmp_path, lens, progress=False)  # 2 x 2 x 4 = 16 draws from 30 sequences
     assert built == []
     assert not C.pays_off(44, 30) and C.pays_off(45, 30)
 
@@ -180,8 +184,8 @@ def test_bad_cache_and_stop_settings_name_the_parameter(models, tmp_path: Path) 
     model, tokens = models[("llama", True)], _tokens(30)
     for bad in (-1, 1.5, True, "1GiB"):
         with pytest.raises(ValueError, match="max_cache_bytes"):
-            lens_rungs.train_ladder(model, tokens, tmp_path / "l", steps=2, tokens_per_step=4 * SEQ, seq_len=SEQ,
-                                     max_cache_bytes=bad, progress=False)
+            lens_rungs.train_ladder(model, tokens, tmp_path / "l", LensSettings(steps=2, tokens_per_step=4 * SEQ,
+                                    seq_len=SEQ), max_cache_bytes=bad, progress=False)
     assert not (tmp_path / "l").exists()
     with pytest.raises(ValueError, match="should_stop"):
-        F.train_lens(model, tokens, steps=2, should_stop=5, **KW)
+        F.train_lens(model, tokens, FIT.replace(steps=2), should_stop=5, progress=False)

@@ -21,6 +21,7 @@ from _families import FAMILIES, PACKAGE_FAMILIES, char_tokenizer, missing, save_
 from transformers import AutoModelForCausalLM, PreTrainedModel
 from tuned_lens import TunedLens
 
+from tiebias.config.lens import LensFit, LensSettings
 from tiebias.lens import evaluate as lens_eval
 from tiebias.lens import fit as lens_fit
 from tiebias.lens import lenses as tl
@@ -85,8 +86,8 @@ def test_family_lensed_by_layout(saved, key, tmp_path: Path) -> None:
     assert df.kl_logit_bits.iloc[0] > 1e-5  # layer 0 is not the output
 
     # A briefly trained lens moves, saves in the package's format, loads and scores the same.
-    lens = lens_fit.train_lens(model, TOKENS, steps=3, seq_len=SEQ, tokens_per_step=2 * SEQ, warmup_steps=0,
-                         progress=False)
+    lens = lens_fit.train_lens(model, TOKENS, LensFit(steps=3, seq_len=SEQ, tokens_per_step=2 * SEQ, warmup_steps=0),
+                               progress=False)
     assert any(float(t.weight.detach().abs().sum()) > 0 for t in lens.layer_translators)
     path = tl.save_lens(lens, tmp_path / "lens")
     assert {"config.json", "params.pt"} <= {p.name for p in path.iterdir()}
@@ -238,8 +239,8 @@ def test_lens_study_on_external_pairs_by_path(tmp_path: Path) -> None:
         models.update({f"{f}-{role}": m for role, m in pair.items()})
     if not models:
         pytest.skip("; ".join(lacking))
-    df, lenses = lens_ladder.train_pair_lens_ladders(models, None, steps=2, tokens_per_step=64, seq_len=32, eval_tokens=128,
-                                            folder=tmp_path / "lenses", progress=False)
+    lens = LensSettings(steps=2, tokens_per_step=64, seq_len=32, eval_tokens=128)
+    df, lenses = lens_ladder.train_pair_lens_ladders(models, None, lens, folder=tmp_path / "lenses", progress=False)
     assert set(df.variant) == set(models) == set(lenses)
     last = df[df.layer == df.groupby("variant").layer.transform("max")]
     assert len(last) == len(models)

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from tiebias.config.lens import LensSettings
 from tiebias.config.variants import Variant
 from tiebias.lens import evaluate as lens_eval
 from tiebias.lens import mechanism as M
@@ -102,8 +103,9 @@ def test_k_trend_falls_rises_or_shows_none() -> None:
 
 def test_penalty_by_k_needs_two_factors(fresh_run) -> None:
     with pytest.raises(ValueError, match="variants: .* fewer than two tied models"):
-        M.penalty_by_k(fresh_run, [Variant.parse("tied"), Variant.parse("untied")], [0], steps=1, tokens_per_step=64,
-                       seq_len=32, budgets=[1], recipe="cpu", eval_tokens=64)
+        M.penalty_by_k(fresh_run, [Variant.parse("tied"), Variant.parse("untied")], [0],
+                       LensSettings(steps=1, tokens_per_step=64, seq_len=32, budgets=(1,), recipes=("cpu",),
+                                    eval_tokens=64))
 
 
 def test_the_smoke_study_writes_the_mechanism_tables_finite(smoke_study) -> None:

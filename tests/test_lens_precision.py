@@ -10,6 +10,7 @@ import torch
 import transformers as tr
 from _families import tiny_config
 
+from tiebias.config.lens import LensSettings
 from tiebias.lens import precision as LP
 from tiebias.lens import rungs as lens_rungs
 
@@ -42,17 +43,18 @@ def test_ladder_records_precision_and_retrains_on_change(tmp_path: Path, monkeyp
     torch.manual_seed(0)
     model = tr.AutoModelForCausalLM.from_config(tiny_config("llama", True, VOCAB)).eval().requires_grad_(False)
     tokens = torch.randint(0, VOCAB, (20 * SEQ,), generator=torch.Generator().manual_seed(0))
-    kw = dict(steps=6, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=[1], progress=False)
+    settings = LensSettings(steps=6, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=(1,))
+    kw = dict(progress=False)
     rung = lens_rungs.rung_dir(tmp_path, "cpu", 1)
     monkeypatch.setenv(LP.PRECISION_ENV, "fp32")
-    fp32 = lens_rungs.train_ladder(model, tokens, tmp_path, **kw)[1]
+    fp32 = lens_rungs.train_ladder(model, tokens, tmp_path, settings, **kw)[1]
     assert json.loads((rung / "rung.json").read_text())["logits_precision"] == "fp32"
     assert json.loads((rung / "tiebias_lens.json").read_text())["logits_precision"] == "fp32"
     stamp = (rung / "params.pt").stat().st_mtime_ns
-    lens_rungs.train_ladder(model, tokens, tmp_path, **kw)  # same precision: loaded, not retrained
+    lens_rungs.train_ladder(model, tokens, tmp_path, settings, **kw)  # same precision: loaded, not retrained
     assert (rung / "params.pt").stat().st_mtime_ns == stamp
     monkeypatch.setenv(LP.PRECISION_ENV, "bf16")
-    bf16 = lens_rungs.train_ladder(model, tokens, tmp_path, **kw)[1]
+    bf16 = lens_rungs.train_ladder(model, tokens, tmp_path, settings, **kw)[1]
     assert json.loads((rung / "rung.json").read_text())["logits_precision"] == "bf16"
     w32 = torch.cat([p.flatten() for p in fp32.parameters()])
     w16 = torch.cat([p.flatten() for p in bf16.parameters()])
@@ -64,19 +66,20 @@ def test_rung_recorded_before_the_precision_counts_as_auto(tmp_path: Path, monke
     torch.manual_seed(0)
     model = tr.AutoModelForCausalLM.from_config(tiny_config("llama", False, VOCAB)).eval().requires_grad_(False)
     tokens = torch.randint(0, VOCAB, (20 * SEQ,), generator=torch.Generator().manual_seed(1))
-    kw = dict(steps=2, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=[1], progress=False)
+    settings = LensSettings(steps=2, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=(1,))
+    kw = dict(progress=False)
     monkeypatch.delenv(LP.PRECISION_ENV, raising=False)
-    lens_rungs.train_ladder(model, tokens, tmp_path, **kw)
+    lens_rungs.train_ladder(model, tokens, tmp_path, settings, **kw)
     rung = lens_rungs.rung_dir(tmp_path, "cpu", 1)
     meta = json.loads((rung / "rung.json").read_text())
     auto = meta.pop("logits_precision")
     (rung / "rung.json").write_text(json.dumps(meta))  # as an earlier version of the kit wrote it
     stamp = (rung / "params.pt").stat().st_mtime_ns
-    lens_rungs.train_ladder(model, tokens, tmp_path, **kw)
+    lens_rungs.train_ladder(model, tokens, tmp_path, settings, **kw)
     assert (rung / "params.pt").stat().st_mtime_ns == stamp
     other = "fp32" if auto == "bf16" else "bf16"
     monkeypatch.setenv(LP.PRECISION_ENV, other)
-    lens_rungs.train_ladder(model, tokens, tmp_path, **kw)
+    lens_rungs.train_ladder(model, tokens, tmp_path, settings, **kw)
     assert (rung / "params.pt").stat().st_mtime_ns != stamp
 
 
@@ -88,12 +91,13 @@ def test_damaged_rung_record_and_evaluation_cache_are_named(tmp_path: Path) -> N
     torch.manual_seed(0)
     model = tr.AutoModelForCausalLM.from_config(tiny_config("llama", True, VOCAB)).eval().requires_grad_(False)
     tokens = torch.randint(0, VOCAB, (20 * SEQ,), generator=torch.Generator().manual_seed(2))
-    kw = dict(steps=2, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=[1], progress=False)
-    lens = lens_rungs.train_ladder(model, tokens, tmp_path, **kw)[1]
+    settings = LensSettings(steps=2, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=(1,))
+    kw = dict(progress=False)
+    lens = lens_rungs.train_ladder(model, tokens, tmp_path, settings, **kw)[1]
     rung = lens_rungs.rung_dir(tmp_path, "cpu", 1)
     (rung / "rung.json").write_text('{"recipe": "cp')
     with pytest.raises(DamagedFileError, match=r"rung\.json: damaged or unreadable .*delete the rung's folder"):
-        lens_rungs.train_ladder(model, tokens, tmp_path, **kw)
+        lens_rungs.train_ladder(model, tokens, tmp_path, settings, **kw)
     cache = rung / lens_rung_eval.eval_name(2 * SEQ, SEQ, "reference")
     cache.write_bytes(b'"a,b\n1,"2\n\xff\xfe')
     with pytest.raises(DamagedFileError, match=r"_reference\.csv: damaged or unreadable .*delete it"):

@@ -1,4 +1,4 @@
-"""The two readings of a tuned lens (lens_eval.PROTOCOLS), checked against a lens whose translators differ.
+"""The two readings of a tuned lens (tiebias.config.choices.LENS_PROTOCOLS), checked against a lens whose translators differ.
 
 Translator i of the hand-made lens adds a bias only it has, so reading hidden state i with translator i - 1
 (the reference code's indexing) or with translator i (the package's) gives a different, checkable number;

@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tiebias.config.params import LENS_PROTOCOLS, coerce
+from tiebias.config import choices, profiles
+from tiebias.config.lens import LensSettings
+from tiebias.config.params import LENS_PROTOCOLS, PARAMS, coerce
 from tiebias.lens import evaluate as lens_eval
 from tiebias.lens import ladder as lens_ladder
 from tiebias.lens import lenses as tl
@@ -22,16 +24,25 @@ from tiebias.output.plotting import lens as lplot
 from tiebias.run.folder import Run
 from tiebias.verdicts import claims, records
 
-RECIPE = dict(steps=6, tokens_per_step=256, seq_len=32)  # as tests/test_lens_study.py: the same cached lenses
+LENS = LensSettings(steps=6, tokens_per_step=256, seq_len=32, eval_tokens=256)  # as tests/test_lens_study.py: the
+# same cached lenses
 BOTH = ["package", "reference"]
+LENS_PARAMS = {"lens_steps": 2, "lens_tokens_per_step": 128, "lens_eval_tokens": 128, "lens_depth_presets": []}
 METRICS = ["kl_tuned_bits", "kl_logit_bits", "ce_tuned_nats", "ce_logit_nats", "ce_model_nats"]
 
 
-def test_schema_protocols_are_the_evaluation_protocols() -> None:
-    assert LENS_PROTOCOLS == lens_eval.PROTOCOLS
+def test_schema_protocols_are_the_evaluation_protocols(tmp_path: Path) -> None:
+    assert LENS_PROTOCOLS == choices.LENS_PROTOCOLS == tuple(BOTH)
+    with pytest.raises(ValueError, match=f"^protocol: 'paper' is not allowed; allowed: {', '.join(LENS_PROTOCOLS)}$"):
+        lens_eval.evaluate(None, None, protocol="paper")  # type: ignore[arg-type]  # the evaluation's own check
     assert coerce("lens_protocols", "package,reference") == BOTH
-    assert lens_ladder.check_params({"lens_steps": 2, "lens_tokens_per_step": 64, "lens_eval_tokens": 64,
-                                     "lens_depth_presets": []})["lens_protocols"] == BOTH
+    # by default (a profile that does not set them) every lens is read both ways
+    assert PARAMS["lens_protocols"].default == BOTH
+    text = "".join(line for line in (profiles.PROFILE_DIR / "default.toml").read_text().splitlines(keepends=True)
+                   if not line.startswith("lens_protocols"))
+    (tmp_path / "mine.toml").write_text(text)
+    params = profiles.resolve(tmp_path / "mine.toml", tmp_path / "run", **LENS_PARAMS)
+    assert params["lens_protocols"] == BOTH and LensSettings.from_params(params).protocols == tuple(BOTH)
 
 
 @pytest.mark.parametrize(("value", "why"), [
@@ -43,25 +54,28 @@ def test_bad_lens_protocols_are_named(value: object, why: str) -> None:
         coerce("lens_protocols", value)
     assert why in str(e.value)
     with pytest.raises(ValueError, match="^lens_protocols: "):
-        lens_ladder.check_params({"lens_steps": 2, "lens_tokens_per_step": 64, "lens_eval_tokens": 64,
-                                  "lens_depth_presets": [], "lens_protocols": value})
+        profiles.resolve("default", "/tmp/x", **LENS_PARAMS, lens_protocols=value)
+    with pytest.raises(ValueError, match="^lens_protocols: "):
+        LensSettings(protocols=value)  # type: ignore[arg-type]
 
 
 def test_bad_protocols_refused_before_anything_is_written(two_seed_run: Run, tmp_path: Path) -> None:
     model = two_seed_run.load_model("tied", 0)
     folder = tmp_path / "lens"
     with pytest.raises(ValueError, match="^lens_protocols: .*'paper'"):
-        lens_ladder.train_model_lens_ladders(model, two_seed_run.tokens("validation"), two_seed_run.tokens("test"), folder,
-                                 eval_tokens=256, progress=False, protocols=["package", "paper"], **RECIPE)
+        lens_ladder.train_model_lens_ladders(model, two_seed_run.tokens("validation"), two_seed_run.tokens("test"),
+                                             folder, LENS.replace(protocols=["package", "paper"]), progress=False)
     assert not folder.exists()
 
 
 def test_train_model_lens_ladders_reads_every_lens_both_ways_and_keeps_the_package_rows(two_seed_run: Run, tmp_path: Path) -> None:
     model = two_seed_run.load_model("tied", 0)
     val, test = two_seed_run.tokens("validation"), two_seed_run.tokens("test")
-    kw = dict(eval_tokens=256, progress=False, budgets=[1, 2], **RECIPE)
-    both = lens_ladder.train_model_lens_ladders(model, val, test, tmp_path / "both", protocols=BOTH, **kw)
-    plain = lens_ladder.train_model_lens_ladders(model, val, test, tmp_path / "plain", **kw)  # no protocol option: package only
+    lens = LENS.replace(budgets=(1, 2))
+    both = lens_ladder.train_model_lens_ladders(model, val, test, tmp_path / "both", lens.replace(protocols=BOTH),
+                                                progress=False)
+    plain = lens_ladder.train_model_lens_ladders(model, val, test, tmp_path / "plain", lens,
+                                                 progress=False)  # no protocols given: package only
     assert list(dict.fromkeys(both.protocol)) == BOTH and set(plain.protocol) == {"package"}
     pkg = lens_study.at_protocol(both, "package")
     assert len(pkg) == len(plain) and (pkg.columns == plain.columns).all()
@@ -99,10 +113,15 @@ def test_at_protocol() -> None:
 @pytest.fixture(scope="module")
 def readings_tables(two_seed_run: Run):
     """The verdict ladder and a (shortened) reference-budget ladder of the two-seed run, both protocols."""
-    kw = dict(eval_tokens=256, progress=False, per_sequence=True, protocols=BOTH)
-    seq = lens_ladder.train_lens_ladders(two_seed_run, ["tied", "untied"], [0, 1], **kw, **RECIPE)
-    ref_budget = {**RECIPE, **lens_readings.REFERENCE_BUDGET_LADDER, "steps": 3}  # 100 steps in a study
-    ref = lens_ladder.train_lens_ladders(two_seed_run, ["tied", "untied"], [0, 1], **kw, **ref_budget)
+    lens = LENS.replace(protocols=BOTH)
+    kw = dict(progress=False, per_sequence=True)
+    seq = lens_ladder.train_lens_ladders(two_seed_run, ["tied", "untied"], [0, 1], lens, **kw)
+    ref_budget = lens_readings.reference_budget(lens)
+    assert (ref_budget.recipes, ref_budget.budgets, ref_budget.steps) == (("package",), (1,), 100)
+    assert ref_budget.replace(**lens_readings.REFERENCE_BUDGET_LADDER) == ref_budget
+    ref = lens_ladder.train_lens_ladders(two_seed_run, ["tied", "untied"], [0, 1],
+                                         ref_budget.replace(steps=3),  # 100 steps in a study
+                                         subdir=lens_ladder.REFERENCE_BUDGET, **kw)
     return seq, ref
 
 
@@ -167,7 +186,8 @@ def test_second_claim3_record_beside_the_first(readings_tables, fresh_run: Run) 
 
 
 def test_report_lists_both_readings_and_says_which_the_paper_uses(fresh_run: Run) -> None:
-    records.record(fresh_run, "claim3_tuned_lens_reference", value=0.3, threshold=0.1, statement="s", unit="bits")
+    records.record(fresh_run, records.Headline("claim3_tuned_lens_reference", value=0.3, threshold=0.1, statement="s",
+                                               unit="bits"))
     page = report.write_report(fresh_run).read_text()
     assert "(Figure 2) come from the paper&#x27;s reading" in page  # escaped, as all text the report writes
     assert "hidden state i through translator i - 1" in page and "not run" in page  # the other claims: not yet
@@ -178,10 +198,12 @@ def test_external_pair_gets_both_protocols_and_the_four_readings(two_seed_run: R
 
     models = sources.load_models({"tied": two_seed_run.model_path("tied", 0),
                                   "untied": two_seed_run.model_path("untied", 0)})
-    kw = dict(eval_tokens=256, progress=False, per_sequence=True, protocols=BOTH, folder=two_seed_run.path / "external")
-    seq, _ = lens_ladder.train_pair_lens_ladders(models, None, **kw, **RECIPE)
-    ref, lenses = lens_ladder.train_pair_lens_ladders(models, None, **kw, **{**RECIPE, **lens_readings.REFERENCE_BUDGET_LADDER,
-                                                                     "steps": 3})
+    lens = LENS.replace(protocols=BOTH)
+    kw = dict(progress=False, per_sequence=True, folder=two_seed_run.path / "external")
+    seq, _ = lens_ladder.train_pair_lens_ladders(models, None, lens, **kw)
+    ref, lenses = lens_ladder.train_pair_lens_ladders(models, None,
+                                                      lens_readings.reference_budget(lens).replace(steps=3),
+                                                      subdir=lens_ladder.REFERENCE_BUDGET, **kw)
     assert list(dict.fromkeys(seq.protocol)) == BOTH and set(ref.lens_steps) == {3} and set(lenses) == {"tied", "untied"}
     assert not list((two_seed_run.path / "external").rglob(f"{lens_ladder.REFERENCE_BUDGET}/logit_*"))  # the main ladder's
     table, _ = lens_readings.decomposition(seq, ref, paired=False)  # one pair: bootstrap over sequences

@@ -7,6 +7,9 @@ import pandas as pd
 import pytest
 import torch
 
+from tiebias.config import profiles
+from tiebias.config.lens import LensSettings
+from tiebias.config.params import coerce
 from tiebias.lens import evaluate as lens_eval
 from tiebias.lens import fit as lens_fit
 from tiebias.lens import ladder as lens_ladder
@@ -18,11 +21,11 @@ from tiebias.run.folder import Run
 from tiebias.train.depths import train_depth_models
 from tiebias.verdicts import claims, records
 
-RECIPE = dict(steps=6, tokens_per_step=256, seq_len=32)
+LENS = LensSettings(steps=6, tokens_per_step=256, seq_len=32, eval_tokens=256)
 
 
 def test_train_lens_ladders_gap_and_claim(two_seed_run: Run) -> None:
-    df = lens_ladder.train_lens_ladders(two_seed_run, ["tied", "untied"], [0, 1], eval_tokens=256, progress=False, **RECIPE)
+    df = lens_ladder.train_lens_ladders(two_seed_run, ["tied", "untied"], [0, 1], LENS, progress=False)
     n_layers = 2  # tiny preset
     assert len(df) == 2 * 2 * (n_layers + 1)
     last = df[df.layer == n_layers]
@@ -37,12 +40,12 @@ def test_train_lens_ladders_gap_and_claim(two_seed_run: Run) -> None:
 
 
 def test_lens_reused_when_recipe_matches(two_seed_run: Run) -> None:
-    lens_ladder.ensure_lens(two_seed_run, "tied", 1, progress=False, **RECIPE)
+    lens_ladder.ensure_lens(two_seed_run, "tied", 1, LENS, progress=False)
     p = lens_rungs.rung_dir(two_seed_run.lens_dir("tied", 1), "cpu", 1) / "params.pt"
     t = p.stat().st_mtime_ns
-    lens_ladder.ensure_lens(two_seed_run, "tied", 1, progress=False, **RECIPE)
+    lens_ladder.ensure_lens(two_seed_run, "tied", 1, LENS, progress=False)
     assert p.stat().st_mtime_ns == t
-    lens_ladder.ensure_lens(two_seed_run, "tied", 1, progress=False, **{**RECIPE, "steps": 7})
+    lens_ladder.ensure_lens(two_seed_run, "tied", 1, LENS.replace(steps=7), progress=False)
     assert p.stat().st_mtime_ns != t
 
 
@@ -56,8 +59,8 @@ def test_gap_needs_both_variants() -> None:
 def test_external_models_by_path(two_seed_run: Run) -> None:
     models = sources.load_models({"tied": two_seed_run.model_path("tied", 0),
                                       "untied": two_seed_run.model_path("untied", 0)})
-    df, lenses = lens_ladder.train_pair_lens_ladders(models, None, eval_tokens=256, progress=False,
-                                            folder=two_seed_run.path / "external", **RECIPE)
+    df, lenses = lens_ladder.train_pair_lens_ladders(models, None, LENS, progress=False,
+                                                     folder=two_seed_run.path / "external")
     assert set(df.variant) == {"tied", "untied"} and set(lenses) == {"tied", "untied"}
     assert df[df.layer == df.layer.max()].kl_tuned_bits.abs().max() < 1e-3
     with pytest.raises(ValueError, match="untied_source: missing"):
@@ -72,7 +75,7 @@ def test_depth_models_share_data_and_differ_only_in_preset(two_seed_run: Run, ti
     assert sub.config == two_seed_run.config
     assert sub.load_model("tied", 0).config.num_hidden_layers == 4
     assert sub.summary("untied", 0)["steps"] == 8
-    df = lens_ladder.train_lens_ladders(sub, ["tied", "untied"], [0], eval_tokens=256, progress=False, **RECIPE)
+    df = lens_ladder.train_lens_ladders(sub, ["tied", "untied"], [0], LENS, progress=False)
     assert lens_study.gap_table(df).layer.max() == 4  # 4 blocks and the embedding output
     with pytest.raises(ValueError, match="preset: unknown value"):
         train_depth_models(two_seed_run, "huge", [0], tiny_config)
@@ -99,26 +102,31 @@ def _params(state_dict: dict) -> dict:
 def test_ladder_resumes_after_interruption(two_seed_run: Run, tmp_path: Path, monkeypatch) -> None:
     model = two_seed_run.load_model("untied", 0)
     tokens = two_seed_run.tokens("validation")
-    kw = dict(steps=4, tokens_per_step=64, seq_len=32, progress=False)
-    whole = lens_rungs.train_ladder(model, tokens, tmp_path / "whole", budgets=[1, 2, 3], **kw)
+    lens = LensSettings(steps=4, tokens_per_step=64, seq_len=32)
+    kw = dict(progress=False)
+    whole = lens_rungs.train_ladder(model, tokens, tmp_path / "whole", lens.replace(budgets=(1, 2, 3)), **kw)
 
     real = lens_fit.train_lens
     calls: list[int] = []
 
+    def steps_of(args, kwargs) -> int:
+        """The steps of one train_lens call (its LensFit, positional or by name)."""
+        return (args[2] if len(args) > 2 else kwargs["fit"]).steps
+
     def killed_in_rung_2(*args, **kwargs):
-        calls.append(kwargs["steps"])
+        calls.append(steps_of(args, kwargs))
         if len(calls) == 2:
             raise KeyboardInterrupt("killed")
         return real(*args, **kwargs)
 
     monkeypatch.setattr(lens_fit, "train_lens", killed_in_rung_2)
     with pytest.raises(KeyboardInterrupt):
-        lens_rungs.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 2, 3], **kw)
+        lens_rungs.train_ladder(model, tokens, tmp_path / "cut", lens.replace(budgets=(1, 2, 3)), **kw)
     first = lens_rungs.rung_dir(tmp_path / "cut", "cpu", 1)
     assert (first / "trainer.pt").is_file() and not lens_rungs.rung_dir(tmp_path / "cut", "cpu", 2).exists()
     calls.clear()
-    monkeypatch.setattr(lens_fit, "train_lens", lambda *a, **k: (calls.append(k["steps"]), real(*a, **k))[1])
-    resumed = lens_rungs.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 2, 3], **kw)
+    monkeypatch.setattr(lens_fit, "train_lens", lambda *a, **k: (calls.append(steps_of(a, k)), real(*a, **k))[1])
+    resumed = lens_rungs.train_ladder(model, tokens, tmp_path / "cut", lens.replace(budgets=(1, 2, 3)), **kw)
     assert calls == [4, 4]  # rung 1 is not retrained; rungs 2 and 3 are 4 new steps each
     for b in (1, 2, 3):
         a, r = whole[b].state_dict(), resumed[b].state_dict()
@@ -129,20 +137,21 @@ def test_ladder_resumes_after_interruption(two_seed_run: Run, tmp_path: Path, mo
     assert not (first / "trainer.pt").exists()
     assert (lens_rungs.rung_dir(tmp_path / "cut", "cpu", 3) / "trainer.pt").is_file()
     calls.clear()
-    lens_rungs.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 2, 3], **kw)
+    lens_rungs.train_ladder(model, tokens, tmp_path / "cut", lens.replace(budgets=(1, 2, 3)), **kw)
     assert calls == []
     # a longer ladder continues from the top rung
-    lens_rungs.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 2, 3, 5], **kw)
+    lens_rungs.train_ladder(model, tokens, tmp_path / "cut", lens.replace(budgets=(1, 2, 3, 5)), **kw)
     assert calls == [8]
     # another ladder shares the first rung only
     calls.clear()
-    lens_rungs.train_ladder(model, tokens, tmp_path / "cut", budgets=[1, 4], **kw)
+    lens_rungs.train_ladder(model, tokens, tmp_path / "cut", lens.replace(budgets=(1, 4)), **kw)
     assert calls == [4, 12]
 
 
 def test_train_lens_ladders_layout_and_rungs(two_seed_run: Run) -> None:
-    seq = lens_ladder.train_lens_ladders(two_seed_run, ["tied", "untied"], [0], eval_tokens=256, progress=False,
-                              budgets=[1, 2], recipes=["cpu", "package"], per_sequence=True, **RECIPE)
+    seq = lens_ladder.train_lens_ladders(two_seed_run, ["tied", "untied"], [0],
+                                         LENS.replace(budgets=(1, 2), recipes=("cpu", "package")), progress=False,
+                                         per_sequence=True)
     assert set(seq.recipe) == {"cpu", "package"} and set(seq.budget) == {1, 2}
     assert set(seq.lens_steps) == {6, 12} and seq.sequence.nunique() == 256 // 32
     folder = two_seed_run.lens_dir("tied", 0)
@@ -167,35 +176,50 @@ def test_train_lens_ladders_layout_and_rungs(two_seed_run: Run) -> None:
 
 
 def test_ladder_and_parameter_validation(two_seed_run: Run) -> None:
-    assert lens_rungs.check_budgets([1, 2, 4]) == [1, 2, 4]
-    assert lens_rungs.check_budgets("1,2,4") == [1, 2, 4] and lens_rungs.check_budgets("[1, 4]") == [1, 4]
+    assert coerce("lens_budgets", [1, 2, 4]) == [1, 2, 4] and LensSettings(budgets=[1, 2, 4]).budgets == (1, 2, 4)
+    assert coerce("lens_budgets", "1,2,4") == [1, 2, 4] and coerce("lens_budgets", "[1, 4]") == [1, 4]
+    assert LensSettings(budgets="1,2,4").budgets == (1, 2, 4) and LensSettings(budgets="[1, 4]").budgets == (1, 4)
     for bad in ([2, 1], [1, 1], [0, 1], [-1], [], [1.5, 2], "x"):
         with pytest.raises(ValueError, match="lens_budgets"):
-            lens_rungs.check_budgets(bad)
-    assert lens_rungs.check_recipes("cpu,package") == ["cpu", "package"]
+            coerce("lens_budgets", bad)
+        with pytest.raises(ValueError, match="^lens_budgets"):
+            LensSettings(budgets=bad)
+    assert coerce("lens_recipes", "cpu,package") == ["cpu", "package"]
+    assert LensSettings(recipes="cpu,package").recipes == ("cpu", "package")
     for bad in (["adamw"], ["cpu", "cpu"], []):
         with pytest.raises(ValueError, match="lens_recipes"):
-            lens_rungs.check_recipes(bad)
+            coerce("lens_recipes", bad)
+        with pytest.raises(ValueError, match="^lens_recipes"):
+            LensSettings(recipes=bad)
     assert lens_ladder.check_checkpoints([]) == [] and lens_ladder.check_checkpoints("128,256") == [128, 256]
     with pytest.raises(ValueError, match="lens_checkpoints"):
         lens_ladder.check_checkpoints([256, 128])
+    # notebook 03's parameters: resolved (each value checked against the schema), then made LensSettings
     good = dict(lens_steps=10, lens_tokens_per_step=64, lens_eval_tokens=64, lens_budgets=[1, 2],
-                lens_recipes=["cpu"], lens_checkpoints=[], lens_depth_presets=[])
-    assert lens_ladder.check_params(good)["lens_budgets"] == [1, 2]
+                lens_recipes=["cpu"], lens_checkpoints=[], lens_depth_presets=[], seq_len=32)
+    assert LensSettings.from_params(good).budgets == (1, 2)
+    assert profiles.resolve("smoke", "/tmp/x", **good)["lens_budgets"] == [1, 2]
     with pytest.raises(ValueError, match="^lens_steps: 0"):
-        lens_ladder.check_params({**good, "lens_steps": 0})
+        LensSettings.from_params({**good, "lens_steps": 0})
+    with pytest.raises(ValueError, match="^lens_steps: 0"):
+        profiles.resolve("smoke", "/tmp/x", **{**good, "lens_steps": 0})
     with pytest.raises(ValueError, match="^lens_depth_presets: .*'bogus'"):
-        lens_ladder.check_params({**good, "lens_depth_presets": ["small-deep", "bogus"]})
+        profiles.resolve("smoke", "/tmp/x", **{**good, "lens_depth_presets": ["small-deep", "bogus"]})
     with pytest.raises(ValueError, match="^lens_depth_presets: .*repeated"):
-        lens_ladder.check_params({**good, "lens_depth_presets": "mini,mini"})
-    assert lens_ladder.check_params({**good, "lens_depth_presets": "mini,small-16"})["lens_depth_presets"] == [
-        "mini", "small-16"]
+        profiles.resolve("smoke", "/tmp/x", **{**good, "lens_depth_presets": "mini,mini"})
+    assert profiles.resolve("smoke", "/tmp/x", **{**good, "lens_depth_presets": "mini,small-16"})[
+        "lens_depth_presets"] == ["mini", "small-16"]
     with pytest.raises(ValueError, match="^lens_budgets"):
-        lens_ladder.check_params({**good, "lens_budgets": [4, 2]})
-    model = two_seed_run.load_model("tied", 0)
+        LensSettings.from_params({**good, "lens_budgets": [4, 2]})
+    with pytest.raises(ValueError, match="^lens_budgets"):
+        profiles.resolve("smoke", "/tmp/x", **{**good, "lens_budgets": [4, 2]})
     with pytest.raises(ValueError, match="^lens_steps: 0"):
-        lens_rungs.train_ladder(model, two_seed_run.tokens("validation"), "/nonexistent", steps=0,
-                                tokens_per_step=64, seq_len=32)
+        LensSettings(steps=0, tokens_per_step=64, seq_len=32)
+    model = two_seed_run.load_model("tied", 0)
+    with pytest.raises(ValueError, match="^lens: expected a tiebias.config.lens.LensSettings, got dict"):
+        lens_rungs.train_ladder(model, two_seed_run.tokens("validation"), "/nonexistent",
+                                {"steps": 0, "tokens_per_step": 64, "seq_len": 32})  # type: ignore[arg-type]
+    assert not Path("/nonexistent").exists()
 
 
 # --------------------------------------------------------------------------- statistics
@@ -282,8 +306,8 @@ def test_early_gap_different_depths_uses_relative_depth() -> None:
 
 
 def test_train_checkpoint_lens_ladders_on_checkpoints(two_seed_run: Run) -> None:
-    scale, table = lens_ladder.train_checkpoint_lens_ladders(two_seed_run, ["tied", "untied"], [0, 1], [4, 8], eval_tokens=256,
-                                          budgets=[1, 2], progress=False, **RECIPE)
+    scale, table = lens_ladder.train_checkpoint_lens_ladders(two_seed_run, ["tied", "untied"], [0, 1], [4, 8],
+                                                             LENS.replace(budgets=(1, 2)), progress=False)
     assert list(scale.step) == [4, 8] and set(table.step) == {4, 8}
     val = two_seed_run.metrics("tied", 0, "val").set_index("step").val_loss
     want = np.mean([two_seed_run.metrics(v, s, "val").set_index("step").val_loss[4]
@@ -297,7 +321,7 @@ def test_train_checkpoint_lens_ladders_on_checkpoints(two_seed_run: Run) -> None
     at4 = lens_study.at_budget(table[table.step == 4])
     assert scale.gap[0] == pytest.approx(lens_study.early_gap(at4)["value"])
     with pytest.raises(ValueError, match="step: no checkpoint 5"):
-        lens_ladder.train_checkpoint_lens_ladders(two_seed_run, ["tied"], [0], [5], eval_tokens=256, progress=False, **RECIPE)
+        lens_ladder.train_checkpoint_lens_ladders(two_seed_run, ["tied"], [0], [5], LENS, progress=False)
 
 
 # --------------------------------------------------------------------------- notebook helpers and figures

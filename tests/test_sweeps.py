@@ -138,14 +138,15 @@ def test_a_second_process_holding_the_run_is_refused(fresh_run: Run, tiny_config
 
 
 def test_lens_ladders_side_by_side_match_one_at_a_time(two_seed_run: Run, tmp_path) -> None:
+    from tiebias.config.lens import LensSettings
     from tiebias.lens import ladder as lens_ladder
 
-    kw = dict(steps=4, tokens_per_step=2 * 32, seq_len=32, eval_tokens=4 * 32, budgets=[1, 2], progress=False)
+    lens = LensSettings(steps=4, tokens_per_step=2 * 32, seq_len=32, eval_tokens=4 * 32, budgets=(1, 2))
     tables = {}
     for w in (1, 2):
         run = Run(tmp_path / f"w{w}")
         shutil.copytree(two_seed_run.path, run.path)
-        tables[w] = lens_ladder.train_lens_ladders(run, ["tied", "untied"], [0, 1], workers=w, **kw)
+        tables[w] = lens_ladder.train_lens_ladders(run, ["tied", "untied"], [0, 1], lens, workers=w, progress=False)
     assert tables[1].equals(tables[2])
 
 
@@ -165,6 +166,7 @@ def test_a_stopped_job_does_not_hide_the_real_error() -> None:
 
 def test_bad_thread_and_stop_settings_stop_before_anything_is_written(fresh_run: Run, tiny_config: TrainConfig,
                                                                        two_seed_run: Run, tmp_path) -> None:
+    from tiebias.config.lens import LensSettings
     from tiebias.lens import ladder as lens_ladder
     from tiebias.train.trainer import train
 
@@ -177,6 +179,7 @@ def test_bad_thread_and_stop_settings_stop_before_anything_is_written(fresh_run:
     before = sorted((p, p.stat().st_mtime_ns) for p in run.path.rglob("*"))
     for w in (0, "two", True):
         with pytest.raises(ValueError, match="workers"):
-            lens_ladder.train_lens_ladders(run, ["tied"], [0], steps=2, tokens_per_step=64, seq_len=32, eval_tokens=64,
-                                 workers=w, progress=False)
+            lens_ladder.train_lens_ladders(run, ["tied"], [0],
+                                           LensSettings(steps=2, tokens_per_step=64, seq_len=32, eval_tokens=64),
+                                           workers=w, progress=False)
         assert sorted((p, p.stat().st_mtime_ns) for p in run.path.rglob("*")) == before

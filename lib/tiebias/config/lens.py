@@ -16,7 +16,7 @@ from typing import Any
 
 from tiebias.config.checks import is_int
 from tiebias.config.choices import LENS_RECIPES
-from tiebias.config.params import coerce
+from tiebias.config.params import PARAMS, coerce
 from tiebias.config.training import DEFAULT_PROFILE
 
 __all__ = ["LENS_BATCH_SIZE", "LENS_SEQ_LEN", "LENS_WARMUP_STEPS", "LensFit", "LensSettings", "check_shape",
@@ -133,11 +133,21 @@ class LensSettings:
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> LensSettings:
-        """The settings of resolved notebook parameters (``lens_*`` and the training ``seq_len``)."""
+        """The settings of resolved notebook parameters (``lens_*`` and the training ``seq_len``).
+
+        Args:
+            params: resolved parameters (:func:`tiebias.config.profiles.resolve_notebook`); ``lens_steps``,
+                ``lens_tokens_per_step``, ``lens_eval_tokens`` and ``seq_len`` are required, an empty or missing
+                ``lens_budgets``, ``lens_recipes`` or ``lens_protocols`` takes the class default.
+
+        Returns:
+            The checked settings; the lens ``seq_len`` is the training one capped (:func:`lens_seq_len`).
+        """
         return cls(steps=params["lens_steps"], tokens_per_step=params["lens_tokens_per_step"],
                    eval_tokens=params["lens_eval_tokens"], seq_len=lens_seq_len(params["seq_len"]),
-                   budgets=params.get("lens_budgets") or (1,), recipes=params.get("lens_recipes") or ("cpu",),
-                   protocols=params.get("lens_protocols") or ("package",))
+                   budgets=params.get("lens_budgets") or PARAMS["lens_budgets"].default,
+                   recipes=params.get("lens_recipes") or PARAMS["lens_recipes"].default,
+                   protocols=params.get("lens_protocols") or PARAMS["lens_protocols"].default)
 
     @property
     def recipe(self) -> str:

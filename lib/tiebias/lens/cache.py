@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from tiebias.config.checks import is_int
-from tiebias.config.lens import LENS_BATCH_SIZE, LENS_SEQ_LEN
+from tiebias.config.lens import LENS_BATCH_SIZE, LENS_SEQ_LEN, LensFit
 from tiebias.lens.frozen import LensTarget, frozen_forward
 from tiebias.lens.inputs import check_train_args, sequences
 from tiebias.lens.lenses import check_model, new_lens
@@ -162,9 +162,8 @@ def build_cache(
     would exceed ``max_bytes``, or a sequence's activations turn out to depend on its batch mates.
     """
     check_model(model)
-    tokens = check_train_args(model, tokens, steps=1, seq_len=seq_len, tokens_per_step=tokens_per_step,
-                               warmup_steps=0, lr=1.0, optimizer="adam", batch_size=batch_size,
-                               num_threads=num_threads)
+    shape = LensFit(steps=1, seq_len=seq_len, tokens_per_step=tokens_per_step, warmup_steps=0, batch_size=batch_size)
+    tokens = check_train_args(model, tokens, shape, num_threads)
     if not is_int(max_bytes) or max_bytes < 0:
         raise ValueError(f"max_bytes: must be an int >= 0, got {max_bytes!r}")
     seqs = sequences(tokens, seq_len)
