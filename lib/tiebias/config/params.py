@@ -223,8 +223,8 @@ PARAM_LIST: tuple[Param, ...] = (
           ("01_train", "03_lens"), "01: models trained; 03: models given a lens", check=_variants),
     # -- 02_align ---------------------------------------------------------------------------------
     Param("heldout_folds", "int", "k-fold held-out alignment maps (0 = in-sample only, as in the paper)",
-          ("02_align",), "comparisons.table1(heldout_folds=)", check=_folds),
-    Param("knn_k", "int", "neighbours for the KNN@k overlap", ("02_align",), "comparisons.table1(knn_k=)",
+          ("02_align",), "align.comparisons.table1(heldout_folds=)", check=_folds),
+    Param("knn_k", "int", "neighbours for the KNN@k overlap", ("02_align",), "align.comparisons.table1(knn_k=)",
           check=_at_least(1)),
     # -- 03_lens ----------------------------------------------------------------------------------
     Param("lens_steps", "int", "tuned-lens training steps", ("03_lens", "04_ablate"), "config.lens.LensSettings(steps=)", check=_at_least(1)),
@@ -238,17 +238,17 @@ PARAM_LIST: tuple[Param, ...] = (
     Param("lens_budgets", "ints", "lens-budget ladder: multiples of lens_steps, strictly increasing; the last carries "
           "the claim-3 verdict", ("03_lens",), "03 lens-budget ladder (config.lens.LensSettings(budgets=))", default=[1], check=_budgets),
     Param("lens_recipes", "strs", f"lens training recipes, from {', '.join(LENS_RECIPES)}", ("03_lens", "04_ablate"),
-          "03 lens recipe comparison", default=["cpu"], check=_choice(LENS_RECIPES)),
+          "03 lens recipe comparison (config.lens.LensSettings(recipes=))", default=["cpu"], check=_choice(LENS_RECIPES)),
     Param("lens_protocols", "strs", f"readings of every trained lens, from {', '.join(LENS_PROTOCOLS)} (the "
           "tuned-lens package's, the paper's code's); the first carries claim 3's headline verdict", ("03_lens",),
           "03 lens evaluation (config.lens.LensSettings(protocols=))", default=["package", "reference"],
           check=_choice(LENS_PROTOCOLS)),
     Param("lens_checkpoints", "ints", "training steps whose checkpoints also get a lens ([] = final models only)",
-          ("03_lens",), "03 lens over training", default=[], check=_steps),
+          ("03_lens",), "03 lens over training (lens.ladder.train_checkpoint_lens_ladders)", default=[], check=_steps),
     # -- 04_ablate --------------------------------------------------------------------------------
     Param("ablate_factors", "floats", "input-gradient factors k (tied_in<k>), 0.001 to 1000; 1 is the plain tied model",
-          ("04_ablate",), "ablate.sweep_variants(factors)", check=_factors),
-    Param("ablate_seeds", "ints", "seeds of the ablation sweep", ("04_ablate",), "ablate.run_sweep(seeds)",
+          ("04_ablate",), "ablate.sweep.sweep_variants(factors)", check=_factors),
+    Param("ablate_seeds", "ints", "seeds of the ablation sweep", ("04_ablate",), "ablate.sweep.run_sweep(seeds)",
           check=_seed_list),
     Param("ablate_ingredients", "strs", "claim 4's ingredients: the k = 1 and k = 5 tied models retrained with one "
           f"change of recipe each, from {', '.join(INGREDIENTS)} ([] = off; needs 5 in ablate_factors)", ("04_ablate",),
@@ -259,27 +259,27 @@ PARAM_LIST: tuple[Param, ...] = (
           "['small-w64', 'small-w256']", ("04_ablate",), "ablate.scale.points(presets=)", default=[],
           check=_none_or(_choice(tuple(PRESETS)))),
     Param("ablate_budget_minutes", "float", "warn before starting a sweep estimated to take longer",
-          ("04_ablate",), "ablate.plan(budget_minutes=)", check=_positive),
+          ("04_ablate",), "ablate.sweep.plan(budget_minutes=)", check=_positive),
     # -- notebook parameters that are not profile keys ----------------------------------------------
     Param("profile", "str", "profile name or path to a .toml file (default: $TIEBIAS_PROFILE, else 'default' on the "
           "command line and 'class' in a notebook opened on its own)",
-          NOTEBOOKS, "profiles.resolve", default="default", profile=False, check=_non_empty),
+          NOTEBOOKS, "config.profiles.resolve", default="default", profile=False, check=_non_empty),
     Param("run_dir", "str", "run folder (default: $TIEBIAS_RUN_DIR, else runs/<profile>)", NOTEBOOKS,
-          "profiles.resolve", default=None, profile=False, optional=True),
+          "config.profiles.resolve", default=None, profile=False, optional=True),
     Param("overwrite", "bool", "retrain models whose folder was made with a different config", ("01_train", "04_ablate"),
-          "train(overwrite=)", default=False, profile=False),
+          "train.train(overwrite=)", default=False, profile=False),
     Param("methods", "strs", f"alignment methods, from {', '.join(METHODS)}", ("02_align", "04_ablate"),
-          "comparisons.table1 / ablate.alignment_table(methods=)", default=list(METHODS), profile=False,
+          "align.comparisons.table1 / ablate.sweep.alignment_table(methods=)", default=list(METHODS), profile=False,
           check=_choice(METHODS), notebook_defaults={"04_ablate": ["orthogonal", "linear"]}),
     Param("tied_source", "str", "a tied HF causal LM (folder or hub id) instead of the run's models",
-          ("02_align", "03_lens"), "comparisons.load_sources / sources.load_models", default=None, profile=False, optional=True,
+          ("02_align", "03_lens"), "align.comparisons.load_sources / models.sources.load_models", default=None, profile=False, optional=True,
           check=_non_empty),
     Param("untied_source", "str", "its untied counterpart", ("02_align", "03_lens"),
-          "comparisons.load_sources / sources.load_models", default=None, profile=False, optional=True, check=_non_empty),
+          "align.comparisons.load_sources / models.sources.load_models", default=None, profile=False, optional=True, check=_non_empty),
     Param("prompt", "str", "prompt for the lens trajectory and the explorer", ("03_lens",), "lens.evaluate.trajectory(prompt)",
           default="Friends, Romans, countrymen, lend me your", profile=False, check=_non_empty),
     Param("inverse_output", "bool", "also multiply the output path by 1/k", ("04_ablate",),
-          "ablate.sweep_variants(inverse_output=)", default=False, profile=False),
+          "ablate.sweep.sweep_variants(inverse_output=)", default=False, profile=False),
 )
 PARAMS: dict[str, Param] = {p.name: p for p in PARAM_LIST}
 PROFILE_KEYS: tuple[str, ...] = tuple(p.name for p in PARAM_LIST if p.profile)
@@ -287,7 +287,15 @@ TRAIN_KEYS: tuple[str, ...] = tuple(f.name for f in fields(TrainConfig) if f.nam
 
 
 def notebook_parameters(notebook: str) -> list[str]:
-    """Names a notebook's parameters cell declares, in vocabulary order."""
+    """Names a notebook's parameters cell declares, in vocabulary order.
+
+    Args:
+        notebook: a kit notebook's name without extension (``"03_lens"``), one of
+            :data:`tiebias.config.paths.NOTEBOOKS`, else ValueError.
+
+    Returns:
+        The parameter names, in the order of :data:`PARAM_LIST`.
+    """
     if notebook not in NOTEBOOKS:
         raise ValueError(f"notebook: unknown value {notebook!r}; allowed: {', '.join(NOTEBOOKS)}")
     return [p.name for p in PARAM_LIST if notebook in p.notebooks]
