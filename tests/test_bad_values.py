@@ -290,3 +290,9 @@ def test_03_refuses_a_pair_sharing_no_token_as_02_does(tmp_path: Path) -> None:
                                          r"'.*untied'; .*allowed: models whose tokenizers share tokens"):
         lens_ladder.train_pair_lens_ladders(pair, None, LENS, folder=tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_04_refuses_lens_settings_its_row1_lenses_could_not_use_before_training() -> None:
+    with pytest.raises(ValueError, match=r"^lens_tokens_per_step: 256 is not allowed with seq_len=48"):
+        profiles.resolve("smoke", "/tmp/never", notebooks=["04_ablate"], seq_len=48)
+    profiles.resolve("smoke", "/tmp/never", notebooks=["04_ablate"], seq_len=48, lens_tokens_per_step=240)

@@ -8,6 +8,10 @@ under a repository folder must exist, a parameter must be a key of ``tiebias.con
 target must be a rule of the Makefile. The extraction rules are narrow on purpose (what is checked is said at each
 rule); the few names they would misread are listed in ``ALLOWED`` / ``EXTERNAL_ROOTS``, each with its reason.
 
+The library functions the notebooks call document their arguments and what they return (Google-style ``Args:``
+and ``Returns:`` sections), read the same way: the notebooks' code is parsed and each name they import from the kit
+is followed to its definition.
+
 Not repeated here: the parameter table's content (``tests/test_vocabulary.py`` compares it with the generated one),
 the class profile's run time in README and Makefile (``tests/test_class_profile.py``), the walkthrough's cells
 (``tests/test_walkthrough.py``) and the tested versions (``tests/test_install.py``).
@@ -18,13 +22,16 @@ from __future__ import annotations
 import ast
 import difflib
 import importlib
+import inspect
 import json
 import re
 import shlex
-from collections.abc import Iterator
+import textwrap
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from tiebias.config.params import PARAMS
 
@@ -625,6 +632,78 @@ def failures(kinds: tuple[str, ...]) -> str:
     return f"{len(found)} name(s) in the docs that do not exist:\n" + "\n".join(found)
 
 
+# --- the library functions the notebooks call ----------------------------------------------------------------------
+
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def notebook_code(notebook: Path) -> ast.Module:
+    """A notebook's code cells as one module (IPython's ``%`` and ``!`` lines left out)."""
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    source = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    return ast.parse("\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n")))
+
+
+def called_names(tree: ast.Module) -> set[str]:
+    """Full names of the kit's names a module calls: ``from tiebias.x import y [as z]`` then ``z(...)`` or
+    ``z.a.b(...)`` gives ``tiebias.x.y`` or ``tiebias.x.y.a.b``."""
+    imported = {a.asname or a.name: f"{n.module}.{a.name}" for n in ast.walk(tree)
+                if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("tiebias") for a in n.names}
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f, attrs = node.func, []
+            while isinstance(f, ast.Attribute):
+                attrs.append(f.attr)
+                f = f.value
+            if isinstance(f, ast.Name) and f.id in imported:
+                out.add(".".join([imported[f.id], *reversed(attrs)]))
+    return out
+
+
+def definition(name: str) -> tuple[str, Function] | None:
+    """The function or method ``tiebias.a.b.f`` (``tiebias.a.C.m``) names, followed through imports, with the module
+    that defines it; None for a module, a class, a value or another library's name."""
+    parts = name.split(".")
+    module = next((".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in modules()), None)
+    if module is None or module == name:
+        return None
+    rest = parts[len(module.split(".")):]
+    node = bindings(module_tree(module).body).get(rest[0])
+    if isinstance(node, ast.ImportFrom) and absolute(module, node).startswith("tiebias"):
+        alias = next(a for a in node.names if (a.asname or a.name) == rest[0])
+        return definition(".".join([absolute(module, node), alias.name, *rest[1:]]))
+    if isinstance(node, ast.ClassDef) and len(rest) == 2:
+        node, rest = bindings(node.body).get(rest[1]), rest[1:]
+    return (module, node) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and len(rest) == 1 else None
+
+
+@cache
+def notebook_functions() -> dict[str, tuple[str, Function]]:
+    """Every library function or method the notebooks (notebooks/0*.ipynb) call, by the name they call it with: the
+    module that defines it and its definition."""
+    names = set().union(*(called_names(notebook_code(p)) for p in sorted((ROOT / "notebooks").glob("0*.ipynb"))))
+    return {n: found for n in sorted(names) if (found := definition(n)) is not None}
+
+
+def missing_sections(node: Function) -> list[str]:
+    """The sections a function's docstring lacks: ``Args:`` when it takes parameters (self and cls not counted),
+    ``Returns:`` unless it is annotated to return None."""
+    doc = ast.get_docstring(node) or ""
+    a = node.args
+    params = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg)
+              if x is not None and x.arg not in ("self", "cls")]
+    returns_none = isinstance(node.returns, ast.Constant) and node.returns.value in (None, "None")
+    return [s for s, needed in (("Args:", bool(params)), ("Returns:", not returns_none)) if needed and s not in doc]
+
+
+def parsed(fn: Callable[..., Any]) -> Function:
+    """The definition of a function of this file, parsed as :func:`missing_sections` reads the library's."""
+    node = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+    assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    return node
+
+
 # --- the tests ----------------------------------------------------------------------------------------------------
 
 
@@ -684,3 +763,42 @@ The `depth` profile took 2 h 27 min here. The `smoke` profile takes about 75 s. 
     times = run_time_problems({"README.md": fake})
     assert [(p.line, p.name) for p in times] == [(16, "75 s")], times
     assert "`encode` is defined in tiebias.data.tokens.encode" in (name_problem("tiebias.data.corpus.encode") or "")
+
+
+def test_functions_the_notebooks_call_document_args_and_returns() -> None:
+    """Each library function a notebook calls says what its parameters are (``Args:``) and what it gives back
+    (``Returns:``), so a reader of the notebook can look it up; a function without parameters needs no ``Args:``,
+    one returning None no ``Returns:``."""
+    found = notebook_functions()
+    assert "tiebias.lens.ladder.train_lens_ladders" in found, sorted(found)  # the set is not empty by mistake
+    lacking = [f"{name} ({module}, line {node.lineno}): no {' and no '.join(missing)}"
+               for name, (module, node) in found.items() if (missing := missing_sections(node))]
+    assert not lacking, f"{len(lacking)} function(s) the notebooks call lack docstring sections:\n" + "\n".join(lacking)
+
+
+def test_the_section_check_finds_a_function_without_them() -> None:
+    def bare(x: int, *, y: int = 0) -> int:
+        """Add ``y`` to ``x``."""
+        return x + y
+
+    def documented(x: int) -> int:
+        """Double ``x``.
+
+        Args:
+            x: the number.
+
+        Returns:
+            Twice ``x``.
+        """
+        return 2 * x
+
+    def nothing(self) -> None:
+        """Do nothing (a method without parameters, returning None)."""
+
+    assert missing_sections(parsed(bare)) == ["Args:", "Returns:"]
+    assert missing_sections(parsed(documented)) == []
+    assert missing_sections(parsed(nothing)) == []
+    called = called_names(ast.parse("from tiebias.lens import ladder as lad\nlad.ensure_lens(run)\nprint(lad)"))
+    assert called == {"tiebias.lens.ladder.ensure_lens"}
+    assert (definition("tiebias.config.model_key") or ("", None))[0] == "tiebias.config.variants"
+    assert definition("tiebias.run.Run.prepare") is not None and definition("tiebias.run.Run") is None

@@ -294,3 +294,10 @@ def test_a_notebook_opened_on_its_own_uses_the_class_profile_and_says_so(monkeyp
     assert profiles.default_profile() == "class" and profiles.NOTEBOOK_PROFILE == "class"
     monkeypatch.delenv(profiles.PROFILE_ENV)
     assert profiles.default_profile() == "default"  # the command line's default is the full study
+
+
+def test_train_config_refuses_a_key_that_is_not_a_recipe_key() -> None:
+    p = profiles.resolve("smoke", "/tmp/never")
+    assert profiles.train_config(p, steps=7).steps == 7
+    with pytest.raises(ValueError, match=r"^stpes: not a training recipe key; allowed: .*steps"):
+        profiles.train_config(p, stpes=7)

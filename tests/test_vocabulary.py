@@ -21,7 +21,7 @@ import pytest
 from tiebias import study
 from tiebias.__main__ import main
 from tiebias.ablate import sweep as ablate
-from tiebias.config import profiles
+from tiebias.config import LensSettings, profiles
 from tiebias.config.params import (
     KINDS,
     NOTEBOOKS,
@@ -76,6 +76,8 @@ def used_names(name: str) -> set[str]:
                 return
             if isinstance(f, ast.Attribute) and f.attr == "train_config":
                 found.update(f"P:{k}" for k in TRAIN_KEYS)
+            if isinstance(f, ast.Attribute) and f.attr == "from_params":
+                found.update(f"P:{k}" for k in LensSettings.PARAM_KEYS)
             self.generic_visit(node)
 
         def visit_Subscript(self, node: ast.Subscript) -> None:
@@ -374,7 +376,7 @@ def test_training_keys_reach_train_and_config_is_recorded_only_after_success(tmp
     assert json.loads((run / "config.json").read_text())["study"]["steps"] == 10
 
     # 04: the ablation keys, its notebook parameters and the same training keys
-    ab = {**TRAIN, "steps": 10, "ablate_factors": [1, 3], "ablate_seeds": [4], "ablate_budget_minutes": 7.5,
+    ab = {**TRAIN, "steps": 10, "lens_tokens_per_step": 240, "ablate_factors": [1, 3], "ablate_seeds": [4], "ablate_budget_minutes": 7.5,
           "inverse_output": True, "methods": ["linear"]}
     study.run_study("smoke", run, ab, only=["04_ablate"], progress=False)
     variants = ablate.sweep_variants([1, 3], inverse_output=True)

@@ -114,7 +114,18 @@ def one_sample_p(x: np.ndarray) -> float:
 
 def over_seeds(df: pd.DataFrame, value_cols: Sequence[str], by: Sequence[str], *,
                sd_name: str = "sd") -> pd.DataFrame:
-    """Mean, sample sd and n over seeds of each value column, grouped by ``by`` (columns: (value, stat))."""
+    """Mean, sample sd and n over seeds of each value column, grouped by ``by`` (columns: (value, stat)).
+
+    Args:
+        df: one row per seed (and whatever ``by`` names).
+        value_cols: the columns summarised.
+        by: the grouping columns (groups in order of appearance).
+        sd_name: the name of the sd statistic in the column index.
+
+    Returns:
+        Indexed by ``by``; columns a two-level index (value column, ``mean`` / ``sd_name`` / ``n``); the sd is NaN for
+        a group of one.
+    """
     g = df.groupby(list(by), sort=False)
     out = {}
     for c in value_cols:

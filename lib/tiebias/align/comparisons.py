@@ -45,6 +45,16 @@ NOISE_FLOOR = [
 def load_models(run: Run, seeds: Sequence[int] | None = None, step: int | None = None) -> dict[int, dict[str, Embeddings]]:
     """Embeddings of the tied and untied model of every seed (both complete) in a run.
 
+    Args:
+        run: the run holding the models; its tokenizer must be readable, and diverged models are refused
+            (:func:`tiebias.train.divergence.check_models`).
+        seeds: the seeds to load, each with a complete tied and untied model (else ValueError).
+        step: the checkpoint to read (None: the final model).
+
+    Returns:
+        Seed -> ``{"tied": Embeddings, "untied": Embeddings}`` (:class:`tiebias.align.embeddings.Embeddings`), the
+        shape :func:`table1` takes.
+
     ``seeds`` None: every seed of the run, which must all be finished (a half-made run is refused,
     :func:`tiebias.run.inventory.require_complete`), so no seed is left out without a word.
     """
@@ -67,6 +77,16 @@ def load_models(run: Run, seeds: Sequence[int] | None = None, step: int | None =
 def load_sources(tied_source: Any, untied_source: Any, *, tied_tokenizer: Any = None,
                  untied_tokenizer: Any = None) -> dict[int, dict[str, Embeddings]]:
     """One tied / untied pair from any two HF models (local folders or hub ids), as a one-'seed' set.
+
+    Args:
+        tied_source: the tied model: a local folder, a hub id or a loaded ``PreTrainedModel``; an untied model here is
+            refused.
+        untied_source: the untied model, in the same forms; a tied model here is refused.
+        tied_tokenizer, untied_tokenizer: each side's tokenizer, an object or a folder (None: found beside the
+            model, see :func:`tiebias.align.embeddings.extract`); its token strings match the two vocabularies.
+
+    Returns:
+        ``{0: {"tied": Embeddings, "untied": Embeddings}}``, the shape of :func:`load_models`.
 
     Folders and hub ids are checked from their configs first (:func:`tiebias.models.sources.check_sources`: the
     tied side tied, the untied side untied, a causal-LM head, the embeddings fit in free memory), so a
@@ -115,9 +135,22 @@ def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = ma
            keep_scores: bool = False) -> pd.DataFrame:
     """One row per (comparison, pairing, seeds): mean cosine per method (+ held-out, + KNN@k).
 
+    Args:
+        models: seed -> tied and untied embeddings (:func:`load_models` or :func:`load_sources`); at least one seed.
+        methods: the alignment maps scored (:data:`tiebias.align.maps.METHODS`).
+        heldout_folds: 0: no held-out columns; k >= 2 adds a ``<method> (held-out)`` column per method other than
+            ``identity`` (k-fold, :func:`tiebias.align.maps.align`).
+        knn_k: adds a ``knn@<k>`` column, the overlap of each token's k nearest neighbours (Table 5); None: none.
+        noise_floor: add the noise-floor rows (two seeds of the same kind; needs two or more seeds to give any).
+        keep_scores: add ``per_token`` ({method: per-token cosines}) and ``token_ids`` (the source rows scored), for
+            histograms and :func:`tiebias.align.token_stats.by_frequency`.
+
+    Returns:
+        Columns ``comparison``, ``pairing``, ``seed_source``, ``seed_target``, ``n_tokens``, one per method (mean
+        cosine), then the optional columns above.
+
     Pairings: ``within model`` (untied input -> its own output), ``same seed`` and ``cross seed``
     (different seeds, the headline), and noise-floor rows between two seeds of the same kind.
-    ``keep_scores`` adds per-token linear scores (column ``per_token``) for histograms.
     """
     check_knn_k(knn_k)
     seeds = sorted(models)
@@ -148,7 +181,15 @@ def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = ma
 
 
 def score_columns(df: pd.DataFrame) -> list[str]:
-    """The score columns of a Table-1 frame (every column that is not an identifier or per-token data)."""
+    """The score columns of a Table-1 frame (every column that is not an identifier or per-token data).
+
+    Args:
+        df: a :func:`table1` frame (or one derived from it with the same columns).
+
+    Returns:
+        The column names, in the frame's order: the methods, ``knn@<k>`` and held-out columns, and any other column
+        added to the frame.
+    """
     skip = {"comparison", "pairing", "seed_source", "seed_target", "n_tokens", "per_token", "token_ids"}
     return [c for c in df.columns if c not in skip]
 
@@ -183,6 +224,15 @@ def token_gap(df: pd.DataFrame, method: str = "orthogonal", *, pairing: str = "s
 
 def evolution_table(run: Run, seeds: Sequence[int]) -> pd.DataFrame:
     """Figure 3 analog: untied input and output (and tied) matrices through the checkpoints, per seed.
+
+    Args:
+        run: the run holding the models.
+        seeds: the seeds whose tied and untied models are read; each must have been trained on this run's data.
+
+    Returns:
+        Columns ``matrix`` (``untied input``, ``untied output`` or ``tied``), ``seed`` and the
+        :func:`tiebias.align.token_stats.evolution` columns (``step``, ``cos_to_init``, ``cos_to_prev``,
+        ``norm_change``, ``dist_to_init``), one row per matrix, seed and checkpoint.
 
     Drift is measured from the step-0 checkpoint (the initial weights), which every model must still have.
     """

@@ -83,7 +83,19 @@ class NormFrequency:
 
 
 def norm_frequency(emb_matrix: Matrix, counts: Any, *, tokens: Sequence[str] | None = None) -> NormFrequency:
-    """Row norm and log10 corpus count of every token (Figure 5), with the rank correlation."""
+    """Row norm and log10 corpus count of every token (Figure 5), with the rank correlation.
+
+    Args:
+        emb_matrix: the embedding matrix, one row per token.
+        counts: corpus count per token id, as :func:`load_counts` reads it (one per row, a table with ``id`` and
+            ``count`` columns, or a run's ``token_frequencies.csv``); finite and non-negative.
+        tokens: token strings, one per row, added as a ``token`` column (None: no column).
+
+    Returns:
+        A :class:`NormFrequency`: ``table`` with columns ``id`` (``token``), ``count``, ``log10_freq`` (NaN for unseen
+        tokens), ``norm`` and ``seen``; ``spearman`` and its ``pvalue`` over the seen tokens (NaN with fewer than
+        three), ``spearman_all`` over all tokens, and ``n_seen`` / ``n_unseen``.
+    """
     from scipy.stats import spearmanr
 
     norms = row_norms(emb_matrix).numpy()
@@ -104,6 +116,16 @@ def norm_frequency(emb_matrix: Matrix, counts: Any, *, tokens: Sequence[str] | N
 
 def by_frequency(per_token_scores: Any, counts: Any, bins: int = 5) -> pd.DataFrame:
     """Mean/std/count of a per-token score in frequency-quantile bins, rarest first.
+
+    Args:
+        per_token_scores: one score per token (tensor or array-like), e.g. a :func:`tiebias.align.maps.compare`
+            row's ``per_token[method]``.
+        counts: corpus count per token, aligned with the scores (as in :func:`norm_frequency`).
+        bins: the number of quantile bins of the seen tokens (a positive int).
+
+    Returns:
+        One row per bin, ``unseen`` first then ``q1`` (rarest) upwards: ``bin``, ``count_min``, ``count_max``, ``n``
+        (non-NaN scores), ``mean``, ``std`` and ``sem``.
 
     Seen tokens are split into ``bins`` quantile bins of their count (ties stay together, so bins may be
     fewer or uneven); tokens never seen form their own ``unseen`` bin.  NaN scores are ignored.

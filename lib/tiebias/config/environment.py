@@ -19,7 +19,11 @@ STUDY_ENV = "TIEBIAS_STUDY"
 
 def in_study() -> bool:
     """Whether this process is a notebook kernel started by the study command (which writes summary.json, the
-    reproduction report and report.html after its last notebook), not one a person runs in JupyterLab."""
+    reproduction report and report.html after its last notebook), not one a person runs in JupyterLab.
+
+    Returns:
+        True when ``TIEBIAS_STUDY`` is ``1`` in the environment.
+    """
     return os.environ.get(STUDY_ENV) == "1"
 
 

@@ -131,6 +131,10 @@ class LensSettings:
         _check_seq_len(self.seq_len)
         check_shape(self.tokens_per_step, self.eval_tokens, self.seq_len)
 
+    PARAM_KEYS = ("lens_steps", "lens_tokens_per_step", "lens_eval_tokens", "seq_len", "lens_budgets", "lens_recipes",
+                  "lens_protocols")
+    """The resolved parameters :meth:`from_params` reads."""
+
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> LensSettings:
         """The settings of resolved notebook parameters (``lens_*`` and the training ``seq_len``).
@@ -138,7 +142,8 @@ class LensSettings:
         Args:
             params: resolved parameters (:func:`tiebias.config.profiles.resolve_notebook`); ``lens_steps``,
                 ``lens_tokens_per_step``, ``lens_eval_tokens`` and ``seq_len`` are required, an empty or missing
-                ``lens_budgets``, ``lens_recipes`` or ``lens_protocols`` takes the class default.
+                ``lens_budgets``, ``lens_recipes`` or ``lens_protocols`` takes the schema's default
+                (:data:`tiebias.config.params.PARAMS`).
 
         Returns:
             The checked settings; the lens ``seq_len`` is the training one capped (:func:`lens_seq_len`).

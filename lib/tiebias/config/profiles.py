@@ -126,6 +126,9 @@ def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None
     train_config(params)  # the recipe as a whole (e.g. seq_len within the preset's positions, warmup_steps < steps)
     if notebooks is None or "03_lens" in notebooks:
         check_lens(params)
+    elif "04_ablate" in notebooks:  # 04's row-1 lenses: the same whole lens sequences
+        check_shape(params["lens_tokens_per_step"], params["lens_eval_tokens"], lens_seq_len(params["seq_len"]),
+                    params["seq_len"])
     check_pairs(params, NOTEBOOKS if notebooks is None else notebooks)
     check_run_dir_text(run_dir)  # "" is a mistake, not "not given" (that is None)
     rd = run_dir or env_run_dir() or runs_dir() / Path(str(name)).stem
@@ -179,6 +182,15 @@ minutes for all four notebooks; the command line's default stays ``default``."""
 def resolve_notebook(notebook: str, namespace: Mapping[str, Any]) -> dict[str, Any]:
     """Resolve every parameter a notebook declares (read from its namespace, e.g. ``globals()``).
 
+    Args:
+        notebook: the notebook's name (e.g. ``"03_lens"``), one of :data:`tiebias.config.paths.NOTEBOOKS`.
+        namespace: the notebook's variables: every parameter it declares must be there (``profile`` and ``run_dir``
+            may be missing or None); None for a profile key means "the profile's value".
+
+    Returns:
+        Every parameter, checked, as :func:`resolve` returns them: the profile's values with the notebook's overrides,
+        ``profile`` (the name) and ``run_dir`` (an absolute path).
+
     The names come from the vocabulary, so a notebook cannot declare a parameter and then drop it; a name
     papermill injected that the notebook does not declare is refused (:func:`check_injected`). A notebook that took
     :data:`NOTEBOOK_PROFILE` because nothing named a profile says so.
@@ -199,16 +211,31 @@ def resolve_notebook(notebook: str, namespace: Mapping[str, Any]) -> dict[str, A
 
 
 def study_record(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The profile keys and the profile name of resolved parameters, as recorded in config.json."""
+    """The profile keys and the profile name of resolved parameters, as recorded in config.json.
+
+    Args:
+        params: resolved parameters (:func:`resolve` or :func:`resolve_notebook`), holding every profile key.
+
+    Returns:
+        ``profile`` and every key of :data:`tiebias.config.params.PROFILE_KEYS` with its value.
+    """
     return {"profile": params["profile"], **{k: params[k] for k in PROFILE_KEYS}}
 
 
 def train_config(params: Mapping[str, Any], **changes: Any) -> TrainConfig:
-    """The TrainConfig named by resolved parameters (keys other than its fields are ignored)."""
-    cfg = TrainConfig(**{k: params[k] for k in TRAIN_KEYS if k in params})
-    for k, v in changes.items():
-        setattr(cfg, k, v)
-    return cfg.validate()
+    """The TrainConfig named by resolved parameters (keys other than its fields are ignored).
+
+    Args:
+        params: resolved parameters; their TrainConfig fields are used, the others' defaults kept.
+        **changes: field values set on top of ``params`` (e.g. ``steps=...``), before the whole is validated.
+
+    Returns:
+        The validated :class:`tiebias.config.training.TrainConfig`.
+    """
+    unknown = sorted(set(changes) - set(TRAIN_KEYS))
+    if unknown:
+        raise ValueError(f"{unknown[0]}: not a training recipe key; allowed: {', '.join(TRAIN_KEYS)}")
+    return TrainConfig(**{**{k: params[k] for k in TRAIN_KEYS if k in params}, **changes}).validate()
 
 
 def check_lens(params: Mapping[str, Any]) -> None:

@@ -29,7 +29,15 @@ class Variant:
 
     @classmethod
     def parse(cls, name: str | Variant) -> Variant:
-        """Parse ``tied``, ``untied``, ``tied_in5``, ``tied_out0.2``, ``tied_in5_out0.2``."""
+        """Parse ``tied``, ``untied``, ``tied_in5``, ``tied_out0.2``, ``tied_in5_out0.2``.
+
+        Args:
+            name: a variant name (or a :class:`Variant`, returned as it is); each factor must pass
+                :func:`tiebias.config.training.check_factor`, and an untied name takes none (else ValueError).
+
+        Returns:
+            The variant; factors not named are 1.
+        """
         if isinstance(name, Variant):
             return name
         m = _VARIANT_RE.match(str(name))
@@ -63,7 +71,15 @@ class Variant:
 
 
 def model_key(variant: str | Variant, seed: int) -> str:
-    """Folder name of one trained model: ``<variant>-s<seed>``."""
+    """Folder name of one trained model: ``<variant>-s<seed>``.
+
+    Args:
+        variant: a variant or its name (:meth:`Variant.parse`); the canonical name is used.
+        seed: the training seed.
+
+    Returns:
+        The key, e.g. ``tied_in5-s0``; :func:`parse_key` reads it back.
+    """
     return f"{Variant.parse(variant).name}-s{int(seed)}"
 
 

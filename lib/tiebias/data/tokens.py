@@ -297,6 +297,14 @@ def unigram_loss(
 ) -> float:
     """Cross-entropy (nats per token) of an add-one smoothed unigram model on a validation stream.
 
+    Args:
+        train_counts: per-token counts on the training split, one per vocabulary id (1-D, >= 0); its length is the
+            vocabulary size V.
+        val_ids: the validation token ids (tensor, array or sequence; non-empty, each in [0, V)).
+
+    Returns:
+        The mean negative log-probability of the validation tokens, nats per token.
+
     The unigram model ``p(t) = (count(t) + 1) / (N + V)`` ignores all context, so any language
     model that learned something must reach a lower validation loss than this.
     """

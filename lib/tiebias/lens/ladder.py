@@ -111,7 +111,19 @@ def _final_step(run: Run, variant: str | Variant, seed: int) -> int | None:
 def ensure_lens(run: Run, variant: str | Variant, seed: int, lens: LensSettings, *, step: int | None = None,
                 progress: bool = True, device: str = "cpu") -> tuple[Any, Any]:
     """(model, lens at the largest budget of the first recipe) of one model of a run (or one checkpoint at
-    ``step``), trained if not yet saved."""
+    ``step``), trained if not yet saved.
+
+    Args:
+        run: the run folder; the lens trains on its validation split.
+        variant, seed: the model.
+        lens: the settings; only the first recipe's ladder is trained (or loaded).
+        step: a checkpoint's training step (None: the final model); its lens lives beside the checkpoint.
+        progress: show progress bars.
+        device: where the model is loaded.
+
+    Returns:
+        ``(model, lens)``: the loaded model and the ``TunedLens`` of the ladder's largest rung.
+    """
     lens = _check_settings(lens)
     model = run.load_model(variant, seed, step, device=device)
     with run.writing(f"lens of {model_key(variant, seed)}"):
@@ -230,11 +242,21 @@ def train_checkpoint_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequ
     """Train (or load) lens ladders at each training checkpoint and return the early-layer gap (largest budget,
     with CI and convergence) there, against validation loss.
 
+    Args:
+        run: the run folder.
+        variants, seeds: the models, as in :func:`train_lens_ladders`; validation losses are averaged over them.
+        checkpoints: training steps, each a checkpoint every model has (a missing one is named).
+        lens: the settings; only the first recipe and the first protocol are used.
+        progress, device: as in :func:`train_lens_ladders`.
+
+    Returns:
+        (one row per checkpoint: ``step``, ``val_loss`` (mean over the models), ``val_loss_<variant>``,
+        ``val_step`` (the step of the last validation at or before it), ``gap``, ``ci_low``, ``ci_high``,
+        ``half_width``, ``n_seeds``, ``converged``, ``budget``; the per-layer table of all checkpoints and rungs).
+
     Only the first recipe's ladders are trained, read under the first protocol (the headline's). Lenses of
     checkpoint models live next to the checkpoint (``checkpoints/step-N/lens/``); a checkpoint at the final step is
-    the final model. Returns (one row per checkpoint: ``step``, ``val_loss`` (mean over the models),
-    ``val_loss_<variant>``, ``val_step``, ``gap``, ``ci_low``, ``ci_high``, ``half_width``, ``n_seeds``,
-    ``converged``, ``budget``; the per-layer table of all checkpoints and rungs).
+    the final model.
     """
     steps_list = check_checkpoints(list(checkpoints))
     lens = _check_settings(lens)
@@ -251,12 +273,13 @@ def train_checkpoint_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequ
         ladder = ladder_gaps(seq, recipe)
         g = ladder.iloc[-1]
         row: dict[str, Any] = {"step": ck}
-        losses = []
+        losses, val_steps = [], []
         for v in variants:
             vals = [val_loss_at(run, v, s, ck) for s in seeds]
             row[f"val_loss_{Variant.parse(v).name}"] = float(np.mean([x for x, _ in vals]))
-            row["val_step"] = min(st for _, st in vals)
             losses += [x for x, _ in vals]
+            val_steps += [st for _, st in vals]
+        row["val_step"] = min(val_steps)  # the earliest evaluation behind any model's loss
         row.update(val_loss=float(np.mean(losses)), gap=float(g.gap), ci_low=float(g.ci_low),
                    ci_high=float(g.ci_high), half_width=float(g.half_width), n_seeds=int(g.n_seeds),
                    converged=convergence(ladder, seq)["converged"], budget=int(g.budget))

@@ -40,7 +40,15 @@ step (32k-131k for the paper's 1B-8B models)."""
 
 def reference_budget(lens: LensSettings) -> LensSettings:
     """The settings of the reference-budget ladder, trained in its own sub-folder
-    (``lens.ladder.train_lens_ladders(..., subdir=lens.ladder.REFERENCE_BUDGET)``)."""
+    (``lens.ladder.train_lens_ladders(..., subdir=lens.ladder.REFERENCE_BUDGET)``).
+
+    Args:
+        lens: the study's lens settings; their tokens per step, evaluation tokens, sequence length and protocols are
+            kept.
+
+    Returns:
+        A copy with :data:`REFERENCE_BUDGET_LADDER`'s recipe, budget and steps.
+    """
     return lens.replace(**REFERENCE_BUDGET_LADDER)
 
 
@@ -62,11 +70,20 @@ def decomposition(verdict_table: pd.DataFrame, reference_table: pd.DataFrame, *,
                   level: float = LEVEL, a: str = "tied", b: str = "untied") -> tuple[pd.DataFrame, pd.DataFrame]:
     """The early-layer gap under the four :data:`READINGS`: (one row per reading, the per-layer table of each).
 
-    ``verdict_table``: the per-sequence ladder table with both protocols (its first recipe at its largest budget
-    is the verdict's lens); ``reference_table``: the reference-budget ladder (:data:`REFERENCE_BUDGET_LADDER`)
-    with both protocols. Rows: ``reading``, ``label``, ``protocol``, ``recipe``, ``lens_steps``, the early gap
-    ``gap`` with ``ci_low``/``ci_high``/``method``/``n_seeds``, layer-0 and layer-1 KL of each variant, their gaps,
-    and the paper's (Figure 2, OLMo-1B).
+    Args:
+        verdict_table: the per-sequence ladder table with both protocols (its first recipe at its largest budget
+            is the verdict's lens).
+        reference_table: the reference-budget ladder (:data:`REFERENCE_BUDGET_LADDER`) with both protocols.
+        paired, level: as in :func:`tiebias.lens.tables.early_gap`: pair sequences in the one-pair bootstrap; the
+            intervals' confidence level.
+        a, b: the two variants; every gap is ``a - b``.
+
+    Returns:
+        (rows: ``reading``, ``label``, ``protocol``, ``recipe``, ``lens_steps``, the early gap ``gap`` with
+        ``ci_low``/``ci_high``/``method``/``n_seeds``, layer-0 and layer-1 KL of each variant (``<variant>_l0``,
+        ``<variant>_l1``), their gaps ``gap_l0``/``gap_l1``, and the paper's ``paper_gap_l0``/``paper_gap_l1``
+        (Figure 2, OLMo-1B); the per-layer gap table of each reading with ``reading`` and ``label`` columns, means
+        only with NaN gaps where the two models differ in depth).
     """
     rows, layers = [], []
     paper0 = FIG2_OLMO_KL_BITS[0]["tied"] - FIG2_OLMO_KL_BITS[0]["untied"]
@@ -86,6 +103,13 @@ def decomposition(verdict_table: pd.DataFrame, reference_table: pd.DataFrame, *,
 
 def describe(table: pd.DataFrame) -> str:
     """One sentence from :func:`decomposition`'s rows: which readings give a gap of the paper's kind, and its size.
+
+    Args:
+        table: the first table :func:`decomposition` returns.
+
+    Returns:
+        The sentence: the readings whose gap's CI lies above 0 with their size against the paper's (or every
+        reading's gap when none does), then a caveat when fewer than three seeds give t-intervals.
 
     "Of the paper's kind" means tied early layers read worse with a 95% CI above 0; its size is compared with
     the paper's layer-0 and layer-1 gaps (Figure 2, OLMo-1B).

@@ -219,10 +219,20 @@ def load_models(sources: dict[str, Any], *, device: str | torch.device = "cpu",
                 dtype: torch.dtype = torch.float32) -> dict[str, tuple[Any, Any]]:
     """Load causal LMs with their tokenizers for lensing (label -> (model, tokenizer)) after config-first checks.
 
+    Args:
+        sources: label (``"tied"`` or ``"untied"``, the role each must have) -> a local model folder or hub id;
+            errors name ``<label>_source``.
+        device: where the models go, and whose free memory must hold them.
+        dtype: the weights' dtype (a 16-bit one halves the memory asked for).
+
+    Returns:
+        Label -> ``(model, tokenizer)``, each model in eval mode on ``device``.
+
     :func:`check_sources` (with the lens checks) runs first and the tokenizers load next (both cheap),
     so every refusal comes before the first weight is read; each loaded model's weights must then be tied as its
     config and role say (:class:`tiebias.models.anatomy.TyingError` naming ``<label>_source``) and it must pass
-    :func:`tiebias.models.anatomy.check_model` (one short forward pass).
+    :func:`tiebias.models.anatomy.check_model` (one short forward pass). A tokenizer larger than its model's
+    vocabulary is refused.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -289,6 +299,15 @@ def external_path(tied_source: Any, untied_source: Any, run_dir: Any = None, *, 
                   corpus: Any = None) -> Path:
     """Where an external pair's figures, tables and results go, checked, creating nothing.
 
+    Args:
+        tied_source, untied_source: the pair (folders or hub ids); they name the default folder (:func:`pair_slug`).
+        run_dir: the folder to use instead (None: the default below).
+        root: the runs folder the default lives under.
+        corpus: the study's corpus; its folder is refused as the pair's.
+
+    Returns:
+        The resolved folder.
+
     ``run_dir`` if given, else ``<root>/external/<slug>``. Never a run's folder nor a folder of the user's
     (nor the corpus's): a folder that is not new, empty or an external pair's is refused
     (:func:`tiebias.run.guard.check_folder`), so an external pair cannot overwrite a run's or your figures.
@@ -303,8 +322,12 @@ def external_dir(tied_source: Any, untied_source: Any, run_dir: Any = None, *, r
                  corpus: Any = None) -> Run:
     """The external pair's folder (:func:`external_path`), created and marked, with ``figures/`` and ``metrics/``.
 
-    Returns a :class:`tiebias.run.folder.Run` on that folder (for ``figures_dir``, ``metrics_dir`` and
-    :func:`tiebias.verdicts.records.record`).
+    Args:
+        tied_source, untied_source, run_dir, root, corpus: as in :func:`external_path`.
+
+    Returns:
+        A :class:`tiebias.run.folder.Run` on that folder (for ``figures_dir``, ``metrics_dir`` and
+        :func:`tiebias.verdicts.records.record`).
     """
     path = external_path(tied_source, untied_source, run_dir, root=root, corpus=corpus)
     mark(path, "pair")

@@ -145,6 +145,16 @@ def _check_k(k: Any) -> int:
 def neighbour_view(text: str, spaces: Mapping[str, Space], k: int = 10) -> View:
     """Nearest neighbours (cosine) of the typed word's token in every space, one column per space.
 
+    Args:
+        text: what the reader typed: a word or a token string (:func:`resolve_token`); empty text gives a prompt
+            message and no table.
+        spaces: name -> :class:`Space` (e.g. :func:`neighbour_spaces`); at least one.
+        k: neighbours listed per space (a positive int; at most the vocabulary size minus one).
+
+    Returns:
+        A :class:`View`: the message (which token each space shows, grouped when the spaces agree) and a table indexed
+        by ``rank`` with one column per space whose token could be named (``token cosine`` text cells), or None.
+
     Each space resolves the text with its own tokenizer, so a tied / untied pair with two vocabularies
     works; spaces whose token cannot be named are left out and the message says why.
     """
@@ -188,6 +198,15 @@ def neighbour_spaces(pair: Mapping[str, Embeddings], tied_tokenizer: Any,
                      untied_tokenizer: Any = None) -> dict[str, Space]:
     """The three spaces of 02's explorer (tied, untied input, untied output) of one tied / untied pair.
 
+    Args:
+        pair: ``{"tied": Embeddings, "untied": Embeddings}`` (one seed of
+            :func:`tiebias.align.comparisons.load_models`).
+        tied_tokenizer: the tied model's tokenizer.
+        untied_tokenizer: the untied model's (None: the tied one's).
+
+    Returns:
+        ``{"tied": ..., "untied input": ..., "untied output": ...}``, each a :class:`Space`.
+
     ``untied_tokenizer`` defaults to the tied one (a run's models share one); give it when the untied
     model has its own vocabulary. Tokenizers may be objects, folders or hub ids.
     """
@@ -202,6 +221,15 @@ def neighbour_spaces(pair: Mapping[str, Embeddings], tied_tokenizer: Any,
 
 def prompt_view(text: str, loaded: Mapping[str, tuple[Any, Any, Any]], k: int = 3) -> View:
     """Top-k next tokens by layer (tuned lens) after a prompt, one column per model of ``loaded``.
+
+    Args:
+        text: the typed prompt, stripped and cut to :data:`MAX_PROMPT_CHARS` characters.
+        loaded: label -> ``(model, lens, tokenizer)``.
+        k: next tokens listed per layer (a positive int).
+
+    Returns:
+        A :class:`View`: the message (with a note per model that gave no reading) and a table indexed by ``layer``,
+        one column per model (``token probability`` pairs as text), or None when no model gave a reading.
 
     ``loaded`` maps a label to ``(model, lens, tokenizer)``. An empty prompt, or one a model's tokenizer
     turns into no token, gives a message instead of an error.
@@ -236,8 +264,18 @@ def explorer(view: Callable[[str], View], *, value: str = "", description: str =
              placeholder: str = "", width: str = "80%") -> Any:
     """A text box (updates on Enter), a message line and an output area showing ``view(text)``.
 
-    Prints the token notation's legend once (as text, so it also reads in a saved notebook). Returns the
-    ``ipywidgets.VBox``; its children are the box, the message (HTML) and the output.
+    Args:
+        view: turns the typed text into a :class:`View` (e.g. a :func:`neighbour_view` or :func:`prompt_view` with its
+            other arguments bound).
+        value: the text the box starts with (shown at once).
+        description: the box's label.
+        placeholder: grey hint text in the empty box.
+        width: the box's CSS width.
+
+    Returns:
+        The ``ipywidgets.VBox``; its children are the box, the message (HTML) and the output.
+
+    Prints the token notation's legend once (as text, so it also reads in a saved notebook).
     """
     import ipywidgets as widgets
     from IPython.display import display

@@ -37,7 +37,16 @@ def setup() -> None:
 
 
 def save_figure(fig: go.Figure, folder: str | Path, name: str) -> Path:
-    """Write a figure as standalone HTML (plotly.js once per folder, works offline) and as plotly JSON."""
+    """Write a figure as standalone HTML (plotly.js once per folder, works offline) and as plotly JSON.
+
+    Args:
+        fig: the plotly figure.
+        folder: where the files go (made if missing; ``plotly.min.js`` is written beside them).
+        name: the file name without extension (``<name>.html`` and ``<name>.json``).
+
+    Returns:
+        The HTML file's path.
+    """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     fig.write_html(folder / f"{name}.html", include_plotlyjs="directory", full_html=True)

@@ -36,8 +36,17 @@ KEY_FIGURES = ["01_gradient_flow", "01_claim2_windows", "02_table1", "02_cosine_
 def write_summary(run: Run, timings: dict[str, float] | None = None, memory: dict[str, float] | None = None) -> Path:
     """``<run>/summary.json``: every headline number, its spread, noise floor, paper value and verdict.
 
+    Args:
+        run: the run folder whose claim records are gathered.
+        timings: notebook -> wall time in seconds (finite, >= 0), merged over the file's earlier ones.
+        memory: notebook -> peak memory in MiB (finite, >= 0), merged the same way.
+
+    Returns:
+        The path of ``summary.json``.
+
     A claim whose models were retrained or deleted since it was recorded is marked stale, with the reason and the
-    notebook to rerun (:func:`tiebias.verdicts.records.current_results`), never shown with its old verdict.
+    notebook to rerun (:func:`tiebias.verdicts.records.current_results`), never shown with its old verdict. A damaged
+    earlier file is rewritten with a warning (its timings are lost).
     """
     cfg = run.config
     for what, unit, values in (("timings", "seconds", timings), ("memory", "MiB", memory)):
@@ -74,7 +83,15 @@ def _fmt(x: Any) -> str:
 
 
 def write_report(run: Run) -> Path:
-    """Convert the executed notebooks to HTML and write the index page ``<run>/report.html``."""
+    """Convert the executed notebooks to HTML and write the index page ``<run>/report.html``.
+
+    Args:
+        run: the run folder; its executed notebooks go to ``report/``, and a notebook that does not convert stops
+            the call, named, before anything is written.
+
+    Returns:
+        The path of ``report.html`` (the claims table, links to the notebooks' pages and the key figures).
+    """
     import tempfile
 
     from tiebias.output.notebook import PLOTLY_JS

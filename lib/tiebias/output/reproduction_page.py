@@ -178,7 +178,15 @@ ATEN_CPU_CAPABILITY {html.escape(str(env['ATEN_CPU_CAPABILITY'] or 'not set'))}.
 
 
 def write_reproduction(run: Run, scale: Run | None = None) -> Path:
-    """Write ``reproduction.md``, ``.json`` and ``.html`` into the run folder; returns the Markdown's path."""
+    """Write ``reproduction.md``, ``.json`` and ``.html`` into the run folder; returns the Markdown's path.
+
+    Args:
+        run: the run folder whose numbers are set beside the paper's (:func:`tiebias.verdicts.reproduction.build`).
+        scale: a run holding the scale axis's trends table to use instead of ``run``'s (None: ``run``'s own).
+
+    Returns:
+        The path of ``reproduction.md``.
+    """
     rep = build(run, scale)
     env, comp = environment(), compute(run)
     data = {"run": path_text(run.path, "replace"), "causes_vocabulary": list(CAUSES), "not_meaningful": rep.not_meaningful,

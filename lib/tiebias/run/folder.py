@@ -225,12 +225,22 @@ class Run(RunLayout):
                 overwrite: bool = False, extra: dict | None = None) -> Run:
         """Create a run folder (corpus split, tokenizer, token streams, frequencies) or reopen one.
 
+        Args:
+            path: the run folder (new, empty, or one the kit made).
+            corpus: a corpus folder or dataset name (None: the embedded Shakespeare).
+            vocab_size: the tokenizer's vocabulary size.
+            overwrite: empty the folder first and build everything again.
+            extra: more keys written into config.json (checked to be JSON-writable before anything is written).
+
+        Returns:
+            The :class:`Run` on the folder.
+
         Reopening checks that corpus, its fingerprint (files changed since?) and vocabulary size match
         what the folder was made with; a mismatch stops with an error instead of silently mixing two
-        studies. ``overwrite=True`` empties the folder first. A folder that is not the kit's (or is the
-        corpus's) is refused (:mod:`tiebias.run.guard`). Everything is validated (the corpus loaded, the tokenizer
-        trained) before the folder is touched, and the writing happens under the folder's writer lock; a
-        ``vocab_size`` the corpus cannot reach is refused, naming the size it gives.
+        studies. A folder that is not the kit's (or is the corpus's) is refused (:mod:`tiebias.run.guard`).
+        Everything is validated (the corpus loaded, the tokenizer trained) before the folder is touched, and the writing
+        happens under the folder's writer lock; a ``vocab_size`` the corpus cannot reach is refused, naming the size it
+        gives.
         """
         from tiebias.data import corpus as data  # local import: data pulls in `datasets`, slow to import
 

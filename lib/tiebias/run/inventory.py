@@ -41,6 +41,15 @@ def require_complete(run: Run, variants: Sequence[str | Variant], seeds: Sequenc
                      trained_by: str = "01_train") -> list[int]:
     """The seeds to analyse, each with a finished model of every variant; a half-made run is refused.
 
+    Args:
+        run: the run folder.
+        variants: the variants every seed needs (names or :class:`tiebias.config.variants.Variant`).
+        seeds: the seeds asked for (None: every seed with a model folder of any of ``variants``).
+        trained_by: the notebook the error message says to run again.
+
+    Returns:
+        The seeds, ascending (``[]`` for a run without any of these models).
+
     ``seeds`` None: every seed with a model folder of any of ``variants`` (an empty run gives ``[]``, for
     the caller to refuse in its own words). Any of those models interrupted or missing stops with a
     ValueError naming each, and saying to run ``trained_by`` again (it resumes them) or to choose the

@@ -615,6 +615,14 @@ def check(exercise_id: str, fn: Callable[..., Any]) -> CheckResult:
 def run_check(exercise_id: str, fn: Callable[..., Any], *, strict: bool = False) -> CheckResult:
     """Check, print the ✓/✗ line and return the result; ``strict`` raises AssertionError when it is not ok.
 
+    Args:
+        exercise_id: the exercise's id (an unknown one raises ValueError: a typo, not a wrong answer).
+        fn: the student's function (anything else is a failed check).
+        strict: raise AssertionError with the message when the check fails.
+
+    Returns:
+        The :class:`CheckResult` (``ok``, ``message``), also printed.
+
     The solution cells use ``strict=True``, so a notebook run fails if the solution or the library drifts.
     """
     result = check(exercise_id, fn)

@@ -50,6 +50,14 @@ def _path_grads(input_factor: float = 1.0, vocab: int = TOY_VOCAB, seed: int = 0
 def gradient_split(vocab: int = TOY_VOCAB, seed: int = 0) -> pd.DataFrame:
     """Per-token L2 norm of the shared matrix's gradient through each path, for one toy batch.
 
+    Args:
+        vocab: the toy vocabulary size (an int >= 2).
+        seed: seeds the tiny model's initialisation and the toy batch (:func:`toy_batch`).
+
+    Returns:
+        One row per occurrence group (index ``occurrences in the batch``): ``tokens`` (rows in the group), and the
+        mean ``input-path row norm`` and ``output-path row norm``.
+
     Rows are tokens grouped by how often they occur in the batch (0, 1-2, 3-9, 10+): the input lookup
     only reaches rows of tokens present, the output projection reaches every row through the softmax.
     """
@@ -65,7 +73,16 @@ def gradient_split(vocab: int = TOY_VOCAB, seed: int = 0) -> pd.DataFrame:
 
 
 def gradient_split_summary(vocab: int = TOY_VOCAB, seed: int = 0) -> dict[str, float]:
-    """Whole-matrix numbers of the toy split: rows each path reaches, path norms, output share, exactness."""
+    """Whole-matrix numbers of the toy split: rows each path reaches, path norms, output share, exactness.
+
+    Args:
+        vocab, seed: as in :func:`gradient_split` (the same toy model and batch).
+
+    Returns:
+        A dict: ``vocabulary``, ``tokens in batch``, ``distinct tokens in batch``, ``rows reached by input path``,
+        ``rows reached by output path``, ``input-path norm``, ``output-path norm``, ``output share`` and
+        ``max |input + output - W.grad|`` (how exactly the two paths add up to the gradient).
+    """
     grads, x, stats = _path_grads(vocab=vocab, seed=seed)
     gap = (grads["input"] + grads["output"] - grads["total"]).abs().max().item()
     return {"vocabulary": vocab, "tokens in batch": x.numel(), "distinct tokens in batch": int(x.unique().numel()),
@@ -77,6 +94,14 @@ def gradient_split_summary(vocab: int = TOY_VOCAB, seed: int = 0) -> dict[str, f
 
 def factor_effect(factors: tuple[float, ...] = (1.0, 5.0), vocab: int = TOY_VOCAB, seed: int = 0) -> pd.DataFrame:
     """Path norms after one backward pass with the input path multiplied by each k (same model, same batch).
+
+    Args:
+        factors: the input-path factors k (each checked as a gradient factor).
+        vocab, seed: as in :func:`gradient_split`.
+
+    Returns:
+        One row per k (index ``k``): ``input-path norm``, ``output-path norm``, ``output share`` and
+        ``max |W.grad - (k g_in + g_out)|``.
 
     The input-path norm grows exactly k-fold, the output path is untouched, and W.grad = k g_in + g_out.
     """
@@ -93,7 +118,14 @@ def factor_effect(factors: tuple[float, ...] = (1.0, 5.0), vocab: int = TOY_VOCA
 
 
 def source_of(obj: Callable[..., Any]) -> str:
-    """The source text of a function or method, to show in a notebook where a mechanism lives in the code."""
+    """The source text of a function or method, to show in a notebook where a mechanism lives in the code.
+
+    Args:
+        obj: the function or method.
+
+    Returns:
+        Its source code (:func:`inspect.getsource`).
+    """
     return inspect.getsource(obj)
 
 
@@ -129,7 +161,14 @@ def map_formulas(S: np.ndarray, T: np.ndarray) -> dict[str, np.ndarray]:
 def map_check(n: int = 200, d: int = 8, noise: float = 0.3, seed: int = 0) -> pd.DataFrame:
     """Mean cosine of each map computed from the formulas and by ``tiebias.align.maps.align``: they must agree.
 
-    Also reports how far the fitted orthogonal map is from orthogonal (max |W^T W - I|).
+    Args:
+        n, d, noise, seed: the toy problem's rows, width, noise level and seed (:func:`toy_alignment`).
+
+    Returns:
+        One row per map (index ``map``: ``identity``, ``orthogonal``, ``linear``): ``formula``, ``tiebias.align.maps``
+        (the two mean cosines) and ``max |W^T W - I|``.
+
+    The last column reports how far the fitted map is from orthogonal (0 up to rounding for the orthogonal map).
     """
     S, T, _ = toy_alignment(n, d, noise, seed)
     formulas = map_formulas(S, T)

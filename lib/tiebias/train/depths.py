@@ -23,6 +23,17 @@ __all__ = ["share_data", "train_depth_models"]
 def train_depth_models(run: Run, preset: str, seeds: Sequence[int], config: Any, progress: bool = True) -> Run:
     """Train (or reuse) tied and untied models of ``preset`` in ``<run>/depth/<preset>/``; returns that sub-run.
 
+    Args:
+        run: the run whose data, tokenizer and recipe the models share (:func:`share_data`).
+        preset: the other depth's model preset (an unknown one is refused before anything is written).
+        seeds: the seeds; each gets a tied and an untied model.
+        config: the run's training recipe (:class:`tiebias.config.training.TrainConfig`); only its preset is
+            replaced.
+        progress: show progress bars.
+
+    Returns:
+        The sub-run (:class:`tiebias.run.folder.Run`) holding the models.
+
     Everything but the preset (data, tokenizer, steps, batch, learning rate, seeds) is the run's, so the
     depths differ only in shape. Finished models are reused; an interrupted one resumes from its checkpoint.
     """

@@ -241,8 +241,18 @@ class GradientProvenance:
 def summarise_flow(metrics: list[dict] | object, first_n: int | None = None) -> dict[str, float]:
     """Headline numbers of a provenance log (a DataFrame with the training metrics' columns).
 
-    Returns, over the first ``first_n`` steps (all when None): mean and median output share, median
-    output/input norm ratio, mean cosine between the path gradients and mean rows touched.
+    Args:
+        metrics: a tied model's training log (a DataFrame, or a list of per-step dicts) with ``step``,
+            ``output_share``, ``output_norm``, ``input_norm``, ``cosine`` and ``input_rows``; steps without a share
+            are skipped, and a log with none is refused (ValueError).
+        first_n: read only steps up to this one (None: all; else > 0).
+
+    Returns:
+        A dict: ``steps`` (the last step read), ``mean_output_share``, ``median_output_share``,
+        ``median_out_in_ratio``, ``mean_cosine`` and ``mean_input_rows``.
+
+    Over the first ``first_n`` steps (all when None): mean and median output share, median output/input norm
+    ratio, mean cosine between the path gradients and mean rows touched.
     """
     import pandas as pd
 

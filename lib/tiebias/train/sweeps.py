@@ -24,6 +24,20 @@ def train_many(run: Run | str | Path, jobs: Sequence[tuple[str | Variant, int]],
                device: str | None = None) -> list[dict]:
     """Train every ``(variant, seed)`` of ``jobs`` in ``run``; their summaries in job order.
 
+    Args:
+        run: the run folder (or its path).
+        jobs: ``(variant, seed)`` pairs, a variant as a :class:`tiebias.config.variants.Variant` or its name.
+        config: the recipe shared by all jobs (None: :class:`tiebias.config.training.TrainConfig`'s defaults).
+        workers: how many train at once on a CPU (below).
+        resume: reuse a finished model with the same config and continue an unfinished one from its newest
+            checkpoint (False: train again from scratch).
+        overwrite: retrain a model whose folder was made with a different config (else it stops with an error).
+        progress: show progress bars.
+        device: where to train (None: :func:`tiebias.train.trainer.pick_device` chooses).
+
+    Returns:
+        One summary dict per job (the model's completion record), in job order.
+
     Finished models are returned as they are (as :func:`tiebias.train.trainer.train` does). ``workers``: how many
     train at once (``"auto"``: see :func:`tiebias.system.parallel.workers_for`; always one on a GPU or with
     several processes). Interrupting stops every model at its next step; each resumes from its newest

@@ -68,8 +68,17 @@ def step_shares(metrics: pd.DataFrame) -> pd.DataFrame:
 def window_shares(logs: Mapping[str, pd.DataFrame], steps: int, warmup: int, *, level: float = LEVEL) -> pd.DataFrame:
     """Mean share per window and metric over the models' logs (one per seed), with a t-interval over them.
 
+    Args:
+        logs: model key -> its training log (``step`` and the :data:`METRICS` columns it has); at least one.
+        steps, warmup: the recipe's training and warmup steps, which place the windows (:func:`window_bounds`).
+        level: confidence level of the t-intervals.
+
+    Returns:
+        One row per window and metric: ``window``, ``first_step``, ``last_step``, ``metric``, ``mean``, ``ci_low``,
+        ``ci_high``, ``n_seeds`` (models with a finite share) and ``share_<key>`` per model.
+
     Each model's share is the mean over the window's steps (as the paper averages its log); the interval is over
-    models. Rows: window, first and last step, metric, mean, ci_low, ci_high, n_seeds and each model's value.
+    models.
     """
     if not logs:
         raise ValueError("logs: no model's metrics given")
@@ -92,7 +101,15 @@ def window_shares(logs: Mapping[str, pd.DataFrame], steps: int, warmup: int, *, 
 
 
 def with_paper(table: pd.DataFrame, paper: Mapping[str, Mapping[str, float]]) -> pd.DataFrame:
-    """The window table with the paper's log's value beside each row (its "first 1000 steps" are its warmup)."""
+    """The window table with the paper's log's value beside each row (its "first 1000 steps" are its warmup).
+
+    Args:
+        table: the :func:`window_shares` table.
+        paper: the paper's log: norm (``l2``, ``squared_l2``, ``l1``, see :data:`PAPER_METRIC`) -> {window: share}.
+
+    Returns:
+        A copy of ``table`` with a ``paper`` column (NaN where the log has no such window).
+    """
     same = {"first 1000 steps": "warmup"}
     out = table.copy()
     out["paper"] = [paper[PAPER_METRIC[m]].get(same.get(w, w), math.nan) for w, m in zip(out.window, out.metric,
@@ -107,7 +124,15 @@ def matching(table: pd.DataFrame, value: float) -> pd.DataFrame:
 
 def like_for_like(table: pd.DataFrame, warmup: int, paper_warmup: int) -> str:
     """Ours beside the paper's log under the paper's metric (proxy, L2) window by window, and what the exact split
-    changes after warmup; computed from a :func:`with_paper` table."""
+    changes after warmup; computed from a :func:`with_paper` table.
+
+    Args:
+        table: a :func:`with_paper` table.
+        warmup, paper_warmup: our and the paper's warmup steps, named in the warmup window's label.
+
+    Returns:
+        The sentences; or a note when the logs predate the proxy.
+    """
     p = table[table.metric == "proxy l2"].set_index("window")
     label = {"warmup": f"warmup (ours {warmup} steps, the paper's {paper_warmup})"}
     cells = [f"{label.get(w, w)} {r['mean']:.1%} vs {r.paper:.1%}" for w, r in p.iterrows()
@@ -125,7 +150,17 @@ def like_for_like(table: pd.DataFrame, warmup: int, paper_warmup: int) -> str:
 
 
 def sentence(table: pd.DataFrame, targets: Mapping[str, float], warmup: int, paper_warmup: int) -> str:
-    """Which of our windows and metrics reproduce each of the paper's quoted shares, computed from the table."""
+    """Which of our windows and metrics reproduce each of the paper's quoted shares, computed from the table.
+
+    Args:
+        table: the :func:`window_shares` table.
+        targets: label -> a share the paper quotes.
+        warmup, paper_warmup: as in :func:`like_for_like`, named in the closing caveat.
+
+    Returns:
+        One clause per target (up to three windows and metrics whose interval holds it, else the nearest mean), then
+        the warmup caveat. The level named is :data:`tiebias.stats.LEVEL`.
+    """
     parts = []
     for label, value in targets.items():
         hit = matching(table, value)
@@ -146,7 +181,14 @@ def sentence(table: pd.DataFrame, targets: Mapping[str, float], warmup: int, pap
 
 
 def record_details(table: pd.DataFrame) -> dict[str, Any]:
-    """The per-window shares for the claim-2 record: {metric: {window: mean}}."""
+    """The per-window shares for the claim-2 record: {metric: {window: mean}}.
+
+    Args:
+        table: the :func:`window_shares` table.
+
+    Returns:
+        ``{metric: {window: mean}}``, means rounded to four decimals, non-finite ones left out.
+    """
     return {m: {r.window: round(float(r.mean), 4) for r in g.itertuples() if math.isfinite(r.mean)}
             for m, g in table.groupby("metric", sort=False)}
 

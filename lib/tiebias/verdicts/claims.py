@@ -80,6 +80,13 @@ class Verdict:
 def record(dest: Run, v: Verdict) -> dict:
     """Store a verdict as the run's (or an external pair's folder's) headline for its claim.
 
+    Args:
+        dest: the run (or an external pair's folder) whose ``results/`` holds the record.
+        v: the verdict (:class:`Verdict`); changed in place when the run is not evidence (below).
+
+    Returns:
+        The stored entry, as :func:`tiebias.verdicts.records.record` returns it.
+
     From a run that is not evidence (:func:`tiebias.verdicts.evidence.not_meaningful`) the record's status is "not
     meaningful" with the reason (the rule's own reading kept in ``details["reading"]``), and ``v`` says so too:
     the banner first in its text, the same status, so what the notebook prints next matches the record.
@@ -176,7 +183,19 @@ def _claim1_lines(c1: dict[str, Any]) -> list[str]:
 
 
 def claim1(table1: pd.DataFrame, method: str, n_seeds: int, *, where: str = "in this run") -> Verdict:
-    """Claim 1 from a Table-1 frame (``comparisons.table1``): the tied matrix sits nearer the output space."""
+    """Claim 1 from a Table-1 frame (``comparisons.table1``): the tied matrix sits nearer the output space.
+
+    Args:
+        table1: the :func:`tiebias.align.comparisons.table1` frame (with ``keep_scores=True`` for one pair: the
+            token bootstrap of :func:`alignment_gap`).
+        method: the alignment map whose scores decide.
+        n_seeds: the number of seeds, recorded with the verdict.
+        where: how the closing line names the models (e.g. "in this run", or an external pair's names).
+
+    Returns:
+        The :class:`Verdict` (``claim1_alignment``): value the gap (untied output -> tied minus untied input -> tied),
+        threshold by :func:`alignment_gap`'s rule, the paper's OLMo-1B values and the noise floor beside.
+    """
     c1 = alignment_gap(table1, method)
     lines = _claim1_lines(c1)
     holds = c1["gap"] > c1["threshold"]
@@ -198,6 +217,16 @@ def claim1(table1: pd.DataFrame, method: str, n_seeds: int, *, where: str = "in 
 
 def claim2(flow: pd.DataFrame, first_n: int, windows: dict[str, dict[str, float]] | None = None) -> Verdict:
     """Claim 2 from per-model flow summaries (``gradients.summarise_flow`` rows): output share > ``CLAIM2_SHARE``.
+
+    Args:
+        flow: one :func:`tiebias.train.gradients.summarise_flow` row per tied model, indexed by model key
+            (``mean_output_share``, ``median_out_in_ratio``).
+        first_n: the steps the summaries were read over, named in the text and details.
+        windows: :func:`tiebias.train.windows.record_details` (None: none recorded).
+
+    Returns:
+        The :class:`Verdict` (``claim2_gradient_flow``): value the mean output share over the models, threshold
+        :data:`CLAIM2_SHARE`, spread the sd over seeds, the paper's quoted and logged shares beside.
 
     ``windows`` (:func:`tiebias.train.windows.record_details`: the mean share per metric and window) goes into the
     record's details beside the headline, which stays the exact split over the first ``first_n`` steps.
@@ -241,6 +270,14 @@ def _keys_in(labels: Any) -> list[str]:
 
 def below_unigram(summaries: pd.DataFrame, unigram: float) -> str:
     """One line per model: did training get below the unigram baseline (the sanity check before any claim)?
+
+    Args:
+        summaries: training summaries, one row per model indexed by model key (``final_val_loss`` and the
+            divergence fields of :func:`tiebias.train.divergence.reason`).
+        unigram: the unigram baseline's validation loss, nats (:func:`tiebias.data.tokens.unigram_loss`).
+
+    Returns:
+        The lines joined by newlines.
 
     A model whose training diverged says so instead, with what to do (its loss says nothing about learning).
     """
@@ -296,6 +333,16 @@ def claim3(seq_table: pd.DataFrame, *, paired: bool = True, level: float = LEVEL
            paper: Any = None, protocol: str = "package") -> Verdict:
     """Claim 3 at the largest budget of the first recipe of a lens-ladder table (``lens.ladder.train_lens_ladders``).
 
+    Args:
+        seq_table: the lens-ladder table, per sequence (for the one-pair bootstrap), every rung.
+        paired, level: as in :func:`tiebias.lens.tables.early_gap`.
+        paper: the paper's value, stored beside ours.
+        protocol: the lens protocol read (a key of :data:`CLAIM3_KEYS`, else ValueError).
+
+    Returns:
+        The :class:`Verdict`: value the early-layer gap (bits), ``status`` and ``details`` (CI, method, budget, recipe,
+        convergence, the ladder's gaps, early layers).
+
     Only the rows of ``protocol`` are used; the verdict is recorded as ``CLAIM3_KEYS[protocol]`` (the
     package reading is ``claim3_tuned_lens``, the paper's reading a second record, same rule).
 
@@ -333,7 +380,15 @@ def claim3(seq_table: pd.DataFrame, *, paired: bool = True, level: float = LEVEL
 
 
 def claim3_side_by_side(verdicts: dict[str, Verdict]) -> str:
-    """One plain sentence comparing claim 3's verdicts under each lens protocol (same lenses, same rule)."""
+    """One plain sentence comparing claim 3's verdicts under each lens protocol (same lenses, same rule).
+
+    Args:
+        verdicts: protocol -> its :func:`claim3` verdict.
+
+    Returns:
+        The sentence: each reading's gap, CI and status, and what differs between the readings. The level named is
+        :data:`tiebias.stats.LEVEL`.
+    """
     parts = [f"{READING_NAMES.get(p, p + ' reading')} {v.value:+.3g} bits [{v.details['ci_low']:+.3g}, {v.details['ci_high']:+.3g}], {v.status}"
              for p, v in verdicts.items()]
     return (f"Claim 3 under each reading of the same lenses (early-layer gap, {LEVEL:.0%} CI, verdict): {'; '.join(parts)}. "
@@ -446,6 +501,15 @@ def claim4(table: pd.DataFrame, methods: Sequence[str], reference: str,
            ingredients: pd.DataFrame | None = None) -> Verdict:
     """Claim 4 from an ablation alignment table: the first method's dose response carries the verdict.
 
+    Args:
+        table: the sweep's alignment table (:func:`tiebias.ablate.sweep.alignment_table`), read at its final step.
+        methods: the maps read (each must be in the table); the first carries the verdict.
+        reference: ``"same"`` or ``"cross"``, the reference the table used, named in the text.
+        ingredients: :func:`tiebias.ablate.ingredients.summary` (None or empty: not recorded).
+
+    Returns:
+        The :class:`Verdict` (``claim4_causality``), every map's :func:`dose_response` in its details.
+
     ``ingredients`` (:func:`tiebias.ablate.ingredients.summary`) goes into the record's details as it is measured; it
     does not change the verdict.
 
@@ -470,7 +534,14 @@ def claim4(table: pd.DataFrame, methods: Sequence[str], reference: str,
 
 
 def claim4_cost(ppl: pd.DataFrame) -> str:
-    """What scaling costs: validation perplexity of the plain tied model vs the largest k (paper: Table 7)."""
+    """What scaling costs: validation perplexity of the plain tied model vs the largest k (paper: Table 7).
+
+    Args:
+        ppl: the :func:`tiebias.ablate.sweep.perplexities` table (``variant``, ``k``, ``validation_ppl``).
+
+    Returns:
+        One sentence: the mean validation perplexity over seeds at k = 1 and at the largest k, the paper's beside.
+    """
     base = ppl[ppl.variant == "tied"].validation_ppl.mean()
     k_max = ppl.k.max()
     top = ppl[ppl.k == k_max].validation_ppl.mean()

@@ -29,10 +29,16 @@ TREND_WORDS = {"above 0": "the gap grows with depth", "below 0": "the gap shrink
 def depth_table(tables: Mapping[str, pd.DataFrame], protocols: Sequence[str], *, level: float = LEVEL) -> pd.DataFrame:
     """Claim 3 per depth and lens protocol: one row each, from each depth's lens-ladder table (``train_lens_ladders``).
 
-    Columns: preset, n_layers, protocol, gap (early-layer tied - untied KL, bits), ci_low, ci_high, n_seeds,
-    budget, converged, verdict, row1_gap with row1_ci_low / row1_ci_high (the gap at layer 1 alone: the early window
-    grows with depth, while the paper's reading's penalty sits at row 1), per_seed (the per-seed gaps
-    :func:`depth_trend` fits).
+    Args:
+        tables: preset -> that depth's per-sequence lens-ladder table (at least one).
+        protocols: the lens protocols read.
+        level: confidence level of the intervals.
+
+    Returns:
+        Sorted by protocol then depth. Columns: preset, n_layers, protocol, gap (early-layer tied - untied KL, bits),
+        ci_low, ci_high, n_seeds, budget, converged, verdict, row1_gap with row1_ci_low / row1_ci_high (the gap at
+        layer 1 alone: the early window grows with depth, while the paper's reading's penalty sits at row 1), per_seed
+        (the per-seed gaps :func:`depth_trend` fits).
     """
     if not tables:
         raise ValueError("tables: need at least one depth")
@@ -67,7 +73,16 @@ def _against_first(rows: pd.DataFrame, col: str) -> str:
 
 def describe_depth(table: pd.DataFrame, *, per: int = 10, level: float = LEVEL) -> str:
     """One plain sentence per protocol: the early-layer gap and the row-1 gap at each depth, how the deeper depths'
-    intervals lie against the shallowest's, and the fitted slope, read as a trend only with enough depths."""
+    intervals lie against the shallowest's, and the fitted slope, read as a trend only with enough depths.
+
+    Args:
+        table: the :func:`depth_table` table.
+        per: the slope is stated per this many layers.
+        level: confidence level of the slope's interval (:func:`tiebias.lens.depth.depth_trend`).
+
+    Returns:
+        The sentences joined; the slope is read as a trend only with :data:`MIN_DEPTHS_FOR_SLOPE` depths or more.
+    """
     out = []
     for protocol in dict.fromkeys(table.protocol):
         rows = table[table.protocol == protocol].sort_values("n_layers")
@@ -96,7 +111,17 @@ def describe_depth(table: pd.DataFrame, *, per: int = 10, level: float = LEVEL) 
 
 
 def final_point(run: Run, variants: Sequence[str], seeds: Sequence[int], verdict: Verdict) -> dict[str, float]:
-    """A run's final models as one scale-axis point: mean final validation loss and the claim-3 gap and CI."""
+    """A run's final models as one scale-axis point: mean final validation loss and the claim-3 gap and CI.
+
+    Args:
+        run: the run (or depth sub-run) holding the models.
+        variants, seeds: the models whose final validation losses are averaged.
+        verdict: the models' claim-3 verdict (:func:`tiebias.verdicts.claims.claim3`).
+
+    Returns:
+        ``{"val_loss", "gap", "ci_low", "ci_high"}``, the shape of an ``extra`` point of
+        :func:`tiebias.output.plotting.lens.gap_vs_loss`.
+    """
     losses = [run.summary(v, s).get("final_val_loss", math.nan) for v in variants for s in seeds]
     return {"val_loss": float(np.mean(losses)), "gap": verdict.value, "ci_low": verdict.details["ci_low"],
             "ci_high": verdict.details["ci_high"]}

@@ -20,7 +20,16 @@ PLUMBING_PROFILES = {"smoke": "a plumbing check: its models are too small and to
 
 def not_meaningful(run: Run) -> str | None:
     """Why a run's numbers cannot be read as evidence (a plumbing profile, a model not below the unigram baseline),
-    or None. A folder without a study record (an external pair's) is not judged by this rule."""
+    or None. A folder without a study record (an external pair's) is not judged by this rule.
+
+    Args:
+        run: the run folder; its finished models' final validation losses are set against the unigram baseline of
+            its own data.
+
+    Returns:
+        The reason (a clause to follow "because"), or None when the numbers can be read (also for a run with no
+        finished model).
+    """
     if not run.config_path.exists():
         return None
     profile = run.profile
@@ -49,7 +58,14 @@ def short_of_unigram(losses: Mapping[str, float | None], unigram: float) -> str 
 
 
 def banner(reason: str) -> str:
-    """The first line of every verdict of a run that is not evidence."""
+    """The first line of every verdict of a run that is not evidence.
+
+    Args:
+        reason: what :func:`not_meaningful` returned.
+
+    Returns:
+        The banner line.
+    """
     return (f"NOT MEANINGFUL: these numbers cannot be read as evidence for or against the claim, because {reason}. "
             "The lines below only show that the analysis runs.")
 

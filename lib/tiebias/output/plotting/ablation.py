@@ -26,6 +26,15 @@ def _band(fig: go.Figure, x, mean, std, name: str, color: str, row: int, col: in
 def dose_response(table: pd.DataFrame, shares: pd.DataFrame | None = None, *, step: int | None = None) -> go.Figure:
     """Cosine of the untied input / output matrices to the tied one against k (log axis), mean +- sd over seeds.
 
+    Args:
+        table: the sweep's alignment table (:func:`tiebias.ablate.sweep.alignment_table`).
+        shares: the gradient shares per k and seed (:func:`tiebias.ablate.sweep.gradient_shares`), drawn in a last
+            panel with claim 2's threshold (None: no such panel).
+        step: the checkpoint drawn (None: the table's largest step).
+
+    Returns:
+        The plotly figure.
+
     One panel per alignment method; a last panel with the output path's gradient share under each k.
     """
     d = table if step is None else table[table.step == step]
@@ -57,7 +66,15 @@ def dose_response(table: pd.DataFrame, shares: pd.DataFrame | None = None, *, st
 
 
 def over_steps(table: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
-    """Both cosines against training step, one line per k (mean over seeds)."""
+    """Both cosines against training step, one line per k (mean over seeds).
+
+    Args:
+        table: the sweep's alignment table at several steps (:func:`tiebias.ablate.sweep.alignment_table`).
+        method: the alignment map drawn.
+
+    Returns:
+        The plotly figure: one panel per cosine (towards the untied input, the untied output matrix).
+    """
     d = table[table.method == method]
     fig = make_subplots(rows=1, cols=2, subplot_titles=[v[0] for v in SERIES.values()], shared_yaxes=False)
     ks = sorted(d.k.unique())
@@ -75,7 +92,15 @@ def over_steps(table: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
 
 
 def ingredients(summary: pd.DataFrame, k: float) -> go.Figure:
-    """The shift at k of both cosines under each ingredient (mean with its 95% interval over seeds), the paper's beside."""
+    """The shift at k of both cosines under each ingredient (mean with its 95% interval over seeds), the paper's beside.
+
+    Args:
+        summary: the :func:`tiebias.ablate.ingredients.summary` table.
+        k: the factor whose shifts are drawn (the paper's shift is drawn where the table has it).
+
+    Returns:
+        The plotly figure: one panel per cosine, one row of the y axis per ingredient.
+    """
     d = summary[summary.k == k]
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, subplot_titles=[f"towards the untied input matrix (k={k:g} - k=1)",
                                                         f"from the untied output matrix (k={k:g} - k=1)"])
@@ -97,7 +122,18 @@ def ingredients(summary: pd.DataFrame, k: float) -> go.Figure:
 def scale_axes(summary: pd.DataFrame, quantities: dict[str, str], title: str, base_vocab: int,
                base_width: int) -> go.Figure:
     """Quantities (one row each) against vocabulary size (left, at the run's width) and width (right, at its
-    vocabulary), mean and 95% interval over seeds, log-2 axes."""
+    vocabulary), mean and 95% interval over seeds, log-2 axes.
+
+    Args:
+        summary: the :func:`tiebias.ablate.scale.summary` table.
+        quantities: column name -> label of the quantities drawn, one figure row each (e.g. one entry of
+            :func:`tiebias.ablate.scale.figure_quantities`).
+        title: the figure's title.
+        base_vocab, base_width: the run's own vocabulary size and width, the value the other axis is held at.
+
+    Returns:
+        The plotly figure.
+    """
     fig = make_subplots(rows=len(quantities), cols=2, shared_yaxes="rows", vertical_spacing=0.25 / len(quantities),
                         subplot_titles=[t for q in quantities.values() for t in
                                         (f"{q}<br>against vocabulary (width {base_width})",

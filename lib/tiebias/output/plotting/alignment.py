@@ -15,7 +15,15 @@ MATRIX_COLORS = {"untied input": "#1f77b4", "untied output": "#d62728", "tied": 
 
 
 def table1_bars(df: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
-    """Mean +- sd over seed pairs of each comparison and pairing, with the paper's values as diamonds."""
+    """Mean +- sd over seed pairs of each comparison and pairing, with the paper's values as diamonds.
+
+    Args:
+        df: a :func:`tiebias.align.comparisons.table1` frame.
+        method: the score column drawn (an alignment method; the paper's values of that method beside).
+
+    Returns:
+        The plotly figure: grouped bars per comparison, one colour per pairing present.
+    """
     fig = go.Figure()
     comps = list(dict.fromkeys(df.comparison))
     for pairing, color in PAIRING_COLORS.items():
@@ -37,7 +45,16 @@ def table1_bars(df: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
 
 
 def cosine_histograms(scores: dict[str, np.ndarray], method: str = "linear") -> go.Figure:
-    """Figure 1 analog: distribution of per-token cosines after the map, one histogram per comparison."""
+    """Figure 1 analog: distribution of per-token cosines after the map, one histogram per comparison.
+
+    Args:
+        scores: comparison label -> per-token cosines (e.g. a :func:`tiebias.align.comparisons.table1` row's
+            ``per_token[method]``); only the first three are drawn (one colour each).
+        method: the map the cosines came from, named on the x axis.
+
+    Returns:
+        The plotly figure (overlaid histograms, each labelled with its mean).
+    """
     fig = go.Figure()
     colors = ["#d62728", "#1f77b4", "#7f7f7f"]
     for (label, s), c in zip(scores.items(), colors, strict=False):
@@ -49,7 +66,14 @@ def cosine_histograms(scores: dict[str, np.ndarray], method: str = "linear") -> 
 
 
 def evolution(ev: pd.DataFrame) -> go.Figure:
-    """Figure 3 analog: mean per-token cosine to initialisation and to the previous checkpoint, by matrix."""
+    """Figure 3 analog: mean per-token cosine to initialisation and to the previous checkpoint, by matrix.
+
+    Args:
+        ev: the :func:`tiebias.align.comparisons.evolution_table` frame.
+
+    Returns:
+        The plotly figure: two panels, mean ± sd over seeds per matrix against step (log axis, step 0 at 0.5).
+    """
     fig = make_subplots(rows=1, cols=2, subplot_titles=("cosine to initialisation", "cosine to previous checkpoint"))
     for m, color in MATRIX_COLORS.items():
         d = ev[ev.matrix == m]
@@ -70,7 +94,16 @@ def evolution(ev: pd.DataFrame) -> go.Figure:
 
 
 def norm_frequency(tables: dict[str, pd.DataFrame], rhos: dict[str, float]) -> go.Figure:
-    """Figure 5 analog: token row norm against log10 training frequency, one panel per matrix."""
+    """Figure 5 analog: token row norm against log10 training frequency, one panel per matrix.
+
+    Args:
+        tables: matrix name -> its :func:`tiebias.align.token_stats.norm_frequency` ``table`` (seen tokens drawn;
+            the ``token`` column, when present, shows on hover).
+        rhos: matrix name -> its Spearman correlation, shown in the panel's title.
+
+    Returns:
+        The plotly figure.
+    """
     names = list(tables)
     fig = make_subplots(rows=1, cols=len(names), shared_yaxes=False,
                         subplot_titles=[f"{n} (Spearman {rhos[n]:+.2f})" for n in names])
@@ -88,6 +121,13 @@ def norm_frequency(tables: dict[str, pd.DataFrame], rhos: dict[str, float]) -> g
 
 def by_frequency(tables: dict[str, pd.DataFrame]) -> go.Figure:
     """Alignment per frequency bin (rarest first): does the output bias grow where input gradients are rare?
+
+    Args:
+        tables: comparison label -> its :func:`tiebias.align.token_stats.by_frequency` table; only the first three
+            are drawn (one colour each).
+
+    Returns:
+        The plotly figure: grouped bars per bin.
 
     Bars: mean per-token cosine of the bin; error bars: ± the per-token sd within the bin (the spread of
     tokens, not an uncertainty of the mean), clipped to the cosine's range [-1, 1].

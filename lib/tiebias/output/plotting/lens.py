@@ -20,7 +20,18 @@ if TYPE_CHECKING:
     from tuned_lens.plotting import PredictionTrajectory
 
 def per_layer(df: pd.DataFrame, columns: dict[str, str], title: str, yaxis: str) -> go.Figure:
-    """One panel per column (e.g. tuned and logit lens KL); a line per variant, mean +- sd over seeds."""
+    """One panel per column (e.g. tuned and logit lens KL); a line per variant, mean +- sd over seeds.
+
+    Args:
+        df: a per-layer lens table (:func:`tiebias.lens.tables.per_layer`) of one rung and protocol, with ``variant``,
+            ``seed`` and ``layer``.
+        columns: column drawn -> its panel's title.
+        title: the figure's title.
+        yaxis: the first panel's y-axis title (the panels share it).
+
+    Returns:
+        The plotly figure.
+    """
     fig = make_subplots(rows=1, cols=len(columns), subplot_titles=list(columns.values()), shared_yaxes=True)
     for j, col in enumerate(columns, start=1):
         for v in dict.fromkeys(df.variant):
@@ -36,7 +47,15 @@ def per_layer(df: pd.DataFrame, columns: dict[str, str], title: str, yaxis: str)
 
 
 def gap(gaps: pd.DataFrame, title: str = "tied - untied tuned-lens KL per layer (mean, 95% CI over seeds)") -> go.Figure:
-    """The per-layer gap with its confidence interval; significant layers marked."""
+    """The per-layer gap with its confidence interval; significant layers marked.
+
+    Args:
+        gaps: a per-layer gap table (:func:`tiebias.lens.tables.gaps`).
+        title: the figure's title (" (red: CI excludes 0)" is added).
+
+    Returns:
+        The plotly figure: one bar per layer, red where ``significant``.
+    """
     err_hi = np.nan_to_num(gaps.ci_high - gaps.gap)
     err_lo = np.nan_to_num(gaps.gap - gaps.ci_low)
     colors = ["#d62728" if s else "#aaaaaa" for s in gaps.significant]
@@ -55,7 +74,15 @@ def _ci_errors(g: pd.DataFrame) -> dict:
 
 
 def gap_by_depth(gaps: dict[str, pd.DataFrame]) -> go.Figure:
-    """Tied - untied tuned-lens KL gap against relative depth (layer / layers), one line per model depth, with CIs."""
+    """Tied - untied tuned-lens KL gap against relative depth (layer / layers), one line per model depth, with CIs.
+
+    Args:
+        gaps: name -> a per-layer gap table (:func:`tiebias.lens.tables.gaps`) of models of one depth; only the first
+            three are drawn (one colour each).
+
+    Returns:
+        The plotly figure.
+    """
     fig = go.Figure()
     for (name, g), color in zip(gaps.items(), ["#d62728", "#1f77b4", "#2ca02c"], strict=False):
         x = g.layer / g.layer.max()
@@ -69,6 +96,14 @@ def gap_by_depth(gaps: dict[str, pd.DataFrame]) -> go.Figure:
 
 def ladder(df: pd.DataFrame, column: str = "kl_tuned_bits", title: str = "") -> go.Figure:
     """Per-layer KL against lens budget (training steps), tied and untied: one panel per layer, mean ± sd over seeds.
+
+    Args:
+        df: a per-layer lens table holding every rung, of one protocol.
+        column: the metric drawn (one of :data:`tiebias.lens.tables.METRICS`).
+        title: the figure's title ("": a default naming the metric's meaning).
+
+    Returns:
+        The plotly figure.
 
     ``df`` is a per-layer table with ``recipe``, ``budget`` and ``lens_steps``; the model-output layer
     (0 bits by construction) is left out. Recipes after the first are dashed.
@@ -99,7 +134,14 @@ def ladder(df: pd.DataFrame, column: str = "kl_tuned_bits", title: str = "") -> 
 
 
 def ladder_gap(ladder_gaps: pd.DataFrame) -> go.Figure:
-    """The early-layer gap (tied - untied) with its CI at each lens budget: did more lens training move it?"""
+    """The early-layer gap (tied - untied) with its CI at each lens budget: did more lens training move it?
+
+    Args:
+        ladder_gaps: the :func:`tiebias.lens.tables.ladder_gaps` table (several recipes' stacked give one line each).
+
+    Returns:
+        The plotly figure (log budget axis).
+    """
     fig = go.Figure()
     for recipe, g in ladder_gaps.groupby("recipe", sort=False):
         fig.add_scatter(x=g.budget, y=g.gap, mode="lines+markers", name=str(recipe), error_y=_ci_errors(g))
@@ -111,6 +153,13 @@ def ladder_gap(ladder_gaps: pd.DataFrame) -> go.Figure:
 
 def gap_vs_loss(scale: pd.DataFrame, extra: dict[str, dict] | None = None) -> go.Figure:
     """Early-layer gap with its CI against validation loss, one point per checkpoint (labelled by step).
+
+    Args:
+        scale: the per-checkpoint table of :func:`tiebias.lens.ladder.train_checkpoint_lens_ladders`.
+        extra: single labelled points (up to three drawn; None: none).
+
+    Returns:
+        The plotly figure (loss axis reversed: better-trained models to the right).
 
     ``extra`` adds single labelled points (e.g. a second depth): name -> {"val_loss", "gap", "ci_low", "ci_high"}.
     """
@@ -151,6 +200,16 @@ def trajectory_figure(
 ) -> Any:
     """Plotly heatmap of one trajectory statistic (layers x tokens), each cell labelled with the lens's top token.
 
+    Args:
+        traj: the trajectory (:func:`tiebias.lens.evaluate.trajectory`).
+        statistic: the statistic drawn, one of the names in the signature.
+        title: the figure's title.
+        token_width: pixels per token.
+        max_width: the figure's widest (an int >= 300).
+
+    Returns:
+        The plotly figure.
+
     ``token_width`` pixels per token plus 200, capped at ``max_width`` so the figure fits a notebook
     (about 950 px wide). Tokens are shown in :mod:`tiebias.output.token_text`'s notation (legend in the x-axis
     title), cell labels at a legible 12 px, and the top row is named "model output" (the model's own
@@ -187,7 +246,16 @@ def trajectory_figure(
 
 def readings(layers: pd.DataFrame, table: pd.DataFrame, a: str = "tied", b: str = "untied") -> go.Figure:
     """Claim 3 under four readings (``tiebias.lens.readings.decomposition``): per-layer KL of ``a`` and ``b``, one panel
-    per reading, titled with its early-layer gap and 95% CI."""
+    per reading, titled with its early-layer gap and 95% CI.
+
+    Args:
+        layers: the per-layer table :func:`tiebias.lens.readings.decomposition` returns second.
+        table: its table of readings (the first it returns), one panel per row.
+        a, b: the two variants drawn (columns of ``layers``).
+
+    Returns:
+        The plotly figure.
+    """
     keys = list(table.reading)
     titles = [f"({r.reading}) {r.protocol} reading, {r.lens_steps} steps<br>early gap {r.gap + 0.0:+.3g} "
               f"[{r.ci_low + 0.0:+.3g}, {r.ci_high + 0.0:+.3g}]" for r in table.itertuples()]
@@ -206,7 +274,15 @@ def readings(layers: pd.DataFrame, table: pd.DataFrame, a: str = "tied", b: str 
 
 def row1_parts(parts: pd.DataFrame, readings: tuple[str, ...]) -> go.Figure:
     """Row-1 KL under each reading (package; plus the embedding part; plus the update part; both = the paper's), per
-    variant: mean and 95% t-interval over seeds."""
+    variant: mean and 95% t-interval over seeds.
+
+    Args:
+        parts: :func:`tiebias.lens.mechanism.run_row1_parts` rows (``kind`` "kl" rows are drawn).
+        readings: the measures drawn, in order (e.g. :data:`tiebias.lens.mechanism.PARTS`).
+
+    Returns:
+        The plotly figure: grouped bars, one colour per variant.
+    """
     fig = go.Figure()
     kl = parts[parts.kind == "kl"]
     for v, g in kl.groupby("variant", sort=False):
@@ -222,7 +298,14 @@ def row1_parts(parts: pd.DataFrame, readings: tuple[str, ...]) -> go.Figure:
 
 def penalty_vs_k(by_k: pd.DataFrame) -> go.Figure:
     """The row-1 penalty of the paper's reading (its KL minus the package's) of the tied models trained with the input
-    path scaled by k: per seed (points) and mean with 95% t-interval, log-2 k axis."""
+    path scaled by k: per seed (points) and mean with 95% t-interval, log-2 k axis.
+
+    Args:
+        by_k: the :func:`tiebias.lens.mechanism.penalty_by_k` table (``k``, ``penalty``).
+
+    Returns:
+        The plotly figure.
+    """
     fig = go.Figure()
     fig.add_scatter(x=by_k.k, y=by_k.penalty, mode="markers", marker=dict(color="#bbbbbb", size=7), name="one seed")
     ks = sorted(by_k.k.unique())

@@ -22,7 +22,18 @@ def _color(variant: str, i: int = 0) -> str:
 
 def loss_curves(train: dict[str, pd.DataFrame], val: dict[str, pd.DataFrame], *, smooth: int = 10,
                 unigram: float | None = None) -> go.Figure:
-    """Training loss (smoothed, thin) and validation loss (markers) per model key ``<variant>-s<seed>``."""
+    """Training loss (smoothed, thin) and validation loss (markers) per model key ``<variant>-s<seed>``.
+
+    Args:
+        train: model key -> its training log (``step``, ``loss``).
+        val: model key -> its validation log (``step``, ``val_loss``); keys missing here draw no validation line.
+        smooth: the rolling-mean window (steps) of the training loss.
+        unigram: the unigram baseline's loss, drawn as a dashed line (:func:`tiebias.data.tokens.unigram_loss`;
+            None: no line).
+
+    Returns:
+        The plotly figure.
+    """
     fig = go.Figure()
     variants = sorted({parse_key(k)[0].name for k in train})
     for key, df in train.items():
@@ -44,7 +55,18 @@ def loss_curves(train: dict[str, pd.DataFrame], val: dict[str, pd.DataFrame], *,
 
 def gradient_flow(metrics: dict[str, pd.DataFrame], *, first_n: int | None = None,
                   smooth: int = 5) -> go.Figure:
-    """Paper Figure 4 for tied models: path norms (log scale) and the output path's share per step."""
+    """Paper Figure 4 for tied models: path norms (log scale) and the output path's share per step.
+
+    Args:
+        metrics: model key -> a tied model's training log (``step``, ``input_norm``, ``output_norm``,
+            ``output_share``).
+        first_n: draw only steps up to this one (None: all).
+        smooth: the rolling-mean window (steps) of the norms and of the mean share.
+
+    Returns:
+        The plotly figure: the two paths' norms per model above, the mean output share over the models below, with the
+        paper's values and claim 2's threshold.
+    """
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=("L2 norm of the gradient reaching the shared matrix, by path",
                                         "output path's share  out / (in + out)"))
@@ -80,6 +102,13 @@ def gradient_flow(metrics: dict[str, pd.DataFrame], *, first_n: int | None = Non
 
 def claim2_windows(table: pd.DataFrame) -> go.Figure:
     """The output share per window (x) and metric (bars, mean with its 95% interval over seeds), the paper's log beside.
+
+    Args:
+        table: :func:`tiebias.train.windows.window_shares` rows, with a ``paper`` column
+            (:func:`tiebias.train.windows.with_paper`) for the diamonds.
+
+    Returns:
+        The plotly figure.
 
     The paper's values (diamonds) are its published log's under the matching norm; its input column is always the
     proxy, so they belong beside the ``proxy`` bars.
