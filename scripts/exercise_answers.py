@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 
-from tiebias.config.paths import NOTEBOOKS, notebooks_dir, runs_dir  # noqa: E402
+from tiebias.config.paths import NOTEBOOKS, notebooks_dir, repo_root, runs_dir  # noqa: E402
 from tiebias.run.files import write_text_atomic  # noqa: E402
 from tiebias.run.folder import Run  # noqa: E402
 from tiebias.study import parse_set  # noqa: E402
@@ -27,7 +27,9 @@ def provenance(run_dir: Path) -> dict:
     """Which run the numbers come from: its folder, profile, changed parameters and summary.json's digest."""
     run = Run(run_dir)
     summary = (run.path / "summary.json").read_bytes()
-    return {"run": run_dir.as_posix(), "profile": run.profile,
+    where = run_dir.resolve()
+    shown = where.relative_to(repo_root()) if where.is_relative_to(repo_root()) else where  # as in the walkthrough
+    return {"run": shown.as_posix(), "profile": run.profile,
             "summary_sha256": hashlib.sha256(summary).hexdigest()}
 
 
