@@ -46,7 +46,7 @@ def per_layer(df: pd.DataFrame, columns: dict[str, str], title: str, yaxis: str)
     return fig
 
 
-def gap(gaps: pd.DataFrame, title: str = "tied - untied tuned-lens KL per layer (mean, 95% CI over seeds)") -> go.Figure:
+def gap(gaps: pd.DataFrame, title: str = f"tied - untied tuned-lens KL per layer (mean, {stats.LEVEL:.0%} CI over seeds)") -> go.Figure:
     """The per-layer gap with its confidence interval; significant layers marked.
 
     Args:
@@ -89,7 +89,7 @@ def gap_by_depth(gaps: dict[str, pd.DataFrame]) -> go.Figure:
         fig.add_scatter(x=x, y=g.gap, mode="lines+markers", name=f"{name} ({int(g.layer.max())} layers)",
                         line=dict(color=color), error_y=_ci_errors(g))
     fig.add_hline(y=0, line=dict(color="black", width=1))
-    fig.update_layout(height=380, title="tied - untied tuned-lens KL by relative depth (mean, 95% CI)",
+    fig.update_layout(height=380, title=f"tied - untied tuned-lens KL by relative depth (mean, {stats.LEVEL:.0%} CI)",
                       xaxis_title="layer / number of layers", yaxis_title="KL gap (bits)")
     return fig
 
@@ -146,7 +146,7 @@ def ladder_gap(ladder_gaps: pd.DataFrame) -> go.Figure:
     for recipe, g in ladder_gaps.groupby("recipe", sort=False):
         fig.add_scatter(x=g.budget, y=g.gap, mode="lines+markers", name=str(recipe), error_y=_ci_errors(g))
     fig.add_hline(y=0, line=dict(color="black", width=1))
-    fig.update_layout(height=360, title="early-layer tuned-lens KL gap (tied - untied) by lens budget, 95% CI",
+    fig.update_layout(height=360, title=f"early-layer tuned-lens KL gap (tied - untied) by lens budget, {stats.LEVEL:.0%} CI",
                       xaxis_title="lens budget (multiple of lens_steps)", yaxis_title="KL gap (bits)")
     return log_axis(fig, ladder_gaps.budget, "x")
 
@@ -173,7 +173,7 @@ def gap_vs_loss(scale: pd.DataFrame, extra: dict[str, dict] | None = None) -> go
                         textposition="bottom center", marker=dict(size=11, symbol="diamond", color=color),
                         error_y=_ci_errors(g))
     fig.add_hline(y=0, line=dict(color="black", width=1))
-    fig.update_layout(height=400, title="early-layer tuned-lens KL gap (tied - untied) against model quality, 95% CI",
+    fig.update_layout(height=400, title=f"early-layer tuned-lens KL gap (tied - untied) against model quality, {stats.LEVEL:.0%} CI",
                       xaxis_title="validation loss (nats; lower = better trained)", yaxis_title="KL gap (bits)",
                       xaxis=dict(autorange="reversed"))
     return fig
@@ -291,7 +291,7 @@ def row1_parts(parts: pd.DataFrame, readings: tuple[str, ...]) -> go.Figure:
         fig.add_bar(x=list(readings), y=mean, name=str(v), marker_color=COLORS.get(str(v), "#7f7f7f"),
                     error_y=dict(type="data", symmetric=False, array=np.array([x.ci_high for x in s]) - mean,
                                  arrayminus=mean - np.array([x.ci_low for x in s])))
-    fig.update_layout(barmode="group", title="Row 1 read four ways: KL(final || lens) in bits (mean, 95% CI over seeds)",
+    fig.update_layout(barmode="group", title=f"Row 1 read four ways: KL(final || lens) in bits (mean, {stats.LEVEL:.0%} CI over seeds)",
                       yaxis_title="KL at row 1, bits", height=420)
     return fig
 

@@ -9,6 +9,7 @@ from plotly.subplots import make_subplots
 from tiebias.config.variants import parse_key
 from tiebias.output.plotting.style import COLORS, log_axis, reference_line
 from tiebias.paper import FIG4_OUTPUT_SHARE
+from tiebias.stats import LEVEL
 from tiebias.verdicts import claims
 
 
@@ -126,7 +127,7 @@ def claim2_windows(table: pd.DataFrame) -> go.Figure:
                         marker=dict(symbol="diamond", size=12, color="black"))
     fig.add_hline(y=0.5, line_dash="dot", line_color="grey")
     fig.update_layout(barmode="group", title="Output share of the tied matrix's gradient, per window and metric "
-                      "(mean, 95% CI over seeds)", yaxis_title="out / (in + out)", yaxis_range=[0, 1.05],
+                      f"(mean, {LEVEL:.0%} CI over seeds)", yaxis_title="out / (in + out)", yaxis_range=[0, 1.05],
                       legend_title="metric")
     return fig
 
