@@ -211,3 +211,15 @@ def test_readme_pngs_are_refreshed_from_a_runs_saved_figures(tmp_path, capsys) -
     assert (out / "b.png").read_bytes() == b"old" and "skipped b" in capsys.readouterr().out
     with pytest.raises(ValueError, match="run_dir: .* has no figures/ folder"):
         export.from_run(tmp_path / "run" / "figures", out)
+
+
+def test_every_series_is_drawn_however_many() -> None:
+    import numpy as np
+
+    from tiebias.output.plotting import alignment, style
+
+    assert style.palette(2, ["#a", "#b", "#c"]) == ["#a", "#b"]
+    assert len(set(style.palette(6, ["#a", "#b"]))) == 6
+    scores = {f"pair {i}": np.linspace(-1, 1, 50) + i / 10 for i in range(5)}
+    fig = alignment.cosine_histograms(scores, "orthogonal")
+    assert len(fig.data) == 5 and len({t.marker.color for t in fig.data}) == 5

@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from tiebias.output.plotting.style import log_axis
+from tiebias.output.plotting.style import log_axis, palette
 from tiebias.paper import TABLE1
 
 PAIRING_COLORS = {"within model": "#7f7f7f", "same seed": "#ff7f0e", "cross seed": "#1f77b4"}
@@ -49,15 +49,15 @@ def cosine_histograms(scores: dict[str, np.ndarray], method: str = "linear") -> 
 
     Args:
         scores: comparison label -> per-token cosines (e.g. a :func:`tiebias.align.comparisons.table1` row's
-            ``per_token[method]``); only the first three are drawn (one colour each).
+            ``per_token[method]``); one colour each.
         method: the map the cosines came from, named on the x axis.
 
     Returns:
         The plotly figure (overlaid histograms, each labelled with its mean).
     """
     fig = go.Figure()
-    colors = ["#d62728", "#1f77b4", "#7f7f7f"]
-    for (label, s), c in zip(scores.items(), colors, strict=False):
+    colors = palette(len(scores), ["#d62728", "#1f77b4", "#7f7f7f"])
+    for (label, s), c in zip(scores.items(), colors, strict=True):
         s = np.asarray(s)
         fig.add_histogram(x=s, name=f"{label} (mean {np.nanmean(s):.3f})", opacity=0.6, nbinsx=60, marker_color=c)
     fig.update_layout(barmode="overlay", height=400, xaxis_title=f"per-token cosine after {method} map",
@@ -123,8 +123,7 @@ def by_frequency(tables: dict[str, pd.DataFrame]) -> go.Figure:
     """Alignment per frequency bin (rarest first): does the output bias grow where input gradients are rare?
 
     Args:
-        tables: comparison label -> its :func:`tiebias.align.token_stats.by_frequency` table; only the first three
-            are drawn (one colour each).
+        tables: comparison label -> its :func:`tiebias.align.token_stats.by_frequency` table, one colour each.
 
     Returns:
         The plotly figure: grouped bars per bin.
@@ -133,8 +132,8 @@ def by_frequency(tables: dict[str, pd.DataFrame]) -> go.Figure:
     tokens, not an uncertainty of the mean), clipped to the cosine's range [-1, 1].
     """
     fig = go.Figure()
-    colors = ["#d62728", "#1f77b4", "#7f7f7f"]
-    for (label, t), c in zip(tables.items(), colors, strict=False):
+    colors = palette(len(tables), ["#d62728", "#1f77b4", "#7f7f7f"])
+    for (label, t), c in zip(tables.items(), colors, strict=True):
         mean, sd = t["mean"].to_numpy(dtype=float), t["std"].fillna(0).to_numpy(dtype=float)
         up, down = np.minimum(sd, 1 - mean), np.minimum(sd, mean + 1)
         n = t["n"] if "n" in t else pd.Series(np.nan, index=t.index)

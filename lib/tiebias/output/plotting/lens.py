@@ -14,7 +14,7 @@ from plotly.subplots import make_subplots
 from tiebias import stats
 from tiebias.config.checks import is_int
 from tiebias.output import token_text
-from tiebias.output.plotting.style import COLORS, log_axis
+from tiebias.output.plotting.style import COLORS, log_axis, palette
 
 if TYPE_CHECKING:
     from tuned_lens.plotting import PredictionTrajectory
@@ -77,14 +77,13 @@ def gap_by_depth(gaps: dict[str, pd.DataFrame]) -> go.Figure:
     """Tied - untied tuned-lens KL gap against relative depth (layer / layers), one line per model depth, with CIs.
 
     Args:
-        gaps: name -> a per-layer gap table (:func:`tiebias.lens.tables.gaps`) of models of one depth; only the first
-            three are drawn (one colour each).
+        gaps: name -> a per-layer gap table (:func:`tiebias.lens.tables.gaps`) of models of one depth, one colour each.
 
     Returns:
         The plotly figure.
     """
     fig = go.Figure()
-    for (name, g), color in zip(gaps.items(), ["#d62728", "#1f77b4", "#2ca02c"], strict=False):
+    for (name, g), color in zip(gaps.items(), palette(len(gaps), ["#d62728", "#1f77b4", "#2ca02c"]), strict=True):
         x = g.layer / g.layer.max()
         fig.add_scatter(x=x, y=g.gap, mode="lines+markers", name=f"{name} ({int(g.layer.max())} layers)",
                         line=dict(color=color), error_y=_ci_errors(g))
@@ -156,7 +155,7 @@ def gap_vs_loss(scale: pd.DataFrame, extra: dict[str, dict] | None = None) -> go
 
     Args:
         scale: the per-checkpoint table of :func:`tiebias.lens.ladder.train_checkpoint_lens_ladders`.
-        extra: single labelled points (up to three drawn; None: none).
+        extra: single labelled points, one colour each (None: none).
 
     Returns:
         The plotly figure (loss axis reversed: better-trained models to the right).
@@ -167,7 +166,8 @@ def gap_vs_loss(scale: pd.DataFrame, extra: dict[str, dict] | None = None) -> go
     fig.add_scatter(x=scale.val_loss, y=scale.gap, mode="lines+markers+text", name="checkpoints of the run",
                     text=[f"step {s}" for s in scale.step], textposition="top center",
                     error_y=_ci_errors(scale), line=dict(color="#d62728"))
-    for (name, pt), color in zip((extra or {}).items(), ["#1f77b4", "#2ca02c", "#9467bd"], strict=False):
+    extra = extra or {}
+    for (name, pt), color in zip(extra.items(), palette(len(extra), ["#1f77b4", "#2ca02c", "#9467bd"]), strict=True):
         g = pd.DataFrame([pt])
         fig.add_scatter(x=g.val_loss, y=g.gap, mode="markers+text", name=name, text=[name],
                         textposition="bottom center", marker=dict(size=11, symbol="diamond", color=color),

@@ -11,8 +11,16 @@ import plotly.graph_objects as go
 
 COLORS = {"tied": "#d62728", "untied": "#1f77b4"}
 """Each variant's colour in every figure."""
+MORE_COLORS = ("#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
+"""Colours after a figure's own first ones (plotly's qualitative palette less red, blue and grey), cycled."""
 MANTISSAS = (1, 2, 5)
 MAX_DATA_TICKS = 8  # up to this many distinct values (k factors, lens budgets): tick at the values themselves
+
+
+def palette(n: int, first: Iterable[str]) -> list[str]:
+    """``n`` colours: ``first`` (a figure's own), then :data:`MORE_COLORS` cycled, so no series goes undrawn."""
+    out = list(first)[:n]
+    return out + [MORE_COLORS[i % len(MORE_COLORS)] for i in range(n - len(out))]
 
 
 def tick_text(x: float) -> str:
