@@ -87,3 +87,18 @@ def test_claim4_is_stated_once_with_its_map_and_the_other_maps_reading(fresh_run
     claims.record(fresh_run, v)
     page = report.write_report(fresh_run).read_text()
     assert "linear map&#x27;s reading: does not hold" in page
+
+
+def test_a_notebook_that_does_not_convert_leaves_no_scratch_folder(fresh_run, tmp_path, monkeypatch) -> None:
+    from tiebias.run.files import DamagedFileError
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    fresh_run.notebooks_dir.mkdir(parents=True, exist_ok=True)
+    (fresh_run.notebooks_dir / "01_train.ipynb").write_text("{not a notebook")
+    with pytest.raises(DamagedFileError, match="01_train.ipynb: does not convert to HTML"):
+        report.write_report(fresh_run)
+    assert list((tmp_path / "tmp").iterdir()) == []

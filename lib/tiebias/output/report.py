@@ -94,6 +94,15 @@ def write_report(run: Run) -> Path:
     """
     import tempfile
 
+    scratch = Path(tempfile.mkdtemp(prefix="tiebias-report-"))  # the notebooks' HTML, before it is written
+    try:
+        return _write_report(run, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _write_report(run: Run, scratch: Path) -> Path:
+    """The body of :func:`write_report`, converting the notebooks in ``scratch``."""
     from tiebias.output.notebook import PLOTLY_JS
     from tiebias.output.static_pages import (
         export_offline_html as export_html,  # no CDN scripts: the pages work offline
@@ -102,7 +111,6 @@ def write_report(run: Run) -> Path:
     claims = current_results(run)
     cfg = run.config.get("study", {})
     bodies = {}
-    scratch = Path(tempfile.mkdtemp(prefix="tiebias-report-"))
     for nb in sorted(run.notebooks_dir.glob("*.ipynb")):
         try:  # plotly figures are drawn from their mimetype; plotly.min.js is written once, beside the pages
             bodies[nb.stem] = export_html(nb, scratch / f"{nb.stem}.html").read_text(encoding="utf-8")
@@ -147,7 +155,6 @@ Notebooks: {links or 'none executed'}</p>
         if bodies and (scratch / PLOTLY_JS).exists():
             write_text_atomic(out / PLOTLY_JS, (scratch / PLOTLY_JS).read_text(encoding="utf-8"))
         write_text_atomic(run.report_path, doc)
-    shutil.rmtree(scratch, ignore_errors=True)
     return run.report_path
 
 
