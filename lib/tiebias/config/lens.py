@@ -19,7 +19,7 @@ from tiebias.config.choices import LENS_RECIPES
 from tiebias.config.params import PARAMS, coerce
 from tiebias.config.training import DEFAULT_PROFILE
 
-__all__ = ["LENS_BATCH_SIZE", "LENS_SEQ_LEN", "LENS_WARMUP_STEPS", "LensFit", "LensSettings", "check_shape",
+__all__ = ["LENS_BATCH_SIZE", "LENS_SEQ_LEN", "LENS_WARMUP_STEPS", "LensFit", "LensSettings", "check_settings", "check_shape",
            "lens_seq_len"]
 
 LENS_SEQ_LEN = 128
@@ -60,6 +60,13 @@ def check_shape(tokens_per_step: int, eval_tokens: int, seq_len: int, training_s
     if eval_tokens < seq_len:
         raise ValueError(f"lens_eval_tokens: {eval_tokens} is not allowed{at}; need at least one lens sequence, "
                          f"i.e. >= {unit}")
+
+
+def check_settings(lens: Any) -> LensSettings:
+    """``lens`` itself when it is a :class:`LensSettings` (checked when it was made), else a ValueError naming it."""
+    if not isinstance(lens, LensSettings):
+        raise ValueError(f"lens: expected a tiebias.config.lens.LensSettings, got {type(lens).__name__}")
+    return lens
 
 
 @dataclass(frozen=True)
@@ -110,7 +117,9 @@ class LensSettings:
     ``budgets`` is the ladder in those units (the last carries the verdict); ``recipes`` names
     :data:`tiebias.config.choices.LENS_RECIPES` (the first carries the verdict); ``protocols`` are the readings of
     every lens (:data:`tiebias.config.choices.LENS_PROTOCOLS`, the first carries the headline); ``eval_tokens``
-    test-split tokens are read per evaluation, in sequences of ``seq_len``. Defaults: the default profile's.
+    test-split tokens are read per evaluation, in sequences of ``seq_len``. Defaults: the default profile's numbers
+    with the smallest ladder (one rung, the ``cpu`` recipe, the package reading); :meth:`from_params` takes a
+    profile's lists.
     """
 
     steps: int = DEFAULT_PROFILE["lens_steps"]

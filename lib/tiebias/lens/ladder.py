@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tiebias.config.lens import LensSettings
+from tiebias.config.lens import LensSettings, check_settings
 from tiebias.config.params import coerce
 from tiebias.config.variants import Variant, model_key
 from tiebias.lens import lenses, rung_eval
@@ -49,12 +49,6 @@ REFERENCE_BUDGET = "reference-budget"
 def check_checkpoints(lens_checkpoints: Any) -> list[int]:
     """Scale-axis checkpoints: increasing training steps >= 0, [] (or None) for none (the schema's rule)."""
     return [] if lens_checkpoints in (None, "") else coerce("lens_checkpoints", lens_checkpoints)
-
-
-def _check_settings(lens: Any) -> LensSettings:
-    if not isinstance(lens, LensSettings):
-        raise ValueError(f"lens: expected a tiebias.config.lens.LensSettings, got {type(lens).__name__}")
-    return lens
 
 
 def train_model_lens_ladders(model: Any, train_tokens: Any, test_tokens: Any, folder: str | Path,
@@ -81,7 +75,7 @@ def train_model_lens_ladders(model: Any, train_tokens: Any, test_tokens: Any, fo
         :mod:`tiebias.lens.rung_eval`), so a rerun costs only loading. The first recipe's largest rung is also
         written to the top of ``folder``.
     """
-    lens = _check_settings(lens)
+    lens = check_settings(lens)
     folder = Path(folder)
     sha = lenses._unembed_sha256(model)
     logit_folder = Path(logit_folder) if logit_folder is not None else folder
@@ -124,7 +118,7 @@ def ensure_lens(run: Run, variant: str | Variant, seed: int, lens: LensSettings,
     Returns:
         ``(model, lens)``: the loaded model and the ``TunedLens`` of the ladder's largest rung.
     """
-    lens = _check_settings(lens)
+    lens = check_settings(lens)
     model = run.load_model(variant, seed, step, device=device)
     with run.writing(f"lens of {model_key(variant, seed)}"):
         rungs = train_ladder(model, run.tokens("validation"), run.lens_dir(variant, seed, step), lens,
@@ -156,7 +150,7 @@ def train_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequence[int], 
         Long format with ``variant``, ``seed``, ``step`` (training step of the model; the final step for final
         models), ``recipe``, ``budget``, ``lens_steps``, ``protocol``, ``layer`` and the evaluation columns.
     """
-    lens = _check_settings(lens)
+    lens = check_settings(lens)
     val, test = run.tokens("validation"), run.tokens("test")
     jobs = [(seed, v) for seed in seeds for v in variants]
     n = workers_for(len(jobs), workers) if torch.device(device).type == "cpu" else 1
@@ -207,7 +201,7 @@ def train_pair_lens_ladders(models: dict[str, tuple[Any, Any]], corpus: Any, len
     from tiebias.data import corpus as data
     from tiebias.data import tokens
 
-    lens = _check_settings(lens)
+    lens = check_settings(lens)
     ds = data.load_corpus(corpus)
     check_tokenizers(models, [*ds["validation"]["text"], *ds["test"]["text"]], str(corpus or data.EMBEDDED_CORPUS))
     frames, top_lenses = [], {}
@@ -259,7 +253,7 @@ def train_checkpoint_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequ
     the final model.
     """
     steps_list = check_checkpoints(list(checkpoints))
-    lens = _check_settings(lens)
+    lens = check_settings(lens)
     recipe = lens.recipe
     headline = lens.replace(recipes=(recipe,), protocols=lens.protocols[:1])
     rows, tables = [], []

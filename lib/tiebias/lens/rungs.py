@@ -36,7 +36,7 @@ import torch
 
 from tiebias.config.checks import is_int
 from tiebias.config.choices import LENS_RECIPES
-from tiebias.config.lens import LensSettings
+from tiebias.config.lens import LensSettings, check_settings
 from tiebias.lens import cache, fit, lenses
 from tiebias.lens.precision import logits_precision
 from tiebias.run.files import load_torch_file, read_json, write_json_atomic
@@ -98,8 +98,7 @@ def train_ladder(model: Any, tokens: Any, folder: str | Path, lens: LensSettings
     (schedule per rung, see the module docstring). Finished rungs are loaded, not retrained; an
     interrupted ladder resumes from the highest finished rung that kept its trainer state.
     """
-    if not isinstance(lens, LensSettings):
-        raise ValueError(f"lens: expected a tiebias.config.lens.LensSettings, got {type(lens).__name__}")
+    lens = check_settings(lens)
     recipe = lens.recipe if recipe is None else recipe
     if recipe not in LENS_RECIPES:
         raise ValueError(f"lens_recipes: unknown recipe {recipe!r}; allowed: {', '.join(LENS_RECIPES)}")
