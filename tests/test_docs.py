@@ -452,15 +452,22 @@ def parameter_names(span: Span) -> list[str]:
     return [n for n in names if n not in PLACEHOLDER_NAMES]
 
 
-def table_parameters(text: str) -> Iterator[tuple[int, str]]:
-    """The first column of README's parameter table (the table starting with ``| name | type | notebooks |``)."""
+def table_rows(text: str, header: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) of each row of the Markdown table whose header line starts with ``header``."""
     inside = False
     for number, line in enumerate(text.split("\n"), 1):
-        if line.startswith("| name | type | notebooks |"):
+        if line.startswith(header):
             inside = True
         elif inside and not line.startswith("|"):
             return
-        elif inside and (m := re.match(r"\| `(\w+)` \|", line)):
+        elif inside:
+            yield number, line
+
+
+def table_parameters(text: str) -> Iterator[tuple[int, str]]:
+    """The first column of README's parameter table (the table starting with ``| name | type | notebooks |``)."""
+    for number, line in table_rows(text, "| name | type | notebooks |"):
+        if m := re.match(r"\| `(\w+)` \|", line):
             yield number, m.group(1)
 
 
@@ -500,13 +507,9 @@ def durations(text: str) -> list[tuple[str, float | None]]:
 def profile_times(readme: str) -> dict[str, tuple[int, str, list[tuple[str, float | None]]]]:
     """README's profile table: profile -> (line, last cell, the run times the cell states); profiles whose cell
     gives no figure ("not measured here") are left out."""
-    out, inside = {}, False
-    for number, line in enumerate(readme.split("\n"), 1):
-        if line.startswith("| profile | what |"):
-            inside = True
-        elif inside and not line.startswith("|"):
-            break
-        elif inside and (m := re.match(r"\| `([\w-]+)` \|.*\| ([^|]+) \|\s*$", line)):
+    out = {}
+    for number, line in table_rows(readme, "| profile | what |"):
+        if m := re.match(r"\| `([\w-]+)` \|.*\| ([^|]+) \|\s*$", line):
             stated = [d for d in durations(m.group(2)) if d[1] is not None]
             if stated:
                 out[m.group(1)] = (number, m.group(2).strip(), stated)
