@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -51,26 +51,17 @@ CLAIM4_RATIO = 1.0  # claim 4 holds when both changes, in units of NOISE_SDS see
 
 
 @dataclass
-class Verdict:
-    """One claim's headline: ``holds`` is ``value > threshold``; ``text`` is what the notebook prints.
+class Verdict(records.Headline):
+    """One claim's headline (the :class:`tiebias.verdicts.records.Headline` its record stores) and ``text``, what the
+    notebook prints; ``holds`` is ``value > threshold``.
 
     :func:`record` rewrites ``status`` and ``text`` of a verdict from a run that is not evidence. ``models`` are the
     keys of the models the numbers come from (read from the claim's table), which the record keeps with their identity.
     """
 
-    claim: str
-    value: float
-    threshold: float
-    unit: str
-    statement: str
-    text: str
-    spread: float | None = None
-    noise_floor: float | None = None
-    n_seeds: int | None = None
-    paper: Any = None
     details: dict = field(default_factory=dict)
-    status: str | None = None
     models: list[str] = field(default_factory=list)
+    text: str = ""
 
     @property
     def holds(self) -> bool:
@@ -96,10 +87,7 @@ def record(dest: Run, v: Verdict) -> dict:
         v.details["reading"] = v.status or status_of(v.holds)
         v.text, v.status = f"{evidence.banner(why)}\n{v.text}", NOT_MEANINGFUL
     status = v.details.get("reading") if v.status == NOT_MEANINGFUL else v.status
-    headline = records.Headline(v.claim, v.value, v.threshold, v.statement, unit=v.unit, spread=v.spread,
-                                noise_floor=v.noise_floor, paper=v.paper, n_seeds=v.n_seeds, details=v.details,
-                                status=status, models=v.models)
-    return records.record(dest, headline, not_meaningful=why)
+    return records.record(dest, replace(v, status=status), not_meaningful=why)
 
 
 def models_of(table: pd.DataFrame, variants: Sequence[str] = ()) -> list[str]:
