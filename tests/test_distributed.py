@@ -59,3 +59,22 @@ def test_bad_precision_and_memory(fresh_run: Run, tiny_config: TrainConfig) -> N
     with pytest.raises(ValueError, match="preset: 'gpu-150m'.*GiB"):
         train(fresh_run, "tied", 0, huge, progress=False, device="cpu")
     assert not fresh_run.model_dir("tied", 0).joinpath("checkpoints", "step-0").exists()
+
+
+def test_a_process_group_is_destroyed_at_exit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A launched process's group is torn down by an exit hook (registered once), not by interpreter finalisation,
+    where gloo can abort a process whose training succeeded."""
+    from tiebias.train import trainer
+
+    hooks: list = []
+    monkeypatch.setattr(trainer.atexit, "register", hooks.append)
+    trainer._destroy_group_at_exit.cache_clear()
+    trainer._destroy_group_at_exit()
+    trainer._destroy_group_at_exit()
+    assert hooks == [trainer._destroy_group]
+    trainer._destroy_group_at_exit.cache_clear()
+    trainer._destroy_group()  # no group: nothing to do
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    assert torch.distributed.is_initialized()
+    hooks[0]()
+    assert not torch.distributed.is_initialized()

@@ -12,7 +12,9 @@ or start over), build the model, load the resume point, prepare the folder, run 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import shutil
 import threading
 import time
@@ -322,4 +324,23 @@ def make_accelerator(precision: str = "auto", device: str | torch.device | None 
                          "Use 'auto' or 'fp32'")
     mp = "bf16" if precision == "bf16" or (precision == "auto" and bf16_ok) else "no"
     acc = Accelerator(cpu=not cuda, mixed_precision=mp)
+    if acc.num_processes > 1:
+        _destroy_group_at_exit()
     return acc, "bf16 autocast" if mp == "bf16" else "fp32"
+
+
+@functools.cache
+def _destroy_group_at_exit() -> None:
+    """Destroy the process group when the interpreter exits, while it is still whole (registered once).
+
+    A process that exits with its gloo group alive can abort in teardown (``terminate called without an active
+    exception``, SIGABRT) after its training succeeded: torch leaves the call to the program, and a script that
+    calls :func:`train` under ``accelerate launch`` should not have to know.
+    """
+    atexit.register(_destroy_group)
+
+
+def _destroy_group() -> None:
+    """The exit hook: destroy the default process group if it still exists."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
