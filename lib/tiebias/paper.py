@@ -1,7 +1,8 @@
 """Numbers reported by Lopardo et al. (2026), so every notebook can print "paper" beside "this run".
 
 Values are transcribed from the paper's tables and figures (figure values are read off the plots and
-are approximate); see shared PAPER.md for context. Nothing here is computed.
+are approximate): Lopardo, Harish, Arnett, Gupta, arXiv:2603.26663 (2026), and the logs of its public code
+(github.com/AntonioLopardo/weight-tying-bias) where a note says so. Nothing here is computed.
 """
 
 from __future__ import annotations

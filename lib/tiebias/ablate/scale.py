@@ -46,10 +46,10 @@ QUANTITIES = {
 
 
 FIGURES = {
-    "claim1": ("Claim 1 against size: the tied matrix's gap (mean, 95% CI over seeds)", ["claim1_gap"]),
-    "claim2": ("Claim 2 against size: the output share (mean, 95% CI over seeds)",
+    "claim1": (f"Claim 1 against size: the tied matrix's gap (mean, {LEVEL:.0%} CI over seeds)", ["claim1_gap"]),
+    "claim2": (f"Claim 2 against size: the output share (mean, {LEVEL:.0%} CI over seeds)",
                ["claim2_share", "claim2_share_warmup", "claim2_share_after_warmup"]),
-    "claim4": ("Claim 4 against size: the shift at the sweep's largest k (mean, 95% CI over seeds)", []),
+    "claim4": (f"Claim 4 against size: the shift at the sweep's largest k (mean, {LEVEL:.0%} CI over seeds)", []),
     "loss": ("What tying costs against size: validation loss, tied minus untied (nats)", ["loss_tied_minus_untied"]),
 }
 """The scale axis's figures, one per claim (and the cost): title and the quantities drawn (claim 4's shifts are

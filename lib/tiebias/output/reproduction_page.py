@@ -21,6 +21,7 @@ from tiebias.config.paths import path_text, repo_root
 from tiebias.output.markup import md_code, md_text
 from tiebias.run.files import DamagedFileError, read_json, write_json_atomic, write_text_atomic
 from tiebias.run.folder import Run
+from tiebias.stats import LEVEL
 from tiebias.verdicts.reproduction import CAUSES, Reproduction, Row, build
 
 PACKAGES = ("torch", "transformers", "tuned-lens", "datasets", "tokenizers", "papermill")
@@ -28,7 +29,7 @@ LOCK_FILE = "constraints.txt"
 COLUMNS = ("source", "quantity", "paper", "ours, the kit's protocol", "ours, the paper's protocol", "cause", "why")
 HOW_TO_READ = (
     "Each row is one number the paper reports (or a difference of two, marked derived). \"Ours\" is the mean over "
-    "seeds with, in brackets, the 95% range one run of ours falls in (the paper reports single runs, so this is the "
+    f"seeds with, in brackets, the {LEVEL:.0%} range one run of ours falls in (the paper reports single runs, so this is the "
     "range to compare it with). The cause is computed, never typed: `agrees` when the paper's value lies in that "
     "range (or ours lies within the paper's own spread across its model pairs); otherwise the first of the run's "
     "decompositions (claim 2's windows and metrics, claim 3's lens readings, claim 4's ingredients and reference "

@@ -1,6 +1,6 @@
 """The four claims: each one's rule, threshold and verdict text, defined once.
 
-A notebook computes the numbers (tables from ``comparisons``, ``gradients``, ``lens_study``,
+A notebook computes the numbers (tables from ``comparisons``, ``gradients``, ``lens.tables``,
 ``ablate``), asks this module for a :class:`Verdict`, prints its ``text`` and stores it with
 :func:`record`. The rules:
 

@@ -604,7 +604,7 @@ def claim_lines(ev: Evidence) -> list[dict[str, str]]:
              "the paper's protocol is the kit's here (centred, in-sample Procrustes, two separately trained models)"),
             ("2. gradient imbalance", "claim2_gradient_flow",
              None if proxy_low is None else ("holds" if proxy_low > 0.5 else "does not hold"),
-             "paper's protocol: its proxy metric (l2) over the warmup, share above 0.5 with the 95% CI"),
+             f"paper's protocol: its proxy metric (l2) over the warmup, share above 0.5 with the {LEVEL:.0%} CI"),
             ("3. early layers pay", "claim3_tuned_lens", c.get("claim3_tuned_lens_reference", {}).get("status"),
              "paper's protocol: its code's lens reading (hidden state i through translator i - 1)"),
             ("4. causality", "claim4_causality",
@@ -612,7 +612,7 @@ def claim_lines(ev: Evidence) -> list[dict[str, str]]:
              ("holds" if kit5.vs_untied_input_ci_low.iloc[0] > 0 > kit5.vs_untied_output_ci_high.iloc[0]
               else "does not hold"),
              "paper's protocol: the k = 5 shift against another run's untied model, towards input and away from "
-             "output with the 95% CI clear of 0")):
+             f"output with the {LEVEL:.0%} CI clear of 0")):
         rec = c.get(kit_key, {})
         lines.append({"claim": claim, "kit": _re(rec.get("status")),
                       "paper_protocol": _re(paper_status) if paper_status else "not measured here",
