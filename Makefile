@@ -69,7 +69,7 @@ test: $(STAMP)
 # must absorb what a different machine changes (tests/test_study.py derives it from each claim's seed spread)
 test-portable: $(STAMP)
 	ATEN_CPU_CAPABILITY=default TIEBIAS_PROFILE=smoke $(BIN)/python -m pytest -q -p no:cacheprovider \
-	  tests/test_study.py -k smoke_study
+	  tests/test_study.py -k test_smoke_study_end_to_end
 
 lab: setup
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (tiebias)"
