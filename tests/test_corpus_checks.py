@@ -282,3 +282,25 @@ def test_one_line_corpus_advice_names_what_exists(tmp_path: Path) -> None:
     for name in ("train", "validation", "test"):
         (splits / f"{name}.txt").write_text(f"One line of {name} text.\n")
     assert [len(data.load_corpus(splits)[s]) for s in data.SPLITS] == [1, 1, 1]
+
+
+# -- a corpus path is taken literally -------------------------------------------------------------------------------
+@pytest.mark.parametrize(("name", "decoy"), [("g[1]", "g1"), ("texts [v2]", "texts v"), ("a*", "ab"),
+                                             ("$HOME", None)])
+def test_corpus_path_is_read_literally_and_fingerprinted_as_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, decoy: str | None) -> None:
+    """A folder name with glob characters or a ``$VARIABLE`` is that folder: no other folder is read in its place."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    for folder, tag in ((tmp_path / name, "meant"), (tmp_path / (decoy or "home"), "decoy")):
+        for split in data.SPLITS:
+            (folder / f"{split}.txt").parent.mkdir(parents=True, exist_ok=True)
+            (folder / f"{split}.txt").write_text(f"{tag} {split} text.\nA second line.\n")
+    meant = tmp_path / name
+    dd = data.load_corpus(str(meant))
+    texts = [t for s in data.SPLITS for t in dd[s]["text"]]
+    assert len(texts) == 3 and all(t.startswith("meant ") for t in texts), texts
+    files = sorted(meant.iterdir())
+    assert data.corpus_fingerprint(str(meant)) == corpus_checks.fingerprint_files(files, meant)
+    one = data.load_corpus([str(meant / f"{s}.txt") for s in data.SPLITS])
+    assert all(t.startswith("meant ") for s in data.SPLITS for t in one[s]["text"])

@@ -10,6 +10,8 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -227,22 +229,43 @@ def _load_local(
 def _load_files(files: list[Path], text_column: str) -> datasets.Dataset:
     """One ``Dataset`` with a single "text" column from files of possibly mixed formats.
 
-    A load that fails, or a json text column that is not text, is reported with the file and line.
+    A load that fails, or a json text column that is not text, is reported with the file and line. Each
+    load reads links with plain names (:func:`_literal_names`) into memory from a private cache, removed after.
     """
     pieces = []
     for builder in dict.fromkeys(FILE_BUILDERS[f.suffix.lower()] for f in files):
         chosen = [f for f in files if FILE_BUILDERS[f.suffix.lower()] == builder]
         kwargs = {"sample_by": "document"} if builder == "text" else {}
-        try:
-            ds = datasets.load_dataset(builder, data_files={"data": [str(f) for f in chosen]}, split="data",
-                                       **kwargs)
-        except (datasets.exceptions.DatasetGenerationError, pa.ArrowException) as err:
-            raise load_failure(chosen, builder, text_column, err) from None
+        with tempfile.TemporaryDirectory(prefix="tiebias-corpus-") as private:
+            try:
+                ds = datasets.load_dataset(builder, data_files={"data": _literal_names(chosen, Path(private))},
+                                           split="data", cache_dir=str(Path(private) / "cache"),
+                                           keep_in_memory=True, **kwargs)
+            except (datasets.exceptions.DatasetGenerationError, pa.ArrowException) as err:
+                raise load_failure(chosen, builder, text_column, err) from None
         column = "text" if builder == "text" else text_column
         if builder == "json" and column in ds.column_names and not _is_text(ds.features[column]):
             raise load_failure(chosen, builder, text_column, ValueError(f"column '{column}' is not text"))
         pieces.append(_text_only(ds, column, where=", ".join(map(str, chosen))))
     return pieces[0] if len(pieces) == 1 else datasets.concatenate_datasets(pieces)
+
+
+def _literal_names(files: list[Path], private: Path) -> list[str]:
+    """Plain names in ``private`` for ``files``, so that ``datasets`` reads exactly these files.
+
+    ``datasets`` treats a data file path as a glob pattern and expands ``$VARIABLES`` and ``~`` in it:
+    ``g[1]/train.txt`` would read ``g1/train.txt``. A link (a copy where links are not allowed) named
+    ``00000.txt`` has no character it could reinterpret.
+    """
+    names = []
+    for i, path in enumerate(files):
+        name = private / f"{i:05d}{path.suffix.lower()}"
+        try:
+            os.symlink(path.resolve(), name)
+        except OSError:
+            shutil.copyfile(path, name)
+        names.append(str(name))
+    return names
 
 
 def _is_text(feature: object) -> bool:
