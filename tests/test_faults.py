@@ -31,6 +31,7 @@ from safetensors.torch import load_file, save_file
 from tiebias.align import comparisons, embeddings
 from tiebias.config.lens import LensSettings
 from tiebias.config.variants import parse_variants
+from tiebias.data import tokens
 from tiebias.lens import ladder as lens_ladder
 from tiebias.output import report
 from tiebias.run import inventory
@@ -640,6 +641,36 @@ def test_model_of_an_earlier_version_judged_by_its_saved_tokenizer(run: Run, oth
     names = (str(run.model_dir("untied", 0)), "records no corpus or tokenizer fingerprint", HINT)
     refused(run, lambda: train(run, "untied", 0, CFG, progress=False), ForeignModelError, *names)
     refused(run, lambda: run.load_model("untied", 0, step=4), ForeignModelError, *names)
+
+
+@pytest.mark.parametrize("part,value", [
+    ("normalizer", {"type": "Lowercase"}),
+    ("normalizer", {"type": "Replace", "pattern": {"String": "e"}, "content": "a"}),
+    ("pre_tokenizer", {"type": "Whitespace"}),
+    ("post_processor", None),
+    ("decoder", None),
+    ("model", {"dropout": 0.5}),
+])
+def test_tokenizer_edited_anywhere_is_refused(run: Run, part: str, value: object) -> None:
+    """Every part of tokenizer.json maps text to ids or back: an edit to any is a tokenizer the models never saw."""
+    file = run.tokenizer_dir / "tokenizer.json"
+    saved = json.loads(file.read_text())
+    saved[part] = {**saved[part], **value} if part == "model" else value
+    file.write_text(json.dumps(saved))
+    refused(run, lambda: run.load_model("tied", 0), ForeignModelError, str(run.model_dir("tied", 0)),
+            "tokenizer fingerprint")
+
+
+def test_model_of_an_earlier_version_with_the_older_tokenizer_fingerprint(run: Run) -> None:
+    """A record of the earlier fingerprint (model part only): judged by the model's saved tokenizer, as with none."""
+    p = run.train_config_path("tied", 0)
+    write_json_atomic(p, {**json.loads(p.read_text()),
+                          "tokenizer_fingerprint": tokens.model_tokenizer_fingerprint(run.tokenizer_dir / "tokenizer.json")})
+    assert run.load_model("tied", 0) is not None
+    file = run.tokenizer_dir / "tokenizer.json"
+    file.write_text(json.dumps({**json.loads(file.read_text()), "normalizer": {"type": "Lowercase"}}))
+    refused(run, lambda: run.load_model("tied", 0), ForeignModelError, str(run.model_dir("tied", 0)),
+            "saved tokenizer")
 
 
 # -- a record belongs to the models it was computed from ----------------------------------------------------------

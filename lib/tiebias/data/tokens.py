@@ -29,6 +29,7 @@ __all__ = [
     "EOS_TOKEN",
     "encode",
     "load_frequencies",
+    "model_tokenizer_fingerprint",
     "save_frequencies",
     "token_frequencies",
     "tokenizer_fingerprint",
@@ -126,21 +127,41 @@ def _bounded(texts: Iterable[str]) -> Iterator[str]:
 
 
 def tokenizer_fingerprint(path: str | os.PathLike[str]) -> str:
-    """sha256 of what a saved tokenizer (``tokenizer.json``) maps text to: its model type, vocabulary, merges and
-    added tokens, so a model can be matched with the tokenizer it was trained on.
+    """sha256 of everything a saved tokenizer (``tokenizer.json``) maps text with: normalizer, pre-tokenizer,
+    model (type, settings, vocabulary, merges), added tokens, post-processor, decoder, truncation and padding, so a
+    model can be matched with the tokenizer it was trained on.
 
-    Only the mapping counts, in a canonical form (merges as ``"a b"`` strings, whichever form the ``tokenizers``
-    version writes), so saving the same tokenizer again gives the same fingerprint. A file that is not a saved
-    tokenizer raises ValueError naming it.
+    The file is read in a canonical form (keys sorted, merges as ``"a b"`` strings, whichever form the
+    ``tokenizers`` version writes), so saving the same tokenizer again gives the same fingerprint. A file that is
+    not a saved tokenizer raises ValueError naming it.
     """
+    return _fingerprint(path, whole=True)
+
+
+def model_tokenizer_fingerprint(path: str | os.PathLike[str]) -> str:
+    """The fingerprint earlier versions recorded: the model's type, vocabulary and merges and the added tokens only.
+
+    Kept to recognise such a record (:meth:`tiebias.run.folder.Run.check_model_origin`), never to accept a tokenizer.
+    """
+    return _fingerprint(path, whole=False)
+
+
+def _fingerprint(path: str | os.PathLike[str], *, whole: bool) -> str:
+    """sha256 of a saved tokenizer in canonical form: the whole file, or (``whole=False``) the model part only."""
     source = Path(path)
     try:
         saved = json.loads(source.read_text(encoding="utf-8"))
         model = saved["model"]
         merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
-        canonical = {"type": model.get("type"), "vocab": sorted(model["vocab"].items(), key=lambda kv: (kv[1], kv[0])),
-                     "merges": merges, "added": sorted((t["id"], t["content"]) for t in saved.get("added_tokens", []))}
-        text = json.dumps(canonical, ensure_ascii=False, separators=(",", ":"))
+        vocab = sorted(model["vocab"].items(), key=lambda kv: (kv[1], kv[0]))
+        if whole:
+            canonical = {**{k: v for k, v in saved.items() if k != "version"},
+                         "model": {**model, "vocab": vocab, "merges": merges},
+                         "added_tokens": sorted(saved.get("added_tokens", []), key=lambda t: t["id"])}
+        else:
+            canonical = {"type": model.get("type"), "vocab": vocab, "merges": merges,
+                         "added": sorted((t["id"], t["content"]) for t in saved.get("added_tokens", []))}
+        text = json.dumps(canonical, ensure_ascii=False, separators=(",", ":"), sort_keys=whole)
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"path: {source} is not a saved tokenizer ({type(e).__name__}: {e})") from None
     return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -34,6 +34,7 @@ from tiebias.data.tokens import (
     SPECIAL_TOKENS,
     encode,
     load_frequencies,
+    model_tokenizer_fingerprint,
     save_frequencies,
     token_frequencies,
     tokenizer_fingerprint,
@@ -488,7 +489,8 @@ class Run(RunLayout):
 
         The fingerprints in its train_config.json and its saved tokenizer, where it has one, must be the run's.
         A folder of an earlier version records no fingerprint: it is accepted when its saved tokenizer is the
-        run's, and refused when it has none (an unfinished model), since its origin cannot be told.
+        run's, and refused when it has none (an unfinished model), since its origin cannot be told. One that
+        records the earlier, model-only tokenizer fingerprint is judged by its saved tokenizer in the same way.
         """
         mdir, key = self.model_dir(variant, seed), model_key(variant, seed)
         by = "01_train" if Variant.parse(variant).name in ("tied", "untied") else "04_ablate"
@@ -498,6 +500,10 @@ class Run(RunLayout):
         recorded = read_json(cfg_file, f"restore it, or {todo}") if cfg_file.exists() else {}
         recorded = recorded if isinstance(recorded, dict) else {}
         mine = self.fingerprints()
+        then = recorded.get("tokenizer_fingerprint")
+        if then not in (None, mine["tokenizer_fingerprint"]) and then == model_tokenizer_fingerprint(
+                self.tokenizer_dir / TOKENIZER_FILE):  # an earlier version's record: judged by the saved tokenizer
+            recorded = {**recorded, "tokenizer_fingerprint": None}
         differs = [f"its {label} {_short(recorded[k])} is not this run's ({_short(mine[k])})"
                    for k, label in FINGERPRINTS.items()
                    if recorded.get(k) is not None and mine[k] is not None and recorded[k] != mine[k]]
