@@ -54,9 +54,12 @@ study: $(STAMP)
 	$(BIN)/python -m tiebias study --profile $(PROFILE) --run-dir $(RUN) $(OVERRIDES)
 
 # one of the notebooks' exercises, as pasted from a notebook: make exercise ID=02-b (no ID: the list); it trains into
-# runs/ex-<ID>/ with the exercises' profile (class) unless PROFILE=... is given; works without an active environment
+# runs/ex-<ID>/ with the exercises' profile (class) unless PROFILE=... is given; works without an active environment.
+# ID and PROFILE reach python as the shell's variables ("$$ID"), never as text of the command line, so no quote,
+# backtick or $(...) in them is run by the shell; python refuses an id that is not [0-9a-z-]
 exercise: $(STAMP)
-	$(BIN)/python -m tiebias exercise "$(ID)" $(if $(filter command line,$(origin PROFILE)),--profile $(PROFILE))
+	$(BIN)/python -m tiebias exercise "$$ID" --run-dir "runs/ex-$$ID" \
+	  $(if $(filter command line,$(origin PROFILE)),--profile "$$PROFILE")
 
 test: $(STAMP)
 	$(BIN)/ruff check lib tests bench scripts

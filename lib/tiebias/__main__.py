@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import re
+import shlex
 import signal
 import sys
 import threading
@@ -72,8 +74,17 @@ def _study(args: argparse.Namespace) -> int:
     return 0
 
 
-def _exercise(exercise_id: str, profile: str | None) -> int:
-    """Run an exercise's study command (printed first, so it can be rerun by hand), or list the exercises."""
+EXERCISE_ID = re.compile(r"[0-9a-z-]+")
+"""What an exercise id may hold (``02-b``): anything else is refused before it is used in a name or a command."""
+
+
+def _exercise(exercise_id: str, profile: str | None, run_dir: str | None = None) -> int:
+    """Run an exercise's study command (printed first, so it can be rerun by hand), or list the exercises.
+
+    The run folder defaults to ``ex-<id>`` in the checkout's runs folder (:func:`tiebias.config.paths.runs_dir`),
+    whatever the working folder.
+    """
+    from tiebias.config.paths import runs_dir
     from tiebias.teach import exercises
 
     header, known = exercises.load()
@@ -82,10 +93,14 @@ def _exercise(exercise_id: str, profile: str | None) -> int:
         for e in known:
             print(f"  {e.id}  {e.notebook}  {e.title}")
         return 0
+    if not EXERCISE_ID.fullmatch(exercise_id):
+        raise ValueError(f"exercise: {exercise_id!r} is not an exercise id: an id holds only lower-case letters, "
+                         f"digits and '-'; there are {', '.join(e.id for e in known)}")
     ex = exercises.find(exercise_id, known)
     profile = profile or header["profile"]
-    print(f"exercise {ex.id} ({ex.title}): {ex.command(profile)}", flush=True)
-    args = main_parser().parse_args(ex.argv(profile))
+    argv = ex.argv(profile, run_dir or runs_dir() / f"ex-{ex.id}")
+    print(f"exercise {ex.id} ({ex.title}): {shlex.join(['python', '-m', 'tiebias', *argv])}", flush=True)
+    args = main_parser().parse_args(argv)
     return _study(args)
 
 
@@ -129,6 +144,7 @@ def main_parser() -> argparse.ArgumentParser:
                         "runs/ex-<id>/); without an id, list them")
     ex.add_argument("id", nargs="?", default="", help="an exercise id, e.g. 02-b")
     ex.add_argument("--profile", default=None, help="the profile (default: the exercises' own, class)")
+    ex.add_argument("--run-dir", default=None, help="run folder (default: runs/ex-<id> in the checkout)")
     pr = sub.add_parser("profiles", help="list the parameters (one vocabulary) and the profiles")
     pr.add_argument("name", nargs="?", help="show one profile's values (a name or a .toml path)")
     pr.add_argument("--markdown", action="store_true", help="print the parameter table of the README")
@@ -154,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "reproduction":
             return _reproduction(args.run, args.scale)
         if args.cmd == "exercise":
-            return _exercise(args.id, args.profile)
+            return _exercise(args.id, args.profile, args.run_dir)
         return _study(args)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
