@@ -2,7 +2,8 @@
 
     python scripts/reproduction_numbers.py runs/default
 
-Prints the per-claim [Re] / [¬Re] table, the count of each cause, the rows whose cause is ``unexplained`` and claim 3's
+Prints the per-claim [Re] / [¬Re] table, the count of each cause (rows that set one number of ours beside several of
+the paper's count once), the rows whose cause is ``unexplained`` and claim 3's
 mechanism (03's ``lens_row1_mechanism`` and 04's ``lens_row1_penalty_k`` tables, when the run has them): the README's
 "Reproduction report" and "Why the paper's reading costs a tied model" figures come from it.
 """
@@ -30,8 +31,10 @@ def main(argv: list[str] | None = None) -> None:
     for c in data["claims"]:
         print(f"| {c['claim']} | {c['kit']} | {c['paper_protocol']} |")
     rows = [r for r in data["rows"] if not r["setting"]]
-    counts = {c: sum(r["cause"] == c for r in rows) for c in data["causes_vocabulary"]}
-    print(f"\n{len(rows)} numbers: " + ", ".join(f"{c} {n}" for c, n in counts.items() if n))
+    seen = {(r.get("group") or r["key"], r["cause"]) for r in rows}  # one number of ours beside several: once
+    counts = {c: sum(cause == c for _, cause in seen) for c in data["causes_vocabulary"]}
+    print(f"\n{len({g for g, _ in seen})} comparisons ({len(rows)} numbers of the paper): "
+          + ", ".join(f"{c} {n}" for c, n in counts.items() if n))
     by_source: dict[str, int] = {}
     for r in rows:
         if r["cause"] == "unexplained":

@@ -215,6 +215,23 @@ def test_line_at_matches_a_least_squares_fit() -> None:
     assert exact[0] == pytest.approx(21) and exact[2] - exact[1] == pytest.approx(0, abs=1e-9)
 
 
+def test_line_at_prediction_interval_adds_one_runs_residual_variance() -> None:
+    from scipy.stats import t as student_t
+
+    x, y = np.array([0.0, 1, 2, 3, 4]), np.array([1.0, 2.9, 5.2, 7.1, 8.8])
+    fit, low, high = stats.line_at(x, y, 10.0, prediction=True)
+    b, a = np.polyfit(x, y, 1)
+    s2 = float(((y - (a + b * x)) ** 2).sum()) / 3
+    half = student_t.ppf(0.975, 3) * math.sqrt(s2 * (1 + 1 / 5 + (10 - 2) ** 2 / 10))
+    assert fit == pytest.approx(a + 10 * b) and high - fit == pytest.approx(half, rel=1e-9)
+    _, ci_low, _ = stats.line_at(x, y, 10.0)
+    assert low < ci_low  # one run's prediction is wider than the fitted mean's interval
+    tr = scale.trend(pd.DataFrame({"vocab_size": [1024, 2048, 4096, 8192] * 2, "width": 128, "q": [0.1, 0.2, 0.3, 0.45,
+                                   0.12, 0.19, 0.31, 0.4]}), "q", "vocab_size",
+                     scale.points(4096, "small", [4096], ["small"])[0])
+    assert tr["pred_low"] < tr["at_paper_low"] < tr["at_paper"] < tr["at_paper_high"] < tr["pred_high"]
+
+
 def test_the_smoke_study_writes_every_new_table_finite(smoke_study) -> None:
     m = smoke_study.path / "metrics"
     w = pd.read_csv(m / "claim2_windows.csv")

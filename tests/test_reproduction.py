@@ -56,34 +56,95 @@ def test_every_paper_number_has_a_row_with_a_cause_from_the_vocabulary(fresh_run
     assert {r.cause for r in rep.rows if not r.setting} == {"not measured here"}
 
 
-def test_one_run_range_is_the_t_prediction_interval() -> None:
+def test_ours_is_the_t_confidence_interval_of_the_mean() -> None:
     e = R.Estimate.of([1.0, 2.0, 3.0], "x")
-    half = student_t.ppf(0.975, 2) * 1.0 * math.sqrt(1 + 1 / 3)
+    half = student_t.ppf(0.975, 2) * 1.0 / math.sqrt(3)
     assert e.value == pytest.approx(2.0) and e.high - e.value == pytest.approx(half, rel=1e-9)
-    ci = R.Estimate.from_ci(2.0, 2 - half / 2, 2 + half / 2, 3, "x")  # a mean's CI half-width times sqrt(n + 1)
+    ci = R.Estimate.from_ci(2.0, 2 - half, 2 + half, 3, "x")  # a mean's CI is kept as it is
     assert ci.high - ci.value == pytest.approx(half)
-    assert not R.Estimate.of([1.0], "x").contains(1.0)  # one seed has no range: nothing "agrees" with it
+    assert not R.Estimate.of([1.0], "x").contains(1.0)  # one seed has no interval: nothing "agrees" with it
+    assert R.judge(1.0, R.Estimate.of([1.0], "x"))[0] == "inconclusive at n seeds"
 
 
-def test_judge_names_each_cause_by_its_rule() -> None:
-    ours = R.Estimate(0.30, 0.28, 0.32, 3, "ours")
-    assert R.judge(0.31, ours)[0] == "agrees"
-    assert R.judge(0.50, ours, spread=(0.25, 0.6))[0] == "agrees"
-    cand = R.Candidate(R.Estimate(0.5, 0.45, 0.55, 3, "c"), "window", "another window")
-    assert R.judge(0.52, ours, [cand])[0] == "window"
-    partial = R.Candidate(R.Estimate(0.45, 0.44, 0.46, 3, "c"), "protocol", "the proxy")
-    cause, why = R.judge(0.50, ours, [partial])
-    assert cause == "protocol" and "75%" in why and "rest is unexplained" in why
-    towards = R.Trend("vocab", "rises", 0.02, 0.01, 0.03, 0.45)
-    away = R.Trend("vocab", "falls", -0.02, -0.03, -0.01, 0.1)
-    flat = R.Trend("vocab", "no trend", 0.02, -0.01, 0.05, 0.45)
-    assert R.judge(0.50, ours, trends=[towards])[0] == "scale"
-    assert R.judge(0.50, ours, trends=[away, flat])[0] == "unexplained"
-    assert R.judge(0.004, R.Estimate(0.06, -0.01, 0.13, 3, "shift"), noise=True)[0] == "agrees"
-    far = R.Estimate(0.2, 0.15, 0.25, 3, "s")  # one run's noise +-0.05
-    assert R.judge(0.1, far, noise=True)[0] == "unexplained"
-    assert R.judge(0.04, far, noise=True)[0] == "seed noise"
-    assert R.judge(0.04, far)[0] == "unexplained"  # only a change the paper reports is judged against noise
+M = R.MARGINS["cosine"][0]
+
+
+def test_judge_agrees_only_by_equivalence_within_the_margin() -> None:
+    wide = R.Estimate(0.014, -0.87, 0.785, 2, "identity map")  # the class run's case: a range nearly the whole axis
+    assert R.judge(0.014, wide)[0] == "inconclusive at n seeds"
+    assert R.judge(0.014, wide, spread=(-0.9, 0.9))[0] == "inconclusive at n seeds"  # the paper's pairs: context only
+    narrow = R.Estimate(0.30, 0.30 - M / 4, 0.30 + M / 4, 3, "ours")
+    cause, why = R.judge(0.30 + M / 2, narrow)
+    assert cause == "agrees" and f"+-{M:.3g}" in why
+    assert R.judge(0.30 + M, narrow)[0] == "inconclusive at n seeds"  # the interval reaches beyond the margin
+    assert R.judge(0.30 + 2 * M, narrow)[0] == "unexplained"  # wholly beyond it: a difference, nothing explains it
+    with pytest.raises(ValueError, match="kind: unknown value 'pints'"):
+        R.judge(0.3, narrow, kind="pints")
+
+
+def test_a_change_smaller_than_our_noise_is_undetectable_and_not_explained() -> None:
+    shift = R.Estimate(0.0, -0.02, 0.02, 3, "shift")
+    assert R.judge(0.006, shift, noise=True, kind="cosine change")[0] == "undetectable at our noise"
+    assert R.judge(0.006, shift, kind="cosine change")[0] == "inconclusive at n seeds"  # only a reported change
+    assert "undetectable at our noise" not in R.EXPLAINED and "inconclusive at n seeds" not in R.EXPLAINED
+
+
+def _cand(value: float, half: float, cause: str, name: str, change: R.Estimate | None = None) -> R.Candidate:
+    return R.Candidate(R.Estimate(value, value - half, value + half, 3, name), cause, name, change)
+
+
+def test_a_candidate_with_the_same_mean_as_ours_never_wins() -> None:
+    """The no-weight-decay case: its range held the paper's -0.015, its mean is ours."""
+    ours = R.Estimate(-0.059, -0.064, -0.054, 3, "kit")
+    same = _cand(-0.056, 0.045, "protocol", "no weight decay")
+    assert R.judge(-0.015, ours, [same], kind="cosine change")[0] == "unexplained"
+    paired = _cand(-0.056, 0.045, "protocol", "no weight decay", R.Estimate(0.003, -0.004, 0.010, 3, "paired"))
+    cause, why = R.judge(-0.015, ours, [paired], kind="cosine change")
+    assert cause == "unexplained" and "not clear of 0" in why
+
+
+def test_a_candidate_counts_only_towards_the_paper_and_the_closer_one_wins() -> None:
+    ours = R.Estimate(0.575, 0.565, 0.585, 3, "ours")
+    no_closer = _cand(0.816, 0.01, "window", "another window")  # the class run's 0.70 row: no closer than ours
+    assert R.judge(0.70, ours, [no_closer], kind="share")[0] == "unexplained"
+    away = _cand(0.45, 0.01, "protocol", "the proxy")
+    assert R.judge(0.70, ours, [away], kind="share")[0] == "unexplained"
+    far, near = _cand(0.66, 0.01, "protocol", "the proxy"), _cand(0.69, 0.02, "window", "the warmup")
+    for order in ([far, near], [near, far]):
+        cause, why = R.judge(0.70, ours, order, kind="share")
+        assert cause == "window" and "runners-up: the proxy" in why
+    cause, why = R.judge(0.70, ours, [far], kind="share")  # 68% of the way, interval misses: the rest is unexplained
+    assert cause == "protocol" and "68% [" in why and "rest is unexplained" in why
+    short = _cand(0.61, 0.01, "protocol", "the proxy")  # 28% of the way
+    assert R.judge(0.70, ours, [short], kind="share")[0] == "unexplained"
+
+
+def test_scale_needs_a_prediction_interval_holding_the_paper_from_four_sizes() -> None:
+    ours = R.Estimate(0.30, 0.29, 0.31, 3, "ours")
+    kw = {"axis": "vocabulary", "word": "rises", "slope": 0.02, "low": 0.01, "high": 0.03, "at_paper": 0.45}
+    holds = R.Trend(**kw, n_sizes=4, pred_low=0.40, pred_high=0.60)
+    misses = R.Trend(**kw, n_sizes=5, pred_low=0.35, pred_high=0.45)
+    three = R.Trend(**kw, n_sizes=3, pred_low=0.40, pred_high=0.60)
+    no_prediction = R.Trend(**kw, n_sizes=4)  # a table written before the prediction interval
+    assert R.judge(0.50, ours, trends=[holds])[0] == "scale"
+    for t in (misses, three, no_prediction):
+        cause, why = R.judge(0.50, ours, trends=[t])
+        assert cause == "unexplained" and "a direction, not a cause" in why
+
+
+def test_paper_inconsistency_comes_from_the_papers_own_values() -> None:
+    ours = R.Estimate(0.80, 0.79, 0.81, 3, "ours")
+    assert R.judge(0.83, ours, kind="share", paper_other=(0.70, "its quoted share"))[0] == "paper inconsistency"
+    assert R.judge(0.83, ours, kind="share", paper_other=(0.82, "its quoted share"))[0] == "agrees"
+
+
+def test_counts_group_rows_that_repeat_one_of_our_numbers() -> None:
+    e = R.Estimate(0.3, 0.2, 0.4, 2, "ours")
+    rows = [R.Row(f"TABLE5/{fam}/x", "Table 5", "q", 0.5, e, e, "unexplained", "", group="ours 0.3")
+            for fam in ("a", "b", "c")]
+    rows.append(R.Row("TABLE1/a/x", "Table 1", "q", 0.5, e, e, "agrees", "", group="other"))
+    rep = R.Reproduction(rows, [], None, None)
+    assert rep.comparisons() == 2 and rep.causes()["unexplained"] == 1 and rep.causes()["agrees"] == 1
 
 
 def test_a_windows_table_with_a_known_disagreement_gets_its_computed_cause(fresh_run: Run) -> None:

@@ -171,8 +171,10 @@ def slope(x: Any, y: Any, *, level: float = LEVEL) -> Slope:
     return Slope(b, b - half, b + half, int(xv.size))
 
 
-def line_at(x: Any, y: Any, x0: float, *, level: float = LEVEL) -> tuple[float, float, float]:
-    """The straight-line fit of ``y`` on ``x`` evaluated at ``x0``, with the t-interval of that fitted mean.
+def line_at(x: Any, y: Any, x0: float, *, level: float = LEVEL,
+            prediction: bool = False) -> tuple[float, float, float]:
+    """The straight-line fit of ``y`` on ``x`` evaluated at ``x0``, with the t-interval of that fitted mean, or with
+    ``prediction`` the t prediction interval of one new observation at ``x0`` (the residual variance added).
 
     Needs three or more points; far outside the range of ``x`` the interval widens, and the line is an assumption.
     """
@@ -186,7 +188,7 @@ def line_at(x: Any, y: Any, x0: float, *, level: float = LEVEL) -> tuple[float, 
     fit = float(yv.mean() + s.slope * (x0 - xv.mean()))
     resid = yv - yv.mean() - s.slope * dx
     sigma2 = float((resid**2).sum()) / (xv.size - 2)
-    se = math.sqrt(sigma2 * (1 / xv.size + (x0 - xv.mean()) ** 2 / float((dx**2).sum())))
+    se = math.sqrt(sigma2 * (int(prediction) + 1 / xv.size + (x0 - xv.mean()) ** 2 / float((dx**2).sum())))
     half = float(student_t.ppf(0.5 + level / 2, df=xv.size - 2)) * se
     return fit, fit - half, fit + half
 

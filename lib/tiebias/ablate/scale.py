@@ -275,7 +275,8 @@ def axis_rows(table: pd.DataFrame, axis: str, base: ScalePoint) -> pd.DataFrame:
 
 def trend(table: pd.DataFrame, quantity: str, axis: str, base: ScalePoint, *, level: float = LEVEL) -> dict[str, Any]:
     """A straight-line fit of a per-seed quantity against log2 of the axis, its slope's t-interval, the fitted value at
-    the paper's scale with its interval, and a word: ``rises``, ``falls`` or ``no trend`` (the slope's interval
+    the paper's scale with its interval (of the fitted mean: ``at_paper_low/high``; of one new run, the prediction
+    interval the reproduction report's ``scale`` rule reads: ``pred_low/high``), and a word: ``rises``, ``falls`` or ``no trend`` (the slope's interval
     holds 0), or ``too few points`` (fewer than three sizes)."""
     rows = axis_rows(table, axis, base).dropna(subset=[quantity])
     sizes = sorted(rows[axis].unique())
@@ -283,14 +284,17 @@ def trend(table: pd.DataFrame, quantity: str, axis: str, base: ScalePoint, *, le
                            "n": int(len(rows))}
     if len(sizes) < 3:
         return {**out, "word": "too few points", "slope": math.nan, "ci_low": math.nan, "ci_high": math.nan,
-                "at_paper": math.nan, "at_paper_low": math.nan, "at_paper_high": math.nan}
+                "at_paper": math.nan, "at_paper_low": math.nan, "at_paper_high": math.nan, "pred_low": math.nan,
+                "pred_high": math.nan}
     x = np.log2(rows[axis].to_numpy(float))
     y = rows[quantity].to_numpy(float)
     s = stats.slope(x, y, level=level)
     fit, low, high = stats.line_at(x, y, math.log2(PAPER_SCALE[axis]), level=level)
+    _, pred_low, pred_high = stats.line_at(x, y, math.log2(PAPER_SCALE[axis]), level=level, prediction=True)
     word = "no trend" if s.ci_low <= 0 <= s.ci_high else ("rises" if s.slope > 0 else "falls")
     return {**out, "word": word, "slope": s.slope, "ci_low": s.ci_low, "ci_high": s.ci_high,
-            "at_paper": fit, "at_paper_low": low, "at_paper_high": high, "mean": float(y.mean())}
+            "at_paper": fit, "at_paper_low": low, "at_paper_high": high, "pred_low": pred_low, "pred_high": pred_high,
+            "mean": float(y.mean())}
 
 
 def trends(table: pd.DataFrame, quantities: Sequence[str], base: ScalePoint, *, level: float = LEVEL) -> pd.DataFrame:
@@ -304,7 +308,7 @@ def trends(table: pd.DataFrame, quantities: Sequence[str], base: ScalePoint, *, 
 
     Returns:
         One row per quantity and axis, the keys of :func:`trend` as columns: ``quantity``, ``axis``, ``sizes``, ``n``,
-        ``word``, ``slope``, ``ci_low``, ``ci_high``, ``at_paper``, ``at_paper_low``, ``at_paper_high`` and ``mean``
+        ``word``, ``slope``, ``ci_low``, ``ci_high``, ``at_paper``, ``at_paper_low``, ``at_paper_high``, ``pred_low``, ``pred_high`` and ``mean``
         (missing where there were too few points).
     """
     return pd.DataFrame([trend(table, q, a, base, level=level) for q in quantities for a in AXES])

@@ -21,21 +21,13 @@ from tiebias.config.paths import path_text, repo_root
 from tiebias.output.markup import md_code, md_text
 from tiebias.run.files import DamagedFileError, read_json, write_json_atomic, write_text_atomic
 from tiebias.run.folder import Run
-from tiebias.stats import LEVEL
-from tiebias.verdicts.reproduction import CAUSES, Reproduction, Row, build
+from tiebias.verdicts.reproduction import CAUSES, RULES, Reproduction, Row, build
 
 PACKAGES = ("torch", "transformers", "tuned-lens", "datasets", "tokenizers", "papermill")
 LOCK_FILE = "constraints.txt"
 COLUMNS = ("source", "quantity", "paper", "ours, the kit's protocol", "ours, the paper's protocol", "cause", "why")
-HOW_TO_READ = (
-    "Each row is one number the paper reports (or a difference of two, marked derived). \"Ours\" is the mean over "
-    f"seeds with, in brackets, the {LEVEL:.0%} range one run of ours falls in (the paper reports single runs, so this is the "
-    "range to compare it with). The cause is computed, never typed: `agrees` when the paper's value lies in that "
-    "range (or ours lies within the paper's own spread across its model pairs); otherwise the first of the run's "
-    "decompositions (claim 2's windows and metrics, claim 3's lens readings, claim 4's ingredients and reference "
-    "points, a scale axis) whose range contains the paper's value, or that closes at least half of the distance; "
-    "`seed noise` when the paper's change is smaller than one run's noise at our scale; `unexplained` when nothing "
-    "the kit measured accounts for the difference.")
+HOW_TO_READ = RULES
+"""The report's header: the judge's rule set (:data:`tiebias.verdicts.reproduction.RULES`)."""
 
 
 def environment() -> dict[str, Any]:
@@ -124,7 +116,8 @@ def markdown(run: Run, rep: Reproduction, env: dict[str, Any], comp: dict[str, A
               "[Re]: the claim holds at our scale under that protocol; [¬Re]: it does not.", "",
               _md_table(CLAIM_HEAD, _claim_rows(rep)), "", "## Every number", "", HOW_TO_READ, ""]
     counts = ", ".join(f"{c} {n}" for c, n in rep.causes().items() if n)
-    lines += [f"Causes over {sum(not r.setting for r in rep.rows)} numbers: {md_text(counts)}.", ""]
+    lines += [f"Causes over {rep.comparisons()} comparisons ({sum(not r.setting for r in rep.rows)} numbers of the "
+              f"paper; one number of ours set beside several of the paper's counts once): {md_text(counts)}.", ""]
     if rep.scale_source:
         lines += [f"Scale trends from the run {md_code(rep.scale_source)}.", ""]
     lines += [_md_table(COLUMNS, [_cells(r) for r in rep.rows if not r.setting]), "", "## Settings beside ours", "",
@@ -168,7 +161,8 @@ vertical-align:top}}th{{background:#f3f3f3}}</style></head><body>
 <h1>Reproduction report: {html.escape(path_text(run.path.name, 'replace'))}</h1>{banner}
 <h2>Per claim</h2><p>[Re]: the claim holds at our scale under that protocol; [¬Re]: it does not.</p>
 {table(CLAIM_HEAD, _claim_rows(rep))}
-<h2>Every number</h2><p>{html.escape(HOW_TO_READ.replace('`', ''))}</p><p>Causes: {html.escape(counts)}.</p>
+<h2>Every number</h2><p>{html.escape(HOW_TO_READ.replace('`', ''))}</p><p>Causes over {rep.comparisons()} comparisons:
+{html.escape(counts)}.</p>
 {table(COLUMNS, [_cells(r) for r in rep.rows if not r.setting])}
 <h2>Settings beside ours</h2>{table(("setting", "paper", "this run"), settings)}
 <h2>Compute and environment</h2>{table(("notebook", "wall time", "peak memory of the largest kernel so far (MiB)"), walls)}
@@ -190,7 +184,8 @@ def write_reproduction(run: Run, scale: Run | None = None) -> Path:
     """
     rep = build(run, scale)
     env, comp = environment(), compute(run)
-    data = {"run": path_text(run.path, "replace"), "causes_vocabulary": list(CAUSES), "not_meaningful": rep.not_meaningful,
+    data = {"run": path_text(run.path, "replace"), "causes_vocabulary": list(CAUSES), "causes": rep.causes(),
+            "comparisons": rep.comparisons(), "not_meaningful": rep.not_meaningful,
             "scale_source": rep.scale_source, "claims": rep.claims, "rows": [r.as_dict() for r in rep.rows],
             "environment": env, "compute": comp, "command": command(run)}
     md = run.path / "reproduction.md"

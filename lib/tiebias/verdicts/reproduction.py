@@ -1,15 +1,16 @@
 """Every number the paper reports beside ours, and the computed cause of each difference.
 
 A row holds one number from :mod:`tiebias.paper`, ours under the kit's protocol and (where the kit computes it) under
-the paper's, a 95% range for one run, and a cause from :data:`CAUSES`. The paper reports single runs, so a value
-"agrees" when it lies inside the range one run of ours would fall in 95% of the time (mean +- t sd sqrt(1 + 1/n)
-over seeds). Causes come only from the run's own decompositions (claim 2's windows, claim 4's ingredients, claim 3's
-readings, a scale axis): a candidate that contains the paper's value names the cause; one that closes at least half
-of the distance names it as the main part; otherwise the row says ``unexplained``. Nothing here is typed per row.
+the paper's with the 95% confidence interval of our mean over seeds, and a cause from :data:`CAUSES` given by one rule
+set (:func:`judge`, stated for readers in :data:`RULES`): agreement only by equivalence within a margin fixed per kind
+of quantity (:data:`MARGINS`); a difference only when the interval lies beyond that margin; a cause only from a
+decomposition of the run (claim 2's windows, claim 4's ingredients, claim 3's readings, a reference point, a scale
+axis) whose paired change from ours is clear of 0 and brings ours to the paper's value. Nothing here is typed per row.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -27,18 +28,70 @@ from tiebias.stats import LEVEL
 from tiebias.verdicts.evidence import not_meaningful
 from tiebias.verdicts.records import current_results
 
-CAUSES = ("agrees", "protocol", "window", "scale", "reference point", "seed noise", "paper inconsistency",
-          "not measured here", "unexplained")
+CAUSES = ("agrees", "inconclusive at n seeds", "undetectable at our noise", "protocol", "window", "scale",
+          "reference point", "paper inconsistency", "not measured here", "unexplained")
 """The fixed vocabulary of a row's cause."""
+EXPLAINED = ("protocol", "window", "scale", "reference point", "paper inconsistency")
+"""The causes that explain a difference (``agrees`` has none to explain; ``inconclusive at n seeds`` and
+``undetectable at our noise`` say that our seeds cannot tell)."""
 MOST = 0.5
 """A candidate that closes at least this share of the distance between ours and the paper's value names the cause."""
+MIN_SIZES = 4
+"""A scale axis names the cause only from a line fitted to at least this many sizes (two parameters and an interval
+need more than three points to say anything at the paper's size, far outside the fitted range)."""
 SETTINGS = {("FIG4_LOG_RUN",), ("FIG4_OLD_LOG", "steps"), ("FIG4_OLD_LOG", "warmup_steps"), ("FIG2_LENS",)}
 """Keys of :mod:`tiebias.paper` that hold the paper's settings (steps, warmup, lens budget), not results."""
+
+_OLMO1, _OLMO5 = paper.TABLE1["OLMo-1B"], paper.TABLE5["OLMo-1B"]
+_SHIFTS = [v[w] - paper.TABLE2_STEP10K[1.0][w] for v in paper.TABLE2_STEP10K.values() for w in v]
+MARGINS: dict[str, tuple[float, str]] = {
+    "cosine": (abs(_OLMO1["untied output -> tied"]["orthogonal"] - _OLMO1["untied input -> tied"]["orthogonal"]) / 4,
+               "a quarter of the paper's claim-1 effect (Table 1, OLMo-1B, orthogonal: out -> tied minus in -> tied)"),
+    "overlap": (abs(_OLMO5["tied vs untied output"] - _OLMO5["tied vs untied input"]) / 4,
+                "a quarter of the paper's neighbourhood effect (Table 5, OLMo-1B: KNN@10 of tied vs untied output "
+                "minus tied vs untied input)"),
+    "cosine change": (max(abs(x) for x in _SHIFTS) / 4,
+                      "a quarter of the largest claim-4 shift the paper reports (Table 2, k = 1 -> 5)"),
+    "share": (abs(paper.FIG4_OUTPUT_SHARE["quoted"] - 0.5) / 4,
+              "a quarter of the distance from the paper's quoted output share to 0.5, claim 2's threshold"),
+    "ratio": (abs(paper.FIG4_OUTPUT_SHARE["median_out_in_ratio"] - 1) / 4,
+              "a quarter of the distance from the paper's median output / input ratio to 1 (equal paths)"),
+    "bits": ((paper.FIG2_OLMO_KL_BITS[0]["tied"] - paper.FIG2_OLMO_KL_BITS[0]["untied"]) / 4,
+             "a quarter of the paper's claim-3 effect (Figure 2, OLMo-1B: tied minus untied KL at layer 0)"),
+    "nats": (abs(math.log(paper.TABLE7_PPL[5.0] / paper.TABLE7_PPL[1.0])) / 4,
+             "a quarter of the paper's Table 7 change (log perplexity ratio, k = 5 vs 1)"),
+}
+"""Equivalence margin per kind of quantity, fixed here before any run is read: (margin, why this size). Each is a
+quarter of the effect the paper reports for that kind of quantity, so a difference inside it could not turn the
+paper's claim around."""
+
+RULES = (
+    f"Each row is one number the paper reports (or a difference of two, marked derived). \"Ours\" is the mean over "
+    f"seeds with, in brackets, the {LEVEL:.0%} confidence interval of that mean (t, over seeds). The paper reports "
+    "single runs whose run-to-run noise is unknown: its value is taken as exact, i.e. its noise is assumed small "
+    "beside the margin (were it as large as ours, fewer rows could be called anything but inconclusive). The cause "
+    "is computed, never typed, by one rule set. `agrees`: the whole interval of ours minus the paper's lies within "
+    "a margin fixed in advance per kind of quantity (a quarter of the paper's own effect: "
+    + "; ".join(f"{k} {m:.3g}" for k, (m, _) in MARGINS.items()) + "). `inconclusive at n seeds`: the interval "
+    "reaches both inside and beyond the margin. `undetectable at our noise`: for a change the paper reports, that "
+    "change is smaller than our interval's half-width (a measure of our power, not a cause). Only when the interval "
+    "lies wholly beyond the margin is there a difference to explain: a candidate (claim 2's windows and metrics, "
+    "claim 3's lens readings, claim 4's ingredients, a reference point) counts when its paired change from ours has "
+    "an interval clear of 0, points towards the paper, leaves it closer to the paper than ours, and either its "
+    f"interval holds the paper's value or it leaves at most {1 - MOST:.0%} of the distance (it closes at least "
+    f"{MOST:.0%}, without overshooting further; the closed fraction is shown with its interval); the closest to the paper wins and the others are named. `scale`: a line fitted "
+    f"over at least {MIN_SIZES} sizes whose {LEVEL:.0%} prediction interval at the paper's size holds the paper's "
+    "value; a trend that does not is reported as a direction only. `paper inconsistency`: the paper's own sources "
+    "give this quantity two values further apart than the margin. The spread across the paper's model pairs is "
+    "context, never agreement. `unexplained`: a difference nothing the kit measured accounts for. Counts group the "
+    "rows that compare one of our numbers with several of the paper's model pairs: one comparison, counted once.")
+"""The rule set as the report's header states it (:mod:`tiebias.output.reproduction_page`)."""
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """Our value for one quantity and the 95% range one run would fall in (NaN bounds: fewer than 2 seeds)."""
+    """Our value for one quantity and the 95% confidence interval of its mean over seeds (NaN bounds: fewer than 2
+    seeds)."""
 
     value: float
     low: float
@@ -48,24 +101,29 @@ class Estimate:
 
     @classmethod
     def of(cls, values: Any, label: str, level: float = LEVEL) -> Estimate:
-        """From per-seed values: mean +- t(n - 1) sd sqrt(1 + 1/n), the prediction range of one more run."""
+        """From per-seed values: mean +- t(n - 1) sd / sqrt(n), the t confidence interval of the mean."""
         x = np.asarray(values, dtype=float)
         x = x[np.isfinite(x)]
         if not len(x):
             return cls(math.nan, math.nan, math.nan, 0, label)
-        half = stats.t_half_width(float(x.std(ddof=1)) if len(x) > 1 else math.nan, len(x), level) \
-            * math.sqrt(len(x) + 1)
+        half = stats.t_half_width(float(x.std(ddof=1)) if len(x) > 1 else math.nan, len(x), level)
         return cls(float(x.mean()), float(x.mean()) - half, float(x.mean()) + half, len(x), label)
 
     @classmethod
     def from_ci(cls, mean: float, low: float, high: float, n: int, label: str) -> Estimate:
-        """From a t-interval of the mean over ``n`` seeds: its half-width times sqrt(n + 1) is one run's."""
-        half = (high - low) / 2 * math.sqrt(n + 1) if n > 1 else math.nan
-        return cls(float(mean), float(mean) - half, float(mean) + half, int(n), label)
+        """From a t-interval of the mean over ``n`` seeds, kept as it is (NaN bounds below 2 seeds)."""
+        if n < 2:
+            low = high = math.nan
+        return cls(float(mean), float(low), float(high), int(n), label)
 
     @property
     def usable(self) -> bool:
         return self.n > 0 and math.isfinite(self.value)
+
+    @property
+    def half(self) -> float:
+        """Half the interval's width (NaN without an interval)."""
+        return (self.high - self.low) / 2
 
     def contains(self, x: float) -> bool:
         return math.isfinite(self.low) and self.low <= x <= self.high
@@ -77,18 +135,33 @@ class Estimate:
         return f"{self.value:.3g}{rng}"
 
 
+def paired_change(candidate: Any, ours: Any, label: str = "paired over seeds") -> Estimate:
+    """The per-seed change candidate minus ours (same seeds, same order) and its t confidence interval."""
+    return Estimate.of(np.asarray(candidate, dtype=float) - np.asarray(ours, dtype=float), label)
+
+
+def _unpaired_change(c: Estimate, kit: Estimate) -> Estimate:
+    """Candidate minus ours when the seeds cannot be paired: the half-widths added in quadrature."""
+    half = math.hypot(c.half, kit.half)
+    d = c.value - kit.value
+    return Estimate(d, d - half, d + half, min(c.n, kit.n), "unpaired (half-widths in quadrature)")
+
+
 @dataclass(frozen=True)
 class Candidate:
-    """A decomposition's reading of the quantity and the cause it stands for when it matches the paper."""
+    """A decomposition's reading of the quantity, the cause it stands for, and (when the seeds pair) its per-seed
+    change from ours (:func:`paired_change`; None: compared unpaired)."""
 
     estimate: Estimate
     cause: str
     name: str
+    change: Estimate | None = None
 
 
 @dataclass(frozen=True)
 class Trend:
-    """A scale axis's fitted trend of the quantity (per doubling, 95% interval) and its value at the paper's size."""
+    """A scale axis's fitted trend of the quantity (per doubling, 95% interval), its value at the paper's size and
+    the prediction interval of one run there, from ``n_sizes`` sizes."""
 
     axis: str
     word: str
@@ -96,11 +169,15 @@ class Trend:
     low: float
     high: float
     at_paper: float
+    n_sizes: int = 0
+    pred_low: float = math.nan
+    pred_high: float = math.nan
 
 
 @dataclass
 class Row:
-    """One number the paper reports, ours beside it and the computed cause."""
+    """One number the paper reports, ours beside it and the computed cause. ``group`` names our number: rows that
+    set one number of ours beside several of the paper's share it and count as one comparison."""
 
     key: str
     source: str
@@ -113,6 +190,7 @@ class Row:
     meaningful: bool = True
     setting: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    group: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -121,46 +199,95 @@ class Row:
         return d
 
 
+def _qualified(pv: float, kit: Estimate, candidates: Sequence[Candidate]) -> tuple[list[tuple], list[str]]:
+    """The candidates that count under the rules of :func:`judge`, closest to the paper first, and why each other
+    one did not."""
+    d = pv - kit.value
+    ok, not_ok = [], []
+    for c in candidates:
+        if not c.estimate.usable:
+            continue
+        ch = c.change if c.change is not None and c.change.usable else _unpaired_change(c.estimate, kit)
+        frac = ch.value / d
+        lo, hi = sorted((ch.low / d, ch.high / d))
+        holds, gap = c.estimate.contains(pv), abs(pv - c.estimate.value)
+        if not (math.isfinite(ch.low) and stats.excludes_zero(ch.low, ch.high)):
+            not_ok.append(f"{c.name} ({c.estimate.text()}): its change from ours, {ch.value:+.3g} "
+                          f"[{ch.low:+.3g}, {ch.high:+.3g}], is not clear of 0")
+        elif np.sign(ch.value) != np.sign(d):
+            not_ok.append(f"{c.name} ({c.estimate.text()}): moves away from the paper")
+        elif gap >= abs(d) or not (holds or gap <= (1 - MOST) * abs(d)):
+            not_ok.append(f"{c.name} ({c.estimate.text()}): goes {frac:.0%} of the way to the paper's value and its "
+                          f"interval {'holds' if holds else 'misses'} it")
+        else:
+            ok.append((gap, c, ch, frac, lo, hi, holds))
+    return sorted(ok, key=lambda t: t[0]), not_ok
+
+
+def _direction(t: Trend, pv: float, kit: Estimate) -> str:
+    towards = "towards" if np.sign(t.slope) == np.sign(pv - kit.value) else "away from"
+    pred = (f"the line's {LEVEL:.0%} prediction interval at the paper's size is [{t.pred_low:.3g}, {t.pred_high:.3g}]"
+            if math.isfinite(t.pred_low) else "no prediction interval")
+    return (f"along {t.axis} ours {t.word} ({t.slope:+.3g} per doubling, {LEVEL:.0%} CI [{t.low:+.3g}, "
+            f"{t.high:+.3g}]) {towards} the paper's value, from {t.n_sizes} sizes; {pred}: a direction, not a cause")
+
+
 def judge(paper_value: float, kit: Estimate | None, candidates: Sequence[Candidate] = (),
           trends: Sequence[Trend] = (), spread: tuple[float, float] | None = None,
-          noise: bool = False) -> tuple[str, str]:
+          noise: bool = False, kind: str = "cosine", paper_other: tuple[float, str] | None = None) -> tuple[str, str]:
     """The cause of the difference between ``paper_value`` and ours, and a sentence saying how it was found.
 
-    In order: ours contains it (agrees); it lies within the paper's own spread across model pairs (agrees); a
-    candidate contains it (its cause); a candidate closes at least :data:`MOST` of the distance (its cause, the rest
-    named); a scale trend with an interval clear of 0 points from ours towards it (scale); for a change the paper
-    reports, ``noise`` and its size inside one run's range around 0 (seed noise); else unexplained.
+    In order: the paper's own other value for the quantity (``paper_other``: value, where) further than the margin
+    from this one (paper inconsistency); no interval of ours (inconclusive); the interval of ours minus the paper's
+    within +- :data:`MARGINS` [``kind``] (agrees); reaching beyond it, for a change the paper reports (``noise``)
+    smaller than our half-width (undetectable at our noise), else (inconclusive at n seeds). Only an interval wholly
+    beyond the margin is a difference: the candidate closest to the paper among those whose change from ours is
+    clear of 0, points towards the paper and holds its value or leaves at most 1 - :data:`MOST` of the distance on
+    either side (its cause);
+    a trend from :data:`MIN_SIZES` sizes whose prediction interval holds the paper's value (scale); else unexplained.
+    ``spread`` (the paper's values across its model pairs) is shown as context only.
     """
+    if kind not in MARGINS:
+        raise ValueError(f"kind: unknown value {kind!r}; allowed: {', '.join(MARGINS)}")
+    margin = MARGINS[kind][0]
     p = f"{paper_value:.3g}"
-    if kit is not None and kit.usable and kit.contains(paper_value):
-        return "agrees", f"the paper's {p} lies inside one run's {LEVEL:.0%} range of ours, {kit.text()} ({kit.label})"
-    if kit is not None and kit.usable and spread is not None and spread[0] <= kit.value <= spread[1]:
-        return "agrees", (f"ours, {kit.value:.3g}, lies within the paper's own spread across its model pairs "
-                          f"[{spread[0]:.3g}, {spread[1]:.3g}]")
-    usable = [c for c in candidates if c.estimate.usable]
-    for c in usable:
-        if c.estimate.contains(paper_value):
-            return c.cause, f"{c.name}: {c.estimate.text()}, a range that contains the paper's {p}"
-    if kit is not None and kit.usable and kit.value != paper_value:
-        closed = [(1 - abs(paper_value - c.estimate.value) / abs(paper_value - kit.value), c) for c in usable]
-        if closed and max(closed, key=lambda t: t[0])[0] >= MOST:
-            share, c = max(closed, key=lambda t: t[0])
-            return c.cause, (f"{c.name} moves ours from {kit.value:.3g} to {c.estimate.value:.3g}, {share:.0%} of "
-                             f"the way to the paper's {p}; the rest is unexplained")
-    if kit is not None and kit.usable:
-        for t in trends:
-            if stats.excludes_zero(t.low, t.high) and np.sign(t.slope) == np.sign(paper_value - kit.value):
-                return "scale", (f"along {t.axis} ours {t.word} ({t.slope:+.3g} per doubling, {LEVEL:.0%} CI "
-                                 f"[{t.low:+.3g}, {t.high:+.3g}]), towards the paper's {p}; the line gives "
-                                 f"{t.at_paper:.3g} at the paper's size (an extrapolation)")
-        if noise and math.isfinite(kit.low):
-            half = (kit.high - kit.low) / 2
-            if abs(paper_value) < half:
-                return "seed noise", (f"the paper's change, {p}, is smaller than one run's noise at our scale "
-                                      f"(+-{half:.3g}): from a single run it cannot be told from 0")
-    tried = ", ".join(c.name for c in candidates) or "no decomposition of this number"
+    context = (f" (the paper's own model pairs span [{spread[0]:.3g}, {spread[1]:.3g}]: context, not agreement)"
+               if spread is not None else "")
     ours = kit.text() if kit is not None else "none"
-    return "unexplained", f"ours {ours}; tried: {tried}"
+    if paper_other is not None and abs(paper_other[0] - paper_value) > margin:
+        return "paper inconsistency", (f"{paper_other[1]} gives {paper_other[0]:.3g} for this quantity, the paper "
+                                       f"{p}: further apart than the {kind} margin ({margin:.3g}); ours {ours}")
+    if kit is None or not kit.usable:
+        return "unexplained", f"ours {ours}; tried: {', '.join(c.name for c in candidates) or 'nothing'}"
+    if not math.isfinite(kit.low):
+        return "inconclusive at n seeds", f"at {kit.n} seed(s) ours, {ours}, has no interval{context}"
+    lo, hi = kit.low - paper_value, kit.high - paper_value
+    diff = f"ours minus the paper's {p}: {kit.value - paper_value:+.3g} [{lo:+.3g}, {hi:+.3g}] ({kit.label})"
+    if -margin <= lo and hi <= margin:
+        return "agrees", f"{diff}, within the {kind} margin +-{margin:.3g}{context}"
+    if lo <= margin and hi >= -margin:
+        if noise and kit.half >= abs(paper_value):
+            return "undetectable at our noise", (f"the paper's change, {p}, is smaller than our interval's half-width "
+                                                 f"at {kit.n} seeds (+-{kit.half:.3g}): {diff}{context}")
+        return "inconclusive at n seeds", (f"at {kit.n} seeds {diff} reaches both inside and beyond the {kind} "
+                                           f"margin +-{margin:.3g}{context}")
+    ok, not_ok = _qualified(paper_value, kit, candidates)
+    if ok:
+        _, c, ch, frac, flo, fhi, holds = ok[0]
+        rest = "its interval holds the paper's value" if holds else "the rest is unexplained"
+        others = ("; runners-up: " + ", ".join(f"{o[1].name} ({o[1].estimate.value:.3g})" for o in ok[1:])
+                  if len(ok) > 1 else "")
+        return c.cause, (f"{diff}, beyond the margin +-{margin:.3g}; {c.name}: {c.estimate.text()}, a change of "
+                         f"{ch.value:+.3g} [{ch.low:+.3g}, {ch.high:+.3g}] from ours ({ch.label}), {frac:.0%} "
+                         f"[{flo:.0%}, {fhi:.0%}] of the way to the paper's {p}; {rest}{others}{context}")
+    for t in trends:
+        if t.n_sizes >= MIN_SIZES and t.pred_low <= paper_value <= t.pred_high:
+            return "scale", (f"{diff}; along {t.axis} ({t.n_sizes} sizes) the line gives {t.at_paper:.3g} at the "
+                             f"paper's size, {LEVEL:.0%} prediction interval [{t.pred_low:.3g}, {t.pred_high:.3g}] "
+                             f"holding the paper's {p} (an extrapolation){context}")
+    tried = not_ok + [_direction(t, paper_value, kit) for t in trends if stats.excludes_zero(t.low, t.high)]
+    return "unexplained", (f"{diff}, beyond the margin +-{margin:.3g}; tried: "
+                           f"{'; '.join(tried) or 'no decomposition of this number'}{context}")
 
 
 @dataclass
@@ -202,8 +329,9 @@ class Evidence:
             return []
         out = []
         for r in t[(t.quantity == quantity) & t.slope.notna()].itertuples():
+            pred = [float(getattr(r, c, math.nan)) for c in ("pred_low", "pred_high")]  # older tables: no prediction
             out.append(Trend(f"{r.axis} (scale run {self.scale_source})", str(r.word), float(r.slope),
-                             float(r.ci_low), float(r.ci_high), float(r.at_paper)))
+                             float(r.ci_low), float(r.ci_high), float(r.at_paper), _n_sizes(r.sizes), *pred))
         return out
 
     @property
@@ -213,6 +341,14 @@ class Evidence:
     @property
     def warmup(self) -> int:
         return int(self.study.get("warmup_steps", 0))
+
+
+def _n_sizes(sizes: Any) -> int:
+    """How many sizes a trend was fitted to, from the table's ``sizes`` cell (a JSON list as written)."""
+    try:
+        return len(json.loads(str(sizes)))
+    except (ValueError, TypeError):
+        return 0
 
 
 def paper_numbers() -> Iterator[tuple[tuple[str, ...], float]]:
@@ -312,7 +448,8 @@ def table5_rows(ev: Evidence) -> list[Row]:
                 rows.append(_missing(key, "Table 5", f"KNN@10, {name}", pv, _NOT_RUN.format("02_align")))
                 continue
             spread = _spread([paper.TABLE5[f][name] for f in paper.TABLE5])
-            rows.append(_row(key, "Table 5", f"KNN@10 overlap, {name} ({fam})", pv, kit, kit, cands, spread=spread))
+            rows.append(_row(key, "Table 5", f"KNN@10 overlap, {name} ({fam})", pv, kit, kit, cands, spread=spread,
+                             kind="overlap"))
     return rows
 
 
@@ -352,7 +489,7 @@ def figure2_rows(ev: Evidence) -> list[Row]:
             continue
         spread = _spread([float(np.mean(d[variant])) for d in paper.FIG2_INPUT_LAYER_KL_BITS.values()]) \
             if layer == 0 else None
-        rows.append(_row(key, "Figure 2", what, pv, kit, kit if layer == 0 else None, spread=spread))
+        rows.append(_row(key, "Figure 2", what, pv, kit, kit if layer == 0 else None, spread=spread, kind="bits"))
     gaps = {("OLMo-1B", layer): d["tied"] - d["untied"] for layer, d in paper.FIG2_OLMO_KL_BITS.items()}
     gaps |= {(fam, 0): float(np.mean(d["tied"])) - d["untied"]
              for fam, d in paper.FIG2_INPUT_LAYER_KL_BITS.items() if fam != "OLMo-1B"}
@@ -365,7 +502,7 @@ def figure2_rows(ev: Evidence) -> list[Row]:
             continue
         causes = {"b": "protocol", "c": "protocol", "d": "protocol"}
         cands = [Candidate(g[k], c, f"the {g[k].label}") for k, c in causes.items() if k in g]
-        rows.append(_row(key, "Figure 2 (derived)", what, pv, g["a"], g.get("d") or g.get("b"), cands,
+        rows.append(_row(key, "Figure 2 (derived)", what, pv, g["a"], g.get("d") or g.get("b"), cands, kind="bits",
                          spread=_spread([v for (f, lay), v in gaps.items() if lay == 0]) if layer == 0 else None))
     return rows
 
@@ -411,30 +548,35 @@ def _share(ev: Evidence, metric: str, window: str) -> Estimate | None:
 
 
 def _share_row(ev: Evidence, key: tuple[str, ...], what: str, pv: float, norm: str, window: str,
-               paper_warmup: int, first: Sequence[Candidate] = ()) -> Row:
+               paper_warmup: int, paper_other: tuple[float, str] | None = None) -> Row:
     """A claim-2 number: ours under the exact split over the same steps (or the same place relative to warmup when
-    our run has no such steps); candidates: the paper's proxy over the same steps, then both metrics over the window
-    at the same place relative to warmup."""
+    our run has no such steps); candidates, each paired with ours seed by seed: the paper's proxy over the same
+    steps, then both metrics over the window at the same place relative to warmup."""
     name = {"l2": "l2", "squared_l2": "squared l2", "l1": "l1"}[norm]
     same = {"warmup": f"first {paper_warmup} steps"}.get(window, window)  # after warmup, whole run: not our steps
     steps_window = same if same.startswith("first ") and _share(ev, f"exact {name}", same) is not None else None
     place = _BY_PLACE[window]
-    kit = _share(ev, f"exact {name}", steps_window or place)
-    if kit is None:
+    ours = _per_seed_share(ev, f"exact {name}", steps_window or place)
+    if ours is None:
         return _missing(key, "Figure 4", what, pv, _NOT_RUN.format("01_train with gradient windows"))
-    proxy = _share(ev, f"proxy {name}", steps_window or place)
-    cands = list(first)
-    if proxy is not None:
-        cands.append(Candidate(proxy, "protocol", "the paper's proxy metric (gradient on the embedding output) over "
-                               + (f"the same steps ({_steps_text(ev, steps_window)})" if steps_window else f"our {place}")))
+    kit = Estimate.of(ours, f"exact {name}, {steps_window or place}")
+
+    def candidate(metric: str, win: str, cause: str, text: str) -> Candidate | None:
+        x = _per_seed_share(ev, metric, win)
+        return None if x is None else Candidate(Estimate.of(x, f"{metric}, {win}"), cause, text, paired_change(x, ours))
+
+    proxy = candidate(f"proxy {name}", steps_window or place, "protocol", "the paper's proxy metric (gradient on the "
+                      "embedding output) over " + (f"the same steps ({_steps_text(ev, steps_window)})" if steps_window
+                                                   else f"our {place}"))
+    cands = [proxy] if proxy else []
     if steps_window and steps_window != place:
         for metric in (f"proxy {name}", f"exact {name}"):
-            e = _share(ev, metric, place)
-            if e is not None:
-                cands.append(Candidate(e, "window", f"{metric} over our {place}, the same place relative to warmup"))
+            c = candidate(metric, place, "window", f"{metric} over our {place}, the same place relative to warmup")
+            cands += [c] if c else []
     scale_key = {"first 1000 steps": "whole run", "first 100 steps": ""}.get(steps_window or place, steps_window or place)
     trends = ev.trends(_SCALE_SHARE.get(scale_key, "")) if norm == "l2" else []
-    return _row(key, "Figure 4", what, pv, kit, proxy, cands, trends=trends)
+    return _row(key, "Figure 4", what, pv, kit, proxy.estimate if proxy else None, cands, trends=trends, kind="share",
+                paper_other=paper_other)
 
 
 def _steps_text(ev: Evidence, window: str) -> str:
@@ -454,35 +596,25 @@ def figure4_rows(ev: Evidence) -> list[Row]:
         rows.append(_share_row(ev, ("FIG4_OLD_LOG", "l2", window), f"output share, l2, {window} (the paper's "
                                "older log)", pv, "l2", window,
                                paper.FIG4_OLD_LOG["warmup_steps"]))
-    kit = _share(ev, "exact l2", "first 1000 steps")
-    half = (kit.high - kit.low) / 2 if kit is not None and math.isfinite(kit.low) else math.nan
-    older = Candidate(Estimate(old["whole run"], old["whole run"] - half, old["whole run"] + half, 1,
-                               "the older log"), "paper inconsistency",
-                      f"the paper's older log ({paper.FIG4_OLD_LOG['steps']} steps, warmup "
-                      f"{paper.FIG4_OLD_LOG['warmup_steps']}) gives {old['whole run']:.3g} over its whole run, within "
-                      "one run's noise: this number comes from another run than the quoted one")
     q = paper.FIG4_OUTPUT_SHARE
     rows.append(_share_row(ev, ("FIG4_OUTPUT_SHARE", "quoted"), "output share over the first 1000 steps (quoted)",
                            q["quoted"], "l2", "first 1000 steps", paper.FIG4_LOG_RUN["warmup_steps"]))
     rows.append(_share_row(ev, ("FIG4_OUTPUT_SHARE", "reproduction_log_mean"), "output share, the reproduction "
                            "log's mean", q["reproduction_log_mean"], "l2", "first 1000 steps",
-                           paper.FIG4_OLD_LOG["warmup_steps"], [older]))
-    rows.append(_ratio_row(ev, q["median_out_in_ratio"], old["whole run"], half))
+                           paper.FIG4_OLD_LOG["warmup_steps"],
+                           (q["quoted"], "the paper's quoted share over the first 1000 steps of its Figure 4 run")))
+    rows.append(_ratio_row(ev, q["median_out_in_ratio"]))
     return rows
 
 
-def _ratio_row(ev: Evidence, pv: float, old_share: float, half: float) -> Row:
-    """The median output / input norm ratio: ours (exact, whole run) and the older log's share as a ratio."""
+def _ratio_row(ev: Evidence, pv: float) -> Row:
+    """The median output / input norm ratio: ours (exact, whole run, pooled seeds: one number, no interval)."""
     key, what = ("FIG4_OUTPUT_SHARE", "median_out_in_ratio"), "median output / input gradient norm ratio"
     rec = ev.claims.get("claim2_gradient_flow", {}).get("details", {})
     if "median_out_in_ratio" not in rec:
         return _missing(key, "Figure 4", what, pv, _NOT_RUN.format("01_train"))
     kit = Estimate(float(rec["median_out_in_ratio"]), math.nan, math.nan, 1, "exact l2, whole run, pooled seeds")
-    lo, hi = old_share - half, min(old_share + half, 0.999)
-    older = Candidate(Estimate(old_share / (1 - old_share), lo / (1 - lo), hi / (1 - hi), 1, "the older log"),
-                      "paper inconsistency", f"a ratio of {pv:.3g} is a share of {pv / (1 + pv):.3g}, the paper's "
-                      f"older log's {old_share:.3g} (another run than the quoted 70%)")
-    return _row(key, "Figure 4", what, pv, kit, None, [older])
+    return _row(key, "Figure 4", what, pv, kit, None, kind="ratio")
 
 
 _COLUMN = {"vs untied input": "vs_untied_input", "vs untied output": "vs_untied_output"}
@@ -502,7 +634,8 @@ def _cosines(ev: Evidence, k: float, which: str, table: str) -> Estimate | None:
 
 
 def _shift(ev: Evidence, k: float, which: str) -> tuple[Estimate | None, list[Candidate]]:
-    """Our shift from k = 1 to ``k`` (claim 4's ingredients table) and each other ingredient's as a candidate."""
+    """Our shift from k = 1 to ``k`` (claim 4's ingredients table) and each other ingredient's as a candidate, paired
+    with ours seed by seed where the per-seed table has both."""
     t = ev.table("claim4_ingredients")
     if t is None:
         return None, []
@@ -510,8 +643,18 @@ def _shift(ev: Evidence, k: float, which: str) -> tuple[Estimate | None, list[Ca
     est = {r.ingredient: Estimate.from_ci(getattr(r, col), getattr(r, f"{col}_ci_low"), getattr(r, f"{col}_ci_high"),
                                           int(r.n_seeds), str(r.ingredient)) for r in t[t.k == k].itertuples()}
     kit = est.pop(KIT, None)
+    per = ev.table("claim4_ingredients_per_seed")
+    by = None if per is None or col not in per else per[per.k == k].pivot_table(index="seed", columns="ingredient",
+                                                                                 values=col)
+
+    def change(name: str) -> Estimate | None:
+        if by is None or name not in by or KIT not in by:
+            return None
+        both = by[[name, KIT]].dropna()
+        return paired_change(both[name], both[KIT]) if len(both) > 1 else None
+
     cands = [Candidate(e, "reference point" if name == SAME_SEED else _INGREDIENT_CAUSE.get(name, "protocol"),
-                       INGREDIENTS.get(name, name)) for name, e in est.items()]
+                       INGREDIENTS.get(name, name), change(name)) for name, e in est.items()]
     return kit, cands
 
 
@@ -542,7 +685,8 @@ def claim4_rows(ev: Evidence) -> list[Row]:
                                          _NOT_RUN.format(f"04_ablate with k = 1 and {k:g} and two seeds")))
                     continue
                 trends = ev.trends(f"claim4_{_SHORT[which]}_k{k:g}")
-                rows.append(_row(key, f"{src} (derived)", what, pv, kit, kit, cands, trends=trends, noise=True))
+                rows.append(_row(key, f"{src} (derived)", what, pv, kit, kit, cands, trends=trends, noise=True,
+                                 kind="cosine change"))
     return rows
 
 
@@ -561,7 +705,7 @@ def table7_rows(ev: Evidence) -> list[Row]:
         return rows
     by = t[t.tied].pivot_table(index="seed", columns="k", values="test_loss")
     kit = Estimate.of(by[5.0] - by[1.0], "test loss, tied_in5 minus tied, same seed")
-    rows.append(_row(key, "Table 7 (derived)", what, pv, kit, kit, trends=ev.trends("loss_tied_in5_minus_tied"),
+    rows.append(_row(key, "Table 7 (derived)", what, pv, kit, kit, trends=ev.trends("loss_tied_in5_minus_tied"), kind="nats",
                      noise=True))
     return rows
 
@@ -630,13 +774,23 @@ class Reproduction:
     scale_source: str | None
 
     def causes(self) -> dict[str, int]:
-        return {c: sum(r.cause == c for r in self.rows if not r.setting) for c in CAUSES}
+        """How many comparisons each cause names: rows that set one number of ours (``group``) beside several of the
+        paper's count once per cause."""
+        seen = {(r.group or r.key, r.cause) for r in self.rows if not r.setting}
+        return {c: sum(cause == c for _, cause in seen) for c in CAUSES}
+
+    def comparisons(self) -> int:
+        """How many distinct comparisons the rows make (one number of ours counts once)."""
+        return len({r.group or r.key for r in self.rows if not r.setting})
 
 
 def build(run: Run, scale: Run | None = None) -> Reproduction:
     """Every number of :mod:`tiebias.paper` beside this run's, each with its computed cause."""
     ev = Evidence.load(run, scale)
     rows = [r for b in BUILDERS for r in b(ev)]
+    for r in rows:
+        if r.kit is not None and r.kit.usable and not r.setting:
+            r.group = f"{r.kit.label} = {r.kit.value!r} [{r.kit.low!r}, {r.kit.high!r}], n {r.kit.n}"
     why = not_meaningful(run)
     lines = claim_lines(ev)
     if why:
