@@ -705,6 +705,44 @@ def test_retrained_model_makes_its_records_stale(run: Run) -> None:
     assert "deleted or unfinished since: tied-s0" in why and "train them again" in why
 
 
+@pytest.fixture
+def seeds_run(two_seed_run: Run, tmp_path: Path) -> Run:
+    """A private copy of the shared two-seed run (tied and untied, seeds 0 and 1)."""
+    shutil.copytree(two_seed_run.path, tmp_path / "two_seed")
+    return Run(tmp_path / "two_seed")
+
+
+def test_model_copied_from_another_seed_is_refused(seeds_run: Run) -> None:
+    """``cp -r models/tied-s1 models/tied-s0``: the folder's complete.json and train_config.json name another model."""
+    run = seeds_run
+    shutil.rmtree(run.model_dir("tied", 0))
+    shutil.copytree(run.model_dir("tied", 1), run.model_dir("tied", 0))
+    names = (str(run.complete_path("tied", 0)), "'tied-s1'", "'tied-s0'", "retrain tied-s0")
+    refused(run, lambda: run.load_model("tied", 0), ForeignModelError, *names)
+    refused(run, lambda: embeddings.extract(run.model_path("tied", 0), run.tokenizer_dir), ForeignModelError, *names)
+    refused(run, lambda: run.load_model("tied", 0, step=4), ForeignModelError, *names)
+    run.complete_path("tied", 0).unlink()  # unfinished: its train_config.json names the other seed
+    refused(run, lambda: run.load_model("tied", 0, step=4), ForeignModelError, str(run.train_config_path("tied", 0)),
+            "its seed is 1, not 0")
+    assert run.load_model("tied", 1) is not None
+
+
+def test_swapped_weights_are_refused_and_make_records_stale(seeds_run: Run) -> None:
+    """Only model.safetensors replaced: the hash computed from the weights is not the one complete.json records."""
+    run = seeds_run
+    records.record(run, records.Headline("claim1_alignment", value=0.3, threshold=0.1, statement="s",
+                                         models=["tied-s0", "tied-s1"]))
+    assert records.current_results(run)["claim1_alignment"]["status"] == "holds"
+    recorded = run.summary("tied", 0)["weights_sha256"]
+    shutil.copy2(run.model_dir("tied", 1) / "model.safetensors", run.model_dir("tied", 0) / "model.safetensors")
+    computed = hashlib.sha256((run.model_dir("tied", 0) / "model.safetensors").read_bytes()).hexdigest()
+    assert run.model_id("tied", 0) == computed != recorded
+    refused(run, lambda: run.load_model("tied", 0), ForeignModelError, str(run.complete_path("tied", 0)),
+            "weights_sha256", recorded[:12], computed[:12], "model.safetensors", "retrain tied-s0")
+    now = records.current_results(run)["claim1_alignment"]
+    assert now["status"] == "stale" and "tied-s0" in now["stale"]["reason"]
+
+
 def test_claims_name_their_models_in_the_record(run: Run) -> None:
     flow = pd.DataFrame({"mean_output_share": [0.7], "median_out_in_ratio": [3.0]}, index=["tied-s0"])
     e = claims.record(run, claims.claim2(flow, first_n=8))

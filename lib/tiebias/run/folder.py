@@ -61,6 +61,7 @@ from tiebias.run.layout import (
     LENS_SUBDIR,
     TOKENIZER_FILE,
     TOKENIZER_FILES,
+    WEIGHTS_NAME,
     RunLayout,
 )
 from tiebias.run.variation import ParameterChangedError
@@ -127,6 +128,20 @@ def _tokenizer_fp(path: Path, todo: str) -> str:
         except (OSError, ValueError) as e:
             raise damaged(path, e, todo) from None
     return _TOKENIZER_FPS[key]
+
+
+_WEIGHTS_IDS: dict[tuple[str, tuple], str] = {}
+
+
+def _weights_id(mdir: Path, todo: str) -> str:
+    """The sha256 of a model folder's weights (:func:`weights_sha256`), remembered while its weights files are
+    unchanged (same names, sizes, inodes, modification and change times): every use of a model asks."""
+    files = sorted(mdir.glob("model*.safetensors*"))
+    stats = tuple((f.name, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns) for f in files for st in [f.stat()])
+    key = (str(mdir.resolve()), stats)
+    if key not in _WEIGHTS_IDS:
+        _WEIGHTS_IDS[key] = weights_sha256(mdir, todo)
+    return _WEIGHTS_IDS[key]
 
 
 def _short(fingerprint: Any) -> str:
@@ -485,9 +500,11 @@ class Run(RunLayout):
                 "tokenizer_fingerprint": _tokenizer_fp(file, "rerun Run.prepare (notebook 01_train) to rebuild it")}
 
     def check_model_origin(self, variant: str | Variant, seed: int) -> None:
-        """Refuse a model folder trained on another corpus or tokenizer than this run's (:class:`ForeignModelError`).
+        """Refuse a model folder trained on another corpus or tokenizer than this run's, or holding another model than
+        its name says (:class:`ForeignModelError`).
 
-        The fingerprints in its train_config.json and its saved tokenizer, where it has one, must be the run's.
+        A finished model's complete.json must be its own (:meth:`check_completion`); the variant and seed in its
+        train_config.json must be the folder's. The fingerprints in its train_config.json and its saved tokenizer, where it has one, must be the run's.
         A folder of an earlier version records no fingerprint: it is accepted when its saved tokenizer is the
         run's, and refused when it has none (an unfinished model), since its origin cannot be told. One that
         records the earlier, model-only tokenizer fingerprint is judged by its saved tokenizer in the same way.
@@ -496,9 +513,16 @@ class Run(RunLayout):
         by = "01_train" if Variant.parse(variant).name in ("tied", "untied") else "04_ablate"
         todo = (f"retrain {key} in this run (delete {mdir} and run {by} again, or run {by} with overwrite: "
                 f"{OVERWRITE_HINT}), or use it with the run it came from")
+        if self.is_complete(variant, seed):
+            self.check_completion(variant, seed)
         cfg_file = self.train_config_path(variant, seed)
         recorded = read_json(cfg_file, f"restore it, or {todo}") if cfg_file.exists() else {}
         recorded = recorded if isinstance(recorded, dict) else {}
+        named = [f"its {k} is {recorded[k]!r}, not {want!r}" for k, want in
+                 (("variant", Variant.parse(variant).name), ("seed", seed)) if k in recorded and recorded[k] != want]
+        if named:
+            raise ForeignModelError(f"{cfg_file} belongs to another model than {key}: {'; '.join(named)} (a folder "
+                                    f"copied from another model's). To fix: {todo}")
         mine = self.fingerprints()
         then = recorded.get("tokenizer_fingerprint")
         if then not in (None, mine["tokenizer_fingerprint"]) and then == model_tokenizer_fingerprint(
@@ -520,15 +544,39 @@ class Run(RunLayout):
                                     "earlier version) and holds no saved tokenizer to compare with this run's, so "
                                     f"whether it was trained on this run's data cannot be told. To fix: {todo}")
 
+    def check_completion(self, variant: str | Variant, seed: int) -> str:
+        """A finished model's identity (:meth:`model_id`) once its complete.json is shown to be its own: the key,
+        variant and seed it records must be the folder's, and its weights_sha256 the hash computed from the weights
+        in the folder. Else :class:`ForeignModelError` names the file, each value and the one expected: a folder
+        copied from another seed, or weights replaced, is never analysed as this model.
+
+        A complete.json of an earlier version lacks some of these values: the ones it records are checked.
+        """
+        v, key = Variant.parse(variant), model_key(variant, seed)
+        mdir, file = self.model_dir(v, seed), self.complete_path(v, seed)
+        todo = f"retrain {key} in this run ({OVERWRITE_HINT}), or put back the folder's own files"
+        done = self.summary(v, seed)
+        done = done if isinstance(done, dict) else {}
+        check_model_folder(mdir, self.repair_hint(v, seed))  # a damaged file is named as such, not as another model
+        computed = _weights_id(mdir, todo)
+        wrong = [f"its {k} is {done[k]!r}, not {want!r}" for k, want in (("key", key), ("variant", v.name), ("seed", seed))
+                 if done.get(k) is not None and done[k] != want]
+        if done.get(WEIGHTS_ID) is not None and done[WEIGHTS_ID] != computed:
+            held = WEIGHTS_NAME if (mdir / WEIGHTS_NAME).exists() else "the sharded weights"
+            wrong.append(f"its {WEIGHTS_ID} is {_short(done[WEIGHTS_ID])}, but the weights in the folder ({held}) "
+                         f"hash to {_short(computed)}")
+        if wrong:
+            raise ForeignModelError(f"{file} does not describe the model in {mdir}: {'; '.join(wrong)} (a model "
+                                    f"copied from another folder, or its weights replaced). To fix: {todo}")
+        return computed
+
     def model_id(self, variant: str | Variant, seed: int) -> str | None:
-        """A finished model's identity: the sha256 of its weights, written into complete.json when it finished
-        training (computed from the files for a model of an earlier version); None when missing or unfinished."""
+        """A finished model's identity: the sha256 computed from its weights (remembered while the files are
+        unchanged), so a record computed from it turns stale once the weights change, whatever complete.json says;
+        None when missing or unfinished."""
         if not self.is_complete(variant, seed):
             return None
-        got = self.summary(variant, seed).get(WEIGHTS_ID)
-        if isinstance(got, str):
-            return got
-        return weights_sha256(self.model_dir(variant, seed), f"retrain {model_key(variant, seed)} ({OVERWRITE_HINT})")
+        return _weights_id(self.model_dir(variant, seed), f"retrain {model_key(variant, seed)} ({OVERWRITE_HINT})")
 
     def lens_dir(self, variant: str | Variant, seed: int, step: int | None = None) -> Path:
         """Where a model's lens lives: ``models/<key>/lens/``, or ``<checkpoint>/lens/`` of an existing checkpoint.
