@@ -473,36 +473,40 @@ def _reading_gaps(ev: Evidence, layer: int) -> dict[str, Estimate]:
             for r in t[t.layer == layer].itertuples()}
 
 
+_FIG2_PAIRS = {"OLMo-1B": ("FIG2_OLMO_KL_BITS", "Figure 2"), "GPT-Neo / Pythia": ("FIG6_INPUT_LAYER_KL_BITS", "Figure 6"),
+               "Qwen3": ("FIG7_INPUT_LAYER_KL_BITS", "Figure 7")}
+"""Where each model pair's input-layer KL is held in :mod:`tiebias.paper` and the paper's figure that shows it."""
+
+
 def figure2_rows(ev: Evidence) -> list[Row]:
-    """Figure 2: tuned-lens KL at the input layer (and OLMo's layer 1), and the tied - untied gaps it shows."""
+    """Figures 2, 6 and 7: tuned-lens KL at the input layer (and OLMo's layer 1), and the tied - untied gaps."""
     rows: list[Row] = []
-    cells = [(("FIG2_INPUT_LAYER_KL_BITS", fam, v), fam, 0, v, x)
-             for fam, d in paper.FIG2_INPUT_LAYER_KL_BITS.items() for v, x in d.items()]
-    cells += [(("FIG2_OLMO_KL_BITS", str(layer), v), "OLMo-1B", layer, v, x)
+    cells = [((name, v), fig, fam, 0, x) for fam, (name, fig) in _FIG2_PAIRS.items() if fam != "OLMo-1B"
+             for v, x in getattr(paper, name).items()]
+    cells += [(("FIG2_OLMO_KL_BITS", str(layer), v), "Figure 2", "OLMo-1B", layer, x)
               for layer, d in paper.FIG2_OLMO_KL_BITS.items() for v, x in d.items()]
-    for key, fam, layer, variant, x in cells:
-        pv = float(np.mean(x))
+    for key, fig, fam, layer, pv in cells:
+        variant = key[-1]
         what = f"tuned-lens KL at layer {layer}, {variant} ({fam}), bits"
         kit = _lens_kl(ev, variant, layer)
         if kit is None or not kit.usable:
-            rows.append(_missing(key, "Figure 2", what, pv, _NOT_RUN.format("03_lens")))
+            rows.append(_missing(key, fig, what, pv, _NOT_RUN.format("03_lens")))
             continue
-        spread = _spread([float(np.mean(d[variant])) for d in paper.FIG2_INPUT_LAYER_KL_BITS.values()]) \
-            if layer == 0 else None
-        rows.append(_row(key, "Figure 2", what, pv, kit, kit if layer == 0 else None, spread=spread, kind="bits"))
+        spread = _spread([d[variant] for d in paper.FIG2_INPUT_LAYER_KL_BITS.values()]) if layer == 0 else None
+        rows.append(_row(key, fig, what, pv, kit, kit if layer == 0 else None, spread=spread, kind="bits"))
     gaps = {("OLMo-1B", layer): d["tied"] - d["untied"] for layer, d in paper.FIG2_OLMO_KL_BITS.items()}
-    gaps |= {(fam, 0): float(np.mean(d["tied"])) - d["untied"]
-             for fam, d in paper.FIG2_INPUT_LAYER_KL_BITS.items() if fam != "OLMo-1B"}
+    gaps |= {(fam, 0): d["tied"] - d["untied"] for fam, d in paper.FIG2_INPUT_LAYER_KL_BITS.items() if fam != "OLMo-1B"}
     for (fam, layer), pv in gaps.items():
-        key = ("derived", "FIG2", fam, str(layer), "gap")
+        name, fig = _FIG2_PAIRS[fam]
+        key = ("derived", name, str(layer), "gap")
         what = f"tied - untied tuned-lens KL at layer {layer} ({fam}), bits"
         g = _reading_gaps(ev, layer)
         if "a" not in g:
-            rows.append(_missing(key, "Figure 2 (derived)", what, pv, _NOT_RUN.format("03_lens with both readings")))
+            rows.append(_missing(key, f"{fig} (derived)", what, pv, _NOT_RUN.format("03_lens with both readings")))
             continue
         causes = {"b": "protocol", "c": "protocol", "d": "protocol"}
         cands = [Candidate(g[k], c, f"the {g[k].label}") for k, c in causes.items() if k in g]
-        rows.append(_row(key, "Figure 2 (derived)", what, pv, g["a"], g.get("d") or g.get("b"), cands, kind="bits",
+        rows.append(_row(key, f"{fig} (derived)", what, pv, g["a"], g.get("d") or g.get("b"), cands, kind="bits",
                          spread=_spread([v for (f, lay), v in gaps.items() if lay == 0]) if layer == 0 else None))
     return rows
 
@@ -727,7 +731,22 @@ def setting_rows(ev: Evidence) -> list[Row]:
     return rows
 
 
-BUILDERS = (table1_rows, table5_rows, figure2_rows, figure3_rows, figure4_rows, claim4_rows, table7_rows, setting_rows)
+def inconsistency_rows(ev: Evidence) -> list[Row]:
+    """The paper's own inconsistencies (:data:`tiebias.paper.INCONSISTENCIES`): a value one of its sources states
+    beside the value its own log holds for the same quantity, judged by the same margin."""
+    held = dict(paper_numbers())
+    rows = []
+    for i, inc in enumerate(paper.INCONSISTENCIES):
+        key = tuple(str(inc["held"]).split("/"))
+        logged, stated = held[key], float(inc["stated"])  # type: ignore[arg-type]
+        cause, why = judge(stated, None, kind=str(inc["kind"]), paper_other=(logged, f"its own log ({'/'.join(key)})"))
+        rows.append(Row(f"INCONSISTENCIES/{i}", "paper's sources", f"{inc['where']}", stated, None, None, cause,
+                        f"{why}; stated in {inc['where']}"))
+    return rows
+
+
+BUILDERS = (table1_rows, table5_rows, figure2_rows, figure3_rows, figure4_rows, claim4_rows, table7_rows,
+            inconsistency_rows, setting_rows)
 """Each source of the paper's numbers, in the paper's order; together they give a row for every number."""
 
 
