@@ -297,28 +297,63 @@ def convergence(ladder: pd.DataFrame, kl: pd.DataFrame | None = None) -> dict[st
             "gap_converged": gap_ok, "kl": kl_part}
 
 
-def describe_convergence(conv: dict[str, Any]) -> str:
-    """One plain sentence on both parts of :func:`convergence`: the gap against its CI and the worst layer's KL.
+def _kl_moved(k: dict[str, Any]) -> str:
+    """The worst layer's KL change against its tolerance: "the lens's KL at the tied models' layer 0 moved by -0.101
+    bits (0.5 -> 0.399), more than its tolerance 0.035 bits (0.01 bits + 5% of the KL)"."""
+    w = k["worst"]
+    tol = k["atol"] + k["rtol"] * abs(w["before"])
+    return (f"the lens's KL at the {w['variant']} models' layer {w['layer']} moved by {w['after'] - w['before']:+.3g} "
+            f"bits ({w['before']:.3g} -> {w['after']:.3g}), more than its tolerance {tol:.2g} bits ({k['atol']:g} bits "
+            f"+ {k['rtol']:.0%} of the KL)")
+
+
+def not_converged_because(conv: dict[str, Any]) -> str:
+    """What did not converge, as a clause (empty when the ladder converged or was not checked): the worst layer's KL
+    against its tolerance, and/or the early-layer gap's change against its CI half-width. Never the gap itself against
+    anything: the gap's size is the claim, its change is the convergence rule.
 
     Args:
         conv: the dict :func:`convergence` returns.
 
     Returns:
-        The sentence, ending with whether the ladder converged (or that one budget leaves it unchecked).
+        The clause, e.g. "the lens's KL at the tied models' layer 0 moved by -0.101 bits (...)".
+    """
+    if conv["converged"] is not False:
+        return ""
+    parts = []
+    k = conv.get("kl")
+    if k and k["converged"] is False:
+        parts.append(_kl_moved(k))
+    if conv["gap_converged"] is False:
+        parts.append(f"the early-layer gap changed by {conv['change']:+.3g} bits, not less than its CI half-width "
+                     f"{conv['half_width']:.3g} bits")
+    return " and ".join(parts)
+
+
+def describe_convergence(conv: dict[str, Any]) -> str:
+    """One plain sentence: whether the lens ladder converged and, when not, what still moved (:func:`not_converged_because`).
+
+    Args:
+        conv: the dict :func:`convergence` returns.
+
+    Returns:
+        The sentence. A converged ladder names no layer (every layer moved less than its tolerance); one budget says
+        the check needs two.
     """
     if conv["converged"] is None:
         return "Lens convergence not checked: one lens budget (give lens_budgets two or more rungs)."
     b = conv["budgets"]
-    text = (f"Lens convergence, last rung {b[-2]}x -> {b[-1]}x: the early-layer gap moved by {conv['change']:+.3g} "
-            f"bits, {'less' if conv['gap_converged'] else 'not less'} than its CI half-width {conv['half_width']:.3g}")
+    head = f"Lens convergence, {b[-2]}x -> {b[-1]}x lens training"
     k = conv.get("kl")
-    if k and k["worst"]:
-        w = k["worst"]
-        rel = (w["after"] - w["before"]) / w["before"] if w["before"] else math.nan
-        text += (f"; the KL that moved most against its tolerance ({k['atol']:g} bits + {k['rtol']:.0%}) is the "
-                 f"{w['variant']} models' layer {w['layer']}, {w['before']:.3g} -> {w['after']:.3g} bits ({rel:+.0%}), "
-                 f"{'within' if k['converged'] else 'beyond'} it")
-    return text + (": converged." if conv["converged"] else ": NOT converged (the lenses are still learning).")
+    kl_ok = (f"every layer's lens KL moved by less than its tolerance ({k['atol']:g} bits + {k['rtol']:.0%} of the KL)"
+             if k and k["converged"] else "")
+    gap = (f"the early-layer gap changed by {conv['change']:+.3g} bits, less than its CI half-width "
+           f"{conv['half_width']:.3g} bits")
+    if conv["converged"]:
+        return f"{head}: converged: " + "; ".join(p for p in (kl_ok, gap) if p) + "."
+    settled = "; ".join(p for p in (kl_ok, gap if conv["gap_converged"] else "") if p)
+    return (f"{head}: NOT converged (the lenses are still learning): {not_converged_because(conv)}."
+            + (f" Settled: {settled}." if settled else ""))
 
 
 def same_depth(table: pd.DataFrame) -> bool:

@@ -18,10 +18,11 @@ from typing import Any
 from urllib.parse import quote
 
 from tiebias.config.paths import path_text
+from tiebias.lens.tables import not_converged_because
 from tiebias.run.files import DamagedFileError, read_json, write_json_atomic, write_text_atomic
 from tiebias.run.folder import Run
 from tiebias.verdicts.records import CLAIMS, current_results
-from tiebias.verdicts.status import NOT_MEANINGFUL, STALE, status_of
+from tiebias.verdicts.status import DOES_NOT_HOLD, HOLDS, NOT_MEANINGFUL, STALE, status_of
 
 LENS_PROTOCOL_NOTE = (
     "Claim 3 is recorded twice, from the same trained lenses with the same rule: claim3_tuned_lens reads each lens "
@@ -176,7 +177,22 @@ def _verdict_cell(r: dict) -> str:
         return f"<i>{NOT_MEANINGFUL}</i> (see the note above the table)"
     if status == STALE:
         return f"<i>{STALE}</i>: {html.escape(str(r.get('stale', {}).get('reason')))}"
-    return f"<b>{html.escape(status)}</b> (value &gt; {_fmt(r['threshold'])})"
+    return f"<b>{html.escape(status)}</b>{html.escape(_verdict_reason(r, status))}"
+
+
+def _verdict_reason(r: dict, status: str) -> str:
+    """After the status: the rule's comparison for "holds" / "does not hold" (value against threshold); for claim 3's
+    "not converged", what did not converge (the value, the gap, is not what the convergence rule compares); nothing
+    for any other status, whose words say it."""
+    if status in (HOLDS, DOES_NOT_HOLD):
+        return f" (the rule: value > {_fmt(r['threshold'])})"
+    conv = (r.get("details") or {}).get("convergence")
+    if status == "not converged" and isinstance(conv, dict):
+        try:
+            return f": {not_converged_because(conv)}"
+        except (KeyError, TypeError, ValueError):  # an older record's layout: the status alone
+            return ""
+    return ""
 
 
 def _caveat(claims: dict[str, dict]) -> str:

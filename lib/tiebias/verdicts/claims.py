@@ -449,22 +449,63 @@ def _claim4_word(status: str) -> str:
     return printed(status) + (" in this run" if status in (HOLDS, DOES_NOT_HOLD) else "")
 
 
+_LABELS = (("vs_untied_input", "untied input -> tied"), ("vs_untied_output", "untied output -> tied"))
+
+
+def _trend(v: dict[str, Any], r: dict[str, Any]) -> str:
+    """The trend words of one change: Spearman and monotone with three or more doses; two doses have no trend beyond
+    the change itself (any two points are "monotone", and their rank correlation only counts the seeds)."""
+    if len(v["k"]) < 3:
+        return "two doses: no trend to test beyond this change"
+    return f"Spearman {r['spearman']:+.2f}, monotone in the claimed direction: {r['monotone']}"
+
+
+def _short_of(v: dict[str, Any]) -> str:
+    """Why one map's reading is not "holds": each change that went the wrong way or stayed within the seed noise."""
+    parts = []
+    for col, label in _LABELS:
+        r = v[col]
+        if not r["direction_as_claimed"]:
+            parts.append(f"{label} changed by {r['change']:+.4f}, against the claim ({r['expected']})")
+        elif r["exceeds_noise"] is False:
+            parts.append(f"{label} changed by {r['change']:+.4f}, within {NOISE_SDS} seed sd "
+                         f"({NOISE_SDS * r['seed_std']:.4f})")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def claim4_sentence(verdicts: dict[str, dict]) -> str:
+    """Claim 4 stated once: the verdict under the first map, every other map's reading beside it with what fell
+    short. The notebook prints it and the lesson plan quotes it.
+
+    Args:
+        verdicts: map -> its :func:`dose_response` (as stored in the record's ``details["verdicts"]``), the verdict's
+            map first.
+
+    Returns:
+        One sentence, e.g. "Claim 4 (...), judged under the orthogonal map: HOLDS in this run; under the linear map it
+        does NOT hold in this run (untied input -> tied changed by +0.0120, within 2 seed sd (0.0146))."
+    """
+    head, *others = verdicts
+    beside = "".join(f"; under the {m} map it {_claim4_word(verdicts[m]['claim4_status'])}"
+                     + (_short_of(verdicts[m]) if verdicts[m]["claim4_status"] == DOES_NOT_HOLD else "")
+                     for m in others)
+    return (f"Claim 4 (input cosine rises and output cosine falls with k, beyond seed noise), judged under the "
+            f"{head} map: {_claim4_word(verdicts[head]['claim4_status'])}"
+            + (_short_of(verdicts[head]) if verdicts[head]["claim4_status"] == DOES_NOT_HOLD else "") + f"{beside}.")
+
+
 def _claim4_lines(verdicts: dict[str, dict], reference: str) -> list[str]:
-    """Each map's two changes, then the verdict once: the first map's, with every other map's reading beside it."""
+    """Each map's two changes, then the verdict once (:func:`claim4_sentence`)."""
     lines = []
     for m, v in verdicts.items():
-        for col, label in (("vs_untied_input", "untied input -> tied"), ("vs_untied_output", "untied output -> tied")):
+        for col, label in _LABELS:
             r = v[col]
             noise = ("n/a (one seed)" if r["exceeds_noise"] is None
                      else ("exceeds" if r["exceeds_noise"] else "does NOT exceed"))
             lines.append(f"[{m}, step {v['step']}, {reference}-seed reference] {label}: expected: {r['expected']}; "
-                         f"change k={v['k'][0]:g}->{v['k'][-1]:g} = {r['change']:+.4f} (Spearman {r['spearman']:+.2f}, "
-                         f"monotone in the claimed direction: {r['monotone']}); seed sd {r['seed_std']:.4f}: "
-                         f"{noise} {NOISE_SDS} sd.")
-    head, *others = verdicts
-    beside = "".join(f"; under the {m} map it {_claim4_word(verdicts[m]['claim4_status'])}" for m in others)
-    lines.append(f"Claim 4 (input cosine rises and output cosine falls with k, beyond seed noise), judged under the "
-                 f"{head} map: {_claim4_word(verdicts[head]['claim4_status'])}{beside}.")
+                         f"change k={v['k'][0]:g}->{v['k'][-1]:g} = {r['change']:+.4f} ({_trend(v, r)}); seed sd "
+                         f"{r['seed_std']:.4f}: {noise} {NOISE_SDS} sd.")
+    lines.append(claim4_sentence(verdicts))
     return lines
 
 
@@ -539,4 +580,4 @@ def claim4_cost(ppl: pd.DataFrame) -> str:
 
 __all__ = ["CLAIM2_SHARE", "CLAIM3_KEYS", "CLAIM4_RATIO", "NOISE_SDS", "ONE_SEED_STATUS", "Verdict", "alignment_gap", "below_unigram",
            "beyond_noise", "claim1", "claim2", "claim3", "claim3_rule", "claim3_side_by_side", "claim4", "claim4_cost",
-           "claim4_rule", "dose_response", "ingredient_details", "models_of", "record"]
+           "claim4_rule", "claim4_sentence", "dose_response", "ingredient_details", "models_of", "record"]
