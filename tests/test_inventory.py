@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -9,8 +10,11 @@ import pytest
 
 from tiebias import study
 from tiebias.align import comparisons
+from tiebias.config import profiles
+from tiebias.output import notebook
 from tiebias.run import inventory
 from tiebias.run.folder import Run
+from tiebias.run.variation import ParameterChangedError
 
 
 @pytest.fixture
@@ -60,3 +64,36 @@ def test_analysis_notebooks_refuse_a_half_made_run(half_made: Run, name: str) ->
     with pytest.raises(study.NotebookFailed, match=r"ValueError: run .*: unfinished models: tied-s1 \(interrupted"):
         study.run_study("smoke", half_made.path, only=[name], progress=False)
     assert not half_made.results_dir.exists(), "nothing may be recorded from a half-made run"
+
+
+def _first_cells(name: str, n: int) -> list[str]:
+    """The first ``n`` code cells of a notebook, as JupyterLab runs them."""
+    nb = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / f"{name}.ipynb").read_text())
+    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"][:n]
+
+
+def _files(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("name", ["02_align", "03_lens"])
+def test_analysis_notebooks_refuse_another_profile_than_the_runs(two_seed_run: Run, tmp_path: Path, name: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """As 01 and 04 do: a run made with the class profile, read by 02 or 03 with smoke's, stops before it writes."""
+    run = Run(tmp_path / "run")
+    shutil.copytree(two_seed_run.path, run.path)
+    run.update_config(study=profiles.study_record(profiles.resolve("class", run.path)))
+    monkeypatch.setattr(notebook, "setup", lambda: None)  # the kernel's display settings: not this process's
+    parameters, setup = _first_cells(name, 2)
+    before = _files(run.path)
+    ns: dict = {}
+    exec(parameters, ns)
+    ns.update(profile="smoke", run_dir=str(run.path))
+    with pytest.raises(ParameterChangedError, match=r"profile: folder has 'class', asked 'smoke'.*-p profile class"):
+        exec(setup, ns)
+    assert _files(run.path) == before
+    ns = {}
+    exec(parameters, ns)
+    ns.update(profile="class", run_dir=str(run.path))
+    exec(setup, ns)  # the run's own profile: read as before
+    assert ns["run"].path == run.path and _files(run.path) == before

@@ -15,6 +15,7 @@ import pandas as pd
 
 from tiebias.config.variants import Variant, model_key
 from tiebias.run.folder import Run
+from tiebias.run.variation import ParameterChangedError
 
 COMPLETE, INTERRUPTED, MISSING = "complete", "interrupted", "missing"
 
@@ -75,3 +76,19 @@ def require_complete(run: Run, variants: Sequence[str | Variant], seeds: Sequenc
 
 
 __all__ = ["COMPLETE", "INTERRUPTED", "MISSING", "model_status", "require_complete"]
+
+
+def check_profile(run: Run, profile: str, notebook: str) -> None:
+    """Refuse to read a run with another profile than the one its work was done with (:attr:`Run.profile`), before
+    anything is read or written: :class:`ParameterChangedError`, as 01 and 04 give for a run trained with other values.
+
+    An analysis run with another profile would read the run's models with that profile's settings (a smoke lens
+    budget on a class run) and record its claims in the run, where the verdicts and the report read the run's
+    profile. A run that records no profile yet (its 01 or 04 has not finished) passes.
+    """
+    have = run.profile
+    if have is not None and profile != have:
+        raise ParameterChangedError(
+            run.path, {"profile": (have, profile)}, "its models were made and its claims are judged with the folder's "
+            "profile", f"run {notebook} with the run's profile: profile = {have!r} in the parameters cell, --profile "
+            f"{have} on the command line (make study PROFILE={have}), -p profile {have} with papermill")
