@@ -104,3 +104,29 @@ def test_a_value_that_cannot_exist_keeps_its_own_null_reason(fresh_run: Run) -> 
     assert stored["null_reasons"]["value"] == claims.ONE_SEED_STATUS
     with pytest.raises(ValueError, match="^not_meaningful: ''"):
         records.record(fresh_run, records.Headline("claim4_causality", value=1.5, threshold=1.0, statement="s"), not_meaningful="")
+
+
+@pytest.mark.parametrize(("loss", "short"), [(4.0 - HAIR, False), (4.0, True), (4.5, True), (math.nan, True)])
+def test_a_layerwise_claim_needs_models_below_the_bigram_baseline(loss: float, short: bool) -> None:
+    why = evidence.short_of_bigram({"tied-s0": 3.0, "untied-s0": loss}, 4.0)
+    assert (why is not None) is short
+    if short:
+        assert why.startswith("1 of 2 models do not beat the bigram baseline of 4.000 nats") and "untied-s0" in why
+
+
+def test_between_the_baselines_only_claim_3_is_not_evidence(fresh_run: Run) -> None:
+    fresh_run.update_config(study={"profile": "class", "seq_len": 32, "eval_tokens": 512})
+    u, b = _unigram(fresh_run), evidence.validation_bigram(fresh_run)
+    assert b < u  # text has context: a count bigram beats the unigram on the same data
+    _fake_models(fresh_run, {"tied-s0": (u + b) / 2, "untied-s0": b - HAIR})
+    assert evidence.not_meaningful(fresh_run) is None
+    assert evidence.not_meaningful(fresh_run, "claim2_gradient_flow") is None
+    for claim in evidence.LAYERWISE:
+        why = evidence.not_meaningful(fresh_run, claim)
+        assert why is not None and "bigram baseline" in why and "tied-s0" in why.replace("untied-s0", "")
+    v = claims.Verdict("claim3_tuned_lens", value=0.3, threshold=0.0, unit="bits", statement="gap", text="Claim 3 holds.")
+    assert claims.record(fresh_run, v)["status"] == NOT_MEANINGFUL and v.text.startswith("NOT MEANINGFUL")
+    _fake_models(fresh_run, {"tied-s0": b - HAIR})
+    assert evidence.not_meaningful(fresh_run, "claim3_tuned_lens") is None
+    page = report.write_report(fresh_run).read_text()
+    assert "Did the models learn?" in page and "bigram baseline (one token of context" in page and f"{b:.3f}" in page

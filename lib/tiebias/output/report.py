@@ -142,7 +142,7 @@ th{{background:#f3f3f3}}iframe{{width:100%;height:660px;border:1px solid #ddd}}<
 preset {html.escape(str(cfg.get('preset')))}, {html.escape(str(cfg.get('steps')))} steps, seeds {html.escape(str(cfg.get('seeds')))}.
 Notebooks: {links or 'none executed'}</p>
 {_reproduction_link(run)}
-{_caveat(claims)}<h2>Summary of the four claims (claim 3 under two lens readings)</h2>
+{_caveat(claims)}{_baselines(run)}<h2>Summary of the four claims (claim 3 under two lens readings)</h2>
 <table><tr><th>claim</th><th>this run</th><th>spread over seeds</th><th>noise floor</th><th>paper</th><th>verdict</th>
 <th>statement</th></tr>{''.join(rows)}</table>
 <p>{html.escape(LENS_PROTOCOL_NOTE)}</p>
@@ -193,6 +193,24 @@ def _verdict_reason(r: dict, status: str) -> str:
         except (KeyError, TypeError, ValueError):  # an older record's layout: the status alone
             return ""
     return ""
+
+
+def _baselines(run: Run) -> str:
+    """A paragraph: each finished model's validation loss beside the unigram and bigram baselines of the run's data,
+    and which claims need which (:mod:`tiebias.verdicts.evidence`); empty for a folder without finished models."""
+    from tiebias.data.tokens import unigram_loss
+    from tiebias.verdicts.evidence import validation_bigram
+
+    m = run.models() if run.config_path.exists() else None
+    if m is None or not m.complete.any():
+        return ""
+    losses = {r.key: run.summary(r.variant, r.seed).get("final_val_loss") for r in m[m.complete].itertuples()}
+    uni, bi = unigram_loss(run.frequencies(), run.tokens("validation")), validation_bigram(run)
+    listed = ", ".join(f"{k} {_fmt(v) if isinstance(v, (int, float)) else 'missing'}" for k, v in losses.items())
+    return (f"<h2>Did the models learn?</h2><p>Validation loss (nats) of each finished model: {html.escape(listed)}; "
+            f"unigram baseline (no context) {uni:.3f}, bigram baseline (one token of context, counts of the training "
+            f"split) {bi:.3f}. Claims 1, 2 and 4 need every model below the unigram baseline; claim 3, read layer by "
+            "layer, below the bigram baseline, since a tuned lens at layer 0 is at best a bigram predictor.</p>\n")
 
 
 def _caveat(claims: dict[str, dict]) -> str:

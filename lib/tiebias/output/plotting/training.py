@@ -22,7 +22,7 @@ def _color(variant: str, i: int = 0) -> str:
 
 
 def loss_curves(train: dict[str, pd.DataFrame], val: dict[str, pd.DataFrame], *, smooth: int = 10,
-                unigram: float | None = None) -> go.Figure:
+                unigram: float | None = None, bigram: float | None = None) -> go.Figure:
     """Training loss (smoothed, thin) and validation loss (markers) per model key ``<variant>-s<seed>``.
 
     Args:
@@ -31,6 +31,8 @@ def loss_curves(train: dict[str, pd.DataFrame], val: dict[str, pd.DataFrame], *,
         smooth: the rolling-mean window (steps) of the training loss.
         unigram: the unigram baseline's loss, drawn as a dashed line (:func:`tiebias.data.tokens.unigram_loss`;
             None: no line).
+        bigram: the bigram baseline's loss on the validation windows, drawn as a dotted line
+            (:class:`tiebias.data.bigram.Bigram`; None: no line).
 
     Returns:
         The plotly figure.
@@ -49,6 +51,9 @@ def loss_curves(train: dict[str, pd.DataFrame], val: dict[str, pd.DataFrame], *,
     if unigram is not None:
         fig.add_hline(y=unigram, line=dict(color="gray", dash="dash"),
                       annotation_text=f"unigram baseline {unigram:.2f}", annotation_position="top right")
+    if bigram is not None:
+        fig.add_hline(y=bigram, line=dict(color="black", dash="dot"),
+                      annotation_text=f"bigram baseline {bigram:.2f}", annotation_position="bottom right")
     fig.update_layout(title="Loss (nats per token)", xaxis_title="step", yaxis_title="cross-entropy (nats)",
                       height=420)
     return fig

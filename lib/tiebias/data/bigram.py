@@ -1,0 +1,170 @@
+"""The bigram baseline: a count model of the next token given the current one, fitted on the training stream.
+
+A tuned lens at layer 0 reads only the embedding of the current token, so the best it can do is a function of that
+token: a bigram predictor of the model's output. How far a model's loss lies below the bigram's is what its layers add
+beyond one token of context, the room a layer-wise claim (claim 3) is read in. The unigram baseline
+(:func:`tiebias.data.tokens.unigram_loss`) asks whether a model learned anything; this one asks whether it learned
+more than pairs of tokens.
+
+The counts of pairs are smoothed towards the add-one unigram of the same stream (the unigram baseline's model):
+``p(b | a) = (c(a, b) + alpha p_uni(b)) / (c(a) + alpha)``. ``alpha`` is chosen on a grid by the cross-entropy on the
+last tenth of the training stream, with counts of the first nine tenths, so the split a baseline is scored on never
+chooses it; the chosen model is then refitted on the whole training stream.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from tiebias.config.checks import is_int
+
+if TYPE_CHECKING:
+    from tiebias.run.folder import Run
+
+ALPHAS = tuple(float(10 ** (e / 4)) for e in range(-8, 17))
+"""The smoothing strengths tried (0.01 to 10,000, four per decade): wide enough that the choice is never at an end for
+a corpus of thousands to millions of tokens (:attr:`Bigram.at_edge` says when it is)."""
+HOLDOUT = 0.1
+"""The share of the training stream (its end) that chooses ``alpha``."""
+
+IdStream = torch.Tensor | np.ndarray | Sequence[int]
+
+
+def as_ids(ids: IdStream, vocab_size: int, name: str) -> np.ndarray:
+    """A token stream as a 1-D int64 array; ids outside [0, vocab_size) are an error naming ``name``."""
+    arr = (ids.detach().cpu().reshape(-1).numpy() if isinstance(ids, torch.Tensor) else
+           np.asarray(ids).reshape(-1)).astype(np.int64)
+    if arr.size and (arr.min() < 0 or arr.max() >= vocab_size):
+        raise ValueError(f"{name}: ids must lie in [0, {vocab_size}), got range [{arr.min()}, {arr.max()}]")
+    return arr
+
+
+def pairs(ids: np.ndarray, seq_len: int | None = None, max_tokens: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(current, next) token pairs of a stream: every consecutive pair (``seq_len`` None), or the pairs inside the
+    first ``max_tokens // seq_len`` non-overlapping windows of ``seq_len`` tokens, the positions a model's validation
+    loss and the lens evaluation score (:func:`tiebias.train.steploop.evaluate_loss`,
+    :func:`tiebias.lens.evaluate.evaluate`)."""
+    if seq_len is None:
+        return ids[:-1], ids[1:]
+    if not is_int(seq_len) or seq_len < 2:
+        raise ValueError(f"seq_len: {seq_len!r} is not allowed; need None (every pair) or an int >= 2")
+    limit = ids.size if max_tokens is None else min(ids.size, max_tokens)
+    n = limit // seq_len
+    if n == 0:
+        raise ValueError(f"seq_len: {seq_len} is longer than the stream's {limit} tokens (max_tokens={max_tokens})")
+    w = ids[: n * seq_len].reshape(n, seq_len)
+    return w[:, :-1].reshape(-1), w[:, 1:].reshape(-1)
+
+
+@dataclass(frozen=True)
+class Bigram:
+    """A fitted bigram model: pair counts (sorted codes ``a * V + b``), context counts, the add-one unigram it backs
+    off to, and its smoothing ``alpha`` (with the held-out cross-entropy that chose it, NaN when given)."""
+
+    vocab_size: int
+    codes: np.ndarray
+    counts: np.ndarray
+    context: np.ndarray
+    unigram: np.ndarray
+    alpha: float
+    holdout_ce: float = math.nan
+    at_edge: bool = False
+
+    def log_prob(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """log p(b | a), nats, for arrays of current and next tokens."""
+        code = a * self.vocab_size + b
+        c = np.zeros(code.shape)
+        if self.codes.size:
+            at = np.searchsorted(self.codes, code).clip(max=self.codes.size - 1)
+            c = np.where(self.codes[at] == code, self.counts[at], 0.0)
+        return np.log(c + self.alpha * self.unigram[b]) - np.log(self.context[a] + self.alpha)
+
+    def loss(self, ids: IdStream, seq_len: int | None = None, max_tokens: int | None = None) -> float:
+        """Cross-entropy on a stream's pairs.
+
+        Args:
+            ids: the token stream scored (ids in [0, V)).
+            seq_len, max_tokens: score only the pairs inside the first ``max_tokens // seq_len`` windows of
+                ``seq_len`` tokens, as a model's evaluation does (:func:`pairs`); None: every consecutive pair.
+
+        Returns:
+            Nats per predicted token.
+        """
+        a, b = pairs(as_ids(ids, self.vocab_size, "ids"), seq_len, max_tokens)
+        if a.size == 0:
+            raise ValueError("ids: fewer than two tokens; a bigram needs at least one pair to score")
+        return float(-self.log_prob(a, b).mean())
+
+
+def _counts(ids: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Sorted pair codes with their counts, the context counts and the add-one unigram of a stream."""
+    codes, counts = np.unique(ids[:-1] * vocab_size + ids[1:], return_counts=True)
+    context = np.bincount(ids[:-1], minlength=vocab_size).astype(np.float64)
+    uni = np.bincount(ids, minlength=vocab_size).astype(np.float64)
+    return codes, counts.astype(np.float64), context, (uni + 1.0) / (uni.sum() + vocab_size)
+
+
+def _check_alpha(alpha: float, name: str = "alpha") -> float:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha <= 0:
+        raise ValueError(f"{name}: {alpha!r} is not allowed; need a finite number > 0 (or None: chosen on the last "
+                         f"{HOLDOUT:.0%} of the training stream)")
+    return float(alpha)
+
+
+def fit(train_ids: IdStream, vocab_size: int, alpha: float | None = None,
+        alphas: Sequence[float] = ALPHAS) -> Bigram:
+    """The bigram model of a training stream.
+
+    Args:
+        train_ids: the training split's token stream (at least 20 tokens when ``alpha`` is chosen, 2 otherwise).
+        vocab_size: the number of token ids V.
+        alpha: the smoothing strength (> 0); None chooses it from ``alphas`` by the cross-entropy on the last
+            :data:`HOLDOUT` of the stream, with counts of the rest.
+        alphas: the grid ``alpha`` is chosen from.
+
+    Returns:
+        The :class:`Bigram` with counts of the whole stream.
+    """
+    if not is_int(vocab_size) or vocab_size < 1:
+        raise ValueError(f"vocab_size: {vocab_size!r} is not allowed; need an int >= 1")
+    ids = as_ids(train_ids, vocab_size, "train_ids")
+    holdout_ce, edge = math.nan, False
+    if alpha is None:
+        if not alphas:
+            raise ValueError("alphas: empty; give at least one smoothing strength")
+        grid = [_check_alpha(x, "alphas") for x in alphas]
+        cut = int(ids.size * (1 - HOLDOUT))
+        if cut < 2 or ids.size - cut < 2:
+            raise ValueError(f"train_ids: {ids.size} tokens are too few to choose alpha on the last {HOLDOUT:.0%}; "
+                             "give at least 20 tokens, or alpha")
+        head = Bigram(vocab_size, *_counts(ids[:cut], vocab_size), alpha=1.0)
+        a, b = pairs(ids[cut:])
+        ces = [float(-Bigram(vocab_size, head.codes, head.counts, head.context, head.unigram, x).log_prob(a, b).mean())
+               for x in grid]
+        best = int(np.argmin(ces))
+        alpha, holdout_ce, edge = grid[best], ces[best], len(grid) > 1 and best in (0, len(grid) - 1)
+    elif ids.size < 2:
+        raise ValueError("train_ids: fewer than two tokens; a bigram needs at least one pair")
+    return Bigram(vocab_size, *_counts(ids, vocab_size), alpha=_check_alpha(alpha), holdout_ce=holdout_ce,
+                  at_edge=edge)
+
+
+def for_run(run: Run) -> Bigram:
+    """The bigram model of a run's training split, ``alpha`` chosen on its last tenth.
+
+    Args:
+        run: the run folder (its ``tokens/train.npy`` and, for the vocabulary size, its token frequencies).
+
+    Returns:
+        The fitted :class:`Bigram`; score a split with :meth:`Bigram.loss`.
+    """
+    return fit(run.tokens("train"), len(run.frequencies()))
+
+
+__all__ = ["ALPHAS", "HOLDOUT", "Bigram", "as_ids", "fit", "for_run", "pairs"]
