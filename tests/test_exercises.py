@@ -4,6 +4,7 @@ from the measured runs in notebooks/exercise_numbers.json."""
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -143,37 +144,84 @@ def test_exercise_commands_run_their_notebooks_with_the_change(key: tuple[str, .
 REAL = "01-b"  # the exercise whose command runs for real (below)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not (notebooks_dir().parent / ".venv" / "bin" / "python").exists(), reason="needs make setup's .venv")
-def test_one_exercise_command_runs_as_pasted_without_an_active_environment(tmp_path: Path) -> None:
-    """``make exercise ID=01-b``, typed in a shell whose PATH has no project environment (as JupyterLab's terminal),
-    in a folder laid out like the checkout: it exits 0, prints the study command it runs, and the change reaches the
-    executed notebook's injected-parameters cell.
-
-    The one change from the pasted line is PROFILE=smoke (40 steps instead of the class profile's 300, which would take
-    minutes); the class profile's arguments of every exercise pass the same checks above. 01-b stands for all the
-    commands because it is the cheapest one that trains: it runs only 01_train.
-    """
-    ex = next(e for e in EXERCISES if e.id == REAL)
+def _student_checkout(tmp_path: Path, ex: exercises.Exercise) -> Path:
+    """A checkout as a student leaves it: the kit's code and notebooks copied (the kit finds its notebooks beside its
+    code) and committed with git; then, saved into the exercise's notebook as JupyterLab's autosave would, a
+    half-written coding answer (a syntax error) and a cell that starts this same exercise."""
     root = notebooks_dir().parent
     work = tmp_path / "checkout"
     work.mkdir()
-    for name in ("Makefile", "pyproject.toml", "constraints.txt", ".venv", "lib", "notebooks", "scripts"):
+    for name in ("Makefile", "pyproject.toml", "constraints.txt", ".venv", "scripts", "data"):  # make's stamp: current
         (work / name).symlink_to(root / name)
+    for name in ("lib", "notebooks"):
+        shutil.copytree(root / name, work / name, ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
+    git = ["git", "-C", str(work), "-c", "user.name=kit", "-c", "user.email=kit@example.org"]
+    for args in (["init", "-q"], ["add", "notebooks"], ["commit", "-q", "-m", "the kit"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    path = work / "notebooks" / f"{ex.notebook}.ipynb"
+    nb = json.loads(path.read_text())
+    stub = next(c for c in nb["cells"] if c["cell_type"] == "code" and "raise NotImplementedError" in "".join(c["source"]))
+    stub["source"] = ["def input_path_grad(grad_at_embeddings, input_ids, vocab_size):\n", "    return (grad_at_embeddings["]
+    nb["cells"].append({"cell_type": "code", "execution_count": None, "id": "student-exercise", "metadata": {},
+                        "outputs": [], "source": [f"!make -C .. exercise ID={ex.id} PROFILE=smoke"]})
+    path.write_text(json.dumps(nb, indent=1))
+    return work
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (notebooks_dir().parent / ".venv" / "bin" / "python").exists(), reason="needs make setup's .venv")
+def test_one_exercise_command_runs_as_pasted_on_the_committed_notebooks(tmp_path: Path) -> None:
+    """``make exercise ID=01-b``, typed in a shell whose PATH has no project environment (as JupyterLab's terminal, or
+    a notebook cell's ``!make -C ..``), in a checkout whose 01 notebook holds a student's edits: a syntax error and a
+    cell that starts this exercise. It runs the notebook as committed, once: it exits 0, says it runs the committed
+    notebooks, prints the study command, trains once (one notebook line, the executed notebook holds none of the
+    student's cells, so nothing in it starts a second study), and the change reaches the injected-parameters cell.
+
+    The one change from the pasted line is PROFILE=smoke (40 steps instead of the class profile's 300, which would take
+    minutes); the class profile's arguments of every exercise pass the same checks above. 01-b stands for all the
+    commands because it is the cheapest one that trains: it runs only 01_train. The only environment variable set is
+    PYTHONPATH, to the copied code (the environment's own install points at the repository's).
+    """
+    ex = next(e for e in EXERCISES if e.id == REAL)
+    work = _student_checkout(tmp_path, ex)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TIEBIAS_", "VIRTUAL_ENV", "PYTHON"))}
-    env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+    env.update(PATH="/usr/local/bin:/usr/bin:/bin", PYTHONPATH=str(work / "lib"))
     out = subprocess.run([*ex.make.split(), "PROFILE=smoke"], cwd=work, env=env, capture_output=True, text=True,
                          timeout=1200)
     assert out.returncode == 0, f"{ex.make}\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
-    assert ex.command("smoke") in out.stdout, out.stdout[-2000:]
     run_dir = work / "runs" / f"ex-{ex.id}"
+    assert ex.command("smoke") in out.stdout, out.stdout[-2000:]
+    assert "runs the notebooks as committed (git HEAD" in out.stdout, out.stdout[-2000:]
+    assert out.stdout.count(f"{ex.notebook}: ") == 1, out.stdout[-2000:]
+    assert [p.name for p in (work / "runs").iterdir()] == [f"ex-{ex.id}"]
     assert sorted(p.stem for p in (run_dir / "notebooks").glob("*.ipynb")) == sorted(ex.only)
     name, value, target = _change(ex)
     executed = run_dir / "notebooks" / f"{target}.ipynb"
     cells = json.loads(executed.read_text())["cells"]
+    code = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    assert "return (grad_at_embeddings[" not in code and "!make" not in code, "the student's cells ran"
+    assert not [o for c in cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     injected = "".join("".join(c["source"]) for c in cells if "injected-parameters" in c["metadata"].get("tags", []))
     assert f"{name} = " in injected, f"{ex.id}: {name} did not reach {executed.name}"
     assert repr(value) in injected, f"{ex.id}: {ex.set[0]} not in {injected}"
+
+
+@pytest.mark.parametrize("argv", [["exercise", REAL], ["study", "--profile", "smoke", "--only", "01_train"]],
+                         ids=["exercise", "study"])
+def test_a_study_inside_a_study_kernel_refuses_in_one_line(argv: list[str], tmp_path: Path, monkeypatch,
+                                                           capsys) -> None:
+    """A cell that starts an exercise, saved into a notebook that a study then runs (its kernel has the study's
+    marker): the command refuses in one line before anything runs or is written, so the cell ends there."""
+    from tiebias.__main__ import main
+    from tiebias.config.environment import STUDY_ENV
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(STUDY_ENV, "1")
+    monkeypatch.setattr(study.pm, "execute_notebook", lambda *a, **kw: pytest.fail("a notebook ran"))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "refused inside a notebook that a study runs" in err, err
+    assert not list(tmp_path.iterdir())
 
 
 def test_exercise_command_lists_and_refuses_unknown_ids(capsys) -> None:

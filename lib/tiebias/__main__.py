@@ -51,15 +51,16 @@ def _stoppable() -> Iterator[None]:
         logging.disable(disabled)
 
 
-def _study(args: argparse.Namespace) -> int:
-    """Run the study quietly: one line per notebook, one error line (exit 1) or one stop line (128 + signal)."""
+def _study(args: argparse.Namespace, committed: bool = False) -> int:
+    """Run the study quietly: one line per notebook, one error line (exit 1) or one stop line (128 + signal);
+    ``committed`` runs the notebooks as committed (an exercise), not the files in notebooks/."""
     from .study import NotebookFailed, Stopped, parse_set, run_study
 
     logging.getLogger("papermill").setLevel(logging.WARNING)  # no "Input Notebook: ..." banner
     try:
         with _stoppable():
             run_study(args.profile, args.run_dir, parse_set(args.set), only=args.only,
-                      progress=sys.stderr.isatty())  # a progress bar in a log file is one endless line
+                      progress=sys.stderr.isatty(), committed=committed)  # a progress bar in a log file is one endless line
     except NotebookFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -79,7 +80,8 @@ EXERCISE_ID = re.compile(r"[0-9a-z-]+")
 
 
 def _exercise(exercise_id: str, profile: str | None, run_dir: str | None = None) -> int:
-    """Run an exercise's study command (printed first, so it can be rerun by hand), or list the exercises.
+    """Run an exercise's study command (printed first, so it can be rerun by hand) on the notebooks as committed
+    (:func:`tiebias.study.committed_sources`), or list the exercises.
 
     The run folder defaults to ``ex-<id>`` in the checkout's runs folder (:func:`tiebias.config.paths.runs_dir`),
     whatever the working folder.
@@ -101,7 +103,7 @@ def _exercise(exercise_id: str, profile: str | None, run_dir: str | None = None)
     argv = ex.argv(profile, run_dir or runs_dir() / f"ex-{ex.id}")
     print(f"exercise {ex.id} ({ex.title}): {shlex.join(['python', '-m', 'tiebias', *argv])}", flush=True)
     args = main_parser().parse_args(argv)
-    return _study(args)
+    return _study(args, committed=True)
 
 
 def _reproduction(run_dir: str, scale_dir: str | None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -15,7 +16,7 @@ from typing import Any
 import nbformat
 import papermill as pm
 
-from tiebias.config import profiles
+from tiebias.config import environment, profiles
 from tiebias.config.params import NOTEBOOKS, PARAMS, PATH_PARAMETERS, coerce
 from tiebias.config.paths import notebooks_dir, path_text
 from tiebias.run.files import atomic_path
@@ -77,19 +78,63 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def declared_parameters(name: str) -> set[str]:
-    """The names a notebook's papermill parameters cell declares."""
-    return set(pm.inspect_notebook(str(notebooks_dir() / f"{name}.ipynb")))
+Source = Path | nbformat.NotebookNode
+"""A notebook a study executes: the file in ``notebooks/``, or the notebook as committed (:func:`committed_sources`)."""
+
+
+def declared_parameters(name: str, source: Source | None = None) -> set[str]:
+    """The names a notebook's papermill parameters cell declares (in ``source``, default the file in notebooks/)."""
+    return set(pm.inspect_notebook(source if source is not None else str(notebooks_dir() / f"{name}.ipynb")))
+
+
+def committed_sources(names: list[str]) -> tuple[dict[str, Source], str]:
+    """The notebooks as the checkout's last commit holds them (``git show HEAD:``), and one line saying so.
+
+    An exercise runs these, never the files in ``notebooks/``: a student's half-written edit there (a syntax error, a
+    cell that starts an exercise) must not break or repeat it. Outside a git checkout (or without git) there is no
+    committed copy: the files on disk are returned, and the line says that edits to them take effect.
+    """
+    folder = notebooks_dir()
+    try:
+        head = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        head = None
+    on_disk = {n: folder / f"{n}.ipynb" for n in names}
+    if head is None or head.returncode != 0:
+        return on_disk, "not a git checkout: the exercise runs the notebooks in notebooks/ as they are, edits included"
+    sources: dict[str, Source] = {}
+    for n in names:
+        shown = subprocess.run(["git", "-C", str(folder), "show", f"HEAD:./{n}.ipynb"], capture_output=True,
+                               timeout=60)
+        if shown.returncode != 0:  # the kit unpacked inside another repository: no committed copy of its own
+            return on_disk, (f"notebooks/{n}.ipynb is not in the git checkout's last commit: the exercise runs the "
+                             "notebooks in notebooks/ as they are, edits included")
+        sources[n] = nbformat.reads(shown.stdout.decode("utf-8"), as_version=4)
+    return sources, (f"runs the notebooks as committed (git HEAD {head.stdout.strip()}), not the files in notebooks/: "
+                     "edits there do not change it (python -m tiebias study runs them)")
+
+
+def refuse_inside_study() -> None:
+    """Refuse a study in a notebook that a study runs (a cell that starts an exercise, saved into the notebook): it
+    would start the notebooks again, and each level the next."""
+    if environment.in_study():
+        raise ValueError(f"study: refused inside a notebook that a study runs ({environment.STUDY_ENV}=1): it would "
+                         "run the notebooks again, level after level; start studies and exercises in a terminal")
 
 
 def check_study(profile: str | Path | None = None, run_dir: str | Path | None = None,
-                overrides: dict[str, Any] | None = None, only: list[str] | None = None) -> tuple[dict[str, Any], list[str]]:
+                overrides: dict[str, Any] | None = None, only: list[str] | None = None,
+                sources: dict[str, Source] | None = None) -> tuple[dict[str, Any], list[str]]:
     """Check everything a study would run with, writing nothing: the resolved parameters and the notebooks.
 
     Every override must be a parameter of at least one notebook that will run; otherwise it would be
     accepted and then silently dropped. The run folder must be new, empty or the kit's, and apart from a
-    local corpus (:mod:`tiebias.run.guard`).
+    local corpus (:mod:`tiebias.run.guard`). A study is refused inside a notebook a study runs: a cell that
+    starts one (an exercise pasted into a notebook) would otherwise start the notebooks again, level after level.
+    ``sources`` replaces the files in ``notebooks/`` (an exercise's committed notebooks).
     """
+    refuse_inside_study()
     overrides = dict(overrides or {})
     for k in ("profile", "run_dir"):
         if k in overrides:
@@ -99,7 +144,7 @@ def check_study(profile: str | Path | None = None, run_dir: str | Path | None = 
         if name not in NOTEBOOKS or not (notebooks_dir() / f"{name}.ipynb").exists():
             raise ValueError(f"notebook: {name!r} not found; available: {', '.join(NOTEBOOKS)}")
     params = profiles.resolve(profile, run_dir, notebooks=names, **overrides)
-    declared = {name: declared_parameters(name) for name in names}
+    declared = {name: declared_parameters(name, (sources or {}).get(name)) for name in names}
     for k in overrides:
         if not any(k in d for d in declared.values()):
             users = ", ".join(PARAMS[k].notebooks)
@@ -189,14 +234,17 @@ def _kernel_values(profile: str | None) -> dict[str, str]:
     return values
 
 
-def _execute(name: str, src: Path, out: Path, parameters: dict[str, Any], progress: bool) -> None:
-    """Execute one notebook into ``out``; an error in it becomes :class:`NotebookFailed`, a stop names it."""
+def _execute(name: str, src: Source, out: Path, parameters: dict[str, Any], progress: bool) -> None:
+    """Execute one notebook into ``out``, in the folder of ``src`` (of notebooks/ for a notebook given as its
+    content); an error in it becomes :class:`NotebookFailed`, a stop names it."""
     from nbclient.exceptions import DeadKernelError
 
     try:
         profile = parameters.get("profile")
         with _writable(out) as target, _kernel_env(_kernel_values(None if profile is None else str(profile))):
-            pm.execute_notebook(str(src), str(target), parameters=parameters, cwd=str(src.parent),
+            cwd = src.parent if isinstance(src, Path) else notebooks_dir()
+            pm.execute_notebook(str(src) if isinstance(src, Path) else src, str(target), parameters=parameters,
+                                cwd=str(cwd),
                                 progress_bar=progress, kernel_name="python3", extra_arguments=list(KERNEL_ARGUMENTS))
     except pm.PapermillExecutionError as e:
         raise NotebookFailed(name, out, e.ename, e.evalue, e.traceback, e.cell_index, e.exec_count,
@@ -220,23 +268,29 @@ def peak_child_mib() -> float:
 
 def run_study(profile: str | Path | None = None, run_dir: str | Path | None = None,
               overrides: dict[str, Any] | None = None, only: list[str] | None = None,
-              progress: bool = True) -> dict[str, float]:
+              progress: bool = True, committed: bool = False) -> dict[str, float]:
     """Execute the notebooks in order into ``<run>/notebooks/``, then write summary.json and report.html.
 
     All parameters are checked before anything is written; each override reaches every notebook that
     declares it, as the checked (typed) value. A notebook that raises stops the study with
-    :class:`NotebookFailed` (its executed copy holds the traceback).
+    :class:`NotebookFailed` (its executed copy holds the traceback). ``committed`` (an exercise) runs the
+    notebooks as committed (:func:`committed_sources`) instead of the files in ``notebooks/``.
     """
     overrides = dict(overrides or {})
-    params, names = check_study(profile, run_dir, overrides, only)
+    sources: dict[str, Source] = {}
+    if committed:
+        refuse_inside_study()
+        sources, line = committed_sources(list(only) if only else list(NOTEBOOKS))
+        print(line, flush=True)
+    params, names = check_study(profile, run_dir, overrides, only, sources)
     mark(params["run_dir"], folder_kind_of(params, names))  # checked above: the folder is the kit's from now on
     out_dir = Run(params["run_dir"]).notebooks_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     times: dict[str, float] = {}
     memory: dict[str, float] = {}
     for name in names:
-        src = notebooks_dir() / f"{name}.ipynb"
-        declared = declared_parameters(name)
+        src = sources.get(name, notebooks_dir() / f"{name}.ipynb")
+        declared = declared_parameters(name, src)
         p = {"profile": params["profile"], "run_dir": params["run_dir"]}
         p.update({k: params[k] for k in overrides if k in declared})
         p = notebook_values(p)
