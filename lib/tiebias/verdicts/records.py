@@ -17,13 +17,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tiebias.config.checks import is_int
 from tiebias.config.variants import parse_key
-from tiebias.run.files import read_json, sanitise_json, write_json_atomic
+from tiebias.run.files import DamagedFileError, read_json, sanitise_json, write_json_atomic
 from tiebias.run.folder import Run
-from tiebias.verdicts.status import NOT_MEANINGFUL, STALE, status_of, verdict_of
+from tiebias.verdicts.status import DOES_NOT_HOLD, HOLDS, NOT_MEANINGFUL, STALE, status_of, verdict_of
 
 CLAIMS = {
     "claim1_alignment": "The tied matrix is closer to the untied output matrix than to the untied input matrix",
@@ -36,6 +37,9 @@ CLAIMS = {
 NOTEBOOK_OF = {"claim1_alignment": "02_align", "claim2_gradient_flow": "01_train", "claim3_tuned_lens": "03_lens",
                "claim3_tuned_lens_reference": "03_lens", "claim4_causality": "04_ablate"}
 """The notebook that records each claim (named when its record is damaged)."""
+VALUE_RANGES = {"claim1_alignment": (-2.0, 2.0), "claim2_gradient_flow": (0.0, 1.0)}
+"""The values a claim's number can take at all: claim 1's is a difference of two cosines, claim 2's a share. The
+others (a KL gap in bits, a change in units of seed sd) are any finite number."""
 
 
 def _finite(x: Any) -> Any:
@@ -158,12 +162,74 @@ def _identities(run: Run, models: Sequence[str] | None) -> dict[str, str]:
 
 
 def results(run: Run) -> dict[str, dict]:
-    """The claims recorded so far in a run (a damaged file is named with the notebook that rewrites it)."""
+    """The claims recorded so far in a run, each checked by :func:`check_record` (a damaged or self-contradicting
+    file is named with the notebook that rewrites it)."""
     out = {}
     for p in sorted(run.results_dir.glob("*.json")):
         nb = NOTEBOOK_OF.get(p.stem)
-        out[p.stem] = read_json(p, f"delete it and rerun {'notebook ' + nb if nb else 'the notebook that wrote it'}")
+        todo = (f"delete it and rerun {'notebook ' + nb if nb else 'the notebook that wrote it'}"
+                + (f" (python -m tiebias study --only {nb}, with this run's --profile and --run-dir)" if nb else ""))
+        out[p.stem] = check_record(p, read_json(p, todo), todo)
     return out
+
+
+def _refused(path: Path, why: str, todo: str) -> DamagedFileError:
+    return DamagedFileError(f"{path}: refused: {why}; {todo}")
+
+
+def _optional_number(path: Path, entry: dict, key: str, todo: str) -> None:
+    x = entry.get(key)
+    if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x)):
+        raise _refused(path, f"field {key!r} is {x!r}, not a finite number or null", todo)
+
+
+def check_record(path: Path, entry: Any, todo: str) -> dict:
+    """A claim's record as read back, refused (:class:`~tiebias.run.files.DamagedFileError` naming the file, the
+    field and ``todo``) when it is not what :func:`record` writes: not an object, a field missing or of the wrong kind,
+    a value the claim's number cannot take (:data:`VALUE_RANGES`), or a record that contradicts itself (a "holds" /
+    "does not hold" that the value and threshold do not give, a ``verdict`` or ``above_threshold`` that does not
+    follow, a claim other than the file's). Pages that read records (report.html, summary.json, the reproduction
+    report) so never show a verdict typed in by hand: the status they show is the one the value and threshold give.
+    """
+    if not isinstance(entry, dict):
+        raise _refused(path, f"a claim's record is a JSON object, this file holds a {type(entry).__name__}", todo)
+    for key, kind in (("claim", str), ("statement", str), ("status", str), ("threshold", (int, float))):
+        if key not in entry:
+            raise _refused(path, f"field {key!r} is missing", todo)
+        if isinstance(entry[key], bool) or not isinstance(entry[key], kind):
+            raise _refused(path, f"field {key!r} is {entry[key]!r}, not a {'string' if kind is str else 'number'}",
+                           todo)
+    claim, status, threshold, value = entry["claim"], entry["status"], entry["threshold"], entry.get("value")
+    if claim != path.stem:
+        raise _refused(path, f"field 'claim' is {claim!r}, the file is {path.stem}'s record", todo)
+    if not status.strip() or status == STALE:
+        raise _refused(path, f"field 'status' is {status!r}, not a status a notebook records", todo)
+    if not math.isfinite(threshold):
+        raise _refused(path, f"field 'threshold' is {threshold!r}, not a finite number", todo)
+    for key in ("value", "spread", "noise_floor"):
+        _optional_number(path, entry, key, todo)
+    lo, hi = VALUE_RANGES.get(claim, (-math.inf, math.inf))
+    if value is not None and not lo <= value <= hi:
+        raise _refused(path, f"field 'value' is {value!r}, outside [{lo:g}, {hi:g}] where {claim}'s number lies", todo)
+    if status in (HOLDS, DOES_NOT_HOLD) and value is None:
+        raise _refused(path, f"status {status!r} without a value (null)", todo)
+    above = None if value is None else bool(value > threshold)
+    if status in (HOLDS, DOES_NOT_HOLD) and status != status_of(bool(above)):
+        raise _refused(path, f"status {status!r} contradicts value {value!r} against threshold {threshold!r} (the "
+                       f"rule gives {status_of(bool(above))!r})", todo)
+    if entry.get("verdict") != verdict_of(status):
+        raise _refused(path, f"verdict {entry.get('verdict')!r} contradicts status {status!r} (which gives "
+                       f"{verdict_of(status)!r})", todo)
+    if "above_threshold" in entry and entry["above_threshold"] is not above:
+        raise _refused(path, f"above_threshold {entry['above_threshold']!r} contradicts value {value!r} against "
+                       f"threshold {threshold!r}", todo)
+    n = entry.get("n_seeds")
+    if n is not None and (not is_int(n) or n < 1):
+        raise _refused(path, f"field 'n_seeds' is {n!r}, not null or an integer >= 1", todo)
+    for key, kind in (("unit", str), ("details", dict), ("models", dict), ("not_meaningful", str)):
+        if entry.get(key) is not None and not isinstance(entry[key], kind):
+            raise _refused(path, f"field {key!r} is a {type(entry[key]).__name__}, not a {kind.__name__}", todo)
+    return entry
 
 
 def stale(run: Run, entry: dict, known: dict[str, str | None] | None = None) -> str | None:
@@ -214,4 +280,4 @@ def current_results(run: Run) -> dict[str, dict]:
     return out
 
 
-__all__ = ["CLAIMS", "NOTEBOOK_OF", "current_results", "record", "results", "stale"]
+__all__ = ["CLAIMS", "NOTEBOOK_OF", "VALUE_RANGES", "check_record", "current_results", "record", "results", "stale"]
