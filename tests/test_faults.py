@@ -409,6 +409,27 @@ def test_truncated_final_weights(run: Run) -> None:
     refused(run, lambda: run.load_model("tied", 0), DamagedFileError, str(p), "complete.json and train tied-s0")
 
 
+@pytest.mark.parametrize("key,value,step", [("num_hidden_layers", 100000, None), ("hidden_size", 4096, 4),
+                                             ("vocab_size", 10**9, None), ("model_type", "gpt_neox", None)])
+def test_absurd_model_config_refused_before_anything_is_allocated(run: Run, monkeypatch: pytest.MonkeyPatch,
+                                                                  key: str, value: object, step: int | None) -> None:
+    """A model's config.json must be what its train_config.json's preset, family and vocabulary give."""
+    import transformers
+
+    path = run.model_path("tied", 0, step) / "config.json"
+    saved = json.loads(path.read_text())
+    before = saved[key]
+    path.write_text(json.dumps({**saved, key: value}))
+
+    def allocates(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a model was built from the edited config.json")
+    for name in ("from_pretrained", "from_config"):
+        monkeypatch.setattr(transformers.AutoModelForCausalLM, name, allocates)
+    names = (str(path), key, repr(value), repr(before), str(run.train_config_path("tied", 0)))
+    refused(run, lambda: run.load_model("tied", 0, step=step), DamagedFileError, *names)
+    refused(run, lambda: embeddings.from_run(run, "tied", 0, step), DamagedFileError, *names)
+
+
 def test_truncated_checkpoint_weights(run: Run) -> None:
     p = run.model_dir("tied", 0) / "checkpoints" / "step-4" / "model.safetensors"
     truncate(p, 0.001)

@@ -26,7 +26,7 @@ from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
 from tiebias.config.checks import is_int
 from tiebias.config.corpus import SPLITS
-from tiebias.config.training import DEFAULT_PROFILE
+from tiebias.config.training import DEFAULT_PROFILE, TrainConfig
 from tiebias.config.variants import Variant, model_key, parse_key, step_of
 from tiebias.data.checks import check_unchanged
 from tiebias.data.tokens import (
@@ -42,6 +42,7 @@ from tiebias.data.tokens import (
 )
 from tiebias.run.files import (
     OVERWRITE_HINT,
+    DamagedFileError,
     RunFolderError,
     atomic_folder,
     atomic_path,
@@ -129,6 +130,10 @@ def _tokenizer_fp(path: Path, todo: str) -> str:
             raise damaged(path, e, todo) from None
     return _TOKENIZER_FPS[key]
 
+
+_SHAPE_KEYS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+               "num_attention_heads", "num_key_value_heads", "max_position_embeddings")
+"""The keys of a model's config.json that size what loading it allocates, compared before it loads."""
 
 _WEIGHTS_IDS: dict[tuple[str, tuple], str] = {}
 
@@ -478,13 +483,47 @@ class Run(RunLayout):
                     f"model {model_key(variant, seed)} in {self.path} is missing or unfinished; "
                     f"complete models: {', '.join(self.models().query('complete').key) or 'none'}")
             self.check_model_origin(variant, seed)
+            self._check_model_config(variant, seed, None, self.model_dir(variant, seed))
             return self.model_dir(variant, seed)
         for s, d in self.checkpoints(variant, seed):
             if s == step:
                 self.check_model_origin(variant, seed)
+                self._check_model_config(variant, seed, step, d)
                 return d
         have = [s for s, _ in self.checkpoints(variant, seed)]
         raise ValueError(f"step: no checkpoint {step} for {model_key(variant, seed)}; available: {have}")
+
+    def _check_model_config(self, variant: str | Variant, seed: int, step: int | None, folder: Path) -> None:
+        """Refuse a model's config.json (the final model's or a checkpoint's) whose sizes are not those its
+        train_config.json's preset, family and vocabulary give, before any model is built from it: an edited size
+        (``num_hidden_layers: 100000``) would be allocated before the weights were found wanting.
+        :class:`DamagedFileError` names the file, the key and both values. A vocabulary other than the run's
+        tokenizer's is refused the same way. A model without a train_config.json (an earlier version) is not compared.
+        """
+        from tiebias.models.build import make_config
+
+        cfg_file, todo = self.train_config_path(variant, seed), self.repair_hint(variant, seed, step)
+        recorded = read_json(cfg_file, todo) if cfg_file.exists() else None
+        if not isinstance(recorded, dict) or "preset" not in recorded:
+            return
+        vocab, run_vocab = recorded.get("vocab_size"), self.config.get("tokenizer_size")
+        if vocab is not None and run_vocab is not None and vocab != run_vocab:
+            raise DamagedFileError(f"{cfg_file}: vocab_size is {vocab!r}, but the run's config.json gives "
+                                   f"tokenizer_size {run_vocab!r}; nothing was loaded. To fix: {todo}")
+        family = recorded.get("family", TrainConfig.family)
+        try:
+            want = make_config(recorded["preset"], family=family, vocab_size=vocab if vocab is not None else run_vocab,
+                               tied=Variant.parse(variant).tied).to_dict()
+        except (ValueError, TypeError) as e:
+            raise damaged(cfg_file, e, todo) from None
+        file = folder / CONFIG_NAME
+        saved = read_json(file, todo)
+        for k in _SHAPE_KEYS:
+            if k in want and (not isinstance(saved, dict) or saved.get(k) != want[k]):
+                have = saved.get(k) if isinstance(saved, dict) else saved
+                raise DamagedFileError(f"{file}: {k} is {have!r}, but {cfg_file} (preset {recorded['preset']!r}, "
+                                       f"family {family!r}, vocab_size {vocab!r}) gives {want[k]!r}; nothing was "
+                                       f"loaded. To fix: {todo}")
 
     # -- which run a model belongs to -------------------------------------------------------------
     def fingerprints(self) -> dict[str, str | None]:
