@@ -46,7 +46,7 @@ DISTINCT = {
     "lens_steps": "13", "lens_tokens_per_step": "128", "lens_depth_presets": "mini", "lens_eval_tokens": "555",
     "lens_budgets": "1,2,8", "lens_recipes": "package", "lens_protocols": "reference", "lens_checkpoints": "4,8", "ablate_factors": "1,3",
     "ablate_seeds": "7", "ablate_budget_minutes": "1.5", "ablate_ingredients": "warmup10,sgd",
-    "scale_vocab_sizes": "700,900", "scale_presets": "mini", "overwrite": "true", "methods": "linear,identity",
+    "scale_vocab_sizes": "700,900", "scale_presets": "mini", "scale_steps": "60,80", "overwrite": "true", "methods": "linear,identity",
     "tied_source": "someone/tied-lm", "untied_source": "someone/untied-lm", "prompt": "Once more unto the breach",
     "inverse_output": "true",
 }

@@ -1,15 +1,18 @@
-"""Claims 1, 2 and 4 against model size (notebook 04, the ``scale`` profile): vocabulary and width.
+"""Claims 1, 2 and 4 against model size and training length (notebook 04, the ``scale`` and ``exposure`` profiles).
 
-A scale point is a (vocabulary size, preset) pair. The run's own point is the profile's ``vocab_size`` and
-``preset``; the others vary one of the two (``scale_vocab_sizes`` at the run's preset, ``scale_presets`` at the run's
-vocabulary) and live in ``<run>/scale/<label>/``, each a run folder of the same corpus, recipe and seeds. At every
-point the ablation sweep's models are trained (tied variants and the untied reference), and per seed:
+A scale point is a (vocabulary size, preset, training length) triple. The run's own point is the profile's
+``vocab_size``, ``preset`` and ``steps``; the others vary one of the three (``scale_vocab_sizes`` at the run's preset,
+``scale_presets`` at the run's vocabulary, ``scale_steps`` at both) and live in ``<run>/scale/<label>/``, each a run
+folder of the same corpus, recipe and seeds. At every point the ablation sweep's models are trained (tied variants and
+the untied reference), and per seed:
 
 - claim 1: cosine of the (next seed's) untied output matrix mapped onto the tied one minus that of the untied input
   matrix (orthogonal map, in-sample): the claim-4 table's k = 1 row, the headline pairing of claim 1;
 - claim 2: the output share of the tied matrix's gradient over the whole run, its warmup and after it;
 - claim 4: how far k moves the two cosines (k minus k = 1, same reference);
-- cost: validation loss of every variant, and the embedding's share of the parameters.
+- cost: validation loss of every variant, and the embedding's share of the parameters;
+- exposure: tokens seen per embedding row (:func:`tokens_per_row`). A larger vocabulary at the same steps sees each
+  row less often, so the vocabulary axis moves exposure too; the training-length axis moves exposure alone.
 """
 
 from __future__ import annotations
@@ -26,14 +29,19 @@ from tiebias import stats
 from tiebias.ablate import sweep
 from tiebias.config.presets import get_preset
 from tiebias.config.variants import Variant
+from tiebias.run.files import read_json
 from tiebias.run.folder import Run
 from tiebias.stats import LEVEL
 from tiebias.train.depths import share_data
 from tiebias.train.trainer import TrainConfig
 
-PAPER_SCALE = {"vocab_size": 50280, "width": 2048}
-"""OLMo-1B's vocabulary and width: where the fitted trends are extrapolated to (with the caveat that they are lines
-fitted over a range far below it)."""
+PAPER_TOKENS_PER_ROW = 10_000 * 512 * 4096 / 50280
+"""Tokens seen per embedding row by the paper's Table 2 models at step 10,000: the batch of its published training
+log (512 sequences of 4,096 tokens, :data:`tiebias.paper.FIG4_LOG_WINDOWS`) over OLMo-1B's 50,280 rows."""
+
+PAPER_SCALE = {"vocab_size": 50280, "width": 2048, "tokens_per_row": PAPER_TOKENS_PER_ROW}
+"""OLMo-1B's vocabulary, width and exposure at Table 2's step: where the fitted trends are extrapolated to (with the
+caveat that they are lines fitted over a range far below it)."""
 
 QUANTITIES = {
     "claim1_gap": "claim 1: untied output -> tied minus untied input -> tied (orthogonal cosine)",
@@ -84,31 +92,53 @@ def figure_quantities(k_top: float) -> dict[str, dict[str, str]]:
     return {name: {n: q[n] for n in qs + extra.get(name, [])} for name, (_, qs) in FIGURES.items()}
 
 
+def tokens_per_row(steps: int, batch_size: int, seq_len: int, rows: int) -> float:
+    """Training tokens per embedding row: how often, on average, each row of the matrix is seen as an input.
+
+    Args:
+        steps, batch_size, seq_len: the training recipe (tokens per step = ``batch_size * seq_len``).
+        rows: the embedding's rows (the tokenizer's size).
+
+    Returns:
+        ``steps * batch_size * seq_len / rows``. A count of 0 or less is refused (ValueError).
+    """
+    for name, v in (("steps", steps), ("batch_size", batch_size), ("seq_len", seq_len), ("rows", rows)):
+        if v <= 0:
+            raise ValueError(f"{name}: {v} is not allowed; need a positive count")
+    return steps * batch_size * seq_len / rows
+
+
 @dataclass(frozen=True)
 class ScalePoint:
-    """One model size: its vocabulary and preset; ``base`` is the run's own (its models are the run's)."""
+    """One model size and training length: its vocabulary, preset and steps (None: the run's own ``steps``); ``base``
+    is the run's own point (its models are the run's)."""
 
     vocab_size: int
     preset: str
     base: bool = False
+    steps: int | None = None
 
     @property
     def label(self) -> str:
-        return f"v{self.vocab_size}-{self.preset}"
+        return f"v{self.vocab_size}-{self.preset}" + (f"-s{self.steps}" if self.steps is not None else "")
 
     @property
     def width(self) -> int:
         return get_preset(self.preset).hidden
 
 
-def points(vocab_size: int, preset: str, vocab_sizes: Sequence[int], presets: Sequence[str]) -> list[ScalePoint]:
-    """The run's point, then every other vocabulary at its preset and every other preset at its vocabulary.
+def points(vocab_size: int, preset: str, vocab_sizes: Sequence[int], presets: Sequence[str],
+           step_counts: Sequence[int] = (), steps: int | None = None) -> list[ScalePoint]:
+    """The run's point, then every other vocabulary at its preset, every other preset at its vocabulary and every other
+    training length at both.
 
     Args:
         vocab_size, preset: the run's own vocabulary size and model preset (its point, ``base``).
         vocab_sizes: the other vocabularies (``scale_vocab_sizes``), each at the run's preset.
         presets: the other presets (``scale_presets``), each at the run's vocabulary; every preset is checked (an
             unknown one is refused before anything trains).
+        step_counts: the other training lengths (``scale_steps``), each at the run's vocabulary and preset.
+        steps: the run's own training length (``steps``); needed with ``step_counts`` (ValueError without it).
 
     Returns:
         The :class:`ScalePoint` list, the run's own first; values equal to the run's are not repeated.
@@ -116,10 +146,30 @@ def points(vocab_size: int, preset: str, vocab_sizes: Sequence[int], presets: Se
     get_preset(preset)
     for p in presets:
         get_preset(p)
+    if step_counts and steps is None:
+        raise ValueError(f"steps: needed with scale_steps {list(step_counts)} (the run's own training length)")
+    for s in step_counts:
+        if s < 1:
+            raise ValueError(f"scale_steps: {s} is not allowed; need training lengths of one step or more")
     out = [ScalePoint(vocab_size, preset, base=True)]
     out += [ScalePoint(v, preset) for v in vocab_sizes if v != vocab_size]
     out += [ScalePoint(vocab_size, p) for p in presets if p != preset]
+    out += [ScalePoint(vocab_size, preset, steps=s) for s in step_counts if s != steps]
     return out
+
+
+def point_config(cfg: TrainConfig, point: ScalePoint) -> TrainConfig:
+    """The recipe of a scale point: the run's with the point's preset and, for another training length, its steps.
+
+    A longer run keeps the warmup (in steps) and evaluates and checkpoints as often relative to its length as the
+    run does (``eval_every`` and ``checkpoint_every`` scaled by the ratio of lengths), so only the length changes.
+    """
+    out = replace(cfg, preset=point.preset)
+    if point.steps is not None and point.steps != cfg.steps:
+        ratio = point.steps / cfg.steps
+        out = replace(out, steps=point.steps, eval_every=max(1, round(cfg.eval_every * ratio)),
+                      checkpoint_every=max(1, round(cfg.checkpoint_every * ratio)))
+    return out.validate()
 
 
 def usable(pts: Sequence[ScalePoint], seeds: Sequence[int]) -> tuple[list[ScalePoint], str]:
@@ -167,7 +217,7 @@ def train_points(run: Run, pts: Sequence[ScalePoint], variants: Sequence[Variant
         variants: the sweep's tied variants; the untied reference is trained beside them
             (:func:`tiebias.ablate.sweep.run_sweep`).
         seeds: the seeds every model is trained with.
-        cfg: the training recipe; its preset is replaced by each point's.
+        cfg: the training recipe; its preset (and steps) are replaced by each point's (:func:`point_config`).
         progress: show progress bars.
 
     Returns:
@@ -178,7 +228,7 @@ def train_points(run: Run, pts: Sequence[ScalePoint], variants: Sequence[Variant
     out = {}
     for p in pts:
         sub = point_run(run, p)
-        sweep.run_sweep(sub, variants, seeds, replace(cfg, preset=p.preset), progress=progress)
+        sweep.run_sweep(sub, variants, seeds, point_config(cfg, p), progress=progress)
         out[p.label] = sub
     return out
 
@@ -204,7 +254,8 @@ def point_table(sub: Run, point: ScalePoint, variants: Sequence[Variant], seeds:
         warmup: the recipe's warmup steps, splitting claim 2's share into warmup and after it (0: no warmup window).
 
     Returns:
-        Columns ``point``, ``vocab_size``, ``preset``, ``width``, ``seed``, the :data:`QUANTITIES` columns, claim 4's
+        Columns ``point``, ``vocab_size``, ``preset``, ``width``, ``steps``, ``tokens_per_row`` (of the tied model's
+        recipe, :func:`tokens_per_row`), ``seed``, the :data:`QUANTITIES` columns, claim 4's
         ``claim4_in_k<k>`` and ``claim4_out_k<k>`` per k other than 1, ``val_loss_<variant>`` and
         ``embedding_share_<variant>`` per variant and the untied model, and ``loss_<variant>_minus_tied`` per scaled
         variant.
@@ -217,8 +268,12 @@ def point_table(sub: Run, point: ScalePoint, variants: Sequence[Variant], seeds:
     for seed in seeds:
         t = tab[tab.seed == seed].set_index("k")
         base = t.loc[1.0]
+        rc = read_json(sub.train_config_path(Variant(True), seed), "train the tied model of this scale point again")
         row: dict[str, Any] = {"point": point.label, "vocab_size": point.vocab_size, "preset": point.preset,
-                               "width": point.width, "seed": seed,
+                               "width": point.width, "steps": int(rc["steps"]),
+                               "tokens_per_row": tokens_per_row(int(rc["steps"]), int(rc["batch_size"]),
+                                                                int(rc["seq_len"]), int(sub.config["tokenizer_size"])),
+                               "seed": seed,
                                "claim1_gap": float(base.vs_untied_output - base.vs_untied_input),
                                **_windows(sub.metrics(Variant(True), seed), warmup)}
         for k in t.index:
@@ -246,41 +301,64 @@ def summary(table: pd.DataFrame, *, level: float = LEVEL) -> pd.DataFrame:
         level: confidence level of the t-intervals.
 
     Returns:
-        Columns ``point``, ``vocab_size``, ``preset``, ``width``, ``quantity``, ``mean``, ``ci_low``, ``ci_high`` and
-        ``n_seeds``; a quantity with no value at a point has no row.
+        Columns ``point``, ``vocab_size``, ``preset``, ``width``, ``steps`` and ``tokens_per_row`` (where the table has
+        them), ``quantity``, ``mean``, ``ci_low``, ``ci_high`` and ``n_seeds``; a quantity with no value at a point
+        has no row.
     """
-    cols = [c for c in table.columns if c not in ("point", "vocab_size", "preset", "width", "seed")]
+    ids = [c for c in ("point", "vocab_size", "preset", "width", "steps", "tokens_per_row") if c in table.columns]
+    cols = [c for c in table.columns if c not in (*ids, "seed")]
     rows = []
-    for (label, v, preset, w), g in table.groupby(["point", "vocab_size", "preset", "width"], sort=False):
+    for key, g in table.groupby(ids, sort=False):
         for c in cols:
             vals = g[c].dropna()
             if vals.empty:
                 continue
             s = stats.summarise(vals, level=level)
-            rows.append({"point": label, "vocab_size": v, "preset": preset, "width": w, "quantity": c,
+            rows.append({**dict(zip(ids, key, strict=True)), "quantity": c,
                          "mean": s.mean, "ci_low": s.ci_low, "ci_high": s.ci_high, "n_seeds": s.n})
     return pd.DataFrame(rows)
 
 
-AXES = {"vocab_size": "vocabulary size", "width": "width"}
+AXES = {"vocab_size": "vocabulary size", "width": "width", "tokens_per_row": "training length (tokens seen per row)"}
+"""The axes a trend is fitted along: the first two vary the model's size, the last its training length alone (its
+points differ from the run's only in ``steps``)."""
 
 
 def axis_rows(table: pd.DataFrame, axis: str, base: ScalePoint) -> pd.DataFrame:
-    """The rows of one axis: points that vary ``axis`` while the other stays at the run's point."""
+    """The rows of one axis: points that vary ``axis`` while the others stay at the run's point (training length at
+    the run's own steps, where the table has a ``steps`` column)."""
     if axis not in AXES:
         raise ValueError(f"axis: unknown value {axis!r}; allowed: {', '.join(AXES)}")
-    other = "width" if axis == "vocab_size" else "vocab_size"
-    return table[table[other] == getattr(base, other)]
+    fixed = {"vocab_size": base.vocab_size, "width": base.width}
+    if "steps" in table.columns:
+        own = table.loc[table.point == base.label, "steps"]
+        if not own.empty:
+            fixed["steps"] = int(own.iloc[0])
+    if axis == "tokens_per_row":
+        fixed.pop("steps", None)
+    else:
+        fixed.pop(axis)
+    keep = np.ones(len(table), dtype=bool)
+    for c, v in fixed.items():
+        keep &= (table[c] == v).to_numpy()
+    return table[keep]
+
+
+def measured_axes(table: pd.DataFrame) -> list[str]:
+    """The axes :func:`trends` fits: vocabulary and width always (a single size says "too few points"), training
+    length only where the table holds more than one ``steps``."""
+    many = "steps" in table.columns and table["steps"].nunique() > 1
+    return [a for a in AXES if a != "tokens_per_row" or many]
 
 
 def trend(table: pd.DataFrame, quantity: str, axis: str, base: ScalePoint, *, level: float = LEVEL) -> dict[str, Any]:
-    """A straight-line fit of a per-seed quantity against log2 of the axis, its slope's t-interval, the fitted value at
+    """A straight-line fit of a per-seed quantity against log2 of the axis (:data:`AXES`), its slope's t-interval, the fitted value at
     the paper's scale with its interval (of the fitted mean: ``at_paper_low/high``; of one new run, the prediction
     interval the reproduction report's ``scale`` rule reads: ``pred_low/high``), and a word: ``rises``, ``falls`` or ``no trend`` (the slope's interval
     holds 0), or ``too few points`` (fewer than three sizes)."""
     rows = axis_rows(table, axis, base).dropna(subset=[quantity])
     sizes = sorted(rows[axis].unique())
-    out: dict[str, Any] = {"quantity": quantity, "axis": axis, "sizes": [int(s) for s in sizes],
+    out: dict[str, Any] = {"quantity": quantity, "axis": axis, "sizes": [round(s) for s in sizes],
                            "n": int(len(rows))}
     if len(sizes) < 3:
         return {**out, "word": "too few points", "slope": math.nan, "ci_low": math.nan, "ci_high": math.nan,
@@ -298,7 +376,7 @@ def trend(table: pd.DataFrame, quantity: str, axis: str, base: ScalePoint, *, le
 
 
 def trends(table: pd.DataFrame, quantities: Sequence[str], base: ScalePoint, *, level: float = LEVEL) -> pd.DataFrame:
-    """:func:`trend` for every quantity on both axes.
+    """:func:`trend` for every quantity on every measured axis (:func:`measured_axes`).
 
     Args:
         table: per-seed rows of :func:`point_table` at several points.
@@ -311,7 +389,7 @@ def trends(table: pd.DataFrame, quantities: Sequence[str], base: ScalePoint, *, 
         ``word``, ``slope``, ``ci_low``, ``ci_high``, ``at_paper``, ``at_paper_low``, ``at_paper_high``, ``pred_low``, ``pred_high`` and ``mean``
         (missing where there were too few points).
     """
-    return pd.DataFrame([trend(table, q, a, base, level=level) for q in quantities for a in AXES])
+    return pd.DataFrame([trend(table, q, a, base, level=level) for q in quantities for a in measured_axes(table)])
 
 
 def sentence(tr: dict[str, Any], what: str) -> str:
@@ -340,9 +418,10 @@ def sentence(tr: dict[str, Any], what: str) -> str:
     return (f"{what} {head} with {axis}{size} ({span}; slope {tr['slope']:+.4f} per doubling, {LEVEL:.0%} CI "
             f"[{tr['ci_low']:+.4f}, {tr['ci_high']:+.4f}]). The line predicts {tr['at_paper']:+.3f} "
             f"[{tr['at_paper_low']:+.3f}, {tr['at_paper_high']:+.3f}] at the paper's {axis} "
-            f"({PAPER_SCALE[tr['axis']]}){bounded}: an extrapolation far beyond the sizes measured, a direction rather "
+            f"({PAPER_SCALE[tr['axis']]:,.0f}){bounded}: an extrapolation far beyond the sizes measured, a direction rather "
             "than a forecast.")
 
 
-__all__ = ["AXES", "FIGURES", "PAPER_SCALE", "QUANTITIES", "ScalePoint", "axis_rows", "point_run", "point_table", "points",
-           "sentence", "summary", "train_points", "trend", "trends", "usable"]
+__all__ = ["AXES", "FIGURES", "PAPER_SCALE", "PAPER_TOKENS_PER_ROW", "QUANTITIES", "ScalePoint", "axis_rows",
+           "measured_axes", "point_config", "point_run", "point_table", "points", "sentence", "summary",
+           "tokens_per_row", "train_points", "trend", "trends", "usable"]

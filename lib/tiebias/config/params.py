@@ -166,6 +166,13 @@ def _vocab_list(v: list[int]) -> str | None:
     return None if len(set(v)) == len(v) else "a size is repeated"
 
 
+def _step_counts(v: list[int]) -> str | None:
+    """Training lengths: integers >= 1, none repeated ([] = none)."""
+    if any(x < 1 for x in v):
+        return "need training lengths of one step or more (e.g. [1200, 4800]), or [] for none"
+    return None if len(set(v)) == len(v) else "a length is repeated"
+
+
 def _budgets(v: list[float]) -> str | None:
     """Lens budgets: one or more numbers > 0, strictly increasing."""
     if not v or _positive(v):
@@ -258,6 +265,9 @@ PARAM_LIST: tuple[Param, ...] = (
     Param("scale_presets", "strs", "scale axis: other presets (widths) at the run's vocabulary ([] = off), e.g. "
           "['small-w64', 'small-w256']", ("04_ablate",), "ablate.scale.points(presets=)", default=[],
           check=_none_or(_choice(tuple(PRESETS)))),
+    Param("scale_steps", "ints", "scale axis: other training lengths (steps) at the run's vocabulary and preset, the "
+          "same warmup ([] = off)", ("04_ablate",), "ablate.scale.points(step_counts=)", default=[],
+          check=_step_counts),
     Param("ablate_budget_minutes", "float", "warn before starting a sweep estimated to take longer",
           ("04_ablate",), "ablate.sweep.plan(budget_minutes=)", check=_positive),
     # -- notebook parameters that are not profile keys ----------------------------------------------

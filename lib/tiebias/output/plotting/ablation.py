@@ -120,9 +120,10 @@ def ingredients(summary: pd.DataFrame, k: float) -> go.Figure:
 
 
 def scale_axes(summary: pd.DataFrame, quantities: dict[str, str], title: str, base_vocab: int,
-               base_width: int) -> go.Figure:
-    """Quantities (one row each) against vocabulary size (left, at the run's width) and width (right, at its
-    vocabulary), mean and 95% interval over seeds, log-2 axes.
+               base_width: int, base_steps: int | None = None) -> go.Figure:
+    """Quantities (one row each) against vocabulary size (left, at the run's width) and width (middle, at its
+    vocabulary), and against training length as tokens seen per row (right, at both) where the summary holds several
+    lengths; mean and 95% interval over seeds, log-2 axes.
 
     Args:
         summary: the :func:`tiebias.ablate.scale.summary` table.
@@ -130,24 +131,35 @@ def scale_axes(summary: pd.DataFrame, quantities: dict[str, str], title: str, ba
             :func:`tiebias.ablate.scale.figure_quantities`).
         title: the figure's title.
         base_vocab, base_width: the run's own vocabulary size and width, the value the other axis is held at.
+        base_steps: the run's own training length, the value the size axes are held at (None: not held, for a
+            summary without a ``steps`` column).
 
     Returns:
         The plotly figure.
     """
-    fig = make_subplots(rows=len(quantities), cols=2, shared_yaxes="rows", vertical_spacing=0.25 / len(quantities),
-                        subplot_titles=[t for q in quantities.values() for t in
-                                        (f"{q}<br>against vocabulary (width {base_width})",
-                                         f"{q}<br>against width (vocabulary {base_vocab})")])
+    has_steps = base_steps is not None and "steps" in summary.columns
+    panels = [("vocab_size", {"width": base_width}, f"against vocabulary (width {base_width})"),
+              ("width", {"vocab_size": base_vocab}, f"against width (vocabulary {base_vocab})")]
+    if has_steps:
+        panels = [(a, {**fixed, "steps": base_steps}, t) for a, fixed, t in panels]
+        if summary["steps"].nunique() > 1:
+            panels.append(("tokens_per_row", {"vocab_size": base_vocab, "width": base_width},
+                           f"against training length (vocabulary {base_vocab}, width {base_width})"))
+    fig = make_subplots(rows=len(quantities), cols=len(panels), shared_yaxes="rows",
+                        vertical_spacing=0.25 / len(quantities),
+                        subplot_titles=[f"{q}<br>{t}" for q in quantities.values() for _, _, t in panels])
     for row, q in enumerate(quantities, start=1):
         d = summary[summary.quantity == q]
-        for col, (axis, other, fixed) in enumerate((("vocab_size", "width", base_width),
-                                                    ("width", "vocab_size", base_vocab)), start=1):
-            g = d[d[other] == fixed].sort_values(axis)
+        for col, (axis, fixed, _) in enumerate(panels, start=1):
+            keep = np.ones(len(d), dtype=bool)
+            for c, v in fixed.items():
+                keep &= (d[c] == v).to_numpy()
+            g = d[keep].sort_values(axis)
             fig.add_scatter(x=g[axis], y=g["mean"], mode="lines+markers", showlegend=False,
                             line=dict(color="#1f77b4"), row=row, col=col,
                             error_y=dict(type="data", symmetric=False, array=g.ci_high - g["mean"],
                                          arrayminus=g["mean"] - g.ci_low))
-            fig.update_xaxes(type="log", tickvals=list(g[axis]), ticktext=[f"{int(v):,}" for v in g[axis]], row=row, col=col,
+            fig.update_xaxes(type="log", tickvals=list(g[axis]), ticktext=[f"{round(v):,}" for v in g[axis]], row=row, col=col,
                              title_text=axis.replace("_", " ") if row == len(quantities) else None)
     fig.update_annotations(font_size=10)
     fig.update_layout(title=title, height=160 + 280 * len(quantities))
