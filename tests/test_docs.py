@@ -416,6 +416,7 @@ def makefile() -> tuple[frozenset[str], frozenset[str]]:
     variables = set(re.findall(r"^([A-Za-z_]\w*)\s*[?:+]?=", text, re.M))
     variables |= set(re.findall(r"\$\((?:[a-z]+ )?([A-Z_][A-Z0-9_]*)[),]", text))
     variables |= set(re.findall(r"\borigin ([A-Z_][A-Z0-9_]*)\)", text))
+    variables |= set(re.findall(r"\$\$\{?([A-Z_][A-Z0-9_]*)", text))  # read by a recipe as the shell's variable
     return frozenset(targets), frozenset(variables)
 
 
