@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 import transformers
 from _families import corpus_tokenizer, save_tiny, tiny_config
+from _untrusted import save_hostile
+from safetensors.torch import load_file
 
 from tiebias.align import comparisons, embeddings
 from tiebias.models import sources
 from tiebias.models.anatomy import TyingError, weights_tied
+from tiebias.run.files import DamagedFileError, UnsafeFileError
 
 
 @pytest.fixture(scope="module")
@@ -181,3 +185,51 @@ def test_a_consistent_llama_pair_loads(posing) -> None:
     assert weights_tied(models["tied"][0]) and not weights_tied(models["untied"][0])
     pair = comparisons.load_sources(posing["tied"], posing["untied"])[0]
     assert pair["tied"].tied and not pair["untied"].tied
+
+
+# -- weights files an external model cannot be loaded from: named, nothing run -----------------------------------
+def _with_shape(src: Path, dst: Path, shape: list[int]) -> Path:
+    """A copy of a model folder whose model.safetensors header gives its first tensor ``shape`` (offsets kept)."""
+    shutil.copytree(src, dst)
+    path = dst / "model.safetensors"
+    data = path.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    first = next(k for k in header if k != "__metadata__")
+    header[first]["shape"] = shape
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(len(text).to_bytes(8, "little") + text + data[8 + n:])
+    return dst
+
+
+def test_safetensors_shape_bomb_named_with_its_file(posing, tmp_path: Path) -> None:
+    """A header whose shape cannot be the tensor's bytes: refused naming the file and what to do, nothing allocated."""
+    bomb = _with_shape(posing["tied"], tmp_path / "bomb", [10**9, 10**9])
+    file = str(bomb / "model.safetensors")
+    for call in (lambda: sources.load_models({"tied": bomb, "untied": posing["untied"]}),
+                 lambda: comparisons.load_sources(bomb, posing["untied"]),
+                 lambda: embeddings.extract(bomb)):
+        with pytest.raises(DamagedFileError) as info:
+            call()
+        msg = str(info.value)
+        assert file in msg and "[1000000000, 1000000000]" in msg and "download or copy it again" in msg, msg
+
+
+def test_pickled_weights_refused_without_advice_to_run_them(posing, tmp_path: Path) -> None:
+    """A pytorch_model.bin that refers to Python objects: the kit's own message, never torch's weights_only=False."""
+    folder = tmp_path / "pickled"
+    shutil.copytree(posing["tied"], folder)
+    state = load_file(str(folder / "model.safetensors"))
+    (folder / "model.safetensors").unlink()
+    marker = tmp_path / "ran"
+    save_hostile(folder / "pytorch_model.bin", marker, **state)
+    for call in (lambda: sources.load_models({"tied": folder, "untied": posing["untied"]}),
+                 lambda: comparisons.load_sources(folder, posing["untied"]),
+                 lambda: embeddings.extract(folder)):
+        with pytest.raises(UnsafeFileError) as info:
+            call()
+        msg = str(info.value)
+        assert str(folder / "pytorch_model.bin") in msg and "safetensors" in msg and "nothing in it was run" in msg
+        assert "weights_only" not in msg, msg
+    assert not marker.exists()

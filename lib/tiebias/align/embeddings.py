@@ -207,13 +207,14 @@ def _weights_from_folder(path: Path, dtype: torch.dtype, label: str) -> tuple[Te
     """Read only the embedding tensors when the folder has safetensors; else load the model."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from tiebias.run.files import check_safetensors, read_json
+    from tiebias.run.files import check_safetensors, pickles_refused, read_json
 
-    todo = ("a checkpoint of a run: use another step or retrain the model; a final model: delete its complete.json "
-            "and train it again (it resumes from its newest good checkpoint)")
+    todo = ("an external model: download or copy it again; a checkpoint of a run: use another step or retrain the "
+            "model; a final model: delete its complete.json and train it again (it resumes from its newest good "
+            "checkpoint)")
     read_json(path / CONFIG_NAME, todo)  # a damaged file is named, not reported by the loader
-    if (path / WEIGHTS_NAME).is_file():
-        check_safetensors(path / WEIGHTS_NAME, todo)
+    for weights in sorted(path.glob("*.safetensors")):
+        check_safetensors(weights, todo)
     config = AutoConfig.from_pretrained(path)
     try:
         with torch.device("meta"):
@@ -230,8 +231,9 @@ def _weights_from_folder(path: Path, dtype: torch.dtype, label: str) -> tuple[Te
         out = inp if tied else out.to(dtype)
         _check_shapes(inp, out, label)
         return inp, out, tied
-    model, loading = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, low_cpu_mem_usage=True,
-                                                          output_loading_info=True)
+    with pickles_refused(path, label):
+        model, loading = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, low_cpu_mem_usage=True,
+                                                              output_loading_info=True)
     try:
         return _weights_from_model(model, dtype, label, loading.get("missing_keys", ()))
     finally:

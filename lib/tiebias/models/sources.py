@@ -32,6 +32,7 @@ from tiebias.models.anatomy import (
     is_tied,
     text_config,
 )
+from tiebias.run.files import check_safetensors, pickles_refused
 from tiebias.run.folder import Run
 from tiebias.run.guard import check_folder, mark
 from tiebias.run.layout import CONFIG_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
@@ -248,9 +249,13 @@ def load_models(sources: dict[str, Any], *, device: str | torch.device = "cpu",
             raise ValueError(f"{info.param}: the tokenizer of {info.source!r} has {len(tok)} tokens but the model's "
                              f"vocabulary only {info.vocab_size}; allowed: a tokenizer no larger than the model's head")
         tokenizers[label] = tok
+    for info in infos.values():  # every local weights file checked before the first loads
+        for weights in sorted(Path(info.source).glob("*.safetensors")) if Path(info.source).is_dir() else []:
+            check_safetensors(weights, f"download or copy it again, or give another {info.param}")
     out = {}
     for label, info in infos.items():
-        model, loading = AutoModelForCausalLM.from_pretrained(info.source, dtype=dtype, output_loading_info=True)
+        with pickles_refused(info.source, info.param):
+            model, loading = AutoModelForCausalLM.from_pretrained(info.source, dtype=dtype, output_loading_info=True)
         _check_loaded(info, model, loading.get("missing_keys", ()))
         model = model.to(device).eval()
         check_model(model)

@@ -266,8 +266,15 @@ def weights_sha256(path: Path, todo: str) -> str:
     return digest.hexdigest()
 
 
+_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+                "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+"""Bytes per element of the safetensors dtypes (others are left to the loader)."""
+
+
 def check_safetensors(path: Path, todo: str) -> None:
-    """Raise :class:`DamagedFileError` naming ``path`` when its header does not parse or the file is cut short."""
+    """Raise :class:`DamagedFileError` naming ``path`` when its header does not parse, the file is cut short, or a
+    tensor's shape and dtype do not fit the bytes its offsets give (a shape such as [1e9, 1e9] over a few bytes,
+    which the loader reports without naming the file)."""
     try:
         size = path.stat().st_size
         with path.open("rb") as f:
@@ -278,11 +285,41 @@ def check_safetensors(path: Path, todo: str) -> None:
             if n > size - 8:
                 raise ValueError(f"header of {n} bytes does not fit in {size} bytes")
             header = json.loads(f.read(n))
-        end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+        tensors = {k: t for k, t in header.items() if k != "__metadata__"}
+        for name, t in tensors.items():
+            shape, (begin, end), width = t["shape"], t["data_offsets"], _DTYPE_BYTES.get(t["dtype"])
+            if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+                raise ValueError(f"tensor {name!r} has shape {shape!r}, not a list of sizes")
+            if width is not None and math.prod(shape) * width != int(end) - int(begin):
+                raise ValueError(f"tensor {name!r} of shape {shape} and dtype {t['dtype']} needs "
+                                 f"{math.prod(shape) * width} bytes, its data_offsets give {int(end) - int(begin)}")
+        end = max((int(t["data_offsets"][1]) for t in tensors.values()), default=0)
         if 8 + n + end != size:
             raise ValueError(f"file has {size} bytes, its header describes {8 + n + end}")
     except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
         raise damaged(path, e, todo) from None
+
+
+@contextmanager
+def pickles_refused(folder: str | Path, what: str) -> Iterator[None]:
+    """Around a loader that may read a model's pickled ``*.bin`` weights (transformers does, with ``weights_only``):
+    a file that refers to Python objects raises :class:`UnsafeFileError` naming it and saying to convert it to
+    safetensors, instead of torch's advice to load it with ``weights_only`` off (which would run its code)."""
+    try:
+        yield
+    except Exception as e:
+        text = " ".join(str(e).split())
+        if "weights_only" not in text and "Weights only load failed" not in text:
+            raise
+        found = _GLOBAL.search(text)
+        files = sorted(Path(folder).glob("*.bin")) if Path(folder).is_dir() else []
+        named = ", ".join(map(str, files)) or f"the pickled weights of {folder}"
+        refers = f"the Python object {found.group(1)}" if found else "Python objects"
+        raise UnsafeFileError(f"{what}: {named}: refused: a pickled PyTorch weights file that refers to {refers} "
+                              "besides tensors, and a file like this can run code when it is opened; nothing in it "
+                              "was run. Convert it to safetensors where you trust its origin (load it there and "
+                              "save_pretrained(folder, safe_serialization=True)), or use a copy of the model that "
+                              "has model.safetensors") from None
 
 
 def diff_config(old: dict, new: dict, keys: list[str] | None = None) -> dict[str, tuple[Any, Any]]:
