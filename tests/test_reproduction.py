@@ -243,3 +243,28 @@ def test_a_run_with_another_knn_k_leaves_table_5_not_measured(fresh_run: Run) ->
     pd.DataFrame(rows).to_csv(fresh_run.table_path("alignment_table1"), index=False)
     t5 = [r for r in R.build(fresh_run).rows if r.source == "Table 5"]
     assert t5 and all(r.cause == "not measured here" and "knn@50" in r.why and "k = 10" in r.why for r in t5)
+
+
+def test_an_interval_that_cannot_be_computed_is_cannot_be_judged_never_re_or_not_re(fresh_run: Run) -> None:
+    """Defect 8: one seed of 04 (no interval of the k = 5 shift) read [¬Re] under the paper's protocol beside a
+    record saying "cannot be judged"; a NaN in one of two seeds' proxy shares flipped claim 2 to [¬Re]."""
+    from tiebias.verdicts import claims, records
+
+    fresh_run.metrics_dir.mkdir(exist_ok=True)
+    nan = float("nan")
+    pd.DataFrame([{"ingredient": R.KIT, "k": 5.0, "n_seeds": 1, "vs_untied_input": 0.05, "vs_untied_input_ci_low": nan,
+                   "vs_untied_input_ci_high": nan, "vs_untied_output": -0.05, "vs_untied_output_ci_low": nan,
+                   "vs_untied_output_ci_high": nan}]).to_csv(fresh_run.table_path("claim4_ingredients"), index=False)
+    records.record(fresh_run, records.Headline("claim4_causality", value=nan, threshold=1.0, statement="one seed",
+                                               status=claims.ONE_SEED_STATUS))
+    for proxy in ([0.9, nan], [0.9]):
+        _windows(fresh_run.path, {("warmup", "proxy l2"): proxy, ("warmup", "exact l2"): [0.8] * len(proxy)})
+        lines = {c["claim"][0]: c for c in R.claim_lines(R.Evidence.load(fresh_run))}
+        assert lines["4"]["kit"] == claims.ONE_SEED_STATUS
+        for n in "24":
+            assert lines[n]["paper_protocol"].startswith("cannot be judged ("), (proxy, lines[n])
+    md = write_reproduction(fresh_run).read_text()
+    rows = [line for line in md.splitlines() if line.startswith("| ") and ("imbalance |" in line or "causality |" in line)]
+    assert len(rows) == 2 and not any("Re]" in r for r in rows) and all("cannot be judged (" in r for r in rows)
+    _windows(fresh_run.path, {("warmup", "proxy l2"): [0.9, 0.91], ("warmup", "exact l2"): [0.8, 0.8]})
+    assert R.claim_lines(R.Evidence.load(fresh_run))[1]["paper_protocol"] == "[Re]"  # an interval: judged

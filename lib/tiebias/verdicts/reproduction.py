@@ -750,30 +750,54 @@ BUILDERS = (table1_rows, table5_rows, figure2_rows, figure3_rows, figure4_rows, 
 """Each source of the paper's numbers, in the paper's order; together they give a row for every number."""
 
 
+CANNOT_BE_JUDGED = "cannot be judged"
+"""A claim line's words when the interval its rule compares cannot be computed (one seed, a seed's value not a
+number): never [Re] nor [¬Re]."""
+
+
 def _re(status: str | None) -> str:
     return {"holds": "[Re]", "does not hold": "[¬Re]"}.get(str(status), str(status or "not run"))
 
 
+def _claim2_paper(proxy: np.ndarray | None) -> str | None:
+    """Claim 2 under the paper's protocol: its proxy share over the warmup, the CI's low end above 0.5; "cannot be
+    judged" when a seed's share is not a number or there is one seed (no interval)."""
+    if proxy is None:
+        return None
+    bad = [i for i, x in enumerate(proxy) if not math.isfinite(x)]
+    if bad:
+        return f"{CANNOT_BE_JUDGED} (the proxy share of {len(bad)} of {len(proxy)} seeds is not a number: no interval)"
+    if len(proxy) < 2:
+        return f"{CANNOT_BE_JUDGED} (one seed: no interval)"
+    return "holds" if stats.summarise(proxy).ci_low > 0.5 else "does not hold"
+
+
+def _claim4_paper(kit5: pd.DataFrame | None) -> str | None:
+    """Claim 4 under the paper's protocol: the k = 5 shift towards input and away from output with both CIs clear
+    of 0; "cannot be judged" when an interval is missing (one seed, or not a number)."""
+    if kit5 is None or not len(kit5):
+        return None
+    ends = [float(kit5[c].iloc[0]) for c in ("vs_untied_input_ci_low", "vs_untied_output_ci_high")]
+    if not all(math.isfinite(x) for x in ends):
+        return f"{CANNOT_BE_JUDGED} (no {LEVEL:.0%} interval of the k = 5 shift: one seed, or not a number)"
+    return "holds" if ends[0] > 0 > ends[1] else "does not hold"
+
+
 def claim_lines(ev: Evidence) -> list[dict[str, str]]:
-    """Per claim: [Re] or [¬Re] at our scale under the kit's protocol and under the paper's, and why."""
+    """Per claim: [Re] or [¬Re] at our scale under the kit's protocol and under the paper's, and why; "cannot be
+    judged" where the interval the rule compares cannot be computed."""
     c = ev.claims
-    proxy = _per_seed_share(ev, "proxy l2", "warmup")
-    proxy_low = stats.summarise(proxy[np.isfinite(proxy)]).ci_low if proxy is not None and len(proxy) > 1 else None
     shift = ev.table("claim4_ingredients")
     kit5 = None if shift is None else shift[(shift.ingredient == KIT) & (shift.k == 5.0)]
     lines = []
     for claim, kit_key, paper_status, why in (
             ("1. alignment", "claim1_alignment", c.get("claim1_alignment", {}).get("status"),
              "the paper's protocol is the kit's here (centred, in-sample Procrustes, two separately trained models)"),
-            ("2. gradient imbalance", "claim2_gradient_flow",
-             None if proxy_low is None else ("holds" if proxy_low > 0.5 else "does not hold"),
+            ("2. gradient imbalance", "claim2_gradient_flow", _claim2_paper(_per_seed_share(ev, "proxy l2", "warmup")),
              f"paper's protocol: its proxy metric (l2) over the warmup, share above 0.5 with the {LEVEL:.0%} CI"),
             ("3. early layers pay", "claim3_tuned_lens", c.get("claim3_tuned_lens_reference", {}).get("status"),
              "paper's protocol: its code's lens reading (hidden state i through translator i - 1)"),
-            ("4. causality", "claim4_causality",
-             None if kit5 is None or not len(kit5) else
-             ("holds" if kit5.vs_untied_input_ci_low.iloc[0] > 0 > kit5.vs_untied_output_ci_high.iloc[0]
-              else "does not hold"),
+            ("4. causality", "claim4_causality", _claim4_paper(kit5),
              "paper's protocol: the k = 5 shift against another run's untied model, towards input and away from "
              f"output with the {LEVEL:.0%} CI clear of 0")):
         rec = c.get(kit_key, {})
