@@ -274,7 +274,8 @@ def judge(paper_value: float, kit: Estimate | None, candidates: Sequence[Candida
     ok, not_ok = _qualified(paper_value, kit, candidates)
     if ok:
         _, c, ch, frac, flo, fhi, holds = ok[0]
-        rest = "its interval holds the paper's value" if holds else "the rest is unexplained"
+        rest = ("its interval holds the paper's value" if holds else
+                f"it overshoots by {frac - 1:.0%} of the distance" if frac > 1 else "the rest is unexplained")
         others = ("; runners-up: " + ", ".join(f"{o[1].name} ({o[1].estimate.value:.3g})" for o in ok[1:])
                   if len(ok) > 1 else "")
         return c.cause, (f"{diff}, beyond the margin +-{margin:.3g}; {c.name}: {c.estimate.text()}, a change of "
