@@ -339,3 +339,25 @@ def gradient_shares(run: Run, variants: Sequence[Variant], seeds: Sequence[int])
                          "output_share": float(m.output_share.mean()),
                          "median_out_in_ratio": float((m.output_norm / m.input_norm).median())})
     return pd.DataFrame(rows)
+
+
+def dose_sentence(table: pd.DataFrame, shares: pd.DataFrame, method: str) -> str:
+    """The dose-response figure's numbers in words: the output path's share of the applied gradient and the tied
+    matrix's cosines to the untied input and output matrices at each k (means over seeds, the table's last step).
+
+    Args:
+        table: the sweep's alignment table (:func:`alignment_table`).
+        shares: :func:`gradient_shares`.
+        method: the map whose cosines are read.
+
+    Returns:
+        Two sentences, one per panel of the figure.
+    """
+    final = table[(table.method == method) & (table.step == table.step.max())]
+    cos = final.groupby("k")[["vs_untied_input", "vs_untied_output"]].mean()
+    share = shares.groupby("k").output_share.mean()
+    at = ", ".join(f"{s:.1%} at k = {k:g}" for k, s in share.items())
+    ins = ", ".join(f"{c:.3f} at k = {k:g}" for k, c in cos.vs_untied_input.items())
+    outs = ", ".join(f"{c:.3f} at k = {k:g}" for k, c in cos.vs_untied_output.items())
+    return (f"The output path's share of the applied gradient: {at}.\nThe tied matrix's cosine ({method} map, step "
+            f"{int(final.step.max())}) to the untied input matrix: {ins}; to the untied output matrix: {outs}.")

@@ -193,6 +193,69 @@ def record_details(table: pd.DataFrame) -> dict[str, Any]:
             for m, g in table.groupby("metric", sort=False)}
 
 
-__all__ = ["METRICS", "PAPER_METRIC", "WINDOWS", "like_for_like", "matching", "record_details", "sentence", "step_shares",
+def shown(table: pd.DataFrame, steps: int) -> pd.DataFrame:
+    """A window table for display: in a run shorter than 1000 steps the ``first 1000 steps`` window is the whole run,
+    and is labelled so (the stored table and the record keep the key the paper's window is matched by).
+
+    Args:
+        table: a :func:`window_shares` or :func:`with_paper` table.
+        steps: the run's training steps.
+
+    Returns:
+        A copy whose ``window`` column reads "whole run (N steps; the paper's first 1000)" there.
+    """
+    if steps >= 1000:
+        return table
+    return table.assign(window=table.window.replace("first 1000 steps", f"whole run ({steps} steps; the paper's first 1000)"))
+
+
+def halves(logs: Mapping[str, pd.DataFrame]) -> tuple[float, float]:
+    """The exact output share (mean over the logged steps of every model, pooled) over the first and the second half
+    of training: the lesson's "is the share constant?".
+
+    Args:
+        logs: model key -> its training log (``step``, ``output_share``).
+
+    Returns:
+        (first half, second half); a step belongs to the first half when it is at most half the last step.
+    """
+    flow = pd.concat(list(logs.values()))
+    half = flow.step.max() // 2
+    return float(flow[flow.step <= half].output_share.mean()), float(flow[flow.step > half].output_share.mean())
+
+
+def halves_sentence(logs: Mapping[str, pd.DataFrame]) -> str:
+    """:func:`halves` as the sentence 01 prints.
+
+    Args:
+        logs: model key -> its training log, as for :func:`halves`.
+
+    Returns:
+        The sentence, naming the run's last step and the number of models.
+    """
+    first, second = halves(logs)
+    last = int(pd.concat(list(logs.values())).step.max())
+    return (f"Output share over the first half of the {last} steps: {first:.1%}; over the second half: {second:.1%} "
+            f"(mean over {len(logs)} tied model(s)).")
+
+
+def share_path(log: pd.DataFrame, key: str) -> str:
+    """One model's output share at its first logged step, where it peaks and at its last step: how the imbalance of
+    claim 2 builds up during training.
+
+    Args:
+        log: the model's training log (``step``, ``output_share``).
+        key: the model's key, named in the sentence.
+
+    Returns:
+        The sentence.
+    """
+    first, last = log.iloc[0], log.iloc[-1]
+    peak = log.loc[log.output_share.idxmax()]
+    return (f"{key}'s output share: {first.output_share:.2f} at step {int(first.step)}, {peak.output_share:.2f} at step "
+            f"{int(peak.step)} (its highest), {last.output_share:.2f} at step {int(last.step)}.")
+
+
+__all__ = ["METRICS", "PAPER_METRIC", "WINDOWS", "halves", "halves_sentence", "share_path", "shown", "like_for_like", "matching", "record_details", "sentence", "step_shares",
            "window_bounds", "window_shares", "with_paper"]
 

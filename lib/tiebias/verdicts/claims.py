@@ -12,8 +12,7 @@ A notebook computes the numbers (tables from ``comparisons``, ``gradients``, ``l
    seed sd each.
 
 Above all four: a run that is not evidence (:func:`tiebias.verdicts.evidence.not_meaningful`: the smoke profile, models not
-below the unigram baseline; for claim 3, models not below the bigram baseline) records the claim as "not meaningful", and
-:func:`record` puts the reason first.
+below the unigram baseline) records every claim as "not meaningful", and :func:`record` puts the reason first.
 """
 
 from __future__ import annotations
@@ -83,7 +82,7 @@ def record(dest: Run, v: Verdict) -> dict:
     meaningful" with the reason (the rule's own reading kept in ``details["reading"]``), and ``v`` says so too:
     the banner first in its text, the same status, so what the notebook prints next matches the record.
     """
-    why = evidence.not_meaningful(dest, v.claim)
+    why = evidence.not_meaningful(dest)
     if why and v.status != NOT_MEANINGFUL:
         v.details["reading"] = v.status or status_of(v.holds)
         v.text, v.status = f"{evidence.banner(why)}\n{v.text}", NOT_MEANINGFUL
@@ -225,16 +224,21 @@ def claim2(flow: pd.DataFrame, first_n: int, windows: dict[str, dict[str, float]
     value = float(share.mean())
     after = (windows or {}).get("exact l2", {}).get("after warmup")
     after_text = f"; after warmup {after:.1%}" if isinstance(after, float) and math.isfinite(after) else ""
+    during = (windows or {}).get("exact l2", {}).get("warmup")
+    during_text = f"; during warmup {during:.1%}" if isinstance(during, float) and math.isfinite(during) else ""
     lines = [f"Output path carried {share.mean():.1%}{spread} of the gradient reaching the tied matrix over the first "
-             f"{first_n} steps{after_text}; median output/input norm ratio {ratio.mean():.1f}x. "
+             f"{first_n} steps{during_text}{after_text}; median output/input norm ratio {ratio.mean():.1f}x. "
              f"Paper: ~{FIG4_OUTPUT_SHARE['quoted']:.0%} quoted over its first 1000 steps, all of them warmup "
              f"({FIG4_LOG_WINDOWS['l2']['warmup']:.1%} in its published log, {FIG4_LOG_WINDOWS['l2']['after warmup']:.1%}"
              " after warmup; its input norm is a proxy, see the windows above).",
+             f"\"Dominates\" means a share above {CLAIM2_SHARE:.0%}: at {value:.1%} the output path's gradient is "
+             f"{value / (1 - value):.2f} times the input path's (share / (1 - share)), a lead, not a takeover."
+             if 0 < value < 1 else "",
              f"Claim 2 (output path dominates: share > {CLAIM2_SHARE:.0%}) "
              + printed(status_of(value > CLAIM2_SHARE), loud=False) + " in this run."]
     return Verdict("claim2_gradient_flow", value=value, threshold=CLAIM2_SHARE, unit="output share",
                    statement=f"output path carried {share.mean():.1%} of the tied matrix's gradient over the first "
-                             f"{first_n} steps{after_text} (exact split)", text="\n".join(lines),
+                             f"{first_n} steps{after_text} (exact split)", text="\n".join(x for x in lines if x),
                    spread=share.std(ddof=1) if len(share) > 1 else None, n_seeds=len(share),
                    paper={"quoted": FIG4_OUTPUT_SHARE["quoted"],
                           "reproduction_log": FIG4_OUTPUT_SHARE["reproduction_log_mean"],
@@ -257,28 +261,33 @@ def _keys_in(labels: Any) -> list[str]:
     return sorted(out)
 
 
-def below_unigram(summaries: pd.DataFrame, unigram: float, bigram: float | None = None) -> str:
-    """One line per model: did training get below the unigram baseline (the sanity check before any claim), and
-    below the bigram baseline (the check before a layer-wise claim, :data:`tiebias.verdicts.evidence.LAYERWISE`)?
+def below_unigram(summaries: pd.DataFrame, unigram: float) -> str:
+    """One line per model: did training get below the unigram baseline (the sanity check before any claim)?
 
     Args:
         summaries: training summaries, one row per model indexed by model key (``final_val_loss`` and the
             divergence fields of :func:`tiebias.train.divergence.reason`).
         unigram: the unigram baseline's validation loss, nats (:func:`tiebias.data.tokens.unigram_loss`).
-        bigram: the bigram baseline's, nats (:func:`tiebias.verdicts.evidence.validation_bigram`); None: not shown.
 
     Returns:
         The lines joined by newlines.
 
-    A model whose training diverged says so instead, with what to do (its loss says nothing about learning).
+    A model whose training diverged says so instead, with what to do (its loss says nothing about learning). With
+    more than one model per variant, a last line gives each variant's mean over its models that did not diverge.
     """
-    return "\n".join(f"{k}: {why}; not compared with the unigram baseline, and no claim is taken from it: "
+    lines = "\n".join(f"{k}: {why}; not compared with the unigram baseline, and no claim is taken from it: "
                      f"{divergence.ADVICE}." if (why := divergence.reason(s)) else
                      f"{k}: validation loss {s.final_val_loss:.3f} nats vs unigram baseline {unigram:.3f} "
-                     f"({'below' if s.final_val_loss < unigram else 'NOT below'} by {unigram - s.final_val_loss:.3f})"
-                     + ("" if bigram is None else f"; vs bigram baseline {bigram:.3f} ("
-                        f"{'below' if s.final_val_loss < bigram else 'NOT below'} by {bigram - s.final_val_loss:.3f})")
-                     + "." for k, s in summaries.iterrows())
+                     f"({'below' if s.final_val_loss < unigram else 'NOT below'} by {unigram - s.final_val_loss:.3f})."
+                     for k, s in summaries.iterrows())
+    fine = [(parse_key(str(k))[0].name, s.final_val_loss) for k, s in summaries.iterrows() if not divergence.reason(s)]
+    by_variant: dict[str, list[float]] = {}
+    for variant, loss in fine:
+        by_variant.setdefault(variant, []).append(float(loss))
+    if not any(len(v) > 1 for v in by_variant.values()):
+        return lines
+    means = ", ".join(f"{v} {sum(x) / len(x):.2f}" for v, x in by_variant.items())
+    return f"{lines}\nMean validation loss over seeds: {means} nats; unigram baseline {unigram:.2f}."
 
 
 # --------------------------------------------------------------------------- claim 3
