@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from tiebias.output.plotting.style import log_axis, palette
+from tiebias.output.plotting.style import log_axis, palette, reference_line
 from tiebias.paper import TABLE1
 
 PAIRING_COLORS = {"within model": "#7f7f7f", "same seed": "#ff7f0e", "cross seed": "#1f77b4"}
@@ -145,4 +145,66 @@ def by_frequency(tables: dict[str, pd.DataFrame]) -> go.Figure:
     fig.update_layout(barmode="group", height=420, xaxis_title="frequency bin (q1 = rarest seen tokens)",
                       yaxis_title="mean per-token cosine",
                       title="Alignment by token frequency (error bars: ± per-token sd within the bin, clipped at 1)")
+    return fig
+
+
+KNN_COLORS = {"untied output -> tied": "#d62728", "untied input -> tied": "#1f77b4",
+              "untied input -> untied output": "#7f7f7f", "tied -> tied (noise floor)": "#9467bd"}
+
+
+def knn_by_frequency(table: pd.DataFrame) -> go.Figure:
+    """Table 5 by frequency: KNN@k overlap per frequency bin for each comparison, with chance and the ceiling.
+
+    Args:
+        table: the :func:`tiebias.align.knn_bins.knn_by_frequency` frame.
+
+    Returns:
+        The plotly figure: one line per comparison against the bins (rarest first, never-seen tokens at the left),
+        ± sd over pairs; the tied -> tied line is the ceiling, the dashed line chance, k / (V - 1).
+    """
+    fig = go.Figure()
+    for comp, color in KNN_COLORS.items():
+        d = table[table.comparison == comp]
+        if d.empty:
+            continue
+        labels = [f"{b} ({lo}-{hi})" for b, lo, hi in zip(d.bin, d.count_min, d.count_max, strict=True)]
+        fig.add_scatter(x=labels, y=d.overlap, error_y=dict(array=np.nan_to_num(d.sd.to_numpy(dtype=float))),
+                        mode="lines+markers", name=f"{comp} ({d.pairing.iloc[0]})", line=dict(color=color,
+                        dash="dot" if "noise floor" in comp else "solid"))
+    reference_line(fig, float(table.chance.iloc[0]), f"chance k / (V - 1) = {table.chance.iloc[0]:.4f}")
+    fig.update_layout(height=440, xaxis_title="token frequency bin (training counts), rarest first",
+                      yaxis_title="KNN overlap (share of neighbours in common)",
+                      title="Table 5 by frequency: neighbourhood overlap per bin (mean ± sd over pairs of models)")
+    return fig
+
+
+def levels_at_checkpoints(table: pd.DataFrame) -> go.Figure:
+    """Tables 1, 2, 6 and Figure 3 read at every checkpoint, with the paper's levels at its own steps.
+
+    Args:
+        table: the :func:`tiebias.align.checkpoint_levels.levels` frame.
+
+    Returns:
+        The plotly figure: two panels (the alignment cosines; the cosine to initialisation), our mean ± sd over seed
+        pairs per quantity against our step (log axis, step 0 at 0.5), and the paper's levels as dashed lines
+        labelled with their table and step.
+    """
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("alignment to the tied matrix (orthogonal map)",
+                                                        "untied matrices: cosine to initialisation"))
+    ours, theirs = table[table.who == "this run"], table[table.who == "paper"]
+    colors = palette(ours.quantity.nunique(), list(KNN_COLORS.values()))
+    for (q, d), color in zip(ours.groupby("quantity", sort=False), colors, strict=True):
+        col = 2 if d.source.iloc[0] == "Figure 3" else 1
+        fig.add_scatter(x=np.maximum(d.step.to_numpy(dtype=float), 0.5), y=d["mean"],
+                        error_y=dict(array=np.nan_to_num(d.sd.to_numpy(dtype=float))), mode="lines+markers",
+                        name=q, line=dict(color=color), legendgroup=q, row=1, col=col)
+        for r in theirs[theirs.quantity == q].itertuples():
+            when = "trained model" if not np.isfinite(r.step) else f"step {int(r.step):,}"
+            fig.add_hline(y=r.mean, line=dict(dash="dash", color=color, width=1), row=1, col=col,
+                          annotation_text=f"paper {r.source}, {when}: {r.mean:.3f}", annotation_position="top left",
+                          annotation_font=dict(size=10, color=color))
+    log_axis(fig, np.maximum(ours.step.to_numpy(dtype=float), 0.5), "x")
+    fig.update_xaxes(title_text="our training step (log; step 0 shown at 0.5)")
+    fig.update_yaxes(title_text="mean per-token cosine", row=1, col=1)
+    fig.update_layout(height=480, title="Cosine levels at every checkpoint, beside the paper's at its own steps")
     return fig

@@ -318,3 +318,30 @@ def penalty_vs_k(by_k: pd.DataFrame) -> go.Figure:
     fig.update_layout(title="The paper's lens reading's row-1 penalty against k (tied models, bits)",
                       yaxis_title="KL(reference) - KL(package) at row 1, bits", height=420)
     return fig
+
+
+def bigram_bound(table: pd.DataFrame) -> go.Figure:
+    """Figure 2's layer-0 level against the bigram baseline: one point per model.
+
+    Args:
+        table: the :func:`tiebias.lens.bigram_bound.bound_table` frame.
+
+    Returns:
+        The plotly figure: x the model's gain over the bigram baseline, (CE(bigram) - CE(model)) / ln 2 bits, y its
+        tuned-lens KL at layer 0 in bits, coloured by variant; the dotted diagonal is y = x, where a layer-0 lens that
+        reads as well as the best bigram would sit, and the vertical line x = 0 the bigram baseline itself.
+    """
+    fig = go.Figure()
+    for variant, d in table.groupby("variant", sort=False):
+        fig.add_scatter(x=d.bigram_gain_bits, y=d.kl_layer0_bits, mode="markers", name=str(variant),
+                        marker=dict(size=11, color=COLORS.get(str(variant))),
+                        text=[f"{variant}-s{s}" for s in d.seed], hovertemplate="%{text}: gain %{x:.3f}, KL %{y:.3f}")
+    lo = float(min(table.bigram_gain_bits.min(), 0.0))
+    hi = float(max(table.bigram_gain_bits.max(), table.kl_layer0_bits.max(), 0.0))
+    fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="KL = gain", line=dict(dash="dot", color="gray"))
+    fig.add_vline(x=0.0, line=dict(dash="dash", color="gray", width=1), annotation_text="bigram baseline",
+                  annotation_position="top")
+    fig.update_layout(height=440, xaxis_title="gain over the bigram baseline: (CE(bigram) - CE(model)) / ln 2, bits",
+                      yaxis_title="tuned-lens KL at layer 0, bits",
+                      title="Figure 2's level: layer-0 KL against how much the model beats a count bigram")
+    return fig

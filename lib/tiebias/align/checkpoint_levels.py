@@ -1,0 +1,168 @@
+"""Cosine levels of Tables 1, 2 and 6 and Figure 3 at every saved checkpoint: a training clock beside the paper's levels
+at its own checkpoints.
+
+The paper reads Table 6 at step 1,000 and Table 2 at step 10,000 of its OLMo-1B runs, Figure 3 at step 20,000 of
+OLMo-1B-0724, and Table 1 on fully trained models; our final models have trained for a few hundred steps. Reading our
+levels at each checkpoint shows whether they are still moving, and in which direction, when the paper's level is set
+beside them. Table 2's and 6's k = 1 cells are Table 1's "-> tied" comparisons at the same step (the plain tied model
+against the untied model, orthogonal map), so they share rows; k > 1 is read from the run's ``tied_in<k>`` models
+where 04 trained them. The table is written to ``metrics/levels_at_checkpoints.csv``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tiebias import paper
+from tiebias.ablate import sweep
+from tiebias.align import comparisons
+from tiebias.config.variants import Variant
+from tiebias.run import inventory
+from tiebias.run.folder import Run
+
+TABLE = "levels_at_checkpoints"
+"""The table's name in the run folder (``metrics/<TABLE>.csv``)."""
+METHOD = "orthogonal"
+"""The map of every level here: the Procrustes map of Tables 2 and 6 and the paper's headline column of Table 1."""
+COLUMNS = ["source", "quantity", "who", "step", "fraction", "mean", "sd", "n"]
+_TABLE1 = {"untied output -> tied": "untied output -> tied", "untied input -> tied": "untied input -> tied",
+           "untied input -> untied output": "untied input -> untied output",
+           "tied -> tied (noise floor)": None}
+_WHICH = {"vs untied input": "untied input -> tied", "vs untied output": "untied output -> tied"}
+_COLUMN = {"vs untied input": "vs_untied_input", "vs untied output": "vs_untied_output"}
+
+
+def _number(x: Any) -> float:
+    """A paper value as a float: a number, or the midpoint of a (low, high) range."""
+    return float(np.mean(x)) if isinstance(x, tuple) else float(x)
+
+
+def paper_levels() -> pd.DataFrame:
+    """The paper's cosine levels with the step it read them at.
+
+    Returns:
+        :data:`COLUMNS` with ``who`` = ``paper``: Table 1 (OLMo-1B, orthogonal map, fully trained models: step NaN),
+        Tables 6 and 2 (steps 1,000 and 10,000; k = 1 under Table 1's comparison names) and Figure 3 (step 20,000).
+    """
+    rows = [("Table 1", q, np.nan, _number(paper.TABLE1["OLMo-1B"][q][METHOD])) for q, p in _TABLE1.items() if p]
+    for src, table, step in (("Table 6", paper.TABLE6_STEP1K, 1000), ("Table 2", paper.TABLE2_STEP10K, 10000)):
+        for k, cells in table.items():
+            for which, v in cells.items():
+                q = _WHICH[which] if float(k) == 1.0 else f"k = {float(k):g}, {which}"
+                rows.append((src, q, step, _number(v)))
+    rows += [("Figure 3", f"untied {which}: cosine to initialisation", 20000, _number(v))
+             for which, v in paper.FIG3_COS_TO_INIT.items()]
+    return pd.DataFrame([{"source": s, "quantity": q, "who": "paper", "step": st, "fraction": np.nan, "mean": v,
+                          "sd": np.nan, "n": 1} for s, q, st, v in rows], columns=COLUMNS)
+
+
+def _summarise(df: pd.DataFrame, source: str, quantity: str, column: str, final: int) -> list[dict]:
+    """Mean, sd and count over seeds (or pairs) of ``column`` per step."""
+    out = []
+    for step, g in df.groupby("step", sort=True):
+        x = g[column].to_numpy(dtype=float)
+        out.append({"source": source, "quantity": quantity, "who": "this run", "step": int(step),
+                    "fraction": int(step) / final if final else np.nan, "mean": float(x.mean()),
+                    "sd": float(x.std(ddof=1)) if len(x) > 1 else np.nan, "n": len(x)})
+    return out
+
+
+def levels(run: Run, seeds: Sequence[int] | None = None, *, evolution: pd.DataFrame | None = None,
+           scaled: bool = True) -> pd.DataFrame:
+    """Our levels at every checkpoint shared by the tied and untied models of ``seeds``, and the paper's.
+
+    Args:
+        run: the run; its ``tied``/``untied`` models of every seed, and any ``tied_in<k>`` models 04 trained.
+        seeds: the seeds read (None: every seed with both a complete tied and untied model).
+        evolution: the Figure 3 table (:func:`tiebias.align.comparisons.evolution_table`, 02's
+            ``alignment_evolution``); None computes it.
+        scaled: also read the run's ``tied_in<k>`` models (k != 1) present for every seed; False: k = 1 only
+            (notebook 02, which runs before 04 trains them, so its table does not depend on what a rerun finds).
+
+    Returns:
+        :data:`COLUMNS`, long: per quantity and step our mean and sd over seed pairs (cross seed with two seeds or
+        more, as Table 1's headline; the untied model's own two matrices for "untied input -> untied output"), then
+        the paper's rows (:func:`paper_levels`). ``fraction`` is the step over our final step.
+    """
+    if seeds is None:
+        seeds = inventory.require_complete(run, ("tied", "untied"))
+    seeds = sorted(seeds)
+    steps = sweep.common_steps(run, [Variant(True)], seeds)
+    final = max(steps) if steps else 0
+    pairing = "cross seed" if len(seeds) > 1 else "same seed"
+    rows: list[dict] = []
+    t1 = []
+    for step in steps:
+        t = comparisons.table1(comparisons.load_models(run, seeds, step), [METHOD], knn_k=None)
+        t1.append(t.assign(step=step))
+    if t1:
+        t1_all = pd.concat(t1, ignore_index=True)
+        for q in _TABLE1:
+            want = "within model" if q == "untied input -> untied output" else pairing
+            sub = t1_all[(t1_all.comparison == q) & (t1_all.pairing == ("cross seed" if "noise" in q else want))]
+            rows += _summarise(sub, "Table 1", q, METHOD, final)
+    found = [Variant.parse(v) for v in run.models().query("complete").variant.unique()] if scaled else []
+    ks = sorted({v for v in found if v.tied and v.input_factor != 1.0 and v.output_factor == 1.0
+                 and all(run.is_complete(v, s) for s in seeds)}, key=lambda v: v.input_factor)
+    if ks:
+        k_steps = sweep.common_steps(run, ks, seeds)
+        t = sweep.alignment_table(run, ks, seeds, steps=[s for s in k_steps if s in steps], methods=[METHOD],
+                                  reference=sweep.reference_for(seeds))
+        for (k, which) in [(v.input_factor, w) for v in ks for w in _COLUMN]:
+            rows += _summarise(t[t.k == k], "Tables 2, 6", f"k = {k:g}, {which}", _COLUMN[which], final)
+    ev = comparisons.evolution_table(run, seeds) if evolution is None else evolution
+    for which in ("input", "output"):
+        rows += _summarise(ev[ev.matrix == f"untied {which}"], "Figure 3", f"untied {which}: cosine to initialisation",
+                           "cos_to_init", final)
+    return pd.concat([pd.DataFrame(rows, columns=COLUMNS), paper_levels()], ignore_index=True)
+
+
+def at_fraction(table: pd.DataFrame, quantity: str, fraction: float) -> pd.Series:
+    """Our level of one quantity at the checkpoint nearest to a place in training: the judge's input for a level read
+    at the same place on the clock (e.g. 0.1, where the paper's step 1,000 lies in its 10,000-step run).
+
+    Args:
+        table: the :func:`levels` frame.
+        quantity: one of its quantities of this run.
+        fraction: the place in training, step over final step.
+
+    Returns:
+        The row (``step``, ``fraction``, ``mean``, ``sd``, ``n``...).
+    """
+    ours = table[(table.quantity == quantity) & (table.who == "this run")]
+    if ours.empty:
+        raise ValueError(f"quantity: {quantity!r} has no level of this run; have "
+                         f"{sorted(set(table[table.who == 'this run'].quantity))}")
+    return ours.loc[(ours.fraction - fraction).abs().idxmin()]
+
+
+def describe(table: pd.DataFrame) -> str:
+    """One line per quantity: our level at the first checkpoint after step 0, at the last, and the paper's.
+
+    Args:
+        table: the :func:`levels` frame.
+
+    Returns:
+        The lines, joined by newlines.
+    """
+    lines = []
+    ours = table[table.who == "this run"]
+    theirs = table[table.who == "paper"]
+    for q, g in ours.groupby("quantity", sort=False):
+        g = g[g.step > 0]
+        if g.empty:
+            continue
+        first, last = g.iloc[0], g.iloc[-1]
+        p = theirs[theirs.quantity == q]
+        ptxt = "; ".join(f"{r.source} {r.mean:.3f}" + (f" at step {int(r.step):,}" if np.isfinite(r.step) else
+                                                        " (trained model)") for r in p.itertuples()) or "none"
+        lines.append(f"{q}: {first['mean']:.3f} at step {int(first.step)} -> {last['mean']:.3f} at step "
+                     f"{int(last.step)} ({last['mean'] - first['mean']:+.3f}); paper: {ptxt}.")
+    return "\n".join(lines)
+
+
+__all__ = ["COLUMNS", "METHOD", "TABLE", "at_fraction", "describe", "levels", "paper_levels"]

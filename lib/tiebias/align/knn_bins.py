@@ -1,0 +1,154 @@
+"""Table 5's KNN@k overlap by token frequency, beside chance and the tied-vs-tied ceiling.
+
+The mean overlap of Table 5 mixes tokens seen thousands of times with tokens seen a few times. Per frequency bin
+(:func:`tiebias.align.token_stats.by_frequency`'s quantile bins, rarest first, never-seen tokens apart) this module
+gives each comparison's overlap, beside two reference points: **chance**, k / (V - 1), what two unrelated matrices
+share (each of one list's k neighbours is among the other list's k of the V - 1 other tokens with that probability),
+and the **ceiling**, the overlap of two tied matrices of different seeds in the same bin, how alike two matrices of
+the same kind get at all. The table is written to ``metrics/knn_by_frequency.csv``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tiebias.align import token_stats
+from tiebias.align.embeddings import Embeddings
+from tiebias.align.neighbours import check_knn_k, nearest, neighbour_overlap
+
+TABLE = "knn_by_frequency"
+"""The table's name in the run folder (``metrics/<TABLE>.csv``)."""
+CEILING = "tied -> tied (noise floor)"
+"""The comparison whose overlap is the ceiling: two tied matrices of different seeds."""
+COMPARISONS = {  # label (as in Table 1's rows): (source kind, matrix, target kind, matrix)
+    "untied output -> tied": ("untied", "output", "tied", "input"),
+    "untied input -> tied": ("untied", "input", "tied", "input"),
+    "untied input -> untied output": ("untied", "input", "untied", "output"),
+    CEILING: ("tied", "input", "tied", "input"),
+}
+COLUMNS = ["comparison", "pairing", "bin", "count_min", "count_max", "n_tokens", "overlap", "sd", "n_pairs", "chance",
+           "ceiling", "over_chance"]
+
+
+def _pairs(seeds: list[int], label: str) -> tuple[str, list[tuple[int, int]]]:
+    """The pairing and (source seed, target seed) pairs of one comparison: cross seed when there are two seeds or
+    more (the headline of Table 1), the same seed otherwise; the untied model's own two matrices within a model."""
+    if label == "untied input -> untied output":
+        return "within model", [(s, s) for s in seeds]
+    if len(seeds) < 2:
+        return "same seed", ([] if label == CEILING else [(s, s) for s in seeds])
+    pairs = itertools.combinations(seeds, 2) if label == CEILING else itertools.permutations(seeds, 2)
+    return "cross seed", list(pairs)
+
+
+def knn_by_frequency(models: dict[int, dict[str, Embeddings]], counts: Any, k: int = 10,
+                     bins: int = 5) -> pd.DataFrame:
+    """KNN@k overlap per frequency bin for Table 5's comparisons and the tied-vs-tied ceiling.
+
+    Args:
+        models: seed -> tied and untied embeddings of one run (:func:`tiebias.align.comparisons.load_models`); every
+            matrix has one row per token id of the run's vocabulary.
+        counts: training count per token id (:meth:`tiebias.run.folder.Run.frequencies`), one per row.
+        k: the neighbourhood size (Table 5: 10).
+        bins: frequency quantile bins of the seen tokens (:func:`tiebias.align.token_stats.by_frequency`).
+
+    Returns:
+        :data:`COLUMNS`, one row per comparison and bin: ``overlap`` is the mean over pairs of models of the bin's
+        mean per-token overlap (``sd`` over pairs), ``chance`` k / (V - 1), ``ceiling`` the tied -> tied overlap of
+        the same bin (NaN with one seed), ``over_chance`` the overlap divided by chance.
+    """
+    seeds = sorted(models)
+    if not seeds:
+        raise ValueError("models: empty; give at least one seed's {'tied': ..., 'untied': ...} (see load_models)")
+    sizes = {m.vocab_size for s in seeds for m in models[s].values()}
+    c = np.asarray(counts)
+    if len(sizes) != 1 or c.shape != (next(iter(sizes)),):
+        raise ValueError(f"models / counts: every matrix needs one row per token id of one vocabulary and counts one "
+                         f"entry per id; got vocabularies {sorted(sizes)} and {c.shape[0] if c.ndim else 0} counts "
+                         "(an external pair with two tokenizers has no shared frequency bins)")
+    vocab = next(iter(sizes))
+    k = check_knn_k(k, vocab, "k")
+    if k is None:
+        raise ValueError("k: None is not allowed here; give the neighbourhood size, e.g. 10")
+    near: dict[tuple[int, str, str], Any] = {}
+
+    def idx(seed: int, kind: str, which: str) -> Any:
+        key = (seed, kind, "input" if kind == "tied" else which)
+        if key not in near:
+            near[key] = nearest(models[seed][kind].matrix(key[2]), k)
+        return near[key]
+
+    frames = []
+    for label, (ka, wa, kb, wb) in COMPARISONS.items():
+        pairing, pairs = _pairs(seeds, label)
+        for sa, sb in pairs:
+            _, per = neighbour_overlap(idx(sa, ka, wa), idx(sb, kb, wb))
+            t = token_stats.by_frequency(per.numpy(), c, bins=bins)
+            frames.append(t.assign(comparison=label, pairing=pairing))
+    long = pd.concat(frames, ignore_index=True)
+    g = long.groupby(["comparison", "pairing", "bin"], sort=False)
+    out = g.agg(count_min=("count_min", "first"), count_max=("count_max", "first"), n_tokens=("n", "first"),
+                overlap=("mean", "mean"), sd=("mean", lambda x: x.std(ddof=1) if len(x) > 1 else np.nan),
+                n_pairs=("mean", "size")).reset_index()
+    out["chance"] = k / (vocab - 1)
+    ceiling = out[out.comparison == CEILING].set_index("bin").overlap
+    out["ceiling"] = out.bin.map(ceiling).astype(float)
+    out["over_chance"] = out.overlap / out.chance
+    return out[COLUMNS]
+
+
+def cell(table: pd.DataFrame, comparison: str, bin_label: str | None = None) -> dict[str, float]:
+    """One comparison's overlap with its chance and ceiling, the judge's input for a Table 5 row.
+
+    Args:
+        table: the :func:`knn_by_frequency` frame.
+        comparison: one of :data:`COMPARISONS`.
+        bin_label: one bin (``unseen``, ``q1``...), or None: all tokens, each bin weighted by its tokens (equal to
+            Table 1's ``knn@k`` of the same pairs).
+
+    Returns:
+        ``overlap``, ``chance``, ``ceiling`` (NaN with one seed) and ``n_tokens``.
+    """
+    t = table[table.comparison == comparison]
+    if bin_label is not None:
+        t = t[t.bin == bin_label]
+    if t.empty:
+        raise ValueError(f"comparison / bin_label: no row for {comparison!r}, bin {bin_label!r}; have "
+                         f"{sorted(set(table.comparison))} and bins {list(dict.fromkeys(table.bin))}")
+    w = t.n_tokens.to_numpy(dtype=float)
+    mean = lambda col: float(np.average(t[col].to_numpy(dtype=float), weights=w))  # noqa: E731
+    return {"overlap": mean("overlap"), "chance": float(t.chance.iloc[0]), "ceiling": mean("ceiling"),
+            "n_tokens": int(w.sum())}
+
+
+def rarest_and_commonest(table: pd.DataFrame, bins: Sequence[str] | None = None) -> str:
+    """A sentence per Table 5 comparison: its overlap in the rarest and the most frequent seen bin.
+
+    Args:
+        table: the :func:`knn_by_frequency` frame.
+        bins: the bins considered (None: every seen bin).
+
+    Returns:
+        The sentences, one line each, with chance multiples and the ceiling.
+    """
+    lines = []
+    for label in [c for c in COMPARISONS if c != CEILING]:
+        t = table[(table.comparison == label) & (table.bin != "unseen")]
+        if bins is not None:
+            t = t[t.bin.isin(bins)]
+        if t.empty:
+            continue
+        lo, hi = t.iloc[0], t.iloc[-1]
+        ceil = lambda r: "no ceiling (one seed)" if np.isnan(r.ceiling) else f"ceiling {r.ceiling:.3f}"  # noqa: E731
+        lines.append(f"{label} ({lo.pairing}): rarest bin ({lo.bin}, counts {lo.count_min}-{lo.count_max}) "
+                     f"{lo.overlap:.3f} ({lo.over_chance:.1f}x chance, {ceil(lo)}); most frequent ({hi.bin}, counts "
+                     f"{hi.count_min}-{hi.count_max}) {hi.overlap:.3f} ({hi.over_chance:.1f}x chance, {ceil(hi)}).")
+    return "\n".join(lines)
+
+
+__all__ = ["CEILING", "COLUMNS", "COMPARISONS", "TABLE", "cell", "knn_by_frequency", "rarest_and_commonest"]
