@@ -21,7 +21,7 @@ from tiebias.config.paths import path_text, repo_root
 from tiebias.output.markup import md_code, md_text
 from tiebias.run.files import DamagedFileError, read_json, write_json_atomic, write_text_atomic
 from tiebias.run.folder import Run
-from tiebias.verdicts.reproduction import CAUSES, RULES, Reproduction, Row, build
+from tiebias.verdicts.reproduction import CAUSES, EXPLAINED, RULES, Reproduction, Row, build
 
 PACKAGES = ("torch", "transformers", "tuned-lens", "datasets", "tokenizers", "papermill")
 LOCK_FILE = "constraints.txt"
@@ -116,6 +116,7 @@ def markdown(run: Run, rep: Reproduction, env: dict[str, Any], comp: dict[str, A
               "[Re]: the claim holds at our scale under that protocol; [¬Re]: it does not.", "",
               _md_table(CLAIM_HEAD, _claim_rows(rep)), "", "## Every number", "", HOW_TO_READ, ""]
     counts = ", ".join(f"{c} {n}" for c, n in rep.causes().items() if n)
+    counts += f"; explained by a computed cause: {sum(rep.causes()[c] for c in EXPLAINED)}"
     lines += [f"Causes over {rep.comparisons()} comparisons ({sum(not r.setting for r in rep.rows)} numbers of the "
               f"paper; one number of ours set beside several of the paper's counts once): {md_text(counts)}.", ""]
     if rep.scale_source:
