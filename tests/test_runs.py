@@ -148,23 +148,23 @@ def test_atomic_path_replaces_whole_or_not_at_all(tmp_path) -> None:
     assert np.load(path).tolist() == [0, 1, 2] and [p.name for p in tmp_path.iterdir()] == ["table.csv"]
 
 
-def test_atomic_folder_replaces_a_folder_and_clears_leftovers(tmp_path) -> None:
+def test_atomic_folder_replaces_a_folder_in_place(tmp_path) -> None:
     from tiebias.run.files import atomic_folder
 
-    final, tmp = tmp_path / "step-4", tmp_path / ".tmp-step-4"
+    final = tmp_path / "step-4"
     (final / "old.txt").parent.mkdir()
     (final / "old.txt").write_text("old")
-    tmp.mkdir()
-    (tmp / "half.txt").write_text("a leftover of an interrupted write")
-    with atomic_folder(final, tmp) as folder:
-        assert folder == tmp and not tmp.exists()  # the leftover is gone before writing starts
+    (tmp_path / ".tmp-step-4").symlink_to(tmp_path / "elsewhere")  # a name a writer once used: never written through
+    with atomic_folder(final, ".tmp-step-4.") as folder:
+        assert folder.name == "step-4" and folder.parent.name.startswith(".tmp-step-4.") and not folder.exists()
         folder.mkdir()
         (folder / "new.txt").write_text("new")
-    assert sorted(p.name for p in final.iterdir()) == ["new.txt"] and not tmp.exists()
+    assert sorted(p.name for p in final.iterdir()) == ["new.txt"] and not (tmp_path / "elsewhere").exists()
     with pytest.raises(RuntimeError, match="stopped"), atomic_folder(final) as folder:
         folder.mkdir()
         raise RuntimeError("stopped")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-4"] and (final / "new.txt").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".tmp-step-4", "step-4"]
+    assert (final / "new.txt").read_text() == "new"
 
 
 def test_file_names_come_from_the_layout(tmp_path) -> None:

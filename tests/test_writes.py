@@ -38,9 +38,219 @@ def test_make_exercise_runs_nothing_its_id_holds(bad: str, tmp_path: Path) -> No
 def test_exercise_trains_under_the_checkouts_runs_folder_from_any_working_folder(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     seen = []
-    monkeypatch.setattr(cli, "_study", lambda args: seen.append(args) or 0)
+    monkeypatch.setattr(cli, "_study", lambda args, **kw: seen.append(args) or 0)
     monkeypatch.chdir(tmp_path)
     assert cli.main(["exercise", "01-b"]) == 0
     assert seen[0].run_dir == str(runs_dir() / "ex-01-b"), seen[0].run_dir
     assert str(runs_dir() / "ex-01-b") in capsys.readouterr().out  # the printed command is the one that runs
     assert not (tmp_path / "runs").exists()
+
+
+# -- one rule for every file the kit writes: never through a symbolic link ------------------------------------------
+def _outside(tmp_path: Path) -> dict[str, Path]:
+    """Files and a folder outside the run folder that planted links point at; their content must never change."""
+    out = tmp_path / "outside"
+    out.mkdir()
+    files = {name: out / name for name in ("a.txt", "b.txt", "c.txt", "d.txt", "e.txt", "f.txt")}
+    for p in files.values():
+        p.write_text("precious\n")
+    return files
+
+
+def _untouched(outside: dict[str, Path]) -> None:
+    for p in outside.values():
+        assert p.read_text() == "precious\n", f"{p} was written through a link"
+    assert sorted(p.name for p in next(iter(outside.values())).parent.iterdir()) == sorted(outside), \
+        "a file was created outside the run folder"
+
+
+def test_links_planted_under_temporary_names_are_never_written_through(fresh_run, tmp_path: Path, capsys) -> None:
+    """Text and JSON (the reproduction pages, report.html, the lock's holder file), a table (to_csv), the token
+    splits (np.save), the frequencies and the tokenizer: each written beside a planted link, never through it."""
+    import pandas as pd
+
+    from tiebias.run.folder import Run
+
+    outside = _outside(tmp_path)
+    run = fresh_run
+    for name, target in ((".reproduction.md.tmp", "a.txt"), (".reproduction.json.tmp", "b.txt"),
+                         ("..lock-holder.json.tmp", "c.txt"), (".report.html.tmp", "d.txt")):
+        (run.path / name).symlink_to(outside[target])
+    (run.path / "reproduction.md").symlink_to(outside["e.txt"])  # a link at the final name is replaced, not followed
+    assert cli.main(["reproduction", str(run.path)]) == 0, capsys.readouterr().err
+    _untouched(outside)
+    assert not (run.path / "reproduction.md").is_symlink() and "Reproduction report" in \
+        (run.path / "reproduction.md").read_text()
+    run.metrics_dir.mkdir(exist_ok=True)
+    (run.metrics_dir / ".t.csv.tmp").symlink_to(outside["a.txt"])
+    run.save_table(pd.DataFrame({"x": [1]}), "t")
+    (run.path / "tokens" / "train.npy").unlink()
+    run.frequencies_path.unlink()
+    (run.path / "tokens" / ".train.npy.tmp").symlink_to(outside["b.txt"])
+    (run.path / ".token_frequencies.csv.tmp").symlink_to(outside["c.txt"])
+    (run.path / ".tokenizer.tmp").symlink_to(tmp_path / "outside" / "nowhere")
+    Run.prepare(run.path, vocab_size=512)  # rebuilds the missing files
+    _untouched(outside)
+    assert run.tokens("train").numel() > 0 and run.frequencies().sum() > 0
+
+
+def test_training_writes_no_file_through_a_link(fresh_run, tiny_config, tmp_path: Path) -> None:
+    """train_config.json, the metrics logs, checkpoints, complete.json and the final model are written beside
+    planted links and renamed over them; a log appended a row at a time refuses a link; a lens is written beside
+    links in its folder."""
+    from tiebias.lens import lenses
+    from tiebias.train.trainer import train
+
+    outside = _outside(tmp_path)
+    run = fresh_run
+    mdir = run.model_dir("tied", 0)
+    (mdir / "checkpoints").mkdir(parents=True)
+    run.metrics_dir.mkdir()
+    for link, target in ((mdir / ".train_config.json.tmp", "a.txt"), (mdir / ".complete.json.tmp", "b.txt"),
+                         (run.metrics_dir / ".tied-s0.csv.tmp", "c.txt"), (mdir / "model.safetensors", "d.txt"),
+                         (mdir / "checkpoints" / ".tmp-step-4", "e.txt")):
+        link.symlink_to(outside[target])
+    train(run, "tied", 0, tiny_config, progress=False, num_threads=1)
+    _untouched(outside)
+    assert run.is_complete("tied", 0) and not (mdir / "model.safetensors").is_symlink()
+    from tiebias.run.files import RunFolderError, open_append
+
+    log = run.metrics_path("tied", 0)
+    log.unlink()
+    log.symlink_to(outside["f.txt"])
+    with pytest.raises(RunFolderError, match=r"tied-s0\.csv: is a symbolic link .*Remove the link"):
+        open_append(log)
+    lens_dir = tmp_path / "lens"
+    lens_dir.mkdir()
+    (lens_dir / "params.pt").symlink_to(outside["d.txt"])
+    (lens_dir / "config.json").symlink_to(outside["e.txt"])
+    lenses.save_lens(lenses.new_lens(run.load_model("tied", 0)), lens_dir)
+    _untouched(outside)
+    assert [p.name for p in lens_dir.iterdir() if p.is_symlink()] == []
+
+
+def test_figures_and_executed_notebooks_are_not_written_through_links(tmp_path: Path, monkeypatch) -> None:
+    import plotly.graph_objects as go
+
+    from tiebias import study
+    from tiebias.output.notebook import save_figure
+
+    outside = _outside(tmp_path)
+    figures = tmp_path / "run" / "figures"
+    figures.mkdir(parents=True)
+    (figures / "f.html").symlink_to(outside["a.txt"])
+    (figures / "f.json").symlink_to(outside["b.txt"])
+    (figures / "plotly.min.js").symlink_to(outside["a.txt"].parent / "plotly.min.js")  # dangling: would be created
+    save_figure(go.Figure(go.Scatter(y=[1, 2])), figures, "f")
+    _untouched(outside)
+    assert "plotly.min.js" in (figures / "f.html").read_text() and (figures / "plotly.min.js").stat().st_size > 1e6
+    executed = tmp_path / "run" / "notebooks" / "01_train.ipynb"
+    executed.parent.mkdir()
+    executed.symlink_to(outside["c.txt"])
+    monkeypatch.setattr(study.pm, "execute_notebook", lambda src, target, **kw: Path(target).write_text("{}"))
+    study._execute("01_train", notebooks_dir() / "01_train.ipynb", executed, {}, False)
+    _untouched(outside)
+    assert not executed.is_symlink() and executed.read_text() == "{}"
+
+
+# -- the run folder's subfolders: a link is refused, naming it ------------------------------------------------------
+@pytest.mark.parametrize("sub", ["report", "results", "metrics", "figures", "models", "notebooks"])
+def test_a_linked_subfolder_is_refused_naming_it(sub: str, fresh_run, tmp_path: Path, capsys) -> None:
+    import pandas as pd
+    import plotly.graph_objects as go
+
+    from tiebias.output.notebook import save_figure
+    from tiebias.run.guard import NotARunFolderError, check_folder
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (fresh_run.path / sub).symlink_to(elsewhere, target_is_directory=True)
+    assert cli.main(["reproduction", str(fresh_run.path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{sub} -> {elsewhere}" in err and "Replace each link by a real folder" in err
+    with pytest.raises(NotARunFolderError, match=f"{sub} -> "):
+        check_folder(fresh_run.path)  # what the study and Run.prepare check first
+    with pytest.raises(NotARunFolderError, match=f"{sub} -> "):
+        fresh_run.save_table(pd.DataFrame({"x": [1]}), "t")
+    if sub == "figures":
+        with pytest.raises(ValueError, match="figures: is a symbolic link"):
+            save_figure(go.Figure(), fresh_run.figures_dir, "f")
+    assert list(elsewhere.iterdir()) == []
+
+
+# -- clear one-line errors: a linked lock, a folder made read-only while a notebook runs ----------------------------
+def test_a_linked_lock_is_refused_in_one_line(fresh_run, tmp_path: Path, capsys) -> None:
+    outside = _outside(tmp_path)
+    fresh_run.lock_path.unlink(missing_ok=True)  # left by Run.prepare
+    fresh_run.lock_path.symlink_to(outside["a.txt"])
+    assert cli.main(["reproduction", str(fresh_run.path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "writer lock" in err and "is a symbolic link" in err and "rm that path" in err
+    _untouched(outside)
+
+
+def test_a_run_folder_made_read_only_while_a_notebook_runs_ends_in_one_line(tmp_path: Path, monkeypatch,
+                                                                            capsys) -> None:
+    """What papermill raises when it cannot save the executed notebook any more (the folder made read-only or
+    immutable mid-training): one line naming the run folder and what to do, exit 1 as a failed notebook."""
+    from tiebias import study
+
+    def unwritable(src, target, **kw):
+        raise PermissionError(13, "Permission denied", target)
+
+    monkeypatch.setattr(study.pm, "execute_notebook", unwritable)
+    run_dir = tmp_path / "run"
+    assert cli.main(["study", "--profile", "smoke", "--run-dir", str(run_dir), "--only", "01_train"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert f"the run folder {run_dir} cannot be written" in err and "01_train.ipynb" in err and "chmod" in err
+
+
+# -- reproduction writes only into a run folder of the kit ------------------------------------------------------------
+def test_reproduction_refuses_a_users_folder_with_a_config_json(tmp_path: Path, capsys) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    files = {"config.json": '{"name": "my project"}', "report.html": "<p>mine</p>", "reproduction.md": "# mine\n"}
+    for name, text in files.items():
+        (mine / name).write_text(text)
+    assert cli.main(["reproduction", str(mine)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a run folder of this kit" in err and "config.json is not one" in err
+    assert {p.name: p.read_text() for p in mine.iterdir()} == files  # nothing written, nothing added
+
+
+# -- the report's rerun command: quoted, complete, the profile used -------------------------------------------------
+def test_the_rerun_command_is_quoted_and_names_what_an_interrupted_study_ran(fresh_run, tmp_path: Path,
+                                                                           monkeypatch) -> None:
+    """A study stopped before its notebooks recorded anything (an interrupted scale run): the rerun command still
+    holds its profile, ``--only`` and ``--set``, and a folder name with a backtick and a newline is quoted."""
+    import shlex
+    import shutil
+    import signal
+
+    from tiebias import study
+    from tiebias.output.reproduction_page import command, write_reproduction
+    from tiebias.run.folder import Run
+
+    odd = tmp_path / "a`touch F`\nb"
+    shutil.copytree(fresh_run.path, odd)
+
+    def stopped(name, *args, **kwargs):
+        raise study.Stopped(signal.SIGTERM)
+
+    monkeypatch.setattr(study, "_execute", stopped)
+    with pytest.raises(study.Stopped):
+        study.run_study("scale", odd, study.parse_set(["lens_steps=7", "lens_budgets=1,2"]), only=["03_lens"],
+                        progress=False)
+    run = Run(odd)
+    assert run.profile is None  # nothing recorded it: the page used to say --profile default
+    text = command(run)
+    argv = shlex.split(text)
+    assert argv[:3] == ["python", "-m", "tiebias"]
+    args = cli.main_parser().parse_args(argv[3:])
+    assert (args.profile, args.run_dir, args.only) == ("scale", str(odd), ["03_lens"])
+    assert study.parse_set(args.set) == {"lens_steps": 7, "lens_budgets": [1, 2]}
+    subprocess.run(["sh", "-c", f": {text}"], cwd=tmp_path, check=True)  # pasted into a shell: it runs nothing
+    assert not (tmp_path / "F").exists()
+    md = write_reproduction(run).read_text()
+    assert "--profile scale" in md and "--profile default" not in md

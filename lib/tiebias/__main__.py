@@ -1,7 +1,7 @@
 """Command line: ``python -m tiebias study --profile smoke`` runs the notebooks in order.
 
 Exit codes: 0 done; 1 a notebook failed (its error in one line, the executed notebook holding the
-traceback); 2 a bad parameter, refused before anything is written; 130 / 143 stopped by SIGINT (Ctrl-C) /
+traceback) or the run folder could not be written (made read-only meanwhile: one line naming it); 2 a bad parameter, refused before anything is written; 130 / 143 stopped by SIGINT (Ctrl-C) /
 SIGTERM, finished work kept.
 """
 
@@ -54,14 +54,14 @@ def _stoppable() -> Iterator[None]:
 def _study(args: argparse.Namespace, committed: bool = False) -> int:
     """Run the study quietly: one line per notebook, one error line (exit 1) or one stop line (128 + signal);
     ``committed`` runs the notebooks as committed (an exercise), not the files in notebooks/."""
-    from .study import NotebookFailed, Stopped, parse_set, run_study
+    from .study import FolderUnwritable, NotebookFailed, Stopped, parse_set, run_study
 
     logging.getLogger("papermill").setLevel(logging.WARNING)  # no "Input Notebook: ..." banner
     try:
         with _stoppable():
             run_study(args.profile, args.run_dir, parse_set(args.set), only=args.only,
                       progress=sys.stderr.isatty(), committed=committed)  # a progress bar in a log file is one endless line
-    except NotebookFailed as e:
+    except (NotebookFailed, FolderUnwritable) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except Stopped as e:
@@ -110,7 +110,9 @@ def _reproduction(run_dir: str, scale_dir: str | None) -> int:
     from tiebias.output.report import write_report
     from tiebias.output.reproduction_page import write_reproduction
     from tiebias.run.folder import Run
+    from tiebias.run.guard import check_run
 
+    check_run(run_dir, "run")  # it writes there: only into a run folder of the kit (the study's rule)
     runs = []
     for name, d in (("run", run_dir), ("--scale", scale_dir)):
         if d is not None and not Run(d).config_path.exists():

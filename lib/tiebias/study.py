@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import errno
 import os
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import papermill as pm
 from tiebias.config import environment, profiles
 from tiebias.config.params import NOTEBOOKS, PARAMS, PATH_PARAMETERS, coerce
 from tiebias.config.paths import notebooks_dir, path_text
-from tiebias.run.files import atomic_path
+from tiebias.run.files import DamagedFileError, atomic_path, read_json, write_json_atomic
 from tiebias.run.folder import Run
 from tiebias.run.guard import Kind, check_folder, mark
 
@@ -50,6 +51,22 @@ class NotebookFailed(pm.PapermillExecutionError):
         """Notebook, error line and where the full traceback is."""
         cell = f", cell In [{self.exec_count}]" if self.exec_count is not None else ""
         return f"{self.notebook} failed: {self.line}\nfull traceback: {path_text(self.executed, 'replace')}{cell}"
+
+
+class FolderUnwritable(RuntimeError):
+    """The run folder could not be written while a notebook ran (made read-only or immutable, or the disk full):
+    the executed notebook could not be saved either, so the message names the folder and what to do."""
+
+    @classmethod
+    def of(cls, folder: Path, err: OSError, what: str) -> FolderUnwritable:
+        """The error for ``err`` met writing into ``folder``; ``what`` says what stopped."""
+        where = f" ({err.filename})" if err.filename else ""
+        return cls(f"{what}: the run folder {path_text(folder, 'replace')} cannot be written{where}: {err.strerror}. "
+                   "Make it writable again (chmod -R u+w, or chattr -R -i for an immutable folder; free space if the "
+                   "disk is full) and run the same command again: every finished model is kept.")
+
+
+_UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
 
 
 class Stopped(KeyboardInterrupt):
@@ -189,6 +206,8 @@ def _writable(out: Path) -> Iterator[Path]:
     (an ASCII locale's non-ASCII folder name): then the notebook is executed in a temporary folder and moved to
     ``out`` when it stops, its recorded path rewritten as text (:func:`tiebias.config.paths.path_text`).
     """
+    if out.is_symlink():
+        out.unlink()  # papermill writes the file by name: a link there is removed, never written through
     if path_text(out, "surrogateescape") == str(out):
         yield out
         return
@@ -255,6 +274,10 @@ def _execute(name: str, src: Source, out: Path, parameters: dict[str, Any], prog
     except Stopped as e:
         e.notebook = name
         raise
+    except OSError as e:
+        if e.errno not in _UNWRITABLE:
+            raise
+        raise FolderUnwritable.of(out.parent.parent, e, f"{name} stopped") from None
 
 
 def peak_child_mib() -> float:
@@ -264,6 +287,52 @@ def peak_child_mib() -> float:
 
     kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux, bytes on macOS
     return kib / (1024 * 1024 if sys.platform == "darwin" else 1024)
+
+
+def _arg_text(value: Any) -> str:
+    """A typed parameter value as ``--set NAME=VALUE`` takes it back (lists comma-separated, booleans true/false)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "none"
+    if isinstance(value, (list, tuple)):
+        return ",".join(_arg_text(v) for v in value)
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def record_command(run_dir: str | Path, profile: str, overrides: dict[str, Any], only: list[str] | None) -> None:
+    """Add this study's command (profile, ``--only``, ``--set``) to the folder's list of study commands
+    (:attr:`tiebias.run.layout.RunLayout.study_commands_path`), before any notebook runs: the reproduction report's
+    rerun command then holds what was run, even for a study stopped before it recorded its profile."""
+    run = Run(run_dir)
+    path = Path(profile)
+    entry = {"profile": str(path.resolve()) if path.suffix == ".toml" and path.is_file() else profile,
+             "only": list(only or []), "set": [f"{k}={_arg_text(v)}" for k, v in overrides.items()]}
+    with run.writing("recording the study command"):
+        try:
+            recorded = read_json(run.study_commands_path, "")
+        except (FileNotFoundError, DamagedFileError):
+            recorded = {}
+        commands = [c for c in recorded.get("commands", []) if c != entry] if isinstance(recorded, dict) else []
+        write_json_atomic(run.study_commands_path, {"commands": [*commands, entry]})
+
+
+def study_commands(run: Run) -> list[list[str]]:
+    """The arguments after ``python -m tiebias`` of each study command run on ``run`` (oldest first; a command run
+    again counts once, at its last place); [] when none was recorded (notebooks run by hand, an earlier version)."""
+    try:
+        recorded = read_json(run.study_commands_path, "")
+    except (FileNotFoundError, DamagedFileError):
+        return []
+    out = []
+    for c in recorded.get("commands", []) if isinstance(recorded, dict) else []:
+        if not (isinstance(c, dict) and isinstance(c.get("profile"), str)):
+            continue
+        argv = ["study", "--profile", c["profile"], "--run-dir", path_text(run.path, "replace")]
+        argv += [a for name in c.get("only", []) for a in ("--only", str(name))]
+        argv += [a for item in c.get("set", []) for a in ("--set", str(item))]
+        out.append(argv)
+    return out
 
 
 def run_study(profile: str | Path | None = None, run_dir: str | Path | None = None,
@@ -283,9 +352,15 @@ def run_study(profile: str | Path | None = None, run_dir: str | Path | None = No
         sources, line = committed_sources(list(only) if only else list(NOTEBOOKS))
         print(line, flush=True)
     params, names = check_study(profile, run_dir, overrides, only, sources)
-    mark(params["run_dir"], folder_kind_of(params, names))  # checked above: the folder is the kit's from now on
     out_dir = Run(params["run_dir"]).notebooks_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        mark(params["run_dir"], folder_kind_of(params, names))  # checked above: the folder is the kit's from now on
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        if e.errno not in _UNWRITABLE:
+            raise
+        raise FolderUnwritable.of(Path(params["run_dir"]), e, "the study cannot start") from None
+    record_command(params["run_dir"], params["profile"], overrides, only)
     times: dict[str, float] = {}
     memory: dict[str, float] = {}
     for name in names:

@@ -279,7 +279,10 @@ def _eos_id(tokenizer: PreTrainedTokenizerFast | Tokenizer) -> int:
 def save_frequencies(
     path: str | os.PathLike[str], tokenizer: PreTrainedTokenizerFast | Tokenizer, counts: np.ndarray
 ) -> Path:
-    """Write counts as CSV with columns id, token, count (token in the tokenizer's string form)."""
+    """Write counts as CSV with columns id, token, count (token in the tokenizer's string form), through
+    :func:`tiebias.run.files.atomic_path` (never through a link)."""
+    from tiebias.run.files import atomic_path  # local: the run package imports this module
+
     counts = np.asarray(counts)
     size = _vocab_len(tokenizer)
     if counts.ndim != 1 or len(counts) != size:
@@ -287,7 +290,7 @@ def save_frequencies(
     backend = _backend(tokenizer)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8", newline="") as handle:
+    with atomic_path(out) as tmp, tmp.open("w", encoding="utf-8", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["id", "token", "count"])
         for i, count in enumerate(counts.tolist()):

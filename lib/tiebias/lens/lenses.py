@@ -58,7 +58,7 @@ from tuned_lens.nn.lenses import TunedLensConfig
 
 from tiebias.config.checks import is_int
 from tiebias.models.anatomy import FINAL_NORM_NAMES, Layout, check_model, checked_layout, find_layout
-from tiebias.run.files import damaged, load_torch_file, read_json
+from tiebias.run.files import damaged, files_into, load_torch_file, read_json
 from tiebias.run.layout import CONFIG_NAME, LENS_PARAMS_NAME, LENS_SIDECAR_NAME
 from tiebias.system.parallel import CONSTRUCTION
 
@@ -178,7 +178,6 @@ def save_lens(lens: TunedLens, path: str | os.PathLike[str], *, logits_precision
     if not isinstance(lens, TunedLens):
         raise ValueError(f"lens: expected a tuned_lens TunedLens, got {type(lens).__name__}")
     path = Path(path)
-    lens.save(path)
     w = lens.unembed.unembedding.weight
     meta = {
         "unembed_sha256": _weight_sha256(w),
@@ -188,7 +187,9 @@ def save_lens(lens: TunedLens, path: str | os.PathLike[str], *, logits_precision
     }
     if logits_precision is not None:
         meta["logits_precision"] = logits_precision
-    (path / LENS_SIDECAR_NAME).write_text(json.dumps(meta, indent=2))
+    with files_into(path) as tmp:  # written beside, then renamed in: a link planted in the folder is replaced
+        lens.save(tmp)
+        (tmp / LENS_SIDECAR_NAME).write_text(json.dumps(meta, indent=2))
     return path
 
 

@@ -39,7 +39,7 @@ from tiebias.config.choices import LENS_RECIPES
 from tiebias.config.lens import LensSettings, check_settings
 from tiebias.lens import cache, fit, lenses
 from tiebias.lens.precision import logits_precision
-from tiebias.run.files import load_torch_file, read_json, write_json_atomic
+from tiebias.run.files import atomic_path, load_torch_file, read_json, remove_entry, write_json_atomic
 from tiebias.run.layout import LENS_PARAMS_NAME
 
 __all__ = ["publish_top_rung", "rung_dir", "train_ladder"]
@@ -137,10 +137,10 @@ def train_ladder(model: Any, tokens: Any, folder: str | Path, lens: LensSettings
         rung_fit = lens.fit(recipe, seg, low_precision=precision == "bf16")
         tuned = fit.train_lens(model, tokens, rung_fit, lens=tuned, state=state, cache=activations, progress=progress,
                                     num_threads=num_threads, should_stop=should_stop)
-        if dirs[k].exists():
-            shutil.rmtree(dirs[k])
+        remove_entry(dirs[k])
         lenses.save_lens(tuned, dirs[k], logits_precision=precision)
-        torch.save(state, dirs[k] / _TRAINER)
+        with atomic_path(dirs[k] / _TRAINER) as tmp:
+            torch.save(state, tmp)
         write_json_atomic(dirs[k] / _RUNG, metas[k])  # last: marks the rung finished
         if k > 0:
             (dirs[k - 1] / _TRAINER).unlink(missing_ok=True)
@@ -160,5 +160,6 @@ def publish_top_rung(folder: Path, recipe: str, lens: LensSettings, *, n_tokens:
         return
     for f in src.iterdir():
         if f.is_file() and f.name not in (_RUNG, _TRAINER) and not f.name.startswith("eval_"):
-            shutil.copy2(f, folder / f.name)
+            with atomic_path(folder / f.name) as tmp:
+                shutil.copy2(f, tmp)
     write_json_atomic(top, meta)

@@ -8,6 +8,7 @@ the ``application/vnd.plotly.v1+json`` mimetype, so saved notebooks hold each fi
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,6 +16,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
+
+from tiebias.run.files import RunFolderError, write_text_atomic
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 PLOTLY_JS = "plotly.min.js"
@@ -48,10 +51,25 @@ def save_figure(fig: go.Figure, folder: str | Path, name: str) -> Path:
         The HTML file's path.
     """
     folder = Path(folder)
+    if folder.is_symlink():
+        raise RunFolderError(f"{folder}: is a symbolic link (to {os.readlink(folder)}); the kit never writes through a "
+                             "link, which could put its files outside the run folder. Replace the link by a real "
+                             "folder (rm that path) and run again.")
     folder.mkdir(parents=True, exist_ok=True)
-    fig.write_html(folder / f"{name}.html", include_plotlyjs="directory", full_html=True)
-    fig.write_json(folder / f"{name}.json")
+    write_text_atomic(folder / f"{name}.html", fig.to_html(include_plotlyjs="directory", full_html=True))
+    write_text_atomic(folder / f"{name}.json", fig.to_json())
+    write_plotlyjs(folder)
     return folder / f"{name}.html"
+
+
+def write_plotlyjs(folder: Path) -> None:
+    """``plotly.min.js`` into ``folder`` for the pages there, unless a file of that name is there (a link there is
+    replaced, never written through: :func:`tiebias.run.files.write_text_atomic`)."""
+    js = folder / PLOTLY_JS
+    if js.is_symlink() or not js.exists():
+        from plotly.offline import get_plotlyjs
+
+        write_text_atomic(js, get_plotlyjs())
 
 
 def _plotly_html_preprocessor(include_plotlyjs: bool | str) -> Any:
@@ -95,9 +113,7 @@ def export_html(notebook_path: str | Path, out_path: str | Path,
                                    enabled=True)
     body, _ = exporter.from_filename(str(notebook_path))
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(body, encoding="utf-8")
-    if plotlyjs == "directory" and not (out_path.parent / PLOTLY_JS).exists():
-        from plotly.offline import get_plotlyjs
-
-        (out_path.parent / PLOTLY_JS).write_text(get_plotlyjs(), encoding="utf-8")
+    write_text_atomic(out_path, body)
+    if plotlyjs == "directory":
+        write_plotlyjs(out_path.parent)
     return out_path

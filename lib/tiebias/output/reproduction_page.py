@@ -13,6 +13,7 @@ import math
 import os
 import platform
 import re
+import shlex
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -67,9 +68,18 @@ def compute(run: Run) -> dict[str, Any]:
 
 
 def command(run: Run) -> str:
-    """The command that reruns this study into the same folder (its parameters are in ``config.json``)."""
-    profile = run.profile or "default"
-    return f"python -m tiebias study --profile {profile} --run-dir {path_text(run.path, 'replace')}"
+    """The commands that rerun this study into the same folder, each shell-quoted, joined by ``&&``: the study
+    commands run on it as recorded (profile, ``--only``, ``--set``: :func:`tiebias.study.study_commands`); without a
+    record, the profile the run recorded; without either, a sentence saying so."""
+    from tiebias.study import study_commands
+
+    argvs = study_commands(run)
+    if not argvs and run.profile is not None:
+        argvs = [["study", "--profile", run.profile, "--run-dir", path_text(run.path, "replace")]]
+    if not argvs:
+        return ("not recorded: no study command was run on this folder and it records no profile (its notebooks "
+                "were run by hand?)")
+    return " && ".join(shlex.join(["python", "-m", "tiebias", *argv]) for argv in argvs)
 
 
 def _num(x: float | None) -> str:

@@ -93,9 +93,9 @@ def export_offline_html(notebook_path: str | Path, out_path: str | Path) -> Path
     import nbformat
     from nbconvert import HTMLExporter
     from nbconvert.preprocessors import Preprocessor
-    from plotly.offline import get_plotlyjs
 
-    from tiebias.output.notebook import PLOTLY_JS, _plotly_html_preprocessor
+    from tiebias.output.notebook import _plotly_html_preprocessor, write_plotlyjs
+    from tiebias.run.files import write_text_atomic
 
     class StaticWidgets(Preprocessor):  # type: ignore[misc]
         """Widget outputs as the outputs of their saved state (see :func:`expand_widgets`)."""
@@ -113,7 +113,6 @@ def export_offline_html(notebook_path: str | Path, out_path: str | Path) -> Path
     exporter.register_preprocessor(_plotly_html_preprocessor("directory"), enabled=True)
     body, _ = exporter.from_filename(str(notebook_path))
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(body, encoding="utf-8")
-    if not (out_path.parent / PLOTLY_JS).exists():
-        (out_path.parent / PLOTLY_JS).write_text(get_plotlyjs(), encoding="utf-8")
+    write_text_atomic(out_path, body)
+    write_plotlyjs(out_path.parent)
     return out_path

@@ -1,7 +1,8 @@
 """Files of a run folder that are not about the Run itself: atomic writes, strict JSON, metrics logs, saved models.
 
 A file a reader must never see half-written (JSON, tables, metrics logs, token splits, report pages) is written
-through a temporary file and a rename (:func:`atomic_path`, the one place that does it); every JSON file is strict
+through a temporary file and a rename (:func:`atomic_path`, the one place that does it), never through a symbolic
+link (:func:`private_folder`; logs appended a row at a time: :func:`open_append`); every JSON file is strict
 JSON (no NaN/Infinity: ``null`` plus a reason); every file a reader finds damaged is named in the error together
 with what to do about it (:class:`DamagedFileError`).
 """
@@ -15,10 +16,11 @@ import math
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import pandas as pd
@@ -132,37 +134,91 @@ def write_json_atomic(path: Path, data: Any, reasons: dict[str, str] | None = No
 
 
 @contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """A temporary file next to ``path`` (``.<name>.tmp``) to write to, renamed onto ``path`` when the block ends.
+def private_folder(parent: Path, prefix: str) -> Iterator[Path]:
+    """A new folder in ``parent`` that only this process made, removed with what is left in it when the block ends.
 
-    Readers see the old file or the whole new one, never half of it; if the block raises, the temporary file is
-    removed and ``path`` is left as it was. The folder must exist. Any writer works: ``df.to_csv(tmp)``,
-    ``torch.save(obj, tmp)``, or ``tmp.open("wb")`` for writers that would change the name (``np.save``).
+    ``tempfile.mkdtemp`` gives it a fresh random name (``<prefix>XXXXXXXX.tmp``), creates it exclusively and
+    readable by its owner only, so nothing already in ``parent`` (a symbolic link planted under a temporary name,
+    carried by ``cp -r``, tar or git) can be written through: the rule of every file the kit writes.
     """
-    tmp = path.with_name(f".{path.name}.tmp")
+    d = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=parent))
     try:
-        yield tmp
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 @contextmanager
-def atomic_folder(path: Path, tmp: Path | None = None) -> Iterator[Path]:
-    """A temporary folder (``tmp``, default ``.<name>.tmp`` next to ``path``; a leftover is removed first) to build a
-    folder in, put in place of ``path`` (replacing it) when the block ends; if the block raises, it is removed."""
-    tmp = path.with_name(f".{path.name}.tmp") if tmp is None else tmp
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    try:
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary file name to write to, renamed onto ``path`` when the block ends; never written through a link.
+
+    The name lies in a :func:`private_folder` next to ``path``, so a symbolic link planted in the folder is never
+    opened, and the rename replaces a link at ``path`` itself instead of writing where it points. Readers see the
+    old file or the whole new one, never half of it; if the block raises, the temporary file is removed and
+    ``path`` is left as it was. The folder must exist. Any writer works: ``df.to_csv(tmp)``,
+    ``torch.save(obj, tmp)``, or ``tmp.open("wb")`` for writers that would change the name (``np.save``).
+    """
+    with private_folder(path.parent, f".{path.name}.") as d:
+        tmp = d / path.name
         yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if path.exists():
+        os.replace(tmp, path)
+
+
+def remove_entry(path: Path) -> None:
+    """Remove a file, a folder or a symbolic link (the link itself, never what it points to); nothing if missing."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
         shutil.rmtree(path)
-    os.replace(tmp, path)
+
+
+@contextmanager
+def atomic_folder(path: Path, prefix: str | None = None) -> Iterator[Path]:
+    """A folder name to build a folder at (not yet created), put in place of ``path`` (replacing it, or a link
+    there) when the block ends; if the block raises, it is removed and ``path`` is left as it was.
+
+    The name lies in a :func:`private_folder` (named ``<prefix>...``, default ``.<name>.``) next to ``path``, so
+    nothing planted in the folder is written through. The folder above ``path`` is made if missing.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with private_folder(path.parent, f".{path.name}." if prefix is None else prefix) as d:
+        tmp = d / path.name
+        yield tmp
+        remove_entry(path)
+        os.replace(tmp, path)
+
+
+@contextmanager
+def files_into(folder: Path) -> Iterator[Path]:
+    """A :func:`private_folder` inside ``folder`` (made if missing) to write files into; each is renamed into
+    ``folder`` when the block ends, replacing a file or a link of its name (never writing where a link points).
+
+    For writers that write several files into a folder they are given (``save_pretrained``, a lens's ``save``)
+    among files the folder keeps; if the block raises, nothing is moved.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    with private_folder(folder, ".files.") as d:
+        yield d
+        for f in sorted(d.iterdir()):
+            os.replace(f, folder / f.name)
+
+
+def open_append(path: Path, encoding: str = "utf-8", newline: str | None = None) -> IO[str]:
+    """``path`` opened to append text, created if missing; a symbolic link there is refused, never written through.
+
+    For logs written a row at a time (metrics), which a rename per row cannot serve: ``O_NOFOLLOW`` makes the open
+    fail on a link, and the error names the file and what to do.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    except OSError:
+        if path.is_symlink():
+            raise RunFolderError(f"{path}: is a symbolic link (to {os.readlink(path)}); the kit never writes through "
+                                 "a link, which could change a file outside the run folder. Remove the link (rm "
+                                 "that path; if it pointed at the real log, copy that file there) and run "
+                                 "again.") from None
+        raise
+    return open(fd, "a", encoding=encoding, newline=newline)
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -55,7 +55,7 @@ from tiebias.run.files import (
     weights_sha256,
     write_json_atomic,
 )
-from tiebias.run.guard import check_folder, empty_folder, mark
+from tiebias.run.guard import check_folder, check_links, empty_folder, mark
 from tiebias.run.layout import (
     COMPLETE_NAME,
     CONFIG_NAME,
@@ -195,23 +195,45 @@ class Run(RunLayout):
             return
         from filelock import FileLock, Timeout
 
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise self.unwritable(e, what) from None
+        if self.lock_path.is_symlink():
+            raise RunFolderError(f"run folder {self.path}: cannot start {what}: its writer lock {self.lock_path} is a "
+                                 f"symbolic link (to {os.readlink(self.lock_path)}); the kit never writes through a "
+                                 "link. Remove it (rm that path; the lock is made again) and run again.")
+        check_links(self.path)
         lock = FileLock(str(self.lock_path), thread_local=False)
         try:
             lock.acquire(blocking=False)
         except Timeout:
             raise RunLockedError(self._locked_message(what)) from None
+        except OSError as e:
+            raise self.unwritable(e, what) from None
         try:
-            write_json_atomic(self.lock_holder_path, {
-                "pid": os.getpid(), "host": socket.gethostname(), "what": what,
-                "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")})
+            try:
+                write_json_atomic(self.lock_holder_path, {
+                    "pid": os.getpid(), "host": socket.gethostname(), "what": what,
+                    "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")})
+            except OSError as e:
+                raise self.unwritable(e, what) from None
             _HELD[key] = _Held(lock, os.getpid())
             yield self
         finally:
             _HELD.pop(key, None)
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):  # gone, or the folder was made read-only meanwhile
                 self.lock_holder_path.unlink()
             lock.release()
+
+    def unwritable(self, err: OSError, what: str) -> RunFolderError:
+        """The error for a run folder the kit cannot write into (read-only, immutable, full): the folder, the file,
+        the reason and what to do."""
+        where = f" ({err.filename})" if err.filename else ""
+        return RunFolderError(f"run folder {self.path}: cannot start {what}: it cannot be written{where}: "
+                              f"{err.strerror or err}. Make it writable again (chmod -R u+w, or chattr -R -i for an "
+                              "immutable folder; free space if the disk is full) and run the same command again: "
+                              "finished work is kept.")
 
     def lock_holder(self) -> dict | None:
         """Who holds the writer lock, as recorded next to it (None if nobody recorded a live holder)."""

@@ -10,6 +10,7 @@ before anything is written, and so is a run folder that is, holds or lies inside
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -92,6 +93,47 @@ def check_corpus(path: Path, corpus: Any, param: str = "run_dir") -> None:
         f"({HOW_TO_PASS}), or move the corpus out of the run folder. Nothing was written.")
 
 
+FOLDER_NAMES = frozenset({"report", "results", "metrics", "figures", "models", "notebooks", "tokenizer", "tokens",
+                          "depth", "lens", "checkpoints"})
+"""Names of folders the kit makes in a run folder (at some depth): a dangling link under one of them is refused too."""
+
+
+def linked_folders(path: Path, limit: int = 6) -> list[tuple[Path, str]]:
+    """Up to ``limit`` symbolic links inside a folder (at any depth, none followed) that point to a folder, or point
+    nowhere under the name of a folder the kit makes, with their targets: the kit would write where they point."""
+    found: list[tuple[Path, str]] = []
+    for root, dirs, files in os.walk(path):
+        for name in [*dirs, *files]:
+            p = Path(root) / name
+            if p.is_symlink() and (p.is_dir() or (name in FOLDER_NAMES and not p.exists())):
+                found.append((p, os.readlink(p)))
+                if len(found) >= limit:
+                    return found
+        dirs[:] = [d for d in dirs if not (Path(root) / d).is_symlink()]
+    return found
+
+
+def check_links(path: str | Path, param: str = "run_dir") -> None:
+    """Refuse a run folder holding a symbolic link to a folder (``report/``, ``results/``, ``models/``, ...) or a
+    dangling one, as :class:`NotARunFolderError`: the kit writes only inside the run folder, never through a link.
+
+    The run folder itself may be a link (a run kept on another disk).
+    """
+    p = Path(path)
+    if not p.is_dir():
+        return
+    found = linked_folders(p)
+    if not found:
+        return
+    shown = "; ".join(f"{q.relative_to(p)} -> {target}" for q, target in found)
+    raise NotARunFolderError(
+        f"{param}: run folder {str(p)!r} holds symbolic links to folders ({shown}); the kit writes only inside the "
+        "run folder, never through a link, which would put its files (reports, results, models) where the link "
+        "points. Replace each link by a real folder (rm the link; copy in what you need from where it points), or, "
+        f"to keep a run on another disk, move the whole run folder there and give that path as {param} (the run "
+        "folder itself may be a link). Nothing was written.")
+
+
 def check_folder(path: str | Path, kind: Kind = "run", *, corpus: Any = None, param: str = "run_dir",
                  kit_made: bool = False) -> Path:
     """The resolved folder if the kit may write there as ``kind``; else :class:`NotARunFolderError`, nothing written.
@@ -107,6 +149,7 @@ def check_folder(path: str | Path, kind: Kind = "run", *, corpus: Any = None, pa
                                  f"({HOW_TO_PASS}). Nothing was written.")
     have = folder_kind(p) if p.exists() else None
     if have == kind or not p.exists() or (have is None and kit_made):
+        check_links(p, param)
         return p
     if have is not None:
         fix = (f"give a new or empty folder, or leave {param} None for runs/external/<pair>" if kind == "pair"
@@ -125,6 +168,25 @@ def check_folder(path: str | Path, kind: Kind = "run", *, corpus: Any = None, pa
         f"{param}: {str(p)!r} is not {_WHAT[kind]} of this kit{_FOR[kind]}: {why}, and it is not empty (it "
         f"holds {shown}). The kit writes only into its own folders or into a new or empty one, so that nothing "
         f"of yours is replaced. Choose another {param} ({HOW_TO_PASS}). Nothing was written.")
+
+
+def check_run(path: str | Path, param: str = "run") -> Path:
+    """The resolved folder if it is an existing run folder of the kit (marked, or an earlier version's run: the rule
+    of :func:`check_folder`), holding no linked folder; else :class:`NotARunFolderError`, nothing written.
+
+    For commands that write into a run folder they are given and never create one (``reproduction``).
+    """
+    check_run_dir_text(path, param)
+    p = Path(path).expanduser().resolve()
+    have = folder_kind(p) if p.is_dir() else None
+    if have != "run":
+        why = ("it does not exist" if not p.exists() else "it is a file" if not p.is_dir() else
+               f"it is {_WHAT[have]}" if have is not None else
+               _kit_config(p)[1] if RunLayout(p).config_path.exists() else f"no {MARKERS['run']} file, no config.json")
+        raise NotARunFolderError(f"{param}: {str(p)!r} is not a run folder of this kit ({why}); give the folder of an "
+                                 "executed study, e.g. runs/default. Nothing was written.")
+    check_links(p, param)
+    return p
 
 
 def mark(path: str | Path, kind: Kind = "run") -> None:

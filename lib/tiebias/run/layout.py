@@ -19,6 +19,7 @@ Layout::
         .lock  .lock-holder.json    the writer lock and who holds it (see :meth:`tiebias.run.folder.Run.writing`)
         .tiebias-run.json           marks a run folder (an external pair's: .tiebias-pair.json); see
                                     :mod:`tiebias.run.guard`
+        .tiebias-study.json         the study commands run on the folder (the reproduction report's rerun)
 
 :class:`RunLayout` is the base of :class:`tiebias.run.folder.Run`; code outside this module asks a Run for a
 path instead of joining names to ``run.path``.
@@ -36,6 +37,7 @@ LENS_SUBDIR = "lens"  # a model's (or checkpoint's) lens folder
 CHECKPOINTS_SUBDIR = "checkpoints"  # a model's checkpoint folders
 COMPLETE_NAME = "complete.json"  # a finished model's marker
 MARKERS = {"run": ".tiebias-run.json", "pair": ".tiebias-pair.json"}  # written when the kit creates the folder
+STUDY_COMMANDS = ".tiebias-study.json"  # the study commands run on the folder, in order (the report's rerun command)
 METRIC_KINDS = ("train", "val")
 CONFIG_NAME = "config.json"  # a run's config; also a saved model's (HF) config and a lens's (tuned_lens) config
 TRAIN_CONFIG_NAME = "train_config.json"  # what a model is (being) trained with
@@ -85,6 +87,11 @@ class RunLayout:
         if kind not in MARKERS:
             raise ValueError(f"kind: unknown value {kind!r}; allowed: {', '.join(MARKERS)}")
         return self.path / MARKERS[kind]
+
+    @property
+    def study_commands_path(self) -> Path:
+        """``.tiebias-study.json``: the ``python -m tiebias study`` commands run on this folder, in order."""
+        return self.path / STUDY_COMMANDS
 
     @property
     def lock_path(self) -> Path:

@@ -8,7 +8,6 @@ the resume point, verbatim, and rows that cannot be recomputed stop training wit
 
 from __future__ import annotations
 
-import os
 import shutil
 import warnings
 from pathlib import Path
@@ -27,8 +26,10 @@ from tiebias.run.files import (
     atomic_folder,
     check_model_folder,
     damaged,
+    files_into,
     load_torch_file,
     read_log_lines,
+    remove_entry,
     write_text_atomic,
 )
 from tiebias.run.layout import CONFIG_NAME, TRAINER_STATE_NAME, WEIGHTS_NAME
@@ -76,7 +77,7 @@ def save_checkpoint(model: PreTrainedModel, ckpt_root: Path, step: int, state: d
     """
     if step > 0:
         require_initial(ckpt_root)
-    with atomic_folder(ckpt_root / step_dir(step), ckpt_root / f"{_TMP_PREFIX}{step}") as tmp:
+    with atomic_folder(ckpt_root / step_dir(step), f"{_TMP_PREFIX}{step}.") as tmp:
         model.save_pretrained(tmp)
         if state is not None:
             torch.save(state, tmp / TRAINER_STATE_NAME)
@@ -219,19 +220,15 @@ def has_trained_checkpoints(ckpt_root: Path) -> bool:
 def clear_after(ckpt_root: Path, start: int) -> None:
     """Delete half-written checkpoints and every checkpoint after ``start`` (they are recomputed)."""
     for p in ckpt_root.glob(f"{_TMP_PREFIX}*"):
-        shutil.rmtree(p)
+        remove_entry(p)
     for p in ckpt_root.glob(f"{STEP_PREFIX}*"):
         if _step_key(p) > start:  # recomputed; a damaged one must not linger as a checkpoint
             shutil.rmtree(p)
 
 
 def save_final(model: PreTrainedModel, tok: Any, mdir: Path) -> None:
-    """The final model and tokenizer: written to a temporary folder, then moved into ``mdir``."""
-    tmp = mdir / ".final.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    for f in tmp.iterdir():
-        os.replace(f, mdir / f.name)
-    tmp.rmdir()
+    """The final model and tokenizer: written to a private temporary folder, then moved into ``mdir``
+    (:func:`tiebias.run.files.files_into`: a link planted in ``mdir`` is replaced, never written through)."""
+    with files_into(mdir) as tmp:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)

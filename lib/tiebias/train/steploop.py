@@ -20,6 +20,7 @@ from transformers import PreTrainedModel
 
 from tiebias.config.training import TrainConfig, checkpoint_steps
 from tiebias.models.build import count_parameters
+from tiebias.run.files import open_append
 from tiebias.system.threads import FixedThreads, ThreadTuner, loop_threads
 from tiebias.train import divergence
 from tiebias.train.checkpoints import TRAIN_FIELDS, save_checkpoint
@@ -117,8 +118,8 @@ class StepLoop:
     def run(self, start: int, *, progress: bool, stop_at: int | None) -> dict | None:
         """Steps ``start`` to the end; returns the stop record when ``stop_at`` or ``should_stop`` ends it early."""
         job, cfg = self.job, self.job.cfg
-        logs = Logs(job.metrics_path.open("a", newline="") if job.main else None,
-                     job.val_path.open("a", newline="") if job.main else None)
+        logs = Logs(open_append(job.metrics_path, newline="") if job.main else None,
+                     open_append(job.val_path, newline="") if job.main else None)
         if start == 0:
             self.checkpoint(0)
             if job.main:
