@@ -30,6 +30,7 @@ def test_summary_and_report_files(fresh_run: Run) -> None:
     assert json.loads(path.read_text())["timings_seconds"] == {"01_train": 12.0, "02_align": 3.0}
     html = report.write_report(fresh_run).read_text()
     assert "tied looks like output" in html and "not run" in html and "<b>holds</b>" in html
+    assert "Notebooks: 01_train (12 s) · 02_align (3 s)</p>" in html  # the study's times, no executed copies here
 
 
 def test_status_words_the_verdict_and_is_checked(fresh_run: Run) -> None:
@@ -102,3 +103,59 @@ def test_a_notebook_that_does_not_convert_leaves_no_scratch_folder(fresh_run, tm
     with pytest.raises(DamagedFileError, match="01_train.ipynb: does not convert to HTML"):
         report.write_report(fresh_run)
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.fixture
+def shell(monkeypatch):
+    """An IPython shell as a JupyterLab kernel runs cells (not one the study command started); its cell-time hooks
+    are removed afterwards."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from tiebias.config.environment import STUDY_ENV
+    from tiebias.run import kernel_times
+
+    monkeypatch.delenv(STUDY_ENV, raising=False)
+    sh = InteractiveShell.instance()
+    yield sh
+    for event, callback in kernel_times._HOOKS.items():
+        sh.events.unregister(event, callback)
+    kernel_times._HOOKS.clear()
+
+
+def test_notebooks_run_in_jupyterlab_are_named_with_their_times(fresh_run: Run, shell, monkeypatch) -> None:
+    """A notebook run cell by cell in a JupyterLab kernel: from its parameter check on, its cells' run time is recorded
+    in the run folder, and the summary, the reproduction page and report.html written afterwards (as 04's last cell
+    does) name it and its time. Before, they said "none executed" and "No timings recorded"."""
+    from tiebias.config.environment import STUDY_ENV
+    from tiebias.config.paths import notebooks_dir
+    from tiebias.output.reproduction_page import write_reproduction
+    from tiebias.run import kernel_times
+
+    nb = json.loads((notebooks_dir() / "01_train.ipynb").read_text())
+    parameters = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
+    for cell in ("".join(parameters["source"]) + f"\nprofile = 'smoke'\nrun_dir = {str(fresh_run.path)!r}",
+                 "from tiebias.config import profiles\nP = profiles.resolve_notebook('01_train', globals())",
+                 "import time\ntime.sleep(1.2)", "x = 1"):
+        assert shell.run_cell(cell).success, cell
+    times = json.loads(fresh_run.kernel_times_path.read_text())
+    assert set(times) == {"01_train"} and times["01_train"]["cells"] == 3, times  # from the parameter check on
+    assert 1.2 <= times["01_train"]["seconds"] < 60, times
+    summary = json.loads(report.write_summary(fresh_run).read_text())
+    assert summary["timings_seconds"]["01_train"] == times["01_train"]["seconds"]
+    assert "01_train" in summary["peak_memory_mib"]
+    page = report.write_report(fresh_run).read_text()
+    assert "none executed" not in page and f"01_train ({times['01_train']['seconds']:.0f} s, run in JupyterLab)" in page
+    md = write_reproduction(fresh_run).read_text()
+    assert "No timings recorded" not in md and "| 01\\_train | 1 s |" in md, md[md.find("## Compute"):][:600]
+    monkeypatch.setenv(STUDY_ENV, "1")  # a kernel the study command started: the study times its notebooks itself
+    assert kernel_times.record_cells("02_align", fresh_run.path) is False
+
+
+def test_recorded_times_from_a_damaged_or_hostile_file_are_left_out(fresh_run: Run) -> None:
+    from tiebias.run import kernel_times
+
+    fresh_run.kernel_times_path.write_text("{not json")
+    assert kernel_times.recorded(fresh_run) == {}
+    fresh_run.kernel_times_path.write_text(json.dumps({"01_train": {"seconds": -1}, "02_align": {"seconds": "9"},
+                                                       "03_lens": {"seconds": 4.0, "peak_memory_mib": True}}))
+    assert kernel_times.timings(fresh_run) == ({"03_lens": 4.0}, {})

@@ -193,7 +193,8 @@ def resolve_notebook(notebook: str, namespace: Mapping[str, Any]) -> dict[str, A
 
     The names come from the vocabulary, so a notebook cannot declare a parameter and then drop it; a name
     papermill injected that the notebook does not declare is refused (:func:`check_injected`). A notebook that took
-    :data:`NOTEBOOK_PROFILE` because nothing named a profile says so.
+    :data:`NOTEBOOK_PROFILE` because nothing named a profile says so. In a kernel a person started (JupyterLab), the
+    notebook's cell times are recorded in the run folder from here on (:mod:`tiebias.run.kernel_times`).
     """
     check_injected(notebook, namespace)
     if PROFILE_ENV not in os.environ and namespace.get("profile") == NOTEBOOK_PROFILE:
@@ -206,8 +207,12 @@ def resolve_notebook(notebook: str, namespace: Mapping[str, Any]) -> dict[str, A
     if missing:
         raise ValueError(f"{notebook}: its parameters cell does not declare {', '.join(missing)}; "
                          f"it needs: {', '.join(notebook_parameters(notebook))}")
-    return resolve(namespace.get("profile"), namespace.get("run_dir"), notebooks=(notebook,),
-                   **{n: namespace[n] for n in names})
+    params = resolve(namespace.get("profile"), namespace.get("run_dir"), notebooks=(notebook,),
+                     **{n: namespace[n] for n in names})
+    from tiebias.run.kernel_times import record_cells
+
+    record_cells(notebook, params["run_dir"])  # in a JupyterLab kernel: its cells' times, for the report
+    return params
 
 
 def study_record(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from tiebias.config.paths import path_text
 from tiebias.lens.tables import not_converged_because
 from tiebias.run.files import DamagedFileError, read_json, write_json_atomic, write_text_atomic
 from tiebias.run.folder import Run
+from tiebias.run.kernel_times import timings as kernel_times_of
 from tiebias.verdicts.records import CLAIMS, current_results
 from tiebias.verdicts.status import DOES_NOT_HOLD, HOLDS, NOT_MEANINGFUL, STALE, status_of
 
@@ -39,7 +40,8 @@ def write_summary(run: Run, timings: dict[str, float] | None = None, memory: dic
 
     Args:
         run: the run folder whose claim records are gathered.
-        timings: notebook -> wall time in seconds (finite, >= 0), merged over the file's earlier ones.
+        timings: notebook -> wall time in seconds (finite, >= 0), merged over the file's earlier ones and the times
+            JupyterLab kernels recorded in the run folder (:mod:`tiebias.run.kernel_times`).
         memory: notebook -> peak memory in MiB (finite, >= 0), merged the same way.
 
     Returns:
@@ -55,6 +57,7 @@ def write_summary(run: Run, timings: dict[str, float] | None = None, memory: dic
             if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
                 raise ValueError(f"{what}: {k!r} has {t!r}; need a finite number of {unit} >= 0")
     claims = current_results(run)
+    kernel_times, kernel_memory = kernel_times_of(run)  # notebooks run in JupyterLab; the study's own come as arguments
     with run.writing("writing summary.json"):
         prev: dict = {}
         path = run.summary_path
@@ -67,8 +70,8 @@ def write_summary(run: Run, timings: dict[str, float] | None = None, memory: dic
                               "lost)", stacklevel=2)
         data = {"run": path_text(run.path, "surrogateescape"), "profile": run.profile, "config": cfg,
                 "models": run.models().to_dict(orient="records"), "claims": claims,
-                "timings_seconds": {**prev.get("timings_seconds", {}), **(timings or {})},
-                "peak_memory_mib": {**prev.get("peak_memory_mib", {}), **(memory or {})}}
+                "timings_seconds": {**prev.get("timings_seconds", {}), **kernel_times, **(timings or {})},
+                "peak_memory_mib": {**prev.get("peak_memory_mib", {}), **kernel_memory, **(memory or {})}}
         write_json_atomic(path, data)
     return path
 
@@ -130,23 +133,24 @@ def _write_report(run: Run, scratch: Path) -> Path:
         rows.append("<tr>" + "".join(f"<td>{v}</td>" for v in (
             html.escape(desc), f"{_fmt(r['value'])} {html.escape(r['unit'])}", _fmt(r["spread"]), _fmt(r["noise_floor"]),
             _fmt(r["paper"]), _verdict_cell(r), statement)) + "</tr>")
-    figs = [f for f in KEY_FIGURES if run.figure_path(f).exists()]
-    fig_html = "\n".join(f'<h3>{html.escape(f)}</h3><iframe src="figures/{f}.html" loading="lazy"></iframe>' for f in figs)
-    links = " · ".join(f'<a href="report/{html.escape(quote(p))}.html">{html.escape(p)}</a>' for p in bodies)
+    figs = [f for f in KEY_FIGURES if run.figure_path(f, "json").is_file()]
+    fig_html = "\n".join(_figure(run, f) for f in figs)
+    links = _notebooks_line(run, list(bodies))
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>tiebias report: {html.escape(path_text(run.path.name, "replace"))}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}}
 table{{border-collapse:collapse;width:100%}}td,th{{border:1px solid #ccc;padding:6px;vertical-align:top;font-size:14px}}
-th{{background:#f3f3f3}}iframe{{width:100%;height:660px;border:1px solid #ddd}}</style></head><body>
+th{{background:#f3f3f3}}.tiebias-figure{{width:100%;min-height:200px;border:1px solid #ddd}}
+.tiebias-needs-scripts{{border:2px solid #b60;padding:8px}}</style></head><body>
 <h1>Weight tying biases token embeddings towards the output space: this run</h1>
 <p>Run folder <code>{html.escape(path_text(run.path, "replace"))}</code>, profile <b>{html.escape(str(cfg.get('profile')))}</b>,
 preset {html.escape(str(cfg.get('preset')))}, {html.escape(str(cfg.get('steps')))} steps, seeds {html.escape(str(cfg.get('seeds')))}.
-Notebooks: {links or 'none executed'}</p>
+Notebooks: {links}</p>
 {_reproduction_link(run)}
 {_caveat(claims)}{_baselines(run)}<h2>Summary of the four claims (claim 3 under two lens readings)</h2>
 <table><tr><th>claim</th><th>this run</th><th>spread over seeds</th><th>noise floor</th><th>paper</th><th>verdict</th>
 <th>statement</th></tr>{''.join(rows)}</table>
 <p>{html.escape(LENS_PROTOCOL_NOTE)}</p>
-<h2>Key figures</h2>{fig_html or '<p>No figures yet.</p>'}
+<h2>Key figures</h2>{_figures_block(fig_html) if figs else '<p>No figures yet.</p>'}
 </body></html>"""
     with run.writing("writing report.html"):
         out = run.report_dir
@@ -157,6 +161,69 @@ Notebooks: {links or 'none executed'}</p>
             write_text_atomic(out / PLOTLY_JS, (scratch / PLOTLY_JS).read_text(encoding="utf-8"))
         write_text_atomic(run.report_path, doc)
     return run.report_path
+
+
+FIGURES_SCRIPT = """<script>
+document.querySelectorAll("script.tiebias-figure-data").forEach(el => {
+  const fig = JSON.parse(el.textContent), div = document.createElement("div");
+  div.className = "tiebias-figure";
+  el.after(div);
+  Plotly.newPlot(div, fig.data || [], fig.layout || {}, {responsive: true});
+});
+document.querySelectorAll(".tiebias-needs-scripts").forEach(el => el.remove());
+</script>"""
+"""Draws every figure from its JSON with plotly.js (in the page, before it), then removes the note that figures need
+scripts. JupyterLab's HTML viewer shows the page from memory with scripts once trusted, and its server refuses what the
+page would fetch (a frame, a script beside it: "Blocking request from unknown origin"), so nothing is fetched."""
+
+
+def _figure(run: Run, name: str) -> str:
+    """A key figure as its heading and its plotly JSON, in the page (no frame): drawn by :data:`FIGURES_SCRIPT`.
+
+    The JSON comes from the run folder (untrusted): it is parsed and written back with every ``<`` escaped, so it
+    cannot end its script element; a file that does not parse is named in place of the figure.
+    """
+    import json
+
+    try:
+        fig = read_json(run.figure_path(name, "json"), "")
+        data = json.dumps({"data": fig.get("data", []), "layout": fig.get("layout", {})},
+                          allow_nan=False).replace("<", "\\u003c")
+    except (DamagedFileError, AttributeError, OSError, ValueError) as e:
+        return f"<h3>{html.escape(name)}</h3><p>figure not shown: {html.escape(str(e))}</p>"
+    return (f'<h3>{html.escape(name)}</h3><script type="application/json" class="tiebias-figure-data">{data}</script>'
+            f'<p><a href="figures/{html.escape(quote(name))}.html">{html.escape(name)}.html</a> (the figure on a page '
+            "of its own)</p>")
+
+
+def _figures_block(fig_html: str) -> str:
+    """The figures with plotly.js (once) and the script that draws them, and a note shown where scripts do not run."""
+    from plotly.offline import get_plotlyjs
+
+    return ('<p class="tiebias-needs-scripts">The figures are drawn by a script. In JupyterLab click <b>Trust HTML</b> '
+            "at the top of this page; or open report.html in a web browser (in JupyterLab: right-click it, "
+            f"<i>Open in New Browser Tab</i>).</p>\n{fig_html}\n<script>{get_plotlyjs()}</script>\n{FIGURES_SCRIPT}")
+
+
+def _notebooks_line(run: Run, converted: list[str]) -> str:
+    """The notebooks run and their times (``summary.json``): each linked to its page when the study executed it into
+    the run folder, else said to have run in JupyterLab; ``none executed`` when neither."""
+    try:
+        times = read_json(run.summary_path, "").get("timings_seconds") or {}
+    except (FileNotFoundError, DamagedFileError, AttributeError):
+        times = {}
+    lab = set(kernel_times_of(run)[0])
+    parts = []
+    for name in sorted(set(converted) | {str(k) for k in times}):
+        t = times.get(name)
+        when = f"{t:.0f} s" if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) else ""
+        if name in converted:
+            text = f'<a href="report/{html.escape(quote(name))}.html">{html.escape(name)}</a>'
+        else:
+            text = html.escape(name)
+            when = ", ".join(w for w in (when, "run in JupyterLab" if name in lab else "") if w)
+        parts.append(f"{text} ({when})" if when else text)
+    return " · ".join(parts) or "none executed"
 
 
 def _reproduction_link(run: Run) -> str:

@@ -16,6 +16,7 @@ Layout::
         results/<claim>.json        one recorded claim each
         depth/<preset>/             a run of another depth sharing this run's data (notebook 03)
         figures/  notebooks/  report/  summary.json  report.html
+        notebook_times.json         the notebooks' times as JupyterLab kernels ran them (tiebias.run.kernel_times)
         .lock  .lock-holder.json    the writer lock and who holds it (see :meth:`tiebias.run.folder.Run.writing`)
         .tiebias-run.json           marks a run folder (an external pair's: .tiebias-pair.json); see
                                     :mod:`tiebias.run.guard`
@@ -181,6 +182,11 @@ class RunLayout:
     def report_path(self) -> Path:
         """``report.html``: the index page of the report."""
         return self.path / "report.html"
+
+    @property
+    def kernel_times_path(self) -> Path:
+        """``notebook_times.json``: how long each notebook's cells ran in a JupyterLab kernel."""
+        return self.path / "notebook_times.json"
 
     @property
     def summary_path(self) -> Path:
