@@ -12,7 +12,8 @@ A notebook computes the numbers (tables from ``comparisons``, ``gradients``, ``l
    seed sd each.
 
 Above all four: a run that is not evidence (:func:`tiebias.verdicts.evidence.not_meaningful`: the smoke profile, models not
-below the unigram baseline) records every claim as "not meaningful", and :func:`record` puts the reason first.
+below the unigram baseline; for claim 3, models not below the bigram baseline) records the claim as "not meaningful", and
+:func:`record` puts the reason first.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def record(dest: Run, v: Verdict) -> dict:
     meaningful" with the reason (the rule's own reading kept in ``details["reading"]``), and ``v`` says so too:
     the banner first in its text, the same status, so what the notebook prints next matches the record.
     """
-    why = evidence.not_meaningful(dest)
+    why = evidence.not_meaningful(dest, v.claim)
     if why and v.status != NOT_MEANINGFUL:
         v.details["reading"] = v.status or status_of(v.holds)
         v.text, v.status = f"{evidence.banner(why)}\n{v.text}", NOT_MEANINGFUL
@@ -261,13 +262,15 @@ def _keys_in(labels: Any) -> list[str]:
     return sorted(out)
 
 
-def below_unigram(summaries: pd.DataFrame, unigram: float) -> str:
-    """One line per model: did training get below the unigram baseline (the sanity check before any claim)?
+def below_unigram(summaries: pd.DataFrame, unigram: float, bigram: float | None = None) -> str:
+    """One line per model: did training get below the unigram baseline (the sanity check before any claim), and
+    below the bigram baseline (the check before a layer-wise claim, :data:`tiebias.verdicts.evidence.LAYERWISE`)?
 
     Args:
         summaries: training summaries, one row per model indexed by model key (``final_val_loss`` and the
             divergence fields of :func:`tiebias.train.divergence.reason`).
         unigram: the unigram baseline's validation loss, nats (:func:`tiebias.data.tokens.unigram_loss`).
+        bigram: the bigram baseline's, nats (:func:`tiebias.verdicts.evidence.validation_bigram`); None: not shown.
 
     Returns:
         The lines joined by newlines.
@@ -278,8 +281,10 @@ def below_unigram(summaries: pd.DataFrame, unigram: float) -> str:
     lines = "\n".join(f"{k}: {why}; not compared with the unigram baseline, and no claim is taken from it: "
                      f"{divergence.ADVICE}." if (why := divergence.reason(s)) else
                      f"{k}: validation loss {s.final_val_loss:.3f} nats vs unigram baseline {unigram:.3f} "
-                     f"({'below' if s.final_val_loss < unigram else 'NOT below'} by {unigram - s.final_val_loss:.3f})."
-                     for k, s in summaries.iterrows())
+                     f"({'below' if s.final_val_loss < unigram else 'NOT below'} by {unigram - s.final_val_loss:.3f})"
+                     + ("" if bigram is None else f"; vs bigram baseline {bigram:.3f} ("
+                        f"{'below' if s.final_val_loss < bigram else 'NOT below'} by {bigram - s.final_val_loss:.3f})")
+                     + "." for k, s in summaries.iterrows())
     fine = [(parse_key(str(k))[0].name, s.final_val_loss) for k, s in summaries.iterrows() if not divergence.reason(s)]
     by_variant: dict[str, list[float]] = {}
     for variant, loss in fine:
