@@ -268,3 +268,18 @@ def test_an_interval_that_cannot_be_computed_is_cannot_be_judged_never_re_or_not
     assert len(rows) == 2 and not any("Re]" in r for r in rows) and all("cannot be judged (" in r for r in rows)
     _windows(fresh_run.path, {("warmup", "proxy l2"): [0.9, 0.91], ("warmup", "exact l2"): [0.8, 0.8]})
     assert R.claim_lines(R.Evidence.load(fresh_run))[1]["paper_protocol"] == "[Re]"  # an interval: judged
+
+
+def test_the_median_ratio_is_judged_per_tied_model_with_the_proxy_as_candidate(fresh_run: Run) -> None:
+    """Ours was one number pooled over seeds (no interval: nothing could be said); each tied model's log gives one."""
+    fresh_run.metrics_dir.mkdir(exist_ok=True)
+    steps = np.arange(1, 11)
+    for seed, (exact, proxy) in enumerate(((1.2, 4.2), (1.3, 4.4))):
+        pd.DataFrame({"step": steps, "output_norm": 1.0, "input_norm": 1 / exact, "proxy_input_norm": 1 / proxy}) \
+            .to_csv(fresh_run.table_path(f"tied-s{seed}"), index=False)
+    rec = {"claim2_gradient_flow": {"details": {"median_out_in_ratio": 1.25, "first_n": 10},
+                                    "models": {"tied-s0": "x", "tied-s1": "y"}}}
+    row = _row(R.Reproduction(R.figure4_rows(R.Evidence(fresh_run, rec, {})), [], None, None),
+               "FIG4_OUTPUT_SHARE/median_out_in_ratio")
+    assert row.kit.n == 2 and row.kit.value == pytest.approx(1.25) and row.kit.low < 1.25 < row.kit.high
+    assert row.cause == "protocol" and "proxy input norm" in row.why and row.paper_protocol.value == pytest.approx(4.3)
