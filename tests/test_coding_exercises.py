@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tiebias.config.paths import NOTEBOOKS
@@ -217,3 +218,62 @@ def test_cells_run_top_to_bottom(notebook: str, capsys: pytest.CaptureFixture[st
     assert capsys.readouterr().out.startswith("✗ ")  # the stub's check prints a cross, without raising
     exec(compile("".join(cells[4]["source"]), cells[4]["id"], "exec"), namespace)  # strict: raises if wrong
     assert capsys.readouterr().out.startswith("✓ ")
+
+
+def _input_path(grad_at_embeddings: Any, input_ids: Any, vocab_size: int) -> Any:
+    import torch
+
+    d = grad_at_embeddings.shape[-1]
+    return torch.zeros(vocab_size, d).index_add_(0, input_ids.reshape(-1), grad_at_embeddings.reshape(-1, d))
+
+
+def test_answers_that_are_not_real_float32_tensors_are_named_not_passed() -> None:
+    """Defect 14: float16 failed with only a largest difference, an int cast read "off by a constant factor 0", a
+    complex tensor with a random imaginary part and a Tensor whose allclose says True passed a wrong answer."""
+    import torch
+
+    class Agreeable(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
+            if func in (torch.allclose, torch.Tensor.allclose, torch.isclose, torch.equal):
+                return True
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    cases = {"float16": (lambda *a: _input_path(*a).half(), ["torch.float16", "float32"]),
+             "int": (lambda *a: _input_path(*a).long(), ["integer", "torch.int64", "float32"]),
+             "complex": (lambda *a: _input_path(*a) + 1j * torch.randn(_input_path(*a).shape),
+                         ["complex", "real"]),
+             "subclass": (lambda *a: torch.zeros_like(_input_path(*a)).as_subclass(Agreeable), ["differs"])}
+    for name, (fn, words) in cases.items():
+        result = check("01-code", fn)
+        assert not result.ok and all(w in result.message for w in words), (name, result.message)
+        assert "constant factor 0" not in result.message, (name, result.message)
+    assert check("01-code", _input_path).ok
+    assert check("01-code", lambda *a: _input_path(*a).double()).ok  # more precision than asked is fine
+    m = np.linalg.qr(np.random.default_rng(0).standard_normal((8, 8)))[0]
+    result = check("02-code", lambda S, T: m + 1j * np.ones_like(m))
+    assert not result.ok and "complex" in result.message, result.message
+
+
+def test_the_reference_is_computed_afresh_and_nan_is_named() -> None:
+    """Defect 14: zeroing the cached reference passed a wrong answer (zeros), then failed every correct one until the
+    kernel restarted; a NaN backward read "atol must be greater than or equal to zero, but got -nan"."""
+    import torch
+
+    def zeroing(grad_at_embeddings: Any, input_ids: Any, vocab_size: int) -> Any:
+        for k in (1.0, coding.MODEL_K):
+            for t in getattr(coding, "_reference_pass", lambda _k: {})(k).values():
+                t.zero_()
+        return torch.zeros(vocab_size, grad_at_embeddings.shape[-1])
+
+    assert not check("01-code", zeroing).ok
+    assert check("01-code", _input_path).ok
+    assert check("04-code", _define(EXERCISES["04-code"], EXERCISES["04-code"].solution)).ok
+
+    def nan_backward(x: Any, k: float) -> Any:
+        y = x.clone()
+        y.register_hook(lambda g: g * float("nan"))
+        return y
+
+    result = check("04-code", nan_backward)
+    assert not result.ok and "nan" in result.message and "atol" not in result.message, result.message

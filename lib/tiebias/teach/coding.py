@@ -9,7 +9,6 @@ solution, whose strict check fails the notebook run if the solution or the libra
 from __future__ import annotations
 
 import ast
-import functools
 import html
 import math
 from collections.abc import Callable, Iterator
@@ -107,8 +106,10 @@ def _student(what: str = "your function") -> Iterator[None]:
 
 
 def _tolerance(ref: Tensor) -> float:
-    """Absolute tolerance scaled to the reference's size (at least a tiny floor for an all-zero reference)."""
-    return ATOL_SHARE * max(float(ref.abs().max()) if ref.numel() else 0.0, 1e-30)
+    """Absolute tolerance scaled to the reference's size (at least a tiny floor for an all-zero reference; a
+    reference with NaN in it gets the floor, and the comparison then fails on the NaN)."""
+    size = float(ref.abs().max()) if ref.numel() else 0.0
+    return ATOL_SHARE * (max(size, 1e-30) if math.isfinite(size) else 1e-30)
 
 
 def _close(got: Tensor, ref: Tensor, rtol: float = RTOL) -> bool:
@@ -124,21 +125,54 @@ def _gap(got: Tensor, ref: Tensor) -> str:
 
 
 def _factor(got: Tensor, ref: Tensor) -> float | None:
-    """The constant r with got = r * ref, if there is one (least squares, then checked), else None."""
+    """The constant r with got = r * ref, if there is one (least squares, then checked), else None (also for r = 0:
+    an answer of zeros is not "off by a constant factor")."""
     got, ref = got.detach().double(), ref.double()
     denom = float((ref * ref).sum())
     if denom == 0.0:
         return None
     r = float((got * ref).sum()) / denom
+    if not (math.isfinite(denom) and math.isfinite(r)) or abs(r) <= RTOL:  # all zeros is no factor of the answer
+        return None
     return r if _close(got, r * ref) else None
 
 
+def _plain(got: Any) -> Any:
+    """A student's tensor or array as a plain ``torch.Tensor`` / ``numpy.ndarray`` copy (anything else as it is): a
+    subclass's own methods (an ``allclose`` that always agrees) and ``__torch_function__`` never run in a check."""
+    if isinstance(got, Tensor):
+        with torch._C.DisableTorchFunctionSubclass():
+            return Tensor.clone(Tensor.as_subclass(Tensor.detach(got), Tensor))
+    if isinstance(got, np.ndarray):
+        return np.array(np.ndarray.view(got, np.ndarray), copy=True)
+    return got
+
+
+def _real_float(got: Tensor, what: str) -> Tensor:
+    """A plain tensor checked to be real floating point of at least float32's precision, else a failure naming its
+    dtype and what to return instead (the library computes in float32)."""
+    if got.is_complex():
+        raise _Fail(f"returned a complex tensor ({got.dtype}) where real values ({what}) were expected: return a "
+                    "real float32 tensor (the imaginary parts are not part of the answer)")
+    if not got.is_floating_point():
+        raise _Fail(f"returned an integer tensor ({got.dtype}) where float32 values ({what}) were expected: an "
+                    "integer dtype cuts every value to a whole number; return a float32 tensor")
+    if torch.finfo(got.dtype).eps > torch.finfo(torch.float32).eps:
+        raise _Fail(f"returned {got.dtype}, which keeps about {torch.finfo(got.dtype).resolution:g} relative "
+                    f"precision, where float32 values ({what}) were expected: the check compares with the library's "
+                    f"float32 result at relative {RTOL:g}; compute and return float32")
+    return got
+
+
 def _as_tensor(got: Any, shape: tuple[int, ...], what: str) -> Tensor:
-    """The student's result as a tensor of the expected shape, or a failure naming what came back instead."""
+    """The student's result as a plain real float tensor of the expected shape (:func:`_plain`,
+    :func:`_real_float`), or a failure naming what came back instead."""
+    got = _plain(got)
     if isinstance(got, np.ndarray):
         got = torch.from_numpy(got)
     if not isinstance(got, Tensor):
         raise _Fail(f"returned {type(got).__name__}, not a torch.Tensor: return {what}")
+    got = _real_float(got, what)
     if tuple(got.shape) != shape:
         if tuple(got.shape) == shape[::-1] and len(shape) == 2:
             raise _Fail(f"returned shape {tuple(got.shape)} where {shape} was expected: the result is transposed")
@@ -149,11 +183,16 @@ def _as_tensor(got: Any, shape: tuple[int, ...], what: str) -> Tensor:
 
 
 def _as_matrix(got: Any, shape: tuple[int, int]) -> np.ndarray:
-    """The student's map as a float64 array of the expected shape, or a failure naming what came back."""
+    """The student's map as a plain real float64 array of the expected shape, or a failure naming what came back."""
+    got = _plain(got)
     if isinstance(got, Tensor):
-        got = got.detach().cpu().numpy()
+        got = got.cpu().numpy()
     if not isinstance(got, np.ndarray):
         raise _Fail(f"returned {type(got).__name__}, not a numpy array: return the d x d matrix W")
+    if np.iscomplexobj(got):
+        raise _Fail(f"returned a complex array ({got.dtype}): return the real d x d matrix W (float64)")
+    if not np.issubdtype(got.dtype, np.number):
+        raise _Fail(f"returned an array of {got.dtype}, not numbers: return the d x d matrix W (float64)")
     if got.shape != shape:
         raise _Fail(f"returned shape {got.shape} where {shape} was expected (W is d x d, with d the number of "
                     "columns of S)")
@@ -165,12 +204,12 @@ def _as_matrix(got: Any, shape: tuple[int, int]) -> np.ndarray:
 # --------------------------------------------------------------------------- the tiny tied model
 
 
-@functools.cache
 def _reference_pass(input_factor: float) -> dict[str, Tensor]:
     """One backward pass of a fresh tiny tied model on the toy batch under ``GradientProvenance``.
 
-    Returns the token ids, the gradient at the embedding output, the per-path gradients and W.grad (cached: the
-    checkers only read them).
+    Returns the token ids, the gradient at the embedding output, the per-path gradients and W.grad, computed afresh
+    at every check (never cached: a cache is state a student's code could change, passing a wrong answer and failing
+    every right one after it).
     """
     model = build("tiny", vocab_size=TOY_VOCAB, seed=0)
     ids = toy_batch(TOY_VOCAB)
@@ -203,6 +242,9 @@ def _grad_with_hook(fn: Callable[..., Any], k: float) -> Tensor:
         handle.remove()
     if emb.weight.grad is None:
         raise _Fail("no gradient reached W: the hook's result is detached from the embedding lookup")
+    if not bool(torch.isfinite(emb.weight.grad).all()):
+        raise _Fail("W.grad has nan or inf values with your function as a hook on the embedding output: the "
+                    f"backward pass must multiply the gradient by k = {MODEL_K:g}, nothing else")
     return emb.weight.grad.detach()
 
 
@@ -308,14 +350,14 @@ def _kl_inputs(scale: float) -> tuple[Tensor, Tensor]:
 def _kl_result(fn: Callable[..., Any], p: Tensor, q: Tensor) -> Tensor:
     """The student's KL on (p, q), checked for type and shape (one value per position)."""
     with _student():
-        got = fn(p.clone(), q.clone())
+        got = _plain(fn(p.clone(), q.clone()))
     if isinstance(got, Tensor) and got.dim() == 0:
         raise _Fail(f"returned a single number where one KL per position, shape {tuple(p.shape[:-1])}, was "
                     "expected: sum over the vocabulary (last axis) only, do not sum or average over positions")
     if isinstance(got, Tensor) and tuple(got.shape) == tuple(p.shape):
         raise _Fail(f"returned shape {tuple(got.shape)}, the logits' shape: sum the terms over the vocabulary (the "
                     "last axis) to get one KL per position")
-    if isinstance(got, Tensor) and not bool(torch.isfinite(got).all()):
+    if isinstance(got, Tensor) and got.is_floating_point() and not bool(torch.isfinite(got).all()):
         scale = float(p.abs().max())
         raise _Fail(f"returned nan or inf for logits up to {scale:.0f} in size: exp overflows and softmax underflows "
                     "to 0 (then log 0 = -inf); use log_softmax, which is stable")
@@ -365,6 +407,9 @@ def _check_scale_backward(fn: Callable[..., Any]) -> str:
         (y * w).sum().backward()
     if x.grad is None:
         raise _Fail("no gradient reached x: the result is detached from x")
+    if not bool(torch.isfinite(x.grad).all()):
+        raise _Fail("the gradient reaching x has nan or inf values: the backward pass must multiply the incoming "
+                    f"gradient by k = {TOY_K:g} (a finite number), nothing else")
     if not _close(x.grad, TOY_K * w):
         factor = _factor(x.grad, w)
         if factor is not None and abs(factor - 1.0) <= RTOL:
