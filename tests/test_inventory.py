@@ -97,3 +97,16 @@ def test_analysis_notebooks_refuse_another_profile_than_the_runs(two_seed_run: R
     ns.update(profile="class", run_dir=str(run.path))
     exec(setup, ns)  # the run's own profile: read as before
     assert ns["run"].path == run.path and _files(run.path) == before
+
+
+def test_study_command_refuses_another_profile_before_a_notebook_runs(two_seed_run: Run, tmp_path: Path) -> None:
+    """python -m tiebias study --only 03_lens with another profile: exit 2 before the run's executed notebook is replaced."""
+    run = Run(tmp_path / "run")
+    shutil.copytree(two_seed_run.path, run.path)
+    run.update_config(study=profiles.study_record(profiles.resolve("class", run.path)))
+    before = _files(run.path)
+    for only in (["02_align"], ["03_lens"], ["02_align", "03_lens"]):
+        with pytest.raises(ParameterChangedError, match=r"profile: folder has 'class', asked 'smoke'.*--profile class"):
+            study.check_study("smoke", run.path, only=only)
+    assert study.check_study("class", run.path, only=["03_lens"])[0]["profile"] == "class"
+    assert _files(run.path) == before

@@ -20,6 +20,7 @@ import papermill as pm
 from tiebias.config import environment, profiles
 from tiebias.config.params import NOTEBOOKS, PARAMS, PATH_PARAMETERS, coerce
 from tiebias.config.paths import notebooks_dir, path_text
+from tiebias.run import inventory
 from tiebias.run.files import DamagedFileError, atomic_path, read_json, write_json_atomic
 from tiebias.run.folder import Run
 from tiebias.run.guard import Kind, check_folder, mark
@@ -170,6 +171,8 @@ def check_study(profile: str | Path | None = None, run_dir: str | Path | None = 
     check_folder(params["run_dir"], folder_kind_of(params, names), corpus=corpus)
     if {"01_train", "04_ablate"} & set(names):  # their Run.prepare would refuse another corpus or vocab_size
         Run(params["run_dir"]).check_data(params["corpus"], params["vocab_size"])
+    elif folder_kind_of(params, names) == "run":  # 02 or 03 alone: refused with another profile than the run's
+        inventory.check_profile(Run(params["run_dir"]), params["profile"], names[0])
     notebook_values(params)
     return params, names
 

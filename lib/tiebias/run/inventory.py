@@ -85,6 +85,11 @@ def check_profile(run: Run, profile: str, notebook: str) -> None:
     An analysis run with another profile would read the run's models with that profile's settings (a smoke lens
     budget on a class run) and record its claims in the run, where the verdicts and the report read the run's
     profile. A run that records no profile yet (its 01 or 04 has not finished) passes.
+
+    Args:
+        run: the run folder the notebook reads.
+        profile: the profile the notebook was given (its resolved ``profile`` parameter).
+        notebook: the notebook's name, for the way out the error names.
     """
     have = run.profile
     if have is not None and profile != have:
