@@ -283,3 +283,7 @@ def test_the_median_ratio_is_judged_per_tied_model_with_the_proxy_as_candidate(f
                "FIG4_OUTPUT_SHARE/median_out_in_ratio")
     assert row.kit.n == 2 and row.kit.value == pytest.approx(1.25) and row.kit.low < 1.25 < row.kit.high
     assert row.cause == "protocol" and "proxy input norm" in row.why and row.paper_protocol.value == pytest.approx(4.3)
+    rec["claim2_gradient_flow"]["models"] = {"../metrics/tied-s0": "x", "tied-s1": "y"}  # a path, not a model name
+    row = _row(R.Reproduction(R.figure4_rows(R.Evidence(fresh_run, rec, {})), [], None, None),
+               "FIG4_OUTPUT_SHARE/median_out_in_ratio")
+    assert row.kit.n == 1 and "pooled" in row.kit.label  # the record's own value; no file outside metrics/ is read

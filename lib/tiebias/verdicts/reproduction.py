@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -623,7 +624,8 @@ def _ratio_row(ev: Evidence, pv: float) -> Row:
     first_n = int(rec["details"].get("first_n") or 0)
     medians: dict[str, list[float]] = {"input_norm": [], "proxy_input_norm": []}
     for model in rec.get("models") or {}:
-        log = ev.table(str(model))
+        safe = re.fullmatch(r"[A-Za-z0-9_.-]+", str(model)) and ".." not in str(model)  # a name, never a path
+        log = ev.table(str(model)) if safe else None
         if log is None or not {"input_norm", "output_norm", "step"} <= set(log.columns):
             medians = {"input_norm": []}
             break
