@@ -69,17 +69,20 @@ def scale_axis(run: Run) -> None:
     tr = _table(run, "scale_trends", "04_ablate with the scale profile")
     qs = list(dict.fromkeys(q for q in tr.quantity))
     shown = [q for q in qs if q in set(s.quantity)] + ["val_loss_tied", "val_loss_untied", "embedding_share_tied"]
-    print("| vocabulary | width | " + " | ".join(shown) + " |")
-    print("|---|---|" + "---|" * len(shown))
-    for (v, w), g in s.groupby(["vocab_size", "width"], sort=False):
+    print("| vocabulary | width | steps | tokens per row | " + " | ".join(shown) + " |")
+    print("|---|---|---|---|" + "---|" * len(shown))
+    for _, g in s.groupby("point", sort=False):
+        first = g.iloc[0]
+        steps = f"{int(first['steps'])}" if "steps" in g else ""
+        tpr = f"{first['tokens_per_row']:,.1f}" if "tokens_per_row" in g else ""
         g = g.set_index("quantity")
         cells = [f"{g.loc[q, 'mean']:.3f} [{g.loc[q, 'ci_low']:.3f}, {g.loc[q, 'ci_high']:.3f}]" if q in g.index
                  else "" for q in shown]
-        print(f"| {v} | {w} | " + " | ".join(cells) + " |")
+        print(f"| {first['vocab_size']} | {first['width']} | {steps} | {tpr} | " + " | ".join(cells) + " |")
     print()
     for t in tr.to_dict("records"):
         if not (isinstance(t["slope"], float) and math.isnan(t["slope"])):
-            t["sizes"] = sorted(s[s.quantity == t["quantity"]][t["axis"]].unique().tolist())
+            t["sizes"] = [round(x) for x in sorted(s[s.quantity == t["quantity"]][t["axis"]].unique().tolist())]
             print("- " + scale.sentence(t, t["quantity"]))
 
 

@@ -7,28 +7,33 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from tiebias.ablate import scale, sweep
 from tiebias.config import profiles
+from tiebias.models.build import build
+from tiebias.train import windows
+from tiebias.train.gradients import GradientProvenance
+from tiebias.train.steploop import batch_for_step
 
 
-def test_the_exposure_profile_trains_the_class_model_at_four_lengths(tmp_path) -> None:
+def test_the_exposure_profile_trains_the_class_model_at_three_lengths(tmp_path) -> None:
     P = profiles.resolve("exposure", tmp_path / "run", notebooks=["04_ablate"])
     pts = scale.points(P["vocab_size"], P["preset"], P["scale_vocab_sizes"], P["scale_presets"], P["scale_steps"],
                        P["steps"])
-    assert [p.label for p in pts] == ["v1024-mini", "v1024-mini-s75", "v1024-mini-s150", "v1024-mini-s600"]
+    assert [p.label for p in pts] == ["v1024-mini", "v1024-mini-s75", "v1024-mini-s150"]
     assert pts[0].base and {p.width for p in pts} == {64} and {p.vocab_size for p in pts} == {1024}
     assert [v.name for v in sweep.sweep_variants(P["ablate_factors"])] == ["tied", "tied_in5"]
     assert P["ablate_seeds"] == [0, 1, 2]
     cfg = profiles.train_config(P)
     cfgs = [scale.point_config(cfg, p) for p in pts]
-    assert [c.steps for c in cfgs] == [300, 75, 150, 600]
+    assert [c.steps for c in cfgs] == [300, 75, 150]
     assert {c.warmup_steps for c in cfgs} == {cfg.warmup_steps}  # only the length changes
     assert {c.steps // c.checkpoint_every for c in cfgs} == {cfg.steps // cfg.checkpoint_every}
     assert {c.steps // c.eval_every for c in cfgs} == {cfg.steps // cfg.eval_every}
     assert {(c.preset, c.batch_size, c.seq_len, c.lr) for c in cfgs} == {(cfg.preset, cfg.batch_size, cfg.seq_len, cfg.lr)}
     # 16 sequences of 128 tokens per step over 1,024 rows: 2 tokens per row per step
-    assert [scale.tokens_per_row(c.steps, c.batch_size, c.seq_len, P["vocab_size"]) for c in cfgs] == [600, 150, 300, 1200]
+    assert [scale.tokens_per_row(c.steps, c.batch_size, c.seq_len, P["vocab_size"]) for c in cfgs] == [600, 150, 300]
 
 
 def test_tokens_per_row_and_bad_lengths_are_refused(tmp_path) -> None:
@@ -83,3 +88,23 @@ def test_point_table_reads_each_points_length_and_tokens_per_row(fresh_run, tiny
                                                            for s in (4, 4, 8, 8)])
     assert runs[pts[1].label].summary("tied_in5", 1)["steps"] == 8
     assert np.isfinite(table[["claim1_gap", "claim2_share", "claim4_in_k5", "claim4_out_k5"]].to_numpy()).all()
+
+
+def test_shares_at_tokens_measures_the_same_weights_at_each_batch_size(prepared_run, one_thread) -> None:
+    model = build("tiny", vocab_size=prepared_run.config["tokenizer_size"], seed=0)
+    ids = prepared_run.tokens("validation")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    t = windows.shares_at_tokens(model, ids, 32, [2, 8], batches=2, seed=3)
+    assert t.batch_size.tolist() == [2, 2, 8, 8] and t.tokens.tolist() == [64, 64, 256, 256]
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())  # only measured
+    # the last row recomputed on its own: batch 1 of seed 3 at 8 sequences
+    x = batch_for_step(ids, 1, 3, 8, 32)
+    with GradientProvenance(model) as gp:
+        model(input_ids=x, labels=x).loss.backward()
+        st = gp.pop()
+    # the same arithmetic twice on one thread: a wrong batch or metric moves a share by far more than 1e-4
+    assert t.iloc[3]["exact l2"] == pytest.approx(st.output_share, rel=1e-4)
+    assert t.iloc[3]["proxy l2"] == pytest.approx(st.output_norm / (st.output_norm + st.proxy_input_norm), rel=1e-4)
+    assert t.iloc[1]["exact l2"] != pytest.approx(t.iloc[3]["exact l2"], rel=1e-4)  # another batch is another draw
+    with pytest.raises(ValueError, match="batch_sizes"):
+        windows.shares_at_tokens(model, ids, 32, [], batches=2)

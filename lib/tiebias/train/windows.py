@@ -9,18 +9,27 @@ gradient. :func:`window_shares` gives the mean share over the same windows, rela
 - ``exact squared l2``: ``|g_out|^2 / (|g_in|^2 + |g_out|^2)``; ``exact l1``: the same with L1 norms;
 - ``proxy l2`` (the paper's): the input path's norm taken on the embedding output's gradient instead;
 - ``proxy squared l2`` and ``proxy l1``.
+
+The proxy also depends on how many tokens one measurement sees: the loss is a mean over N positions, and the norm of
+N per-position gradients that do not add up shrinks about like N^-1/2, while the output path's weight gradient (and
+the exact input path, where a row's positions do add up) shrinks less. :func:`shares_at_tokens` measures one model's
+weights at several batch sizes, so only the measurement changes.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
+import torch
+from transformers import PreTrainedModel
 
 from tiebias import stats
 from tiebias.stats import LEVEL
+from tiebias.train.gradients import GradientProvenance
+from tiebias.train.steploop import batch_for_step
 
 METRICS = {
     "exact l2": ("input_norm", "output_norm", 1),
@@ -256,6 +265,40 @@ def share_path(log: pd.DataFrame, key: str) -> str:
             f"{int(peak.step)} (its highest), {last.output_share:.2f} at step {int(last.step)}.")
 
 
-__all__ = ["METRICS", "PAPER_METRIC", "WINDOWS", "halves", "halves_sentence", "share_path", "shown", "like_for_like", "matching", "record_details", "sentence", "step_shares",
+def shares_at_tokens(model: PreTrainedModel, ids: torch.Tensor, seq_len: int, batch_sizes: Sequence[int], *,
+                     batches: int = 4, seed: int = 0) -> pd.DataFrame:
+    """A tied model's output share, exact and under the paper's proxy, on the same weights at several batch sizes.
+
+    Args:
+        model: a tied causal LM (its weights are not changed; its gradients are left zeroed).
+        ids: a token stream to draw windows from (:func:`tiebias.train.steploop.batch_for_step`).
+        seq_len: tokens per sequence.
+        batch_sizes: sequences per measurement, each one or more.
+        batches: measurements per batch size (batch ``b`` is drawn as step ``b`` of ``seed``).
+        seed: the draw's seed.
+
+    Returns:
+        One row per batch size and measurement: ``batch_size``, ``tokens``, ``batch`` and the share under each
+        :data:`METRICS` (one backward pass of the mean loss, as a training step's).
+    """
+    if not batch_sizes or any(b < 1 for b in batch_sizes) or batches < 1:
+        raise ValueError(f"batch_sizes: {list(batch_sizes)} and batches: {batches}; need one or more of each, each >= 1")
+    rows = []
+    for bs in batch_sizes:
+        for b in range(batches):
+            x = batch_for_step(ids, b, seed, bs, seq_len)
+            model.zero_grad(set_to_none=True)
+            with GradientProvenance(model) as gp:
+                model(input_ids=x, labels=x).loss.backward()
+                st = gp.pop()
+            model.zero_grad(set_to_none=True)
+            if st is None:
+                raise ValueError("model: no gradient reached its embedding; is it a causal LM with a tied embedding?")
+            shares = step_shares(pd.DataFrame([{"step": b, **st.as_dict()}])).iloc[0]
+            rows.append({"batch_size": bs, "tokens": bs * seq_len, "batch": b, **{m: float(shares[m]) for m in METRICS}})
+    return pd.DataFrame(rows)
+
+
+__all__ = ["METRICS", "PAPER_METRIC", "WINDOWS", "halves", "halves_sentence", "share_path", "shown", "like_for_like", "matching", "record_details", "sentence", "shares_at_tokens", "step_shares",
            "window_bounds", "window_shares", "with_paper"]
 
