@@ -81,3 +81,68 @@ def test_a_list_as_a_record_is_refused(fresh_run: Run) -> None:
     fresh_run.results_dir.mkdir(parents=True, exist_ok=True)
     fresh_run.result_path("claim1_alignment").write_text("[1, 2]")
     _refused_everywhere(fresh_run, "claim1_alignment", "a claim's record is a JSON object, this file holds a list")
+
+
+def _tables(run: Run) -> None:
+    """Small tables of the columns the report reads, with values a run can have."""
+    import pandas as pd
+
+    run.metrics_dir.mkdir(exist_ok=True)
+    pd.DataFrame([{"comparison": c, "pairing": "cross seed", "seed_source": 0, "seed_target": 1, "orthogonal": o,
+                   "linear": o, "identity": 0.1, "knn@10": 0.2}
+                  for c, o in (("untied input -> tied", 0.3), ("untied output -> tied", 0.6),
+                               ("untied input -> untied output", 0.2))]).to_csv(run.table_path("alignment_table1"),
+                                                                                 index=False)
+    pd.DataFrame([{"protocol": "package", "step": 10, "budget": 1, "variant": v, "layer": 0, "kl_tuned_bits": kl,
+                   "lens_steps": 20, "seed": s} for v, kl in (("tied", 2.0), ("untied", 1.0)) for s in (0, 1)]
+                 ).to_csv(run.table_path("lens_per_layer"), index=False)
+
+
+@pytest.mark.parametrize("table, column, value, words", [
+    ("alignment_table1", "orthogonal", 1.34, ["column 'orthogonal', row 1: 1.34 is impossible there"]),
+    ("alignment_table1", "orthogonal", 1e308, ["column 'orthogonal', row 1: 1e+308 is impossible there"]),
+    ("alignment_table1", "orthogonal", "abc", ["column 'orthogonal', row 1: 'abc' is not a number"]),
+    ("lens_per_layer", "kl_tuned_bits", 1e300, ["column 'kl_tuned_bits', row 1: 1e+300 is impossible there"]),
+    ("lens_per_layer", "kl_tuned_bits", ..., ["column(s) 'kl_tuned_bits' missing"]),
+    ("alignment_table1", "", "header only", ["the table has no rows"]),
+    ("alignment_table1", "", "empty", ["not a readable table (EmptyDataError: No columns to parse from file)"]),
+    ("lens_per_layer", "", "binary", ["lens_per_layer.csv"]),
+])
+def test_a_damaged_or_impossible_table_is_refused_naming_file_and_column(fresh_run: Run, table: str, column: str,
+                                                                          value: object, words: list) -> None:
+    """Defect 15: missing columns, header-only or binary CSVs gave tracebacks; pandas' "No columns to parse from
+    file" and "could not convert string to float: 'abc'" named no file; a cosine of 1.34 or 1e308 and a KL of 1e300
+    were taken as measured."""
+    import pandas as pd
+
+    _tables(fresh_run)
+    R.build(fresh_run)  # the tables as written are read
+    path = fresh_run.table_path(table)
+    t = pd.read_csv(path)
+    if value is ...:
+        t = t.drop(columns=[column])
+    elif column:
+        t[column] = t[column].astype(object)
+        t.loc[0, column] = value
+    if value == "header only":
+        path.write_text(",".join(t.columns) + "\n")
+    elif value == "empty":
+        path.write_text("")
+    elif value == "binary":
+        path.write_bytes(bytes(range(256)) * 4)
+    else:
+        t.to_csv(path, index=False)
+    for write in (R.build, write_reproduction):
+        with pytest.raises(DamagedFileError) as e:
+            write(fresh_run)
+        msg = str(e.value)
+        assert str(path) in msg and all(w in msg for w in words) and "rerun notebook 0" in msg, msg
+    assert not (fresh_run.path / "reproduction.md").exists()
+
+
+def test_a_config_whose_study_is_not_an_object_is_refused_by_name(fresh_run: Run) -> None:
+    cfg = json.loads(fresh_run.config_path.read_text())
+    fresh_run.config_path.write_text(json.dumps({**cfg, "study": "smoke"}))
+    for name, write in PAGES.items():
+        with pytest.raises(DamagedFileError, match=r"config.json: .*'study' is a str, not a JSON object"):
+            write(fresh_run)

@@ -16,6 +16,7 @@ import math
 import os
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -292,6 +293,70 @@ def read_log(path: Path, header: list[str] | None = None, *, todo: str) -> pd.Da
     cols, rows, _ = read_log_lines(path, header, todo=todo)
     text = ",".join(cols) + "\n" + "".join(line + "\n" for _, line in rows)
     return pd.read_csv(io.StringIO(text))
+
+
+COSINE = (-1.001, 1.001)
+"""What a cosine can be; float32 rounding moves one by far less than the 0.001 beyond 1 allowed."""
+COSINE_CHANGE = (-2.002, 2.002)
+"""What a difference of two cosines can be."""
+SHARE = (0.0, 1.0)
+"""What a share or an overlap can be."""
+KL_BITS = (-1e-6, 1e6)
+"""What a KL in bits read from a table can be: never negative beyond rounding, and 1e6 bits would need
+log-probabilities a million bits apart, which no model's float32 logits give; a larger value is a damaged file."""
+FINITE = (-sys.float_info.max, sys.float_info.max)
+"""Any finite number."""
+
+
+def _table_error(path: Path, why: str, todo: str) -> DamagedFileError:
+    return DamagedFileError(f"{path}: {why}; {todo}")
+
+
+def read_table(path: Path, todo: str, *, columns: tuple[str, ...] = (),
+               bounds: dict[str, tuple[float, float]] | None = None) -> pd.DataFrame:
+    """A metrics table (``metrics/<name>.csv``) read as untrusted, every refusal naming the file and ``todo``.
+
+    Args:
+        path: the CSV file (a missing one raises FileNotFoundError).
+        todo: what to do about a damaged file (e.g. rerun the notebook that writes it).
+        columns: the columns the reader needs; a missing one is named.
+        bounds: column -> (low, high): the column's values must be numbers (empty or NaN: missing) within the
+            bounds (:data:`COSINE`, :data:`SHARE`, :data:`KL_BITS`, ...); a name ending in ``*`` covers every column
+            it starts.
+
+    Returns:
+        The table, with at least one row.
+
+    Refused (:class:`DamagedFileError`): text that does not decode or parse, no header, no rows, a missing column, a
+    value that is not a number, or one outside its column's bounds (an impossible cosine, share or KL), each named
+    with its column and row.
+    """
+    try:
+        table = pd.read_csv(io.StringIO(_read_text(path, todo)))
+    except (ValueError, pd.errors.ParserError) as e:  # EmptyDataError is a ValueError
+        raise _table_error(path, f"not a readable table ({type(e).__name__}: {e})", todo) from None
+    if table.empty:
+        raise _table_error(path, f"the table has no rows (columns {list(table.columns)})", todo)
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise _table_error(path, f"column(s) {', '.join(map(repr, missing))} missing (the file has {list(table.columns)})",
+                      todo)
+    for name, (lo, hi) in (bounds or {}).items():
+        cols = [c for c in table.columns if c.startswith(name[:-1])] if name.endswith("*") else \
+            [name] if name in table.columns else []
+        for c in cols:
+            x = pd.to_numeric(table[c], errors="coerce")
+            bad = x.isna() & table[c].notna()
+            if bad.any():
+                i = int(bad.to_numpy().nonzero()[0][0])
+                raise _table_error(path, f"column {c!r}, row {i + 1}: {table[c].iloc[i]!r} is not a number", todo)
+            out = ~x.between(lo, hi) & x.notna()
+            if out.any():
+                i = int(out.to_numpy().nonzero()[0][0])
+                raise _table_error(path, f"column {c!r}, row {i + 1}: {float(x.iloc[i])!r} is impossible there (allowed: "
+                              f"{lo:g} to {hi:g})", todo)
+            table[c] = x
+    return table
 
 
 def check_model_folder(path: Path, todo: str) -> None:

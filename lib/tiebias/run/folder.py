@@ -415,6 +415,11 @@ class Run(RunLayout):
                         f"restore it from a copy, or {OVERWRITE_HINT} (Run.prepare) to empty the folder and rebuild it")
         if not isinstance(cfg, dict):
             raise damaged(self.config_path, "not a JSON object", f"{OVERWRITE_HINT} to rebuild the folder")
+        for section, nb in (("study", "01_train"), ("ablation", "04_ablate")):  # the notebooks' records of settings
+            if section in cfg and not isinstance(cfg[section], dict):
+                raise damaged(self.config_path, f"its {section!r} is a {type(cfg[section]).__name__}, not a JSON "
+                              "object of settings", f"restore it from a copy, or rerun notebook {nb}, which "
+                              "records it")
         return cfg
 
     def tokenizer(self) -> PreTrainedTokenizerFast:

@@ -23,7 +23,7 @@ import pandas as pd
 from tiebias import paper, stats
 from tiebias.ablate.ingredients import KIT, SAME_SEED
 from tiebias.config.choices import INGREDIENTS
-from tiebias.run.files import DamagedFileError
+from tiebias.run.files import COSINE, COSINE_CHANGE, FINITE, KL_BITS, SHARE, read_table
 from tiebias.run.folder import Run
 from tiebias.stats import LEVEL
 from tiebias.verdicts.evidence import not_meaningful
@@ -317,11 +317,7 @@ class Evidence:
         """``metrics/<name>.csv`` of the run, or None when the notebook that writes it has not run."""
         if name not in self._tables:
             path = self.run.table_path(name)
-            try:
-                self._tables[name] = pd.read_csv(path) if path.exists() else None
-            except (ValueError, UnicodeDecodeError) as e:  # pandas' ParserError and EmptyDataError are ValueErrors
-                raise DamagedFileError(f"{path}: not a readable table ({type(e).__name__}: {e}); delete it and rerun "
-                                       "the notebook that writes it") from None
+            self._tables[name] = _read(path, name) if path.exists() else None
         return self._tables[name]
 
     def trends(self, quantity: str) -> list[Trend]:
@@ -343,6 +339,48 @@ class Evidence:
     @property
     def warmup(self) -> int:
         return int(self.study.get("warmup_steps", 0))
+
+
+_KL_GAP = (-KL_BITS[1], KL_BITS[1])
+TABLES: dict[str, tuple[str, tuple[str, ...], dict[str, tuple[float, float]]]] = {
+    "alignment_table1": ("02_align", ("comparison", "pairing", "seed_source", "seed_target", "orthogonal", "linear"),
+                         {"orthogonal": COSINE, "linear": COSINE, "identity": COSINE, "knn@*": SHARE}),
+    "alignment_evolution": ("02_align", ("matrix", "step", "cos_to_init"), {"step": FINITE, "cos_to_init": COSINE}),
+    "lens_per_layer": ("03_lens", ("protocol", "step", "budget", "variant", "layer", "kl_tuned_bits", "lens_steps"),
+                       {"step": FINITE, "budget": FINITE, "layer": FINITE, "lens_steps": FINITE,
+                        "kl_tuned_bits": KL_BITS}),
+    "lens_readings_per_layer": ("03_lens", ("reading", "layer", "gap", "ci_low", "ci_high", "n_seeds", "label"),
+                                {"layer": FINITE, "n_seeds": FINITE, "gap": _KL_GAP, "ci_low": _KL_GAP,
+                                 "ci_high": _KL_GAP}),
+    "claim2_windows": ("01_train", ("window", "metric"), {"share_*": SHARE}),
+    "ablation_alignment": ("04_ablate", ("method", "output_factor", "k", "step", "vs_untied_input",
+                                         "vs_untied_output"),
+                           {"output_factor": FINITE, "k": FINITE, "step": FINITE, "vs_untied_input": COSINE,
+                            "vs_untied_output": COSINE}),
+    "claim4_ingredients": ("04_ablate", ("ingredient", "k", "n_seeds", *(f"vs_untied_{w}{e}" for w in ("input", "output")
+                                                                          for e in ("", "_ci_low", "_ci_high"))),
+                           {"k": FINITE, "n_seeds": FINITE, "vs_untied_input": COSINE_CHANGE,
+                            "vs_untied_output": COSINE_CHANGE, "vs_untied_input_ci_*": FINITE,
+                            "vs_untied_output_ci_*": FINITE}),
+    "claim4_ingredients_per_seed": ("04_ablate", ("ingredient", "k", "seed"),
+                                    {"k": FINITE, "seed": FINITE, "vs_untied_input": COSINE_CHANGE,
+                                     "vs_untied_output": COSINE_CHANGE}),
+    "ablation_perplexity": ("04_ablate", ("k", "tied", "seed", "test_loss"),
+                            {"k": FINITE, "seed": FINITE, "test_loss": (0.0, FINITE[1])}),
+    "scale_trends": ("04_ablate", ("quantity", "axis", "word", "slope", "ci_low", "ci_high", "at_paper", "sizes"),
+                     {"slope": FINITE, "ci_low": FINITE, "ci_high": FINITE, "at_paper": FINITE, "pred_*": FINITE}),
+}
+TABLES["ablation_alignment_same_seed"] = TABLES["ablation_alignment"]
+"""The tables the report reads: the notebook that writes each, the columns it needs and what each number column can
+be (:func:`tiebias.run.files.read_table` refuses a table outside them, naming the file, the column and the row)."""
+
+
+def _read(path: Any, name: str) -> pd.DataFrame:
+    """One of :data:`TABLES`, read and checked (another name: read and checked for being a table)."""
+    nb, columns, bounds = TABLES.get(name, ("", (), {}))
+    todo = (f"delete it and rerun notebook {nb} (python -m tiebias study --only {nb}, with this run's --profile and "
+            "--run-dir)" if nb else "delete it and rerun the notebook that writes it")
+    return read_table(path, todo, columns=columns, bounds=bounds)
 
 
 def _n_sizes(sizes: Any) -> int:
