@@ -143,6 +143,6 @@ def test_a_damaged_or_impossible_table_is_refused_naming_file_and_column(fresh_r
 def test_a_config_whose_study_is_not_an_object_is_refused_by_name(fresh_run: Run) -> None:
     cfg = json.loads(fresh_run.config_path.read_text())
     fresh_run.config_path.write_text(json.dumps({**cfg, "study": "smoke"}))
-    for name, write in PAGES.items():
+    for write in PAGES.values():
         with pytest.raises(DamagedFileError, match=r"config.json: .*'study' is a str, not a JSON object"):
             write(fresh_run)
