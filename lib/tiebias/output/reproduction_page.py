@@ -105,7 +105,8 @@ def _md_table(head: tuple[str, ...] | list[str], rows: list[list[str]]) -> str:
 
 
 def _claim_rows(rep: Reproduction) -> list[list[str]]:
-    return [[c["claim"], c["kit"], c["paper_protocol"], c["kit_statement"], c["paper_protocol_is"]] for c in rep.claims]
+    return [[c["claim"], c["kit"] + (f" ({c['which_part']})" if c.get("which_part") else ""), c["paper_protocol"],
+             c["kit_statement"], c["paper_protocol_is"]] for c in rep.claims]
 
 
 CLAIM_HEAD = ("claim", "the kit's protocol", "the paper's protocol", "ours (the kit's record)", "the paper's protocol is")

@@ -869,6 +869,28 @@ def claim_lines(ev: Evidence) -> list[dict[str, str]]:
     return lines
 
 
+CLAIM_SOURCES = {"1. alignment": ("Table 1",), "2. gradient imbalance": ("Figure 4",),
+                 "3. early layers pay": ("Figure 2",), "4. causality": ("Table 2", "Table 6")}
+"""Where each claim's headline numbers are in the paper: the rows :func:`which_part` reads."""
+
+
+def which_part(line: dict[str, str], rows: Sequence[Row]) -> str:
+    """For a claim marked [Re] whose headline numbers differ from ours without a cause: what reproduced (the claim's
+    rule, i.e. the sign and the ordering it compares) and what did not (the size), with the first such number;
+    empty otherwise (a [Re] whose numbers agree or have a cause needs no note, and [¬Re] says it all)."""
+    if line["kit"] != "[Re]":
+        return ""
+    mine = [r for r in rows if not r.setting and r.kit is not None and r.source.startswith(CLAIM_SOURCES.get(
+        line["claim"], ("-",))) and r.cause in ("agrees", "unexplained")]
+    off = [r for r in mine if r.cause == "unexplained"]
+    if not off:
+        return ""
+    r = off[0]
+    return (f"reproduced: the sign and the ordering the claim's rule compares; not reproduced: the size, {len(off)} of "
+            f"{len(mine)} of its headline numbers ({', '.join(sorted({x.source for x in off}))}) differ from ours "
+            f"without a found cause (e.g. {r.quantity}: paper {r.paper:.3g}, ours {r.kit.value:.3g})")
+
+
 @dataclass
 class Reproduction:
     """The report's content: rows, per-claim lines, and why the run is not evidence (or None)."""
@@ -898,6 +920,8 @@ def build(run: Run, scale: Run | None = None) -> Reproduction:
             r.group = f"{r.kit.label} = {r.kit.value!r} [{r.kit.low!r}, {r.kit.high!r}], n {r.kit.n}"
     why = not_meaningful(run)
     lines = claim_lines(ev)
+    for line in lines:
+        line["which_part"] = which_part(line, rows)
     if why:
         for r in rows:
             r.meaningful = False
