@@ -105,24 +105,37 @@ def test_a_notebook_that_does_not_convert_leaves_no_scratch_folder(fresh_run, tm
     assert list((tmp_path / "tmp").iterdir()) == []
 
 
+class _Kernel:
+    """What the cell-time hooks use of an IPython kernel: its event manager, whose events are triggered here as a
+    kernel triggers them around each cell (no shell is started: it would change this process's hooks and history)."""
+
+    def __init__(self) -> None:
+        from IPython.core.events import EventManager, available_events
+
+        self.events = EventManager(self, available_events)
+
+    def run_cell(self, code: str, namespace: dict) -> None:
+        self.events.trigger("pre_run_cell", None)
+        exec(code, namespace)
+        self.events.trigger("post_run_cell", None)
+
+
 @pytest.fixture
-def shell(monkeypatch):
-    """An IPython shell as a JupyterLab kernel runs cells (not one the study command started); its cell-time hooks
-    are removed afterwards."""
-    from IPython.core.interactiveshell import InteractiveShell
+def kernel(monkeypatch):
+    """A kernel a person started in JupyterLab (not one the study command started) as IPython's current shell."""
+    import IPython
 
     from tiebias.config.environment import STUDY_ENV
     from tiebias.run import kernel_times
 
     monkeypatch.delenv(STUDY_ENV, raising=False)
-    sh = InteractiveShell.instance()
-    yield sh
-    for event, callback in kernel_times._HOOKS.items():
-        sh.events.unregister(event, callback)
+    k = _Kernel()
+    monkeypatch.setattr(IPython, "get_ipython", lambda: k)
+    yield k
     kernel_times._HOOKS.clear()
 
 
-def test_notebooks_run_in_jupyterlab_are_named_with_their_times(fresh_run: Run, shell, monkeypatch) -> None:
+def test_notebooks_run_in_jupyterlab_are_named_with_their_times(fresh_run: Run, kernel, monkeypatch) -> None:
     """A notebook run cell by cell in a JupyterLab kernel: from its parameter check on, its cells' run time is recorded
     in the run folder, and the summary, the reproduction page and report.html written afterwards (as 04's last cell
     does) name it and its time. Before, they said "none executed" and "No timings recorded"."""
@@ -133,10 +146,11 @@ def test_notebooks_run_in_jupyterlab_are_named_with_their_times(fresh_run: Run, 
 
     nb = json.loads((notebooks_dir() / "01_train.ipynb").read_text())
     parameters = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
+    namespace: dict = {}
     for cell in ("".join(parameters["source"]) + f"\nprofile = 'smoke'\nrun_dir = {str(fresh_run.path)!r}",
                  "from tiebias.config import profiles\nP = profiles.resolve_notebook('01_train', globals())",
                  "import time\ntime.sleep(1.2)", "x = 1"):
-        assert shell.run_cell(cell).success, cell
+        kernel.run_cell(cell, namespace)
     times = json.loads(fresh_run.kernel_times_path.read_text())
     assert set(times) == {"01_train"} and times["01_train"]["cells"] == 3, times  # from the parameter check on
     assert 1.2 <= times["01_train"]["seconds"] < 60, times
