@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,15 +23,30 @@ def _env() -> dict[str, str]:
 
 
 # -- make exercise: the id is never shell text; the run goes under the checkout's runs/ -----------------------------
-@pytest.mark.parametrize("bad", ['x"; touch F; echo "', "x`touch F`", "$$(touch F)"])
-def test_make_exercise_runs_nothing_its_id_holds(bad: str, tmp_path: Path) -> None:
-    """A quote, a backtick or ``$(...)`` in ``ID`` reaches python as text, which refuses it; the shell runs none."""
-    out = subprocess.run(["make", "-s", "-f", str(REPO / "Makefile"), "exercise", f"ID={bad}", "STAMP=",
-                          f"BIN={Path(sys.executable).parent}"], cwd=tmp_path, env=_env(), capture_output=True,
-                         text=True, timeout=120)
-    assert not (tmp_path / "F").exists(), f"the shell ran text of ID={bad!r}"
-    assert out.returncode != 0 and "is not an exercise id" in out.stderr, out.stderr[-2000:]
-    assert "lower-case letters, digits and '-'" in out.stderr
+BAD_IDS = ['x"; touch F; echo "', "x`touch F`", "$(touch F)"]
+
+
+def test_make_exercise_gives_its_id_to_python_as_it_is_and_the_shell_runs_none(tmp_path: Path) -> None:
+    """A quote, a backtick or ``$(...)`` in ``ID`` (``$$`` on make's command line) reaches python as one argument,
+    unchanged; the shell runs none of it. ``BIN`` names a stand-in python that writes down its arguments."""
+    stub = tmp_path / "bin" / "python"
+    stub.parent.mkdir()
+    stub.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\0" "$a"; done > "$ARGS"\n')
+    stub.chmod(0o755)
+    for i, bad in enumerate(BAD_IDS):
+        args = tmp_path / f"args{i}"
+        subprocess.run(["make", "-s", "-f", str(REPO / "Makefile"), "exercise", f"ID={bad.replace('$', '$$')}",
+                        "STAMP=", f"BIN={stub.parent}"], cwd=tmp_path, env={**_env(), "ARGS": str(args)},
+                       check=True, capture_output=True, text=True, timeout=60)
+        assert not (tmp_path / "F").exists(), f"the shell ran text of ID={bad!r}"
+        assert args.read_text().split("\0")[:-1] == ["-m", "tiebias", "exercise", bad, "--run-dir", f"runs/ex-{bad}"]
+
+
+@pytest.mark.parametrize("bad", BAD_IDS + ["../x", "01-B"])
+def test_an_exercise_id_outside_the_alphabet_is_refused(bad: str, capsys) -> None:
+    assert cli.main(["exercise", bad]) == 2
+    err = capsys.readouterr().err
+    assert "is not an exercise id" in err and "lower-case letters, digits and '-'" in err
 
 
 def test_exercise_trains_under_the_checkouts_runs_folder_from_any_working_folder(
@@ -65,11 +79,13 @@ def _untouched(outside: dict[str, Path]) -> None:
 
 
 def test_links_planted_under_temporary_names_are_never_written_through(fresh_run, tmp_path: Path, capsys) -> None:
-    """Text and JSON (the reproduction pages, report.html, the lock's holder file), a table (to_csv), the token
-    splits (np.save), the frequencies and the tokenizer: each written beside a planted link, never through it."""
+    """Text and JSON (the reproduction pages, report.html, the lock's holder file), a table (to_csv), a token split
+    (np.save) and the frequencies (csv writer): each written beside a planted link, never through it."""
+    import numpy as np
     import pandas as pd
 
-    from tiebias.run.folder import Run
+    from tiebias.data.tokens import save_frequencies
+    from tiebias.run.files import atomic_path
 
     outside = _outside(tmp_path)
     run = fresh_run
@@ -84,14 +100,15 @@ def test_links_planted_under_temporary_names_are_never_written_through(fresh_run
     run.metrics_dir.mkdir(exist_ok=True)
     (run.metrics_dir / ".t.csv.tmp").symlink_to(outside["a.txt"])
     run.save_table(pd.DataFrame({"x": [1]}), "t")
-    (run.path / "tokens" / "train.npy").unlink()
+    ids, counts = run.tokens("train"), run.frequencies()
+    (run.tokens_dir / ".train.npy.tmp").symlink_to(outside["b.txt"])
+    with atomic_path(run.tokens_path("train")) as tmp, tmp.open("wb") as f:  # how Run.prepare saves a split
+        np.save(f, ids.numpy().astype(np.uint16))
     run.frequencies_path.unlink()
-    (run.path / "tokens" / ".train.npy.tmp").symlink_to(outside["b.txt"])
-    (run.path / ".token_frequencies.csv.tmp").symlink_to(outside["c.txt"])
-    (run.path / ".tokenizer.tmp").symlink_to(tmp_path / "outside" / "nowhere")
-    Run.prepare(run.path, vocab_size=512)  # rebuilds the missing files
+    run.frequencies_path.symlink_to(outside["c.txt"])
+    save_frequencies(run.frequencies_path, run.tokenizer(), counts)
     _untouched(outside)
-    assert run.tokens("train").numel() > 0 and run.frequencies().sum() > 0
+    assert run.tokens("train").equal(ids) and (run.frequencies() == counts).all()
 
 
 def test_training_writes_no_file_through_a_link(fresh_run, tiny_config, tmp_path: Path) -> None:
