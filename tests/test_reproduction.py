@@ -287,3 +287,46 @@ def test_the_median_ratio_is_judged_per_tied_model_with_the_proxy_as_candidate(f
     row = _row(R.Reproduction(R.figure4_rows(R.Evidence(fresh_run, rec, {})), [], None, None),
                "FIG4_OUTPUT_SHARE/median_out_in_ratio")
     assert row.kit.n == 1 and "pooled" in row.kit.label  # the record's own value; no file outside metrics/ is read
+
+
+def _scale_run(path: Path, recipe: dict, trends: bool) -> Run:
+    """A folder standing for a run: its config, a tied model's train_config.json and (``trends``) a scale_trends table
+    with one fitted line for claim 1's gap."""
+    run = Run(path)
+    (path / "models" / "tied-s0").mkdir(parents=True, exist_ok=True)
+    (path / "models" / "tied-s0" / "train_config.json").write_text(json.dumps(recipe))
+    if not run.config_path.exists():
+        run.config_path.write_text(json.dumps({"corpus": "shakespeare", "study": {"profile": "scale"}}))
+    if trends:
+        (path / "metrics").mkdir(exist_ok=True)
+        pd.DataFrame([{"quantity": "claim1_gap", "axis": "width", "sizes": "[64, 128, 256]", "n": 6, "word": "falls",
+                       "slope": -0.02, "ci_low": -0.03, "ci_high": -0.01, "at_paper": 0.1, "pred_low": 0.0,
+                       "pred_high": 0.2}]).to_csv(run.table_path("scale_trends"), index=False)
+    return run
+
+
+def test_scale_accepts_only_a_scale_run_of_the_same_corpus_and_recipe(fresh_run: Run, tmp_path: Path) -> None:
+    """Defect 10: a smoke run of another preset given as --scale was used unmarked; a scale run without trends was
+    ignored silently and the run's own trends dropped."""
+    recipe = {"corpus_fingerprint": "abc", "family": "llama", "steps": 300, "batch_size": 16, "seq_len": 128,
+              "lr": 3e-3, "warmup_steps": 20, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95, "grad_clip": 1.0,
+              "min_lr_ratio": 0.1, "preset": "mini", "vocab_size": 1024}
+    run = _scale_run(fresh_run.path, recipe, trends=True)
+    other = _scale_run(tmp_path / "smoke", {**recipe, "steps": 40, "batch_size": 8, "preset": "tiny"}, trends=True)
+    with pytest.raises(ValueError, match=r"--scale: .*smoke is not a scale run of this run's corpus and recipe "
+                                         r"\(steps 40 there, 300 here; batch_size 8 there, 16 here\)"):
+        R.build(run, other)
+    p = subprocess.run([sys.executable, "-m", "tiebias", "reproduction", str(run.path), "--scale", str(other.path)],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "is not a scale run of this run's corpus and recipe" in p.stderr, p.stderr
+    assert not (run.path / "reproduction.md").exists()
+    bare = _scale_run(tmp_path / "bare", {**recipe, "preset": "small", "vocab_size": 4096}, trends=False)
+    ev = R.Evidence.load(run, bare)
+    assert f"--scale {bare.path} has no scale trends" in ev.scale_source
+    assert [t.axis for t in ev.trends("claim1_gap")] == [f"width (scale run {run.path})"]  # its own, kept
+    assert "has no scale trends" in write_reproduction(run, bare).read_text()
+    scale = _scale_run(tmp_path / "scale", {**recipe, "preset": "small", "vocab_size": 4096}, trends=True)
+    ev = R.Evidence.load(run, scale)
+    assert [t.axis for t in ev.trends("claim1_gap")] == [f"width (scale run {run.path})",
+                                                         f"width (scale run {scale.path})"]
+    assert str(scale.path) in ev.scale_source

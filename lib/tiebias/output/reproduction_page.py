@@ -131,7 +131,7 @@ def markdown(run: Run, rep: Reproduction, env: dict[str, Any], comp: dict[str, A
     lines += [f"Causes over {rep.comparisons()} comparisons ({sum(not r.setting for r in rep.rows)} numbers of the "
               f"paper; one number of ours set beside several of the paper's counts once): {md_text(counts)}.", ""]
     if rep.scale_source:
-        lines += [f"Scale trends from the run {md_code(rep.scale_source)}.", ""]
+        lines += [f"Scale axis: {md_text(rep.scale_source)}.", ""]
     lines += [_md_table(COLUMNS, [_cells(r) for r in rep.rows if not r.setting]), "", "## Settings beside ours", "",
               _md_table(("setting", "paper", "this run"), [[r.key, _num(r.paper), _num(r.kit.value if r.kit else None)]
                                                           for r in rep.rows if r.setting]), ""]
@@ -171,6 +171,7 @@ def html_page(run: Run, rep: Reproduction, env: dict[str, Any], comp: dict[str, 
 table{{border-collapse:collapse;width:100%;margin-bottom:1em}}td,th{{border:1px solid #ccc;padding:4px;font-size:13px;
 vertical-align:top}}th{{background:#f3f3f3}}</style></head><body>
 <h1>Reproduction report: {html.escape(path_text(run.path.name, 'replace'))}</h1>{banner}
+{f"<p>Scale axis: {html.escape(rep.scale_source)}.</p>" if rep.scale_source else ""}
 <h2>Per claim</h2><p>[Re]: the claim holds at our scale under that protocol; [¬Re]: it does not.</p>
 {table(CLAIM_HEAD, _claim_rows(rep))}
 <h2>Every number</h2><p>{html.escape(HOW_TO_READ.replace('`', ''))}</p><p>Causes over {rep.comparisons()} comparisons:

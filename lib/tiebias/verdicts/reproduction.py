@@ -23,7 +23,7 @@ import pandas as pd
 from tiebias import paper, stats
 from tiebias.ablate.ingredients import KIT, SAME_SEED
 from tiebias.config.choices import INGREDIENTS
-from tiebias.run.files import COSINE, COSINE_CHANGE, FINITE, KL_BITS, SHARE, read_table
+from tiebias.run.files import COSINE, COSINE_CHANGE, FINITE, KL_BITS, SHARE, read_json, read_table
 from tiebias.run.folder import Run
 from tiebias.stats import LEVEL
 from tiebias.verdicts.evidence import not_meaningful
@@ -306,11 +306,26 @@ class Evidence:
 
     @classmethod
     def load(cls, run: Run, scale: Run | None = None) -> Evidence:
-        ev = cls(run, current_results(run), run.config.get("study", {}))
-        for src in ([run] if scale is None else [scale]):
+        """The run's evidence; its own scale trends, and those of ``scale`` (a scale run of the same corpus and
+        recipe, :func:`check_scale_run`, else ValueError), each trend labelled with its run. A ``scale`` run without
+        trends is named in ``scale_source``, the run's own trends kept."""
+        study = run.config.get("study", {})
+        ev = cls(run, current_results(run), study)
+        if scale is not None:
+            check_scale_run(run, scale)
+        found, notes = [], []
+        for src in [run] + ([scale] if scale is not None else []):
             path = src.table_path("scale_trends")
             if path.exists():
-                ev.scale_trends, ev.scale_source = pd.read_csv(path), str(src.path)
+                found.append(_read(path, "scale_trends").assign(source=str(src.path)))
+            elif src is scale:
+                notes.append(f"--scale {src.path} has no scale trends (no metrics/scale_trends.csv: its 04_ablate ran "
+                             "without a scale axis, or has not run)")
+        if found:
+            ev.scale_trends = pd.concat(found, ignore_index=True)
+            own = [] if run.table_path("scale_trends").exists() else ["this run has none of its own"]
+            notes.insert(0, "; ".join([f"trends of {', '.join(dict.fromkeys(ev.scale_trends.source))}", *own]))
+        ev.scale_source = "; ".join(notes) or None
         return ev
 
     def table(self, name: str) -> pd.DataFrame | None:
@@ -328,7 +343,7 @@ class Evidence:
         out = []
         for r in t[(t.quantity == quantity) & t.slope.notna()].itertuples():
             pred = [float(getattr(r, c, math.nan)) for c in ("pred_low", "pred_high")]  # older tables: no prediction
-            out.append(Trend(f"{r.axis} (scale run {self.scale_source})", str(r.word), float(r.slope),
+            out.append(Trend(f"{r.axis} (scale run {r.source})", str(r.word), float(r.slope),
                              float(r.ci_low), float(r.ci_high), float(r.at_paper), _n_sizes(r.sizes), *pred))
         return out
 
@@ -339,6 +354,36 @@ class Evidence:
     @property
     def warmup(self) -> int:
         return int(self.study.get("warmup_steps", 0))
+
+
+RECIPE = ("corpus_fingerprint", "family", "steps", "batch_size", "seq_len", "lr", "warmup_steps", "weight_decay",
+          "beta1", "beta2", "grad_clip", "min_lr_ratio")
+"""What a scale run must share with the run it explains: the corpus and the training recipe (its models' sizes,
+vocabulary and width, are what it varies)."""
+
+
+def _recipe(run: Run, name: str) -> dict[str, Any]:
+    """The training recipe of a run's tied models (the first tied model's train_config.json), else ValueError."""
+    paths = sorted(run.models_dir.glob("tied-s*/train_config.json")) if run.models_dir.is_dir() else []
+    if not paths:
+        raise ValueError(f"{name}: {run.path} has no trained tied model (models/tied-s<seed>/train_config.json) to "
+                         "compare the training recipe with; give the folder of an executed study")
+    cfg = read_json(paths[0], "delete the model folder and train it again")
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{paths[0]}: not a JSON object; delete the model folder and train it again")
+    return {k: cfg.get(k) for k in RECIPE}
+
+
+def check_scale_run(run: Run, scale: Run) -> None:
+    """Refuse (ValueError naming both folders and what differs) a ``--scale`` run that is not a scale run of the same
+    corpus and training recipe as ``run``: another preset's smoke run, another corpus or another training length
+    would turn differences into "scale" from trends of another study."""
+    ours, theirs = _recipe(run, "run"), _recipe(scale, "--scale")
+    diff = [f"{k} {theirs[k]!r} there, {ours[k]!r} here" for k in RECIPE if theirs[k] != ours[k]]
+    if diff:
+        raise ValueError(f"--scale: {scale.path} is not a scale run of this run's corpus and recipe ({'; '.join(diff)}"
+                         f"); give a run of --profile scale with the same corpus and recipe as {run.path}, or leave "
+                         "--scale out (the run's own trends are used)")
 
 
 _KL_GAP = (-KL_BITS[1], KL_BITS[1])
