@@ -142,8 +142,8 @@ def main_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("reproduction", help="write a run's reproduction report (reproduction.md/.json/.html): every "
                         "number the paper reports beside ours, with its computed cause")
     rp.add_argument("run", help="run folder of an executed study, e.g. runs/default")
-    rp.add_argument("--scale", default=None, help="a run of the scale profile whose trends explain differences of "
-                    "size (default: the run's own, if it has them)")
+    rp.add_argument("--scale", default=None, help="a run of the scale profile, of the same corpus and training "
+                    "recipe, whose trends explain differences of size (used beside the run's own, if it has them)")
     ex = sub.add_parser("exercise", help="run one of the notebooks' exercises (its study command, into "
                         "runs/ex-<id>/); without an id, list them")
     ex.add_argument("id", nargs="?", default="", help="an exercise id, e.g. 02-b")
