@@ -11,6 +11,7 @@ where 04 trained them. The table is written to ``metrics/levels_at_checkpoints.c
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,7 +29,7 @@ TABLE = "levels_at_checkpoints"
 """The table's name in the run folder (``metrics/<TABLE>.csv``)."""
 METHOD = "orthogonal"
 """The map of every level here: the Procrustes map of Tables 2 and 6 and the paper's headline column of Table 1."""
-COLUMNS = ["source", "quantity", "who", "step", "fraction", "mean", "sd", "n"]
+COLUMNS = ["source", "quantity", "who", "step", "fraction", "mean", "sd", "n", "values"]
 _TABLE1 = {"untied output -> tied": "untied output -> tied", "untied input -> tied": "untied input -> tied",
            "untied input -> untied output": "untied input -> untied output",
            "tied -> tied (noise floor)": None}
@@ -57,17 +58,19 @@ def paper_levels() -> pd.DataFrame:
     rows += [("Figure 3", f"untied {which}: cosine to initialisation", 20000, _number(v))
              for which, v in paper.FIG3_COS_TO_INIT.items()]
     return pd.DataFrame([{"source": s, "quantity": q, "who": "paper", "step": st, "fraction": np.nan, "mean": v,
-                          "sd": np.nan, "n": 1} for s, q, st, v in rows], columns=COLUMNS)
+                          "sd": np.nan, "n": 1, "values": json.dumps([v])} for s, q, st, v in rows], columns=COLUMNS)
 
 
 def _summarise(df: pd.DataFrame, source: str, quantity: str, column: str, final: int) -> list[dict]:
-    """Mean, sd and count over seeds (or pairs) of ``column`` per step."""
+    """Mean, sd and count over seeds (or pairs) of ``column`` per step, and the values themselves (a JSON list, in one
+    order of seeds at every step, so two steps pair)."""
     out = []
+    keys = [c for c in ("seed_source", "seed_target", "seed", "reference_seed") if c in df]
     for step, g in df.groupby("step", sort=True):
-        x = g[column].to_numpy(dtype=float)
+        x = (g.sort_values(keys) if keys else g)[column].to_numpy(dtype=float)
         out.append({"source": source, "quantity": quantity, "who": "this run", "step": int(step),
                     "fraction": int(step) / final if final else np.nan, "mean": float(x.mean()),
-                    "sd": float(x.std(ddof=1)) if len(x) > 1 else np.nan, "n": len(x)})
+                    "sd": float(x.std(ddof=1)) if len(x) > 1 else np.nan, "n": len(x), "values": json.dumps(x.tolist())})
     return out
 
 
@@ -85,8 +88,9 @@ def levels(run: Run, seeds: Sequence[int] | None = None, *, evolution: pd.DataFr
 
     Returns:
         :data:`COLUMNS`, long: per quantity and step our mean and sd over seed pairs (cross seed with two seeds or
-        more, as Table 1's headline; the untied model's own two matrices for "untied input -> untied output"), then
-        the paper's rows (:func:`paper_levels`). ``fraction`` is the step over our final step.
+        more, as Table 1's headline; the untied model's own two matrices for "untied input -> untied output") and
+        the per-pair ``values`` (JSON, the same order at every step), then the paper's rows (:func:`paper_levels`).
+        ``fraction`` is the step over our final step.
     """
     if seeds is None:
         seeds = inventory.require_complete(run, ("tied", "untied"))
@@ -165,4 +169,16 @@ def describe(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["COLUMNS", "METHOD", "TABLE", "at_fraction", "describe", "levels", "paper_levels"]
+def values(row: pd.Series) -> np.ndarray:
+    """The per-pair values of one row of :func:`levels` (the same order of seed pairs at every step of a quantity).
+
+    Args:
+        row: a row of the :func:`levels` frame (as read back from its CSV, too).
+
+    Returns:
+        The values, a float array.
+    """
+    return np.asarray(json.loads(str(row["values"])), dtype=float)
+
+
+__all__ = ["COLUMNS", "METHOD", "TABLE", "at_fraction", "describe", "levels", "paper_levels", "values"]

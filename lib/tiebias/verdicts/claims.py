@@ -292,7 +292,8 @@ def below_unigram(summaries: pd.DataFrame, unigram: float, bigram: float | None 
     if not any(len(v) > 1 for v in by_variant.values()):
         return lines
     means = ", ".join(f"{v} {sum(x) / len(x):.2f}" for v, x in by_variant.items())
-    return f"{lines}\nMean validation loss over seeds: {means} nats; unigram baseline {unigram:.2f}."
+    bi = "" if bigram is None else f", bigram baseline {bigram:.2f}"
+    return f"{lines}\nMean validation loss over seeds: {means} nats; unigram baseline {unigram:.2f}{bi}."
 
 
 # --------------------------------------------------------------------------- claim 3

@@ -22,11 +22,22 @@ import pandas as pd
 
 from tiebias import paper, stats
 from tiebias.ablate.ingredients import KIT, SAME_SEED
+from tiebias.align import checkpoint_levels, knn_bins
 from tiebias.config.choices import INGREDIENTS
-from tiebias.run.files import COSINE, COSINE_CHANGE, FINITE, KL_BITS, SHARE, read_json, read_table
+from tiebias.lens import bigram_bound
+from tiebias.run.files import (
+    COSINE,
+    COSINE_CHANGE,
+    FINITE,
+    KL_BITS,
+    SHARE,
+    DamagedFileError,
+    read_json,
+    read_table,
+)
 from tiebias.run.folder import Run
 from tiebias.stats import LEVEL
-from tiebias.verdicts.evidence import not_meaningful
+from tiebias.verdicts.evidence import LAYERWISE, not_meaningful
 from tiebias.verdicts.records import current_results
 
 CAUSES = ("agrees", "inconclusive at n seeds", "undetectable at our noise", "protocol", "window", "scale",
@@ -85,7 +96,13 @@ RULES = (
     "value; a trend that does not is reported as a direction only. `paper inconsistency`: the paper's own sources "
     "give this quantity two values further apart than the margin. The spread across the paper's model pairs is "
     "context, never agreement. `unexplained`: a difference nothing the kit measured accounts for. Counts group the "
-    "rows that compare one of our numbers with several of the paper's model pairs: one comparison, counted once.")
+    "rows that compare one of our numbers with several of the paper's model pairs: one comparison, counted once. "
+    "Context, never a cause by itself, follows a row's reason where the run computed it: for the layer-0 KLs, how far "
+    "our models beat the bigram baseline (a layer-0 lens is at best a bigram predictor; rows of Figures 2, 6 and 7 "
+    "are not meaningful when a model does not beat it); for Table 5, chance and the tied-vs-tied ceiling, overall "
+    "and in the rarest and most frequent tokens; for the cosine levels, whether ours still moved over the last "
+    "doubling of training. Table 6 (the paper's step 1,000 of 10,000) has ours at a tenth of our training as a "
+    "window candidate.")
 """The rule set as the report's header states it (:mod:`tiebias.output.reproduction_page`)."""
 
 
@@ -416,6 +433,15 @@ TABLES: dict[str, tuple[str, tuple[str, ...], dict[str, tuple[float, float]]]] =
                      {"slope": FINITE, "ci_low": FINITE, "ci_high": FINITE, "at_paper": FINITE, "pred_*": FINITE}),
 }
 TABLES["ablation_alignment_same_seed"] = TABLES["ablation_alignment"]
+TABLES[bigram_bound.TABLE] = ("03_lens", ("variant", "seed", "kl_layer0_bits", "bigram_gain_bits", "ce_model_nats",
+                                          "ce_bigram_nats", "ce_unigram_nats"),
+                              {"seed": FINITE, "kl_layer0_bits": KL_BITS, "bigram_gain_bits": FINITE,
+                               "ce_*": (0.0, FINITE[1])})
+TABLES[knn_bins.TABLE] = ("02_align", ("comparison", "bin", "count_min", "count_max", "n_tokens", "overlap", "chance",
+                                       "ceiling"),
+                          {"count_*": FINITE, "n_tokens": FINITE, "overlap": SHARE, "chance": SHARE, "ceiling": SHARE})
+TABLES[checkpoint_levels.TABLE] = ("02_align", ("quantity", "who", "step", "fraction", "mean", "values"),
+                                   {"step": FINITE, "fraction": FINITE, "mean": COSINE})
 """The tables the report reads: the notebook that writes each, the columns it needs and what each number column can
 be (:func:`tiebias.run.files.read_table` refuses a table outside them, naming the file, the column and the row)."""
 
@@ -784,7 +810,8 @@ def claim4_rows(ev: Evidence) -> list[Row]:
                     continue
                 same = _cosines(ev, k, which, "ablation_alignment_same_seed")
                 cands = [Candidate(same, "reference point", "the same seed's untied model")] if same else []
-                rows.append(_row(key, src, what, pv, kit, kit, cands))
+                clock = _clock_candidate(ev, k, which, table is paper.TABLE6_STEP1K)
+                rows.append(_row(key, src, what, pv, kit, kit, cands + ([clock] if clock else [])))
             if k == 1.0:
                 continue
             for which in cells:
@@ -851,6 +878,139 @@ def inconsistency_rows(ev: Evidence) -> list[Row]:
                         f"{why}; stated in {inc['where']}"))
     return rows
 
+
+PAPER_RUN_STEPS = 10_000
+"""The length of the paper's OLMo-1B training runs behind Tables 2 and 6 (Table 2 reads their step 10,000; Table 6's
+step 1,000 is taken as a tenth of the same runs)."""
+
+
+def _pair_values(ev: Evidence, row: pd.Series) -> np.ndarray:
+    """A levels row's per-pair cosines (:func:`tiebias.align.checkpoint_levels.values`), refused with the file named
+    when they are not a JSON list of cosines."""
+    try:
+        x = checkpoint_levels.values(row)
+    except (ValueError, TypeError):
+        x = np.array([np.nan])
+    if x.ndim != 1 or not len(x) or not np.all(np.abs(x) <= COSINE[1]):
+        raise DamagedFileError(f"{ev.run.table_path(checkpoint_levels.TABLE)}: column 'values' at step {row['step']} of "
+                               f"{row['quantity']!r} is not a JSON list of cosines; delete it and rerun notebook "
+                               "02_align")
+    return x
+
+
+def _clock_candidate(ev: Evidence, k: float, which: str, early: bool) -> Candidate | None:
+    """For a Table 6 cell (step 1,000: a tenth of the paper's runs) at k = 1, ours at the checkpoint nearest the same
+    place in our training (``metrics/levels_at_checkpoints.csv``), its change from our last step paired over the same
+    seed pairs: a ``window`` candidate."""
+    t = ev.table(checkpoint_levels.TABLE)
+    quantity = {"vs untied input": "untied input -> tied", "vs untied output": "untied output -> tied"}[which]
+    if t is None or not early or k != 1.0 or not (t.quantity == quantity).any():
+        return None
+    at = checkpoint_levels.at_fraction(t, quantity, 1000 / PAPER_RUN_STEPS)
+    last = t[(t.quantity == quantity) & (t.who == "this run")].sort_values("step").iloc[-1]
+    if at.step == last.step:
+        return None
+    x, end = _pair_values(ev, at), _pair_values(ev, last)
+    name = (f"ours at our checkpoint nearest a tenth of training (step {int(at.step)} of {int(last.step)}), where the "
+            f"paper's step 1,000 lies in its {PAPER_RUN_STEPS:,}-step runs")
+    change = paired_change(x, end, "paired over seed pairs, against our last checkpoint") if len(x) == len(end) else None
+    return Candidate(Estimate.of(x, f"orthogonal, checkpoint step {int(at.step)}"), "window", name, change)
+
+
+def _context(row: Row, name: str, data: dict[str, Any], sentence: str) -> None:
+    """Add a computed analysis to a row: its numbers under ``extra[name]``, its sentence after the cause's reason."""
+    row.extra[name] = data
+    row.why = f"{row.why}; context ({name}): {sentence}"
+
+
+def _bigram_context(ev: Evidence, rows: list[Row]) -> None:
+    """Figures 2, 6 and 7's layer-0 KL beside how far our models beat the bigram baseline
+    (:mod:`tiebias.lens.bigram_bound`): a layer-0 lens is at best a bigram predictor."""
+    t = ev.table(bigram_bound.TABLE)
+    if t is None:
+        return
+    for r in rows:
+        parts = r.key.split("/")
+        layer0 = parts[0] in ("FIG6_INPUT_LAYER_KL_BITS", "FIG7_INPUT_LAYER_KL_BITS") or parts[:2] == [
+            "FIG2_OLMO_KL_BITS", "0"]
+        sub = t[t.variant == parts[-1]]
+        if not layer0 or sub.empty:
+            continue
+        kl, gain = float(sub.kl_layer0_bits.mean()), float(sub.bigram_gain_bits.mean())
+        beats = bool((sub.ce_model_nats < sub.ce_bigram_nats).all())
+        data = {"kl_layer0_bits": sub.kl_layer0_bits.tolist(), "bigram_gain_bits": sub.bigram_gain_bits.tolist(),
+                "ce_model_nats": float(sub.ce_model_nats.mean()), "ce_bigram_nats": float(sub.ce_bigram_nats.iloc[0]),
+                "ce_unigram_nats": float(sub.ce_unigram_nats.iloc[0]), "beats_bigram": beats}
+        tail = ("a layer-0 lens reads only the current token, so this gain is about all the room a layer-0 KL has"
+                if beats else "the models do not beat the bigram, so claim 3 is not evidence from them")
+        _context(r, "bigram baseline", data, f"our {parts[-1]} models' test loss {data['ce_model_nats']:.3f} nats "
+                 f"against the bigram baseline's {data['ce_bigram_nats']:.3f} (unigram {data['ce_unigram_nats']:.3f}) "
+                 f"on the lens's test windows, a gain of {gain:+.3f} bits beside our layer-0 KL of {kl:.3f}: {tail}")
+
+
+def _knn_context(ev: Evidence, rows: list[Row]) -> None:
+    """Table 5's overlap against chance and the tied-vs-tied ceiling, and in the rarest and most frequent bins
+    (:mod:`tiebias.align.knn_bins`)."""
+    t = ev.table(knn_bins.TABLE)
+    if t is None:
+        return
+    for r in rows:
+        parts = r.key.split("/")
+        comp = _KNN.get(parts[-1]) if parts[0] == "TABLE5" else None
+        if comp is None or not (t.comparison == comp).any():
+            continue
+        c = knn_bins.cell(t, comp)
+        seen = t[(t.comparison == comp) & (t.bin != "unseen")]
+        bins = {str(b.bin): {"overlap": float(b.overlap), "ceiling": float(b.ceiling), "count_min": int(b.count_min),
+                             "count_max": int(b.count_max)} for b in seen.itertuples()}
+        lo, hi = seen.iloc[0], seen.iloc[-1]
+        _context(r, "KNN by frequency", {**c, "bins": bins},
+                 f"ours is {c['overlap'] / c['chance']:.1f}x chance ({c['chance']:.3g}, k / (V - 1)) and "
+                 f"{c['overlap'] / c['ceiling']:.0%} of the tied-vs-tied ceiling ({c['ceiling']:.3g}); rarest bin "
+                 f"{lo.overlap:.3g} (ceiling {lo.ceiling:.3g}), most frequent {hi.overlap:.3g} (ceiling "
+                 f"{hi.ceiling:.3g})")
+
+
+_LEVEL_OF = {("TABLE1", "OLMo-1B", "untied output -> tied", "orthogonal"): "untied output -> tied",
+             ("TABLE1", "OLMo-1B", "untied input -> tied", "orthogonal"): "untied input -> tied",
+             ("TABLE1", "OLMo-1B", "untied input -> untied output", "orthogonal"): "untied input -> untied output",
+             ("TABLE2_STEP10K", "1.0", "vs untied input"): "untied input -> tied",
+             ("TABLE2_STEP10K", "1.0", "vs untied output"): "untied output -> tied",
+             ("TABLE6_STEP1K", "1.0", "vs untied input"): "untied input -> tied",
+             ("TABLE6_STEP1K", "1.0", "vs untied output"): "untied output -> tied",
+             ("FIG3_COS_TO_INIT", "input"): "untied input: cosine to initialisation",
+             ("FIG3_COS_TO_INIT", "output"): "untied output: cosine to initialisation"}
+"""The rows whose level :mod:`tiebias.align.checkpoint_levels` reads at every checkpoint, and its quantity."""
+
+
+def _clock_context(ev: Evidence, rows: list[Row]) -> None:
+    """Whether our level of a Table 1, 2, 6 or Figure 3 number still moved over the last doubling of our training
+    (:mod:`tiebias.align.checkpoint_levels`): a level still moving differs from the paper's partly by training time."""
+    t = ev.table(checkpoint_levels.TABLE)
+    if t is None:
+        return
+    for r in rows:
+        q = _LEVEL_OF.get(tuple(r.key.split("/")))
+        ours = None if q is None else t[(t.quantity == q) & (t.who == "this run")].sort_values("step")
+        if ours is None or len(ours) < 2:
+            continue
+        last = ours.iloc[-1]
+        half = checkpoint_levels.at_fraction(t, q, 0.5)
+        move = paired_change(_pair_values(ev, last), _pair_values(ev, half),
+                             "paired over seed pairs") if half.step != last.step else None
+        data = {"steps": ours.step.astype(int).tolist(), "means": ours["mean"].tolist()}
+        if move is None:
+            continue
+        data["last_doubling"] = asdict(move)
+        still = (f"still moving ({LEVEL:.0%} CI clear of 0)" if math.isfinite(move.low)
+                 and stats.excludes_zero(move.low, move.high) else "not clearly moving")
+        _context(r, "training clock", data, f"from step {int(half.step)} to our last, {int(last.step)}, ours "
+                 f"moved {move.value:+.3g} [{move.low:+.3g}, {move.high:+.3g}]: {still}")
+
+
+CONTEXT = (_bigram_context, _knn_context, _clock_context)
+"""The computed analyses set beside the rows they explain without being a cause of their own (a cause needs a
+reading of the same quantity that brings ours to the paper's: :func:`judge`)."""
 
 BUILDERS = (table1_rows, table5_rows, figure2_rows, figure3_rows, figure4_rows, claim4_rows, table7_rows,
             inconsistency_rows, setting_rows)
@@ -960,6 +1120,8 @@ def build(run: Run, scale: Run | None = None) -> Reproduction:
     """Every number of :mod:`tiebias.paper` beside this run's, each with its computed cause."""
     ev = Evidence.load(run, scale)
     rows = [r for b in BUILDERS for r in b(ev)]
+    for add in CONTEXT:
+        add(ev, rows)
     for r in rows:
         if r.kit is not None and r.kit.usable and not r.setting:
             r.group = f"{r.kit.label} = {r.kit.value!r} [{r.kit.low!r}, {r.kit.high!r}], n {r.kit.n}"
@@ -973,4 +1135,9 @@ def build(run: Run, scale: Run | None = None) -> Reproduction:
             r.why = f"not meaningful ({why}); {r.why}"
         for line in lines:
             line["kit"] = line["paper_protocol"] = "not meaningful"
+    elif layerwise := not_meaningful(run, LAYERWISE[0]):  # claim 3's numbers: models short of the bigram baseline
+        for r in rows:
+            if r.source.startswith(("Figure 2", "Figure 6", "Figure 7")):
+                r.meaningful = False
+                r.why = f"not meaningful ({layerwise}); {r.why}"
     return Reproduction(rows, lines, why, ev.scale_source)
