@@ -59,6 +59,15 @@ def test_a_verdict_edited_by_hand_is_refused_by_every_page(fresh_run: Run) -> No
     assert json.loads(report.write_summary(fresh_run).read_text())["claims"]["claim2_gradient_flow"]["verdict"] is False
 
 
+def test_a_run_that_is_not_evidence_cannot_be_edited_into_a_verdict(fresh_run: Run) -> None:
+    """A smoke run's record turned from "not meaningful" into "holds" (value above its threshold, verdict true) is
+    refused: the reason the run is not evidence is still beside it."""
+    records.record(fresh_run, records.Headline("claim2_gradient_flow", value=0.8, threshold=0.5, statement="s"),
+                   not_meaningful="the 'smoke' profile is a plumbing check")
+    _edit(fresh_run, "claim2_gradient_flow", status="holds", verdict=True)
+    _refused_everywhere(fresh_run, "claim2_gradient_flow", "status 'holds' beside the reason the run is not evidence")
+
+
 @pytest.mark.parametrize("change, words", [
     ({"statement": ...}, ["field 'statement' is missing"]),
     ({"threshold": ...}, ["field 'threshold' is missing"]),

@@ -223,6 +223,9 @@ def check_record(path: Path, entry: Any, todo: str) -> dict:
     if "above_threshold" in entry and entry["above_threshold"] is not above:
         raise _refused(path, f"above_threshold {entry['above_threshold']!r} contradicts value {value!r} against "
                        f"threshold {threshold!r}", todo)
+    if entry.get("not_meaningful") is not None and status != NOT_MEANINGFUL:
+        raise _refused(path, f"status {status!r} beside the reason the run is not evidence ({entry['not_meaningful']!r}"
+                       f"): a run that is not evidence records {NOT_MEANINGFUL!r}", todo)
     n = entry.get("n_seeds")
     if n is not None and (not is_int(n) or n < 1):
         raise _refused(path, f"field 'n_seeds' is {n!r}, not null or an integer >= 1", todo)
