@@ -166,7 +166,7 @@ Notebooks: {links}</p>
 FIGURES_SCRIPT = """<script>
 document.querySelectorAll("script.tiebias-figure-data").forEach(el => {
   const fig = JSON.parse(el.textContent), div = document.createElement("div");
-  div.className = "tiebias-figure";
+  div.className = "plotly-graph-div tiebias-figure";
   el.after(div);
   Plotly.newPlot(div, fig.data || [], fig.layout || {}, {responsive: true});
 });
