@@ -7,8 +7,8 @@ with :func:`banner`.
 
 A layer-wise claim (:data:`LAYERWISE`, claim 3) asks more: models below the bigram baseline
 (:mod:`tiebias.data.bigram`). A tuned lens at layer 0 reads only the current token's embedding, so it is at best a
-bigram predictor; a model no better than a count bigram has layers that add nothing measurable beyond one token of
-context, and there is no early-versus-late contribution to compare. Claims 1, 2 and 4 are about the embedding matrix
+bigram predictor; a model no better than a count bigram has not shown that its layers add anything beyond one token
+of context, and there is no early-versus-late contribution to compare. Claims 1, 2 and 4 are about the embedding matrix
 and its gradient, which a model below the unigram baseline has already shaped (the bigram statistics live in that
 matrix), so the bigram rule does not apply to them.
 """
@@ -88,8 +88,8 @@ def short_of_bigram(losses: Mapping[str, float | None], baseline: float) -> str 
         return None
     listed = ", ".join(f"{k} {v:.3f}" if isinstance(v, (int, float)) else f"{k} missing" for k, v in bad.items())
     return (f"{len(bad)} of {len(losses)} models do not beat the bigram baseline of {baseline:.3f} nats (validation "
-            f"loss {listed}): a layer-0 lens is at best a bigram predictor, and these models' layers add nothing "
-            "measurable beyond one token of context, so there is no early-versus-late contribution to compare")
+            f"loss {listed}): a layer-0 lens is at best a bigram predictor, and these models have not shown that their "
+            "layers add anything beyond one token of context, so there is no early-versus-late contribution to compare")
 
 
 def banner(reason: str) -> str:
