@@ -148,7 +148,8 @@ def test_notebooks_run_in_jupyterlab_are_named_with_their_times(fresh_run: Run, 
     parameters = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
     namespace: dict = {}
     for cell in ("".join(parameters["source"]) + f"\nprofile = 'smoke'\nrun_dir = {str(fresh_run.path)!r}",
-                 "from tiebias.config import profiles\nP = profiles.resolve_notebook('01_train', globals())",
+                 "from tiebias.config import profiles\nfrom tiebias.output import notebook\nnotebook.setup()\n"
+                 "P = profiles.resolve_notebook('01_train', globals())",  # as every notebook's setup cell
                  "import time\ntime.sleep(1.2)", "x = 1"):
         kernel.run_cell(cell, namespace)
     times = json.loads(fresh_run.kernel_times_path.read_text())

@@ -135,7 +135,8 @@ def test_save_table_writes_atomically(tmp_path) -> None:
 
 
 def test_atomic_path_replaces_whole_or_not_at_all(tmp_path) -> None:
-    from tiebias.run.files import atomic_path, write_text_atomic
+    from tiebias.run.files import write_text_atomic
+    from tiebias.system.atomic import atomic_path
 
     path = tmp_path / "table.csv"
     write_text_atomic(path, "a\n1\n")

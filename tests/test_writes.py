@@ -85,7 +85,7 @@ def test_links_planted_under_temporary_names_are_never_written_through(fresh_run
     import pandas as pd
 
     from tiebias.data.tokens import save_frequencies
-    from tiebias.run.files import atomic_path
+    from tiebias.system.atomic import atomic_path
 
     outside = _outside(tmp_path)
     run = fresh_run

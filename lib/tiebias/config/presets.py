@@ -7,6 +7,7 @@ builds the models these shapes describe.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 FAMILIES = ("llama", "neox")
 
@@ -50,3 +51,22 @@ def get_preset(name: str) -> Preset:
     if name not in PRESETS:
         raise ValueError(f"preset: unknown value {name!r}; allowed: {', '.join(PRESETS)}")
     return PRESETS[name]
+
+
+MODEL_TYPES = {"llama": "llama", "neox": "gpt_neox"}
+"""The ``model_type`` a family's config.json records (transformers' name for it)."""
+
+
+def config_sizes(preset: str, family: str, vocab_size: int) -> dict[str, Any]:
+    """The keys of a model's config.json that size what loading it allocates, as a preset and family give them:
+    :func:`tiebias.models.build.make_config` builds from these, and a run compares a saved config.json with them
+    before anything is allocated (:mod:`tiebias.run.folder`)."""
+    p = get_preset(preset)
+    if family not in FAMILIES:
+        raise ValueError(f"family: unknown value {family!r}; allowed: {', '.join(FAMILIES)}")
+    sizes: dict[str, Any] = dict(model_type=MODEL_TYPES[family], vocab_size=vocab_size, hidden_size=p.hidden,
+                                 intermediate_size=p.intermediate(family), num_hidden_layers=p.layers,
+                                 num_attention_heads=p.heads, max_position_embeddings=p.max_positions)
+    if family == "llama":
+        sizes["num_key_value_heads"] = p.heads
+    return sizes

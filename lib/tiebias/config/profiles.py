@@ -13,7 +13,7 @@ import ast
 import copy
 import os
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +179,12 @@ NOTEBOOK_PROFILE = "class"
 minutes for all four notebooks; the command line's default stays ``default``."""
 
 
+RESOLVED: list[Callable[[str, Path], None]] = []
+"""Called with (notebook, run folder) once a notebook's parameters are resolved: the notebooks' setup
+(:func:`tiebias.output.notebook.setup`) adds the recording of their cells' times (:mod:`tiebias.run.kernel_times`),
+which writes into the run folder, a layer this parameter vocabulary does not import."""
+
+
 def resolve_notebook(notebook: str, namespace: Mapping[str, Any]) -> dict[str, Any]:
     """Resolve every parameter a notebook declares (read from its namespace, e.g. ``globals()``).
 
@@ -194,7 +200,8 @@ def resolve_notebook(notebook: str, namespace: Mapping[str, Any]) -> dict[str, A
     The names come from the vocabulary, so a notebook cannot declare a parameter and then drop it; a name
     papermill injected that the notebook does not declare is refused (:func:`check_injected`). A notebook that took
     :data:`NOTEBOOK_PROFILE` because nothing named a profile says so. In a kernel a person started (JupyterLab), the
-    notebook's cell times are recorded in the run folder from here on (:mod:`tiebias.run.kernel_times`).
+    notebook's cell times are recorded in the run folder from here on (:data:`RESOLVED`: :mod:`tiebias.run.kernel_times`,
+    added by :func:`tiebias.output.notebook.setup`).
     """
     check_injected(notebook, namespace)
     if PROFILE_ENV not in os.environ and namespace.get("profile") == NOTEBOOK_PROFILE:
@@ -209,9 +216,8 @@ def resolve_notebook(notebook: str, namespace: Mapping[str, Any]) -> dict[str, A
                          f"it needs: {', '.join(notebook_parameters(notebook))}")
     params = resolve(namespace.get("profile"), namespace.get("run_dir"), notebooks=(notebook,),
                      **{n: namespace[n] for n in names})
-    from tiebias.run.kernel_times import record_cells
-
-    record_cells(notebook, params["run_dir"])  # in a JupyterLab kernel: its cells' times, for the report
+    for hook in RESOLVED:
+        hook(notebook, params["run_dir"])
     return params
 
 

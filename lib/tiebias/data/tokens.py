@@ -24,6 +24,7 @@ from transformers import PreTrainedTokenizerFast
 from tiebias.config.checks import is_int
 from tiebias.config.corpus import BYTE_ALPHABET_SIZE, EOS_TOKEN, SPECIAL_TOKENS
 from tiebias.config.training import DEFAULT_PROFILE
+from tiebias.system.atomic import atomic_path
 
 __all__ = [
     "EOS_TOKEN",
@@ -280,9 +281,7 @@ def save_frequencies(
     path: str | os.PathLike[str], tokenizer: PreTrainedTokenizerFast | Tokenizer, counts: np.ndarray
 ) -> Path:
     """Write counts as CSV with columns id, token, count (token in the tokenizer's string form), through
-    :func:`tiebias.run.files.atomic_path` (never through a link)."""
-    from tiebias.run.files import atomic_path  # local: the run package imports this module
-
+    :func:`tiebias.system.atomic.atomic_path` (never through a link)."""
     counts = np.asarray(counts)
     size = _vocab_len(tokenizer)
     if counts.ndim != 1 or len(counts) != size:

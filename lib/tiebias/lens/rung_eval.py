@@ -17,7 +17,8 @@ import pandas as pd
 
 from tiebias.config.lens import LensSettings
 from tiebias.lens import evaluate
-from tiebias.run.files import atomic_path, damaged
+from tiebias.run.files import damaged
+from tiebias.system.atomic import atomic_path
 
 __all__ = ["evaluate_cached", "eval_name", "logit_name", "rung_frames"]
 

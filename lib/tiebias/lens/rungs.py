@@ -39,8 +39,9 @@ from tiebias.config.choices import LENS_RECIPES
 from tiebias.config.lens import LensSettings, check_settings
 from tiebias.lens import cache, fit, lenses
 from tiebias.lens.precision import logits_precision
-from tiebias.run.files import atomic_path, load_torch_file, read_json, remove_entry, write_json_atomic
+from tiebias.run.files import load_torch_file, read_json, remove_entry, write_json_atomic
 from tiebias.run.layout import LENS_PARAMS_NAME
+from tiebias.system.atomic import atomic_path
 
 __all__ = ["publish_top_rung", "rung_dir", "train_ladder"]
 

@@ -20,7 +20,7 @@ from transformers import (
 )
 
 from tiebias.config.checks import is_int
-from tiebias.config.presets import FAMILIES, get_preset
+from tiebias.config.presets import config_sizes
 from tiebias.config.training import DEFAULT_PROFILE
 from tiebias.models.anatomy import is_tied
 from tiebias.system.parallel import CONSTRUCTION
@@ -29,18 +29,12 @@ from tiebias.system.parallel import CONSTRUCTION
 def make_config(preset: str, *, family: str = "llama", vocab_size: int = DEFAULT_PROFILE["vocab_size"], tied: bool = True,
                 bos_token_id: int | None = 0, eos_token_id: int | None = 0) -> PretrainedConfig:
     """The transformers config for a preset; no dropout, sdpa attention, init std 0.02."""
-    p = get_preset(preset)
-    if family not in FAMILIES:
-        raise ValueError(f"family: unknown value {family!r}; allowed: {', '.join(FAMILIES)}")
     if not is_int(vocab_size) or vocab_size < 2:
         raise ValueError(f"vocab_size: {vocab_size!r} is not a valid vocabulary size; need an int >= 2")
+    sizes = config_sizes(preset, family, vocab_size)
+    sizes.pop("model_type")
     common = dict(
-        vocab_size=vocab_size,
-        hidden_size=p.hidden,
-        intermediate_size=p.intermediate(family),
-        num_hidden_layers=p.layers,
-        num_attention_heads=p.heads,
-        max_position_embeddings=p.max_positions,
+        **sizes,
         tie_word_embeddings=tied,
         initializer_range=0.02,
         bos_token_id=bos_token_id,
@@ -48,7 +42,7 @@ def make_config(preset: str, *, family: str = "llama", vocab_size: int = DEFAULT
         use_cache=False,
     )
     if family == "llama":
-        cfg = LlamaConfig(num_key_value_heads=p.heads, rms_norm_eps=1e-5, attention_dropout=0.0, **common)
+        cfg = LlamaConfig(rms_norm_eps=1e-5, attention_dropout=0.0, **common)
     else:
         cfg = GPTNeoXConfig(hidden_act="gelu", use_parallel_residual=True, attention_dropout=0.0,
                             hidden_dropout=0.0, rotary_pct=0.25, **common)

@@ -17,6 +17,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from tiebias.config import profiles
+from tiebias.run import kernel_times
 from tiebias.run.files import RunFolderError, write_text_atomic
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
@@ -30,13 +32,16 @@ def table_number(x: float) -> str:
 
 def setup() -> None:
     """Render plotly figures as the plotly mimetype (drawn by JupyterLab, no plotly.js in the notebook), print table
-    floats with :func:`table_number` (a tiny negative rounded by ``.round(3)`` shows 0, not -0.0); quiet HF bars."""
+    floats with :func:`table_number` (a tiny negative rounded by ``.round(3)`` shows 0, not -0.0); quiet HF bars; once
+    the notebook's parameters are resolved, its cells' times are recorded (:mod:`tiebias.run.kernel_times`)."""
     from transformers.utils import logging as hf_logging
 
     pio.renderers.default = "plotly_mimetype"
     pio.templates.default = "plotly_white"
     pd.set_option("display.float_format", table_number)
     hf_logging.disable_progress_bar()  # no "Loading weights" bar per model load in executed notebooks
+    if kernel_times.record_cells not in profiles.RESOLVED:  # in a JupyterLab kernel: its cells' times, for the report
+        profiles.RESOLVED.append(kernel_times.record_cells)
 
 
 def save_figure(fig: go.Figure, folder: str | Path, name: str) -> Path:

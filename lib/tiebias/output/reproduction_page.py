@@ -20,6 +20,7 @@ from typing import Any
 
 from tiebias.config.paths import path_text, repo_root
 from tiebias.output.markup import md_code, md_text
+from tiebias.run.commands import study_commands
 from tiebias.run.files import DamagedFileError, read_json, write_json_atomic, write_text_atomic
 from tiebias.run.folder import Run
 from tiebias.verdicts.reproduction import CAUSES, EXPLAINED, RULES, Reproduction, Row, build
@@ -69,10 +70,8 @@ def compute(run: Run) -> dict[str, Any]:
 
 def command(run: Run) -> str:
     """The commands that rerun this study into the same folder, each shell-quoted, joined by ``&&``: the study
-    commands run on it as recorded (profile, ``--only``, ``--set``: :func:`tiebias.study.study_commands`); without a
+    commands run on it as recorded (profile, ``--only``, ``--set``: :func:`tiebias.run.commands.study_commands`); without a
     record, the profile the run recorded; without either, a sentence saying so."""
-    from tiebias.study import study_commands
-
     argvs = study_commands(run)
     if not argvs and run.profile is not None:
         argvs = [["study", "--profile", run.profile, "--run-dir", path_text(run.path, "replace")]]

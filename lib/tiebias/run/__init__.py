@@ -1,8 +1,8 @@
 """The run folder, the interface every notebook reads and writes: ``layout`` names every path once, ``folder``'s
 ``Run`` adds reading and writing under a writer lock, ``files`` the strict and atomic file I/O, ``guard`` which folders
-may be written, ``inventory`` which models are finished, ``variation`` the error for a changed parameter."""
+may be written, ``inventory`` which models are finished, ``commands`` the study commands run on it, ``variation`` the error for a changed parameter."""
 
-from tiebias.run import files, folder, guard, inventory, layout, variation
+from tiebias.run import commands, files, folder, guard, inventory, layout, variation
 from tiebias.run.folder import Run
 
-__all__ = ["Run", "files", "folder", "guard", "inventory", "layout", "variation"]
+__all__ = ["Run", "commands", "files", "folder", "guard", "inventory", "layout", "variation"]

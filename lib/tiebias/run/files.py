@@ -1,8 +1,8 @@
 """Files of a run folder that are not about the Run itself: atomic writes, strict JSON, metrics logs, saved models.
 
 A file a reader must never see half-written (JSON, tables, metrics logs, token splits, report pages) is written
-through a temporary file and a rename (:func:`atomic_path`, the one place that does it), never through a symbolic
-link (:func:`private_folder`; logs appended a row at a time: :func:`open_append`); every JSON file is strict
+through a temporary file and a rename (:func:`tiebias.system.atomic.atomic_path`, the one place that does it), never through a symbolic
+link (:func:`tiebias.system.atomic.private_folder`; logs appended a row at a time: :func:`open_append`); every JSON file is strict
 JSON (no NaN/Infinity: ``null`` plus a reason); every file a reader finds damaged is named in the error together
 with what to do about it (:class:`DamagedFileError`).
 """
@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +27,7 @@ import pandas as pd
 import torch
 
 from tiebias.run.layout import CONFIG_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
+from tiebias.system.atomic import atomic_path, private_folder
 
 OVERWRITE_HINT = "set overwrite=True (notebook parameter / --set overwrite=true)"
 _NULL_REASONS = "null_reasons"
@@ -132,37 +132,6 @@ def write_json_atomic(path: Path, data: Any, reasons: dict[str, str] | None = No
     text = json.dumps(clean, indent=2, sort_keys=True, allow_nan=False) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, text)
-
-
-@contextmanager
-def private_folder(parent: Path, prefix: str) -> Iterator[Path]:
-    """A new folder in ``parent`` that only this process made, removed with what is left in it when the block ends.
-
-    ``tempfile.mkdtemp`` gives it a fresh random name (``<prefix>XXXXXXXX.tmp``), creates it exclusively and
-    readable by its owner only, so nothing already in ``parent`` (a symbolic link planted under a temporary name,
-    carried by ``cp -r``, tar or git) can be written through: the rule of every file the kit writes.
-    """
-    d = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=parent))
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-@contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """A temporary file name to write to, renamed onto ``path`` when the block ends; never written through a link.
-
-    The name lies in a :func:`private_folder` next to ``path``, so a symbolic link planted in the folder is never
-    opened, and the rename replaces a link at ``path`` itself instead of writing where it points. Readers see the
-    old file or the whole new one, never half of it; if the block raises, the temporary file is removed and
-    ``path`` is left as it was. The folder must exist. Any writer works: ``df.to_csv(tmp)``,
-    ``torch.save(obj, tmp)``, or ``tmp.open("wb")`` for writers that would change the name (``np.save``).
-    """
-    with private_folder(path.parent, f".{path.name}.") as d:
-        tmp = d / path.name
-        yield tmp
-        os.replace(tmp, path)
 
 
 def remove_entry(path: Path) -> None:

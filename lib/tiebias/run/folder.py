@@ -26,6 +26,7 @@ from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
 from tiebias.config.checks import is_int
 from tiebias.config.corpus import SPLITS
+from tiebias.config.presets import config_sizes
 from tiebias.config.training import DEFAULT_PROFILE, TrainConfig
 from tiebias.config.variants import Variant, model_key, parse_key, step_of
 from tiebias.data.checks import check_unchanged
@@ -45,7 +46,6 @@ from tiebias.run.files import (
     DamagedFileError,
     RunFolderError,
     atomic_folder,
-    atomic_path,
     check_model_folder,
     damaged,
     diff_config,
@@ -66,6 +66,7 @@ from tiebias.run.layout import (
     RunLayout,
 )
 from tiebias.run.variation import ParameterChangedError
+from tiebias.system.atomic import atomic_path
 from tiebias.system.parallel import CONSTRUCTION
 
 _DATA_KEYS = ("corpus", "vocab_size", "n_documents", "n_tokens", "tokenizer_size", "corpus_fingerprint")
@@ -527,8 +528,6 @@ class Run(RunLayout):
         :class:`DamagedFileError` names the file, the key and both values. A vocabulary other than the run's
         tokenizer's is refused the same way. A model without a train_config.json (an earlier version) is not compared.
         """
-        from tiebias.models.build import make_config
-
         cfg_file, todo = self.train_config_path(variant, seed), self.repair_hint(variant, seed, step)
         recorded = read_json(cfg_file, todo) if cfg_file.exists() else None
         if not isinstance(recorded, dict) or "preset" not in recorded:
@@ -539,8 +538,7 @@ class Run(RunLayout):
                                    f"tokenizer_size {run_vocab!r}; nothing was loaded. To fix: {todo}")
         family = recorded.get("family", TrainConfig.family)
         try:
-            want = make_config(recorded["preset"], family=family, vocab_size=vocab if vocab is not None else run_vocab,
-                               tied=Variant.parse(variant).tied).to_dict()
+            want = config_sizes(recorded["preset"], family, vocab if vocab is not None else run_vocab)
         except (ValueError, TypeError) as e:
             raise damaged(cfg_file, e, todo) from None
         file = folder / CONFIG_NAME

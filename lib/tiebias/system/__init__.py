@@ -1,5 +1,5 @@
-"""The machine: CPU thread settings, the allocator during hot loops, jobs side by side, free memory."""
+"""The machine: files written in place (never through a link), CPU thread settings, the allocator during hot loops, jobs side by side, free memory."""
 
-from tiebias.system import alloc, memory, parallel, threads
+from tiebias.system import alloc, atomic, memory, parallel, threads
 
-__all__ = ["alloc", "memory", "parallel", "threads"]
+__all__ = ["alloc", "atomic", "memory", "parallel", "threads"]

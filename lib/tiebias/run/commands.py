@@ -1,0 +1,57 @@
+"""The study commands run on a run folder, recorded before any notebook runs (``.tiebias-study.json``), so that the
+reproduction report's rerun command holds what was run: profile, ``--only`` and ``--set``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tiebias.config.paths import path_text
+from tiebias.run.files import DamagedFileError, read_json, write_json_atomic
+from tiebias.run.folder import Run
+
+
+def _arg_text(value: Any) -> str:
+    """A typed parameter value as ``--set NAME=VALUE`` takes it back (lists comma-separated, booleans true/false)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "none"
+    if isinstance(value, (list, tuple)):
+        return ",".join(_arg_text(v) for v in value)
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def record_command(run_dir: str | Path, profile: str, overrides: dict[str, Any], only: list[str] | None) -> None:
+    """Add this study's command (profile, ``--only``, ``--set``) to the folder's list of study commands
+    (:attr:`tiebias.run.layout.RunLayout.study_commands_path`), before any notebook runs: the reproduction report's
+    rerun command then holds what was run, even for a study stopped before it recorded its profile."""
+    run = Run(run_dir)
+    path = Path(profile)
+    entry = {"profile": str(path.resolve()) if path.suffix == ".toml" and path.is_file() else profile,
+             "only": list(only or []), "set": [f"{k}={_arg_text(v)}" for k, v in overrides.items()]}
+    with run.writing("recording the study command"):
+        try:
+            recorded = read_json(run.study_commands_path, "")
+        except (FileNotFoundError, DamagedFileError):
+            recorded = {}
+        commands = [c for c in recorded.get("commands", []) if c != entry] if isinstance(recorded, dict) else []
+        write_json_atomic(run.study_commands_path, {"commands": [*commands, entry]})
+
+
+def study_commands(run: Run) -> list[list[str]]:
+    """The arguments after ``python -m tiebias`` of each study command run on ``run`` (oldest first; a command run
+    again counts once, at its last place); [] when none was recorded (notebooks run by hand, an earlier version)."""
+    try:
+        recorded = read_json(run.study_commands_path, "")
+    except (FileNotFoundError, DamagedFileError):
+        return []
+    out = []
+    for c in recorded.get("commands", []) if isinstance(recorded, dict) else []:
+        if not (isinstance(c, dict) and isinstance(c.get("profile"), str)):
+            continue
+        argv = ["study", "--profile", c["profile"], "--run-dir", path_text(run.path, "replace")]
+        argv += [a for name in c.get("only", []) for a in ("--only", str(name))]
+        argv += [a for item in c.get("set", []) for a in ("--set", str(item))]
+        out.append(argv)
+    return out
