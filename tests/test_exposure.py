@@ -17,23 +17,23 @@ from tiebias.train.gradients import GradientProvenance
 from tiebias.train.steploop import batch_for_step
 
 
-def test_the_exposure_profile_trains_the_class_model_at_three_lengths(tmp_path) -> None:
+def test_the_exposure_profile_trains_the_class_model_at_four_lengths(tmp_path) -> None:
     P = profiles.resolve("exposure", tmp_path / "run", notebooks=["04_ablate"])
     pts = scale.points(P["vocab_size"], P["preset"], P["scale_vocab_sizes"], P["scale_presets"], P["scale_steps"],
                        P["steps"])
-    assert [p.label for p in pts] == ["v1024-mini", "v1024-mini-s75", "v1024-mini-s150"]
+    assert [p.label for p in pts] == ["v1024-mini", "v1024-mini-s75", "v1024-mini-s150", "v1024-mini-s600"]
     assert pts[0].base and {p.width for p in pts} == {64} and {p.vocab_size for p in pts} == {1024}
     assert [v.name for v in sweep.sweep_variants(P["ablate_factors"])] == ["tied", "tied_in5"]
     assert P["ablate_seeds"] == [0, 1, 2]
     cfg = profiles.train_config(P)
     cfgs = [scale.point_config(cfg, p) for p in pts]
-    assert [c.steps for c in cfgs] == [300, 75, 150]
+    assert [c.steps for c in cfgs] == [300, 75, 150, 600]
     assert {c.warmup_steps for c in cfgs} == {cfg.warmup_steps}  # only the length changes
     assert {c.steps // c.checkpoint_every for c in cfgs} == {cfg.steps // cfg.checkpoint_every}
     assert {c.steps // c.eval_every for c in cfgs} == {cfg.steps // cfg.eval_every}
     assert {(c.preset, c.batch_size, c.seq_len, c.lr) for c in cfgs} == {(cfg.preset, cfg.batch_size, cfg.seq_len, cfg.lr)}
     # 16 sequences of 128 tokens per step over 1,024 rows: 2 tokens per row per step
-    assert [scale.tokens_per_row(c.steps, c.batch_size, c.seq_len, P["vocab_size"]) for c in cfgs] == [600, 150, 300]
+    assert [scale.tokens_per_row(c.steps, c.batch_size, c.seq_len, P["vocab_size"]) for c in cfgs] == [600, 150, 300, 1200]
 
 
 def test_tokens_per_row_and_bad_lengths_are_refused(tmp_path) -> None:
