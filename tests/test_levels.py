@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 import torch
 
-from tiebias.align import checkpoint_levels, knn_bins
+from tiebias.ablate import checkpoint_levels
+from tiebias.align import knn_bins
 from tiebias.align.embeddings import Embeddings
 from tiebias.data import bigram
 from tiebias.lens import bigram_bound

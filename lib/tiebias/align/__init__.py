@@ -1,7 +1,16 @@
 """Claims 1 and 4's geometry: embedding matrices from any HF model (``embeddings``), vocabulary matching
-(``tokenizers``), the identity / orthogonal / linear maps (``maps``), nearest-neighbour overlap, per-token statistics
+(``tokenizers``), the identity / orthogonal / linear maps (``maps``), nearest-neighbour overlap (by token frequency: ``knn_bins``), per-token statistics
 and the Table 1 / 5 rows with seed pairs and noise floors (``comparisons``)."""
 
-from tiebias.align import comparisons, embeddings, maps, matrices, neighbours, token_stats, tokenizers
+from tiebias.align import (
+    comparisons,
+    embeddings,
+    knn_bins,
+    maps,
+    matrices,
+    neighbours,
+    token_stats,
+    tokenizers,
+)
 
-__all__ = ["comparisons", "embeddings", "maps", "matrices", "neighbours", "token_stats", "tokenizers"]
+__all__ = ["comparisons", "embeddings", "knn_bins", "maps", "matrices", "neighbours", "token_stats", "tokenizers"]

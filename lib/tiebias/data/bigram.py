@@ -17,15 +17,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import torch
 
 from tiebias.config.checks import is_int
-
-if TYPE_CHECKING:
-    from tiebias.run.folder import Run
 
 ALPHAS = tuple(float(10 ** (e / 4)) for e in range(-8, 17))
 """The smoothing strengths tried (0.01 to 10,000, four per decade): wide enough that the choice is never at an end for
@@ -34,6 +31,14 @@ HOLDOUT = 0.1
 """The share of the training stream (its end) that chooses ``alpha``."""
 
 IdStream = torch.Tensor | np.ndarray | Sequence[int]
+
+
+class RunTokens(Protocol):
+    """What :func:`for_run` reads of a run folder (:class:`tiebias.run.folder.Run`, a layer above this one)."""
+
+    def tokens(self, split: str) -> torch.Tensor: ...
+
+    def frequencies(self) -> np.ndarray: ...
 
 
 def as_ids(ids: IdStream, vocab_size: int, name: str) -> np.ndarray:
@@ -155,7 +160,7 @@ def fit(train_ids: IdStream, vocab_size: int, alpha: float | None = None,
                   at_edge=edge)
 
 
-def for_run(run: Run) -> Bigram:
+def for_run(run: RunTokens) -> Bigram:
     """The bigram model of a run's training split, ``alpha`` chosen on its last tenth.
 
     Args:
@@ -167,4 +172,4 @@ def for_run(run: Run) -> Bigram:
     return fit(run.tokens("train"), len(run.frequencies()))
 
 
-__all__ = ["ALPHAS", "HOLDOUT", "Bigram", "as_ids", "fit", "for_run", "pairs"]
+__all__ = ["ALPHAS", "HOLDOUT", "Bigram", "RunTokens", "as_ids", "fit", "for_run", "pairs"]

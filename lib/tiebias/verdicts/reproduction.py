@@ -21,8 +21,9 @@ import numpy as np
 import pandas as pd
 
 from tiebias import paper, stats
+from tiebias.ablate import checkpoint_levels
 from tiebias.ablate.ingredients import KIT, SAME_SEED
-from tiebias.align import checkpoint_levels, knn_bins
+from tiebias.align import knn_bins
 from tiebias.config.choices import INGREDIENTS
 from tiebias.lens import bigram_bound
 from tiebias.run.files import (
@@ -885,7 +886,7 @@ step 1,000 is taken as a tenth of the same runs)."""
 
 
 def _pair_values(ev: Evidence, row: pd.Series) -> np.ndarray:
-    """A levels row's per-pair cosines (:func:`tiebias.align.checkpoint_levels.values`), refused with the file named
+    """A levels row's per-pair cosines (:func:`tiebias.ablate.checkpoint_levels.values`), refused with the file named
     when they are not a JSON list of cosines."""
     try:
         x = checkpoint_levels.values(row)
@@ -980,12 +981,12 @@ _LEVEL_OF = {("TABLE1", "OLMo-1B", "untied output -> tied", "orthogonal"): "unti
              ("TABLE6_STEP1K", "1.0", "vs untied output"): "untied output -> tied",
              ("FIG3_COS_TO_INIT", "input"): "untied input: cosine to initialisation",
              ("FIG3_COS_TO_INIT", "output"): "untied output: cosine to initialisation"}
-"""The rows whose level :mod:`tiebias.align.checkpoint_levels` reads at every checkpoint, and its quantity."""
+"""The rows whose level :mod:`tiebias.ablate.checkpoint_levels` reads at every checkpoint, and its quantity."""
 
 
 def _clock_context(ev: Evidence, rows: list[Row]) -> None:
     """Whether our level of a Table 1, 2, 6 or Figure 3 number still moved over the last doubling of our training
-    (:mod:`tiebias.align.checkpoint_levels`): a level still moving differs from the paper's partly by training time."""
+    (:mod:`tiebias.ablate.checkpoint_levels`): a level still moving differs from the paper's partly by training time."""
     t = ev.table(checkpoint_levels.TABLE)
     if t is None:
         return

@@ -182,7 +182,7 @@ def levels_at_checkpoints(table: pd.DataFrame) -> go.Figure:
     """Tables 1, 2, 6 and Figure 3 read at every checkpoint, with the paper's levels at its own steps.
 
     Args:
-        table: the :func:`tiebias.align.checkpoint_levels.levels` frame.
+        table: the :func:`tiebias.ablate.checkpoint_levels.levels` frame.
 
     Returns:
         The plotly figure: two panels (the alignment cosines; the cosine to initialisation), our mean ± sd over seed
