@@ -1,15 +1,17 @@
-"""Before a class: is this machine ready to run the four notebooks? Run by ``make check-class`` (after ``make setup``).
+"""Before a class: is this machine ready, and fast enough, for the lesson? Run by ``make check-class`` (after
+``make setup``).
 
 Checks, each on one line with what to do when it fails: the Python and its packages (torch, transformers, tuned-lens,
-JupyterLab), the embedded corpus, Chromium (optional: only the walkthrough's PNGs and the browser test need it), and a
-plumbing run, the smoke study of all four notebooks in a temporary folder (about a minute or two). It ends with the
-class run's time as the walkthrough measured it, read from ``walkthrough/README.md``.
+JupyterLab), Chromium (optional: only the walkthrough's PNGs and the browser test need it), the environment's size on
+disk and what building it downloads, and a plumbing run, the smoke study of all four notebooks in a temporary folder.
+It ends with a verdict (:func:`tiebias.teach.schedule.verdict`): this machine's plumbing time against the reference
+plumbing time that ``scripts/time_class.py`` measured together with the class run (``notebooks/class_timing.json``),
+the class time predicted here, and whether each notebook ends within its block of TEACHING.md's plan.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import re
 import shutil
 import subprocess
 import sys
@@ -18,18 +20,18 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "lib"))
 PACKAGES = ("torch", "transformers", "tuned_lens", "jupyterlab", "papermill", "plotly", "ipywidgets")
 
 
-def class_seconds() -> int | None:
-    """The walkthrough's class run: the sum of its notebooks' run times (None when the index has none)."""
-    index = ROOT / "walkthrough" / "README.md"
-    times = re.findall(r"^\| \[\d\d_\w+\]\(\d\d_\w+\.md\) \| .* \| (\d+) s \|$", index.read_text(encoding="utf-8"),
-                       re.MULTILINE) if index.is_file() else []
-    return sum(map(int, times)) if times else None
+def folder_bytes(path: Path) -> int:
+    """Bytes of every regular file under ``path`` (links not followed)."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
 
 
 def main() -> int:
+    from tiebias.teach import schedule
+
     ok = True
     missing = [p for p in PACKAGES if importlib.util.find_spec(p) is None]
     print(f"python {sys.version.split()[0]} at {sys.executable}: "
@@ -37,21 +39,31 @@ def main() -> int:
     ok &= not missing
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     print(f"chromium: {chromium or 'not found (optional: only the walkthrough PNGs and the browser test need it)'}")
+    try:
+        timing = schedule.load_timing()
+    except ValueError as e:
+        print(f"no reference timing: {e}")
+        timing = None
+    if timing:
+        fields = schedule.timing_fields(timing)
+        print(f"disk: the environment takes {folder_bytes(Path(sys.prefix)) / 1e9:.1f} GB here ({fields['venv']} "
+              f"where the class run was measured); building it downloads {fields['download']}: students should run "
+              "make check-class before the lesson")
     with tempfile.TemporaryDirectory(prefix="tiebias-check-") as tmp:
         t0 = time.perf_counter()
         p = subprocess.run([sys.executable, "-m", "tiebias", "study", "--profile", "smoke", "--run-dir",
                             str(Path(tmp) / "smoke")], capture_output=True, text=True, cwd=ROOT)
         took = time.perf_counter() - t0
-        if p.returncode == 0:
-            print(f"plumbing run (smoke profile, all four notebooks): ok in {took:.0f} s")
-        else:
-            ok = False
-            print(f"plumbing run failed (exit {p.returncode}) after {took:.0f} s:\n{(p.stdout + p.stderr)[-2000:]}")
-    secs = class_seconds()
-    if secs is not None:
-        print(f"the class profile took {secs // 60} min {secs % 60} s for all four notebooks in the walkthrough's run; "
-              "a slower machine scales about as the plumbing run does")
-    print("ready for the class: make lab" if ok else "NOT ready: fix the lines above")
+    if p.returncode:
+        print(f"plumbing run failed (exit {p.returncode}) after {took:.0f} s:\n{(p.stdout + p.stderr)[-2000:]}")
+        ok = False
+    elif timing:
+        fits, lines = schedule.verdict(took, timing)
+        print("\n".join(lines))
+        ok &= fits
+    else:
+        print(f"plumbing run (smoke profile, all four notebooks): ok in {took:.0f} s; no reference to compare with")
+    print("VERDICT: ready for the class: make lab" if ok else "VERDICT: NOT ready: see the lines above")
     return 0 if ok else 1
 
 

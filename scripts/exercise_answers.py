@@ -1,9 +1,11 @@
 """Measure the numbers the exercises' answers quote, from a class run and each exercise's own run, then render the
 notebooks' exercise cells with them.
 
-Usage: python scripts/exercise_answers.py [--base runs/class] [--runs runs]
+Usage: python scripts/exercise_answers.py [--base runs/class] [--runs runs] [--base-only]
   Each exercise's run is <runs>/ex-<id> (what `make exercise ID=<id>` writes). A run whose profile or changed
   parameter is not the exercise's is refused, so an answer never quotes a run of something else.
+  --base-only measures the class run again and keeps each exercise's stored numbers (its run is not needed): after a
+  new class run, e.g. one measured by scripts/time_class.py.
 Writes notebooks/exercise_numbers.json and TEACHING.md (the lesson plan, lib/tiebias/teach/lesson.md filled from the
 class run), and updates the notebooks (as scripts/exercises.py does).
 """
@@ -54,6 +56,7 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="runs/class")
     ap.add_argument("--runs", default=str(runs_dir()))
+    ap.add_argument("--base-only", action="store_true", help="keep the exercises' stored numbers")
     args = ap.parse_args(argv)
     header, known = exercises.load()
     base = Path(args.base)
@@ -61,9 +64,11 @@ def main(argv: list[str]) -> int:
         raise SystemExit(f"{base}: not a {header['profile']!r} run")
     out = {"profile": header["profile"], "base_run": provenance(base), "base": answers.quantities(base),
            "exercises": {}}
+    stored = exercises.load_numbers(exercises.numbers_path())["exercises"] if args.base_only else {}
     for ex in known:
         run_dir = Path(args.runs) / f"ex-{ex.id}"
-        out["exercises"][ex.id] = {**provenance(run_dir), "ex": check_belongs(ex, run_dir, header["profile"])}
+        out["exercises"][ex.id] = stored.get(ex.id) or {**provenance(run_dir),
+                                                        "ex": check_belongs(ex, run_dir, header["profile"])}
         exercises.answer(ex, out)  # every field of the template is there
     path = exercises.numbers_path()
     write_text_atomic(path, json.dumps(out, indent=1, sort_keys=True) + "\n")

@@ -20,6 +20,9 @@ from tiebias.data.tokens import unigram_loss
 from tiebias.lens import tables
 from tiebias.run.files import read_json
 from tiebias.run.folder import Run
+from tiebias.teach import schedule
+from tiebias.train import windows
+from tiebias.verdicts import claims
 
 NUMBERS_FILE = "exercise_numbers.json"
 """The measured numbers of every exercise, next to ``exercises.toml``."""
@@ -43,13 +46,13 @@ def _training(run: Run, summary: dict[str, Any]) -> dict[str, float]:
     c2 = summary["claims"].get("claim2_gradient_flow")
     if c2:
         w = c2["details"]["windows"]["exact l2"]
-        out.update(share=c2["value"], share_after_warmup=w["after warmup"], share_warmup=w["warmup"])
-        flow = pd.concat([pd.read_csv(run.metrics_dir / f"tied-s{s}.csv")
-                          for s in run.models().query("variant == 'tied'").seed])
-        half = flow.step.max() // 2
+        out.update(share=c2["value"], share_after_warmup=w["after warmup"], share_warmup=w["warmup"],
+                   share_ratio=c2["value"] / (1 - c2["value"]))
+        logs = {s: pd.read_csv(run.metrics_dir / f"tied-s{s}.csv") for s in run.models().query("variant == 'tied'").seed}
+        flow = pd.concat(list(logs.values()))
+        first, second = windows.halves(logs)  # the numbers 01 prints
         out.update(input_rows=float(flow.input_rows.mean()), input_rows_frac=float(flow.input_rows.mean()) / run.config[
-            "vocab_size"], share_first_half=float(flow[flow.step <= half].output_share.mean()),
-                   share_second_half=float(flow[flow.step > half].output_share.mean()))
+            "vocab_size"], share_first_half=first, share_second_half=second)
     m = run.models()
     if {"tied", "untied"} <= set(m[m.complete].variant):
         uni = unigram_loss(run.frequencies(), run.tokens("validation"))
@@ -94,7 +97,9 @@ def _lens(run: Run, summary: dict[str, Any]) -> dict[str, Any]:
     recipe = str(kl.recipe.iloc[0])
     conv = tables.convergence(tables.ladder_gaps(kl, recipe), kl)
     out.update(lens_budgets=[int(b) for b in conv["budgets"]], budgets=", ".join(f"{b}x" for b in conv["budgets"]),
+               rungs=" -> ".join(f"{b}x" for b in conv["budgets"][-2:]),
                converged="converged" if conv["converged"] else "not converged", gap_change=conv["change"])
+    out["not_converged_because"] = tables.not_converged_because(conv)  # the clause 03 prints
     if conv["kl"]:
         w = conv["kl"]["worst"]
         out.update(kl_variant=w["variant"], kl_layer=w["layer"], kl_before=w["before"], kl_after=w["after"],
@@ -107,7 +112,8 @@ def _ablation(run: Run, summary: dict[str, Any]) -> dict[str, float]:
     c4 = summary["claims"].get("claim4_causality")
     if not c4:
         return {}
-    v = c4["details"]["verdicts"]["orthogonal"]
+    v_all = c4["details"]["verdicts"]
+    v = v_all["orthogonal"]
     out: dict[str, float] = {}
     for side, name in (("vs_untied_input", "c4_in"), ("vs_untied_output", "c4_out")):
         for k, x in v[side]["means"].items():
@@ -120,6 +126,8 @@ def _ablation(run: Run, summary: dict[str, Any]) -> dict[str, float]:
         out[f"share_k{_key(float(k))}"] = float(pd.concat(flows).output_share.mean())
     out["ppl_untied"] = float(ppl[~ppl.tied].validation_ppl.mean())
     out["ablate_factors"] = sorted(float(k) for k in ppl[ppl.tied].k.unique())
+    head = str(c4["statement"]).split(" map (the verdict's)")[0]  # the record's verdicts are stored sorted by map
+    out["c4_sentence"] = claims.claim4_sentence(c4["details"]["verdicts"], head if head in v_all else None)
     top = _key(max(out["ablate_factors"]))
     out["c4_shift_in"] = out[f"c4_in_k{top}"] - out["c4_in_k1"]
     out["c4_shift_out"] = out["c4_out_k1"] - out[f"c4_out_k{top}"]
@@ -189,13 +197,18 @@ LESSON_TEMPLATE = Path(__file__).with_name("lesson.md")
 """The lesson plan's template; ``scripts/exercise_answers.py`` writes it, filled from the class run, to TEACHING.md."""
 
 
-def lesson(base: dict[str, Any]) -> str:
-    """TEACHING.md: the lesson plan with the class run's numbers (``{base.NAME}``) filled in."""
-    return fill(LESSON_TEMPLATE.read_text(), base, base)
+def lesson(base: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
+    """TEACHING.md: the lesson plan with the class run's numbers (``{base.NAME}``), the minute marks laid out from its
+    notebook times (``{plan.NAME}``, :func:`tiebias.teach.schedule.layout`) and the stored measurement of the machine
+    and the environment (``{timing.NAME}``; None: :data:`tiebias.teach.schedule.TIMING_FILE`) filled in."""
+    seconds = {k.removeprefix("time_"): v for k, v in base.items() if k.startswith("time_") and k != "time_total"}
+    fields = schedule.timing_fields(timing if timing is not None else schedule.load_timing())
+    return fill(LESSON_TEMPLATE.read_text(), base, base, plan=_Numbers(schedule.layout(seconds), "plan"),
+                timing=_Numbers(fields, "timing"))
 
 
-def fill(template: str, base: dict[str, Any], ex: dict[str, Any]) -> str:
+def fill(template: str, base: dict[str, Any], ex: dict[str, Any], **more: Any) -> str:
     """An answer template with its ``{base.X}``, ``{ex.X}``, ``{word.X}``, ``{size.X}`` and ``{ratio.X}`` fields
-    filled."""
+    filled (and any ``more`` named fields)."""
     return template.format(base=_Numbers(base, "base"), ex=_Numbers(ex, "ex"), word=_Words(base, ex),
-                           size=_Words(base, ex, "larger", "smaller"), ratio=_Ratios(base, ex))
+                           size=_Words(base, ex, "larger", "smaller"), ratio=_Ratios(base, ex), **more)

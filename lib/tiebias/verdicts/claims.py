@@ -493,19 +493,20 @@ def _short_of(v: dict[str, Any]) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
-def claim4_sentence(verdicts: dict[str, dict]) -> str:
+def claim4_sentence(verdicts: dict[str, dict], head: str | None = None) -> str:
     """Claim 4 stated once: the verdict under the first map, every other map's reading beside it with what fell
     short. The notebook prints it and the lesson plan quotes it.
 
     Args:
-        verdicts: map -> its :func:`dose_response` (as stored in the record's ``details["verdicts"]``), the verdict's
-            map first.
+        verdicts: map -> its :func:`dose_response` (as stored in the record's ``details["verdicts"]``).
+        head: the verdict's map (None: the first of ``verdicts``).
 
     Returns:
         One sentence, e.g. "Claim 4 (...), judged under the orthogonal map: HOLDS in this run; under the linear map it
         does NOT hold in this run (untied input -> tied changed by +0.0120, within 2 seed sd (0.0146))."
     """
-    head, *others = verdicts
+    head = head if head is not None else next(iter(verdicts))
+    others = [m for m in verdicts if m != head]
     beside = "".join(f"; under the {m} map it {_claim4_word(verdicts[m]['claim4_status'])}"
                      + (_short_of(verdicts[m]) if verdicts[m]["claim4_status"] == DOES_NOT_HOLD else "")
                      for m in others)

@@ -1,0 +1,197 @@
+"""The 90-minute lesson's minute marks, laid out from the measured run time of each notebook.
+
+The plan (``lesson.md``) names blocks; each block's length is a teaching choice (how long a discussion or the coding
+exercise takes), and the layout checks them against each notebook's measured run time. A notebook is started in a
+one-minute block of its own, when the notebook before it has finished, so nothing else is running then; it runs while
+the previous notebook is discussed, and must have finished (on the measuring machine, times :data:`MARGIN`) when the
+block that needs it begins: its own discussion, or the start of the next notebook. Nothing is started during the
+coding exercise. The wrap-up takes what is left of the 90 minutes. ``make check-class`` tells how much slower a
+machine is than the measuring one, and :func:`check` names each notebook that would then not finish in time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tiebias.config.paths import notebooks_dir
+
+LESSON_MINUTES = 90
+MARGIN = 1.0
+"""The run times the blocks allow, as a multiple of the measured ones (measured on a shared, loaded 2-core machine:
+a quiet laptop is faster); ``make check-class`` names each notebook a slower machine would not finish in time."""
+MIN_WRAP = 5
+START_MINUTES = 1
+"""Opening a notebook and choosing Run All: the notebook runs from this long after its block begins."""
+
+
+@dataclass(frozen=True)
+class Block:
+    """One block of the lesson: its length in ``minutes`` (None: what is left), the notebook started in it
+    (``starts``), the notebook that must have finished when it begins (``needs``), and whether it is a coding
+    exercise (``exercise``: nothing is started in it)."""
+
+    key: str
+    minutes: int | None
+    starts: str | None = None
+    needs: str | None = None
+    exercise: bool = False
+
+
+BLOCKS = (
+    Block("start", 5, starts="01_train"),  # make lab, open 01, Run All; read the question aloud
+    Block("idea", 10),  # the idea on the board while 01 trains
+    Block("run02", 1, starts="02_align", needs="01_train"),
+    Block("discuss01", 12),  # while 02 runs
+    Block("run03", 1, starts="03_lens", needs="02_align"),
+    Block("discuss02", 12),  # while 03 runs
+    Block("run04", 1, starts="04_ablate", needs="03_lens"),
+    Block("discuss03", 14),  # while 04 runs
+    Block("discuss04", 11, needs="04_ablate"),
+    Block("code", 15, exercise=True),  # coding exercise 01-code, in pairs
+    Block("wrap", None),
+)
+CODE_MARKS = (("read", 3), ("write", 9), ("check", 3))
+"""The coding exercise's time marks: read the task and the hint together, write the function, run the check and fix
+what it names."""
+
+
+def _windows() -> dict[str, tuple[int, int]]:
+    """Per notebook: the minute it starts running and the minute it must have finished."""
+    starts, ends, t = {}, {}, 0
+    for b in BLOCKS:
+        if b.needs:
+            ends[b.needs] = t
+        if b.starts:
+            starts[b.starts] = t + START_MINUTES
+        t += b.minutes or 0
+    return {nb: (starts[nb], ends[nb]) for nb in starts}
+
+
+def check(seconds: Mapping[str, float], slowdown: float = MARGIN) -> list[str]:
+    """Each notebook that would still be running when the block that needs it begins, on a machine ``slowdown``
+    times slower than the measurement (empty: the plan holds).
+
+    Args:
+        seconds: notebook name (``01_train`` ..) -> its measured run time in seconds.
+        slowdown: this machine's time over the measuring machine's (e.g. the plumbing run's ratio).
+
+    Returns:
+        One line per notebook that would not finish in time.
+    """
+    missing = [nb for nb in _windows() if not (nb in seconds and seconds[nb] >= 0)]
+    if missing:
+        raise ValueError(f"seconds: no run time for {', '.join(missing)}; measure the class run first")
+    out = []
+    for nb, (start, end) in _windows().items():
+        took = seconds[nb] * slowdown / 60
+        if start + took > end:
+            out.append(f"{nb} would take about {took:.1f} min, but the plan gives it minutes {start}-{end}")
+    return out
+
+
+def layout(seconds: Mapping[str, float], lesson: int = LESSON_MINUTES) -> dict[str, str]:
+    """The minute marks of every block, checked against each notebook's measured run time.
+
+    Args:
+        seconds: notebook name (``01_train`` ..) -> its measured run time in seconds.
+        lesson: the lesson's length in minutes.
+
+    Returns:
+        ``{key: "a-b"}`` per block, ``{key}_at`` its start minute, ``code_<mark>`` per time mark of the coding
+        exercise, ``wrap_minutes``, and ``window_<notebook>`` the minutes each notebook has to run.
+
+    Raises:
+        ValueError: a notebook without a run time, one that would not finish before the block that needs it, or
+            blocks that leave the wrap-up under :data:`MIN_WRAP` minutes.
+    """
+    late = check(seconds)
+    if late:
+        raise ValueError("seconds: " + "; ".join(late) + "; lengthen the discussion before it")
+    used = sum(b.minutes or 0 for b in BLOCKS)
+    wrap = lesson - used
+    if wrap < MIN_WRAP:
+        raise ValueError(f"seconds: the blocks take {used} of {lesson} minutes, leaving {wrap} for the wrap-up (at "
+                         f"least {MIN_WRAP}); shorten a discussion")
+    out: dict[str, str] = {"wrap_minutes": str(wrap)}
+    out.update({f"window_{nb}": str(end - start) for nb, (start, end) in _windows().items()})
+    t = 0
+    for b in BLOCKS:
+        n = b.minutes if b.minutes is not None else wrap
+        out[b.key], out[f"{b.key}_at"] = f"{t}-{t + n}", str(t)
+        if b.exercise:
+            m = t
+            for mark, length in CODE_MARKS:
+                out[f"code_{mark}"] = f"{m}-{m + length}"
+                m += length
+        t += n
+    return out
+
+
+TIMING_FILE = notebooks_dir() / "class_timing.json"
+"""What ``scripts/time_class.py`` measured: the plumbing and class runs' times together, the environment's size on
+disk and what pip downloads for it. ``scripts/check_class.py`` and the lesson plan read it."""
+
+
+def load_timing(path: Path = TIMING_FILE) -> dict[str, Any]:
+    """The stored measurement (:data:`TIMING_FILE`), a missing or damaged file named with what to do."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        float(data["plumbing_seconds"]), data["class_seconds"]["01_train"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a timing measurement ({type(e).__name__}: {e}); run python "
+                         "scripts/time_class.py (or git checkout the file)") from None
+    return data
+
+
+def _size(n: float) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+def timing_fields(data: dict[str, Any]) -> dict[str, str]:
+    """The plan's ``{timing.NAME}`` fields: ``machine`` (CPU, cores and load while measuring), ``download`` and
+    ``venv`` (sizes)."""
+    load = data["load_average_1min"]
+    dl = data.get("download")
+    return {"machine": f"{data['cpu']} ({data['cores']} cores, 1-minute load average {load['before']:g} before and "
+                       f"{load['after']:g} after: a shared machine; a quiet laptop is faster)",
+            "download": (f"{_size(dl['bytes'])} ({dl['files']} files, torch as {dl['torch_wheel']})" if dl
+                         else "(not measured)"),
+            "venv": _size(data["venv_bytes"]), "plumbing_seconds": f"{data['plumbing_seconds']:.0f}"}
+
+
+def verdict(plumbing_seconds: float, timing: dict[str, Any]) -> tuple[bool, list[str]]:
+    """``make check-class``'s verdict: this machine's plumbing time against the reference one measured with the class
+    run, the class time predicted from their ratio, and whether each notebook fits its block of the plan.
+
+    Args:
+        plumbing_seconds: the plumbing run's time on this machine.
+        timing: the stored measurement (:func:`load_timing`).
+
+    Returns:
+        (ready, lines): ``ready`` when every notebook fits; the lines say why, with numbers.
+    """
+    ref = float(timing["plumbing_seconds"])
+    slowdown = plumbing_seconds / ref
+    seconds = {k: float(v) for k, v in timing["class_seconds"].items()}
+    predicted = sum(seconds.values()) * slowdown
+    lines = [f"plumbing run: {plumbing_seconds:.0f} s here, {ref:.0f} s on the machine that measured the class run "
+             f"({timing['cpu']}): this machine takes {slowdown:.2f}x as long",
+             f"class run predicted here: {predicted / 60:.1f} min ("
+             + ", ".join(f"{k} {v * slowdown:.0f} s" for k, v in seconds.items())
+             + f"; measured there: {sum(seconds.values()) / 60:.1f} min)"]
+    late = check(seconds, slowdown)
+    if late:
+        lines += [f"too slow for the plan's minute marks: {x}" for x in late]
+        lines.append("on this machine, run the class study before the lesson (make study PROFILE=class) and open "
+                     "its executed notebooks (runs/class/notebooks/) in the lesson instead of running them")
+    else:
+        lines.append("every notebook ends within its block of TEACHING.md's plan")
+    return not late, lines
+
+
+__all__ = ["BLOCKS", "CODE_MARKS", "LESSON_MINUTES", "MARGIN", "MIN_WRAP", "START_MINUTES", "TIMING_FILE", "Block", "check",
+           "layout", "load_timing", "timing_fields", "verdict"]
