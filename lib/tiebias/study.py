@@ -21,7 +21,7 @@ from tiebias.config import environment, profiles
 from tiebias.config.params import NOTEBOOKS, PARAMS, PATH_PARAMETERS, coerce
 from tiebias.config.paths import notebooks_dir, path_text
 from tiebias.run import inventory
-from tiebias.run.commands import record_command
+from tiebias.run.commands import record_command, restore_commands
 from tiebias.run.folder import Run
 from tiebias.run.guard import Kind, check_folder, mark
 from tiebias.system.atomic import atomic_path
@@ -318,7 +318,7 @@ def run_study(profile: str | Path | None = None, run_dir: str | Path | None = No
         if e.errno not in _UNWRITABLE:
             raise
         raise FolderUnwritable.of(Path(params["run_dir"]), e, "the study cannot start") from None
-    record_command(params["run_dir"], params["profile"], overrides, only)
+    before = record_command(params["run_dir"], params["profile"], overrides, only)
     times: dict[str, float] = {}
     memory: dict[str, float] = {}
     for name in names:
@@ -328,7 +328,12 @@ def run_study(profile: str | Path | None = None, run_dir: str | Path | None = No
         p.update({k: params[k] for k in overrides if k in declared})
         p = notebook_values(p)
         t0 = time.perf_counter()
-        _execute(name, src, out_dir / f"{name}.ipynb", p, progress)
+        try:
+            _execute(name, src, out_dir / f"{name}.ipynb", p, progress)
+        except NotebookFailed:
+            if not times:  # refused or failed before any notebook finished: not a command to rerun
+                restore_commands(params["run_dir"], before)
+            raise
         times[name] = time.perf_counter() - t0
         memory[name] = peak_child_mib()
         print(f"{name}: {times[name]:.0f} s -> {out_dir / (name + '.ipynb')}")

@@ -9,6 +9,7 @@ from typing import Any
 from tiebias.config.paths import path_text
 from tiebias.run.files import DamagedFileError, read_json, write_json_atomic
 from tiebias.run.folder import Run
+from tiebias.system.atomic import atomic_path
 
 
 def _arg_text(value: Any) -> str:
@@ -22,21 +23,40 @@ def _arg_text(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def record_command(run_dir: str | Path, profile: str, overrides: dict[str, Any], only: list[str] | None) -> None:
+def record_command(run_dir: str | Path, profile: str, overrides: dict[str, Any], only: list[str] | None) -> bytes | None:
     """Add this study's command (profile, ``--only``, ``--set``) to the folder's list of study commands
     (:attr:`tiebias.run.layout.RunLayout.study_commands_path`), before any notebook runs: the reproduction report's
-    rerun command then holds what was run, even for a study stopped before it recorded its profile."""
+    rerun command then holds what was run, even for a study stopped before it recorded its profile.
+
+    Returns:
+        The file's content before (None: there was none), for :func:`restore_commands`.
+    """
     run = Run(run_dir)
     path = Path(profile)
     entry = {"profile": str(path.resolve()) if path.suffix == ".toml" and path.is_file() else profile,
              "only": list(only or []), "set": [f"{k}={_arg_text(v)}" for k, v in overrides.items()]}
     with run.writing("recording the study command"):
+        before = run.study_commands_path.read_bytes() if run.study_commands_path.is_file() else None
         try:
             recorded = read_json(run.study_commands_path, "")
         except (FileNotFoundError, DamagedFileError):
             recorded = {}
         commands = [c for c in recorded.get("commands", []) if c != entry] if isinstance(recorded, dict) else []
         write_json_atomic(run.study_commands_path, {"commands": [*commands, entry]})
+    return before
+
+
+def restore_commands(run_dir: str | Path, before: bytes | None) -> None:
+    """Put the list of study commands back as :func:`record_command` found it: a study refused or failed before any
+    notebook finished ran nothing, and a rerun command must not repeat it (nor may a refused study change the folder).
+    """
+    run = Run(run_dir)
+    with run.writing("restoring the study commands"):
+        if before is None:
+            run.study_commands_path.unlink(missing_ok=True)
+        else:
+            with atomic_path(run.study_commands_path) as tmp:
+                tmp.write_bytes(before)
 
 
 def study_commands(run: Run) -> list[list[str]]:

@@ -282,7 +282,8 @@ def _table_error(path: Path, why: str, todo: str) -> DamagedFileError:
 
 
 def read_table(path: Path, todo: str, *, columns: tuple[str, ...] = (),
-               bounds: dict[str, tuple[float, float]] | None = None) -> pd.DataFrame:
+               bounds: dict[str, tuple[float, float]] | None = None,
+               allow_empty: bool = False) -> pd.DataFrame:
     """A metrics table (``metrics/<name>.csv``) read as untrusted, every refusal naming the file and ``todo``.
 
     Args:
@@ -292,9 +293,11 @@ def read_table(path: Path, todo: str, *, columns: tuple[str, ...] = (),
         bounds: column -> (low, high): the column's values must be numbers (empty or NaN: missing) within the
             bounds (:data:`COSINE`, :data:`SHARE`, :data:`KL_BITS`, ...); a name ending in ``*`` covers every column
             it starts.
+        allow_empty: a table the kit writes with its header only when there is nothing to measure (04's
+            ingredients with one seed, say): returned empty, its columns not checked.
 
     Returns:
-        The table, with at least one row.
+        The table, with at least one row unless ``allow_empty``.
 
     Refused (:class:`DamagedFileError`): text that does not decode or parse, no header, no rows, a missing column, a
     value that is not a number, or one outside its column's bounds (an impossible cosine, share or KL), each named
@@ -304,6 +307,8 @@ def read_table(path: Path, todo: str, *, columns: tuple[str, ...] = (),
         table = pd.read_csv(io.StringIO(_read_text(path, todo)))
     except (ValueError, pd.errors.ParserError) as e:  # EmptyDataError is a ValueError
         raise _table_error(path, f"not a readable table ({type(e).__name__}: {e})", todo) from None
+    if table.empty and allow_empty:
+        return table
     if table.empty:
         raise _table_error(path, f"the table has no rows (columns {list(table.columns)})", todo)
     missing = [c for c in columns if c not in table.columns]

@@ -350,7 +350,8 @@ class Evidence:
         """``metrics/<name>.csv`` of the run, or None when the notebook that writes it has not run."""
         if name not in self._tables:
             path = self.run.table_path(name)
-            self._tables[name] = _read(path, name) if path.exists() else None
+            table = _read(path, name) if path.exists() else None
+            self._tables[name] = None if table is None or table.empty else table  # header only: nothing measured
         return self._tables[name]
 
     def trends(self, quantity: str) -> list[Trend]:
@@ -452,7 +453,12 @@ def _read(path: Any, name: str) -> pd.DataFrame:
     nb, columns, bounds = TABLES.get(name, ("", (), {}))
     todo = (f"delete it and rerun notebook {nb} (python -m tiebias study --only {nb}, with this run's --profile and "
             "--run-dir)" if nb else "delete it and rerun the notebook that writes it")
-    return read_table(path, todo, columns=columns, bounds=bounds)
+    return read_table(path, todo, columns=columns, bounds=bounds, allow_empty=name in MAY_BE_EMPTY)
+
+
+MAY_BE_EMPTY = {"claim4_ingredients", "claim4_ingredients_per_seed"}
+"""Tables 04 writes with their header only when it measures nothing (no ingredient runs: one seed, or factors without
+the paper's k): read as not measured, not as damaged."""
 
 
 def _n_sizes(sizes: Any) -> int:
