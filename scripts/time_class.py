@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ from urllib.parse import unquote, urlparse
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
 
+from tiebias.output.reproduction_page import cpu_model  # noqa: E402
 from tiebias.run.files import read_json, write_text_atomic  # noqa: E402
 from tiebias.teach.schedule import TIMING_FILE  # noqa: E402
 
@@ -74,17 +74,6 @@ def download_bytes() -> dict:
     return {"bytes": total, "files": len(files), "torch_wheel": torch_wheel}
 
 
-def cpu_name() -> str:
-    """The CPU's model name (Linux), else the platform's processor string."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run-dir", default="runs/class")
@@ -100,7 +89,7 @@ def main(argv: list[str]) -> int:
     class_wall = study("class", run_dir)
     load_after = os.getloadavg()
     summary = read_json(ROOT / run_dir / "summary.json", "rerun the class study")
-    out = {"measured_by": "scripts/time_class.py", "cpu": cpu_name(), "cores": os.cpu_count(),
+    out = {"measured_by": "scripts/time_class.py", "cpu": cpu_model(), "cores": os.cpu_count(),
            "load_average_1min": {"before": round(load_before[0], 2), "after": round(load_after[0], 2)},
            "plumbing_seconds": round(plumbing, 1), "class_wall_seconds": round(class_wall, 1),
            "class_seconds": {k: round(v, 1) for k, v in summary["timings_seconds"].items()},

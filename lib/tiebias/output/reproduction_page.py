@@ -43,11 +43,12 @@ def environment() -> dict[str, Any]:
     lock = repo_root() / LOCK_FILE
     return {"python": platform.python_version(), "packages": versions,
             "lock_sha256": hashlib.sha256(lock.read_bytes()).hexdigest() if lock.exists() else None,
-            "platform": platform.platform(), "cpu": _cpu_model(), "cpu_cores": os.cpu_count(),
+            "platform": platform.platform(), "cpu": cpu_model(), "cpu_cores": os.cpu_count(),
             "ATEN_CPU_CAPABILITY": os.environ.get("ATEN_CPU_CAPABILITY")}
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else the platform's processor string."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
