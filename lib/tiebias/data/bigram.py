@@ -1,16 +1,6 @@
-"""The bigram baseline: a count model of the next token given the current one, fitted on the training stream.
-
-A tuned lens at layer 0 reads only the embedding of the current token, so the best it can do is a function of that
-token: a bigram predictor of the model's output. How far a model's loss lies below the bigram's is what its layers add
-beyond one token of context, the room a layer-wise claim (claim 3) is read in. The unigram baseline
-(:func:`tiebias.data.tokens.unigram_loss`) asks whether a model learned anything; this one asks whether it learned
-more than pairs of tokens.
-
-The counts of pairs are smoothed towards the add-one unigram of the same stream (the unigram baseline's model):
-``p(b | a) = (c(a, b) + alpha p_uni(b)) / (c(a) + alpha)``. ``alpha`` is chosen on a grid by the cross-entropy on the
-last tenth of the training stream, with counts of the first nine tenths, so the split a baseline is scored on never
-chooses it; the chosen model is then refitted on the whole training stream.
-"""
+"""The bigram baseline: the best a lens at layer 0 (one token of context) can do, so a model's loss below it is what
+its layers add. ``p(b | a) = (c(a, b) + alpha p_uni(b)) / (c(a) + alpha)`` towards the add-one unigram, ``alpha``
+chosen on the last tenth of the training stream (counts of the rest), then refitted on the whole stream."""
 
 from __future__ import annotations
 
@@ -25,8 +15,8 @@ import torch
 from tiebias.config.checks import is_int
 
 ALPHAS = tuple(float(10 ** (e / 4)) for e in range(-8, 17))
-"""The smoothing strengths tried (0.01 to 10,000, four per decade): wide enough that the choice is never at an end for
-a corpus of thousands to millions of tokens (:attr:`Bigram.at_edge` says when it is)."""
+"""The smoothing strengths tried (0.01 to 10,000, four per decade; :attr:`Bigram.at_edge` says when the choice is at an
+end)."""
 HOLDOUT = 0.1
 """The share of the training stream (its end) that chooses ``alpha``."""
 
@@ -51,10 +41,8 @@ def as_ids(ids: IdStream, vocab_size: int, name: str) -> np.ndarray:
 
 
 def pairs(ids: np.ndarray, seq_len: int | None = None, max_tokens: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(current, next) token pairs of a stream: every consecutive pair (``seq_len`` None), or the pairs inside the
-    first ``max_tokens // seq_len`` non-overlapping windows of ``seq_len`` tokens, the positions a model's validation
-    loss and the lens evaluation score (:func:`tiebias.train.steploop.evaluate_loss`,
-    :func:`tiebias.lens.evaluate.evaluate`)."""
+    """(current, next) pairs of a stream: every consecutive pair, or (``seq_len``) those inside the first
+    ``max_tokens // seq_len`` windows, the positions a model's validation loss and the lens evaluation score."""
     if seq_len is None:
         return ids[:-1], ids[1:]
     if not is_int(seq_len) or seq_len < 2:
@@ -91,16 +79,7 @@ class Bigram:
         return np.log(c + self.alpha * self.unigram[b]) - np.log(self.context[a] + self.alpha)
 
     def loss(self, ids: IdStream, seq_len: int | None = None, max_tokens: int | None = None) -> float:
-        """Cross-entropy on a stream's pairs.
-
-        Args:
-            ids: the token stream scored (ids in [0, V)).
-            seq_len, max_tokens: score only the pairs inside the first ``max_tokens // seq_len`` windows of
-                ``seq_len`` tokens, as a model's evaluation does (:func:`pairs`); None: every consecutive pair.
-
-        Returns:
-            Nats per predicted token.
-        """
+        """Cross-entropy (nats per predicted token) on a stream's pairs (:func:`pairs`)."""
         a, b = pairs(as_ids(ids, self.vocab_size, "ids"), seq_len, max_tokens)
         if a.size == 0:
             raise ValueError("ids: fewer than two tokens; a bigram needs at least one pair to score")
@@ -124,18 +103,7 @@ def _check_alpha(alpha: float, name: str = "alpha") -> float:
 
 def fit(train_ids: IdStream, vocab_size: int, alpha: float | None = None,
         alphas: Sequence[float] = ALPHAS) -> Bigram:
-    """The bigram model of a training stream.
-
-    Args:
-        train_ids: the training split's token stream (at least 20 tokens when ``alpha`` is chosen, 2 otherwise).
-        vocab_size: the number of token ids V.
-        alpha: the smoothing strength (> 0); None chooses it from ``alphas`` by the cross-entropy on the last
-            :data:`HOLDOUT` of the stream, with counts of the rest.
-        alphas: the grid ``alpha`` is chosen from.
-
-    Returns:
-        The :class:`Bigram` with counts of the whole stream.
-    """
+    """The bigram model of a training stream; ``alpha`` None chooses it from ``alphas`` on the last :data:`HOLDOUT`."""
     if not is_int(vocab_size) or vocab_size < 1:
         raise ValueError(f"vocab_size: {vocab_size!r} is not allowed; need an int >= 1")
     ids = as_ids(train_ids, vocab_size, "train_ids")
@@ -161,15 +129,6 @@ def fit(train_ids: IdStream, vocab_size: int, alpha: float | None = None,
 
 
 def for_run(run: RunTokens) -> Bigram:
-    """The bigram model of a run's training split, ``alpha`` chosen on its last tenth.
-
-    Args:
-        run: the run folder (its ``tokens/train.npy`` and, for the vocabulary size, its token frequencies).
-
-    Returns:
-        The fitted :class:`Bigram`; score a split with :meth:`Bigram.loss`.
-    """
+    """The bigram model of a run's training split, ``alpha`` chosen on its last tenth."""
     return fit(run.tokens("train"), len(run.frequencies()))
 
-
-__all__ = ["ALPHAS", "HOLDOUT", "Bigram", "RunTokens", "as_ids", "fit", "for_run", "pairs"]

@@ -1,10 +1,5 @@
-"""Checks on a user's own corpus files, made before (or instead of) a long traceback from the loader.
-
-Which split a local file belongs to (:func:`split_groups`), whether a text file is text at all
-(:func:`check_text_bytes`: UTF-8, no NUL bytes), which file and line a failed ``datasets`` load
-tripped on (:func:`load_failure`), and a fingerprint of the corpus that a run folder records so a
-corpus edited after its tokens were made is noticed (:func:`fingerprint_files`, :func:`check_unchanged`).
-"""
+"""Checks on a user's corpus files, before (or instead of) a long traceback from the loader: which split a file
+belongs to, whether it is text, where a failed load tripped, and the fingerprint that notices an edited corpus."""
 
 from __future__ import annotations
 
@@ -16,32 +11,14 @@ import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = [
-    "SPLIT_WORDS",
-    "check_text_bytes",
-    "check_unchanged",
-    "fingerprint_files",
-    "fingerprint_texts",
-    "load_failure",
-    "split_groups",
-]
-
 # Words in a file or folder name that put a local file into a split (what each means).
-SPLIT_WORDS: dict[str, str] = {
-    "train": "train",
-    "training": "train",
-    "validation": "validation",
-    "valid": "validation",
-    "val": "validation",
-    "dev": "validation",
-    "test": "test",
-    "testing": "test",
-}
+SPLIT_WORDS: dict[str, str] = {"train": "train", "training": "train", "validation": "validation",
+                               "valid": "validation", "val": "validation", "dev": "validation", "test": "test",
+                               "testing": "test"}
 _SHOWN = 10  # file names listed in an error before "and N more"
 _BLOCK = 1 << 20  # bytes read at a time
 
 
-# -- which split a file belongs to -----------------------------------------------------------------
 def _split_label(path: Path, root: Path | None) -> str | None:
     """Split named by a file's own name, else by its nearest folder below ``root`` that names one."""
     names = [path.stem]
@@ -69,13 +46,8 @@ def _listed(names: list[str]) -> str:
 
 
 def split_groups(files: list[Path], root: Path | None) -> dict[str, list[Path]]:
-    """Files per split: a file whose name (or a folder below ``root``) contains a split word keeps that split.
-
-    Split words are train/training, validation/valid/val/dev and test/testing, as whole words of the
-    name (``val.txt``, ``train-00000-of-00002.parquet``, ``data/test/a.txt``). When no file names a
-    split, all are training files (validation and test are cut from them later). When some do, every
-    file must, and one must be train: a file without one is refused rather than trained on silently.
-    """
+    """Files per split: a file whose name (or a folder below ``root``) holds a split word as a whole word keeps that
+    split. When none does, all are training files; when some do, every file must, and one must be train."""
     labels = [_split_label(f, root) for f in files]
     if not any(labels):
         return {"train": list(files)}
@@ -95,12 +67,8 @@ def split_groups(files: list[Path], root: Path | None) -> dict[str, list[Path]]:
     return {s: [f for f, lab in zip(files, labels, strict=True) if lab == s] for s in dict.fromkeys(labels)}
 
 
-# -- is it text? ------------------------------------------------------------------------------------
 def check_text_bytes(path: Path) -> None:
-    """Refuse a text/json file that is not UTF-8 or holds a NUL byte (a binary file given by mistake).
-
-    The error names the file, the offset of the first bad byte and, for a NUL byte, its line.
-    """
+    """Refuse a text/json file that is not UTF-8 or holds a NUL byte, naming the offset (and line) of the bad byte."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     offset, lines = 0, 1
     with path.open("rb") as handle:
@@ -128,7 +96,6 @@ def check_text_bytes(path: Path) -> None:
             lines += chunk.count(b"\n")
 
 
-# -- why did the loader fail? -------------------------------------------------------------------------
 def _json_problem(path: Path, text_column: str) -> str | None:
     """The first line of a JSON-lines file the loader cannot read as rows with a text column, or None."""
     with path.open(encoding="utf-8") as handle:
@@ -182,7 +149,6 @@ def load_failure(files: list[Path], builder: str, text_column: str, err: BaseExc
                       "check these files' format, or remove them from the corpus")
 
 
-# -- has the corpus changed? --------------------------------------------------------------------------
 def fingerprint_files(files: list[Path], root: Path | None) -> dict:
     """sha256 over the files' names (relative to ``root``, else base names) and bytes, sorted by name."""
     digest = hashlib.sha256()
@@ -213,12 +179,8 @@ def fingerprint_texts(name: str, splits: dict[str, Iterable[str]]) -> dict:
 
 
 def check_unchanged(run_path: Path, have: dict, now: dict | None) -> None:
-    """Refuse a run folder whose recorded corpus fingerprint differs from the corpus's now.
-
-    ``now`` None (a hub dataset, not loaded on reopening) or ``have`` empty (a new folder) skips the
-    check. A folder made before fingerprints were recorded still opens, with a warning that a change
-    cannot be detected.
-    """
+    """Refuse a run folder whose recorded corpus fingerprint differs from the corpus's now (``now`` None or ``have``
+    empty: nothing to check; a folder older than fingerprints opens with a warning)."""
     if now is None or not have:
         return
     then = have.get("corpus_fingerprint")

@@ -1,9 +1,5 @@
-"""Corpora for the weight-tying study: a text corpus split into train/validation/test.
-
-The embedded Shakespeare corpus by default, or local files, or a hub dataset; documents are split
-deterministically when the source does not name its splits. Tokenizers and token statistics are in
-:mod:`tiebias.data.tokens`. Nothing is cached on disk by this module.
-"""
+"""Corpora split into train/validation/test: the embedded Shakespeare corpus, local files or a hub dataset, loaded
+through ``datasets``; documents are split deterministically when the source does not name its splits."""
 
 from __future__ import annotations
 
@@ -29,26 +25,12 @@ from tiebias.data.checks import (
     split_groups,
 )
 
-__all__ = [
-    "DATA_ENV_VAR",
-    "EMBEDDED_CORPUS",
-    "SPLITS",
-    "corpus_fingerprint",
-    "data_dir",
-    "load_corpus",
-]
-
 DATA_ENV_VAR = "TIEBIAS_DATA_DIR"
 
 _ALLOWED_EXTS = "/".join(FILE_BUILDERS)
 _SNAP_WINDOW = 2000  # characters to look ahead for a line break when cutting a document
 
 Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None
-
-
-# ----------------------------------------------------------------------------------------------
-# Corpus loading
-# ----------------------------------------------------------------------------------------------
 
 
 def data_dir() -> Path:
@@ -59,39 +41,20 @@ def data_dir() -> Path:
     return Path(__file__).resolve().parents[3] / "data"
 
 
-def load_corpus(
-    source: Source = None,
-    *,
-    text_column: str = "text",
-    val_fraction: float = 0.05,
-    test_fraction: float = 0.05,
-    seed: int = 0,
-) -> datasets.DatasetDict:
-    """Load a corpus as a ``DatasetDict`` with "train", "validation" and "test", each with a "text" column.
+def load_corpus(source: Source = None, *, text_column: str = "text", val_fraction: float = 0.05,
+                test_fraction: float = 0.05, seed: int = 0) -> datasets.DatasetDict:
+    """A corpus as a ``DatasetDict`` (train, validation, test; a "text" column each) from ``source``: None or
+    "shakespeare" (the embedded corpus, split by work as ``data/splits.json`` fixes), a local txt/jsonl/json/parquet
+    file, folder or list of files (files naming a split keep it: :func:`tiebias.data.checks.split_groups`), or a hub
+    dataset ``name``, ``user/name``, optionally ``:config``.
 
-    ``source`` is one of:
-
-    - ``None`` or ``"shakespeare"``: the embedded corpus (one row per work, plus a "title" column),
-      split by work as fixed in ``data/splits.json``; the fraction and seed arguments are ignored.
-    - a local ``.txt``/``.jsonl``/``.json``/``.parquet`` file, a folder (searched recursively, hidden
-      entries skipped) or a list of files. A ``.txt`` file is one document; json/parquet rows are
-      documents whose text is in ``text_column``. In a folder or list, a file whose name (or a folder
-      below the given one) names a split keeps it; if some do, all must (see
-      :func:`tiebias.data.checks.split_groups`). A single file given by path is split like one corpus.
-    - otherwise a hub dataset name ``"name"`` or ``"user/name"``, optionally ``":config"`` (needs network).
-
-    Missing splits are cut from the documents deterministically (``seed``): ``val_fraction`` and
-    ``test_fraction`` of the documents, at least one each once there are 3 or more documents; with
-    fewer than 3, each document is cut by character ranges (first part train, then validation, then
-    test) at line breaks. Empty documents are dropped.
-    """
+    Missing splits are cut deterministically (``seed``): whole documents once there are 3 or more, else each document
+    by character ranges at line breaks. Empty documents are dropped."""
     _check_fraction("val_fraction", val_fraction)
     _check_fraction("test_fraction", test_fraction)
     if val_fraction + test_fraction >= 1:
-        raise ValueError(
-            f"val_fraction, test_fraction: {val_fraction} + {test_fraction} leaves no training data; "
-            "their sum must be below 1"
-        )
+        raise ValueError(f"val_fraction, test_fraction: {val_fraction} + {test_fraction} leaves no training data; "
+                         "their sum must be below 1")
     if not isinstance(text_column, str) or not text_column:
         raise ValueError(f"text_column: {text_column!r} is not a column name; give a non-empty string")
 
@@ -104,10 +67,8 @@ def load_corpus(
         groups = split_groups(files, None)
         return _load_local(groups, text_column, val_fraction, test_fraction, seed, label=str(source))
     if not isinstance(source, (str, os.PathLike)):
-        raise TypeError(
-            f"source: {source!r} is a {type(source).__name__}; give None, 'shakespeare', a path, "
-            "a list of paths or a hub dataset name"
-        )
+        raise TypeError(f"source: {source!r} is a {type(source).__name__}; give None, 'shakespeare', a path, "
+                        "a list of paths or a hub dataset name")
 
     text = os.fspath(source)
     path = Path(text).expanduser()
@@ -116,20 +77,14 @@ def load_corpus(
         return _load_local(groups, text_column, val_fraction, test_fraction, seed, label=text)
     if isinstance(source, str) and looks_like_hub_name(text):
         return _load_hub(text, text_column, val_fraction, test_fraction, seed)
-    raise ValueError(
-        f"source: path '{text}' does not exist; give the embedded corpus name '{EMBEDDED_CORPUS}', "
-        f"an existing {_ALLOWED_EXTS} file or folder, or a hub dataset name ('name' or 'user/name', "
-        "optionally ':config')"
-    )
+    raise ValueError(f"source: path '{text}' does not exist; give the embedded corpus name '{EMBEDDED_CORPUS}', "
+                     f"an existing {_ALLOWED_EXTS} file or folder, or a hub dataset name ('name' or 'user/name', "
+                     "optionally ':config')")
 
 
 def corpus_fingerprint(source: str | os.PathLike[str] | None, loaded: datasets.DatasetDict | None = None) -> dict | None:
-    """A corpus's fingerprint, which a run folder records to notice a corpus edited after its tokens were made.
-
-    The embedded corpus and local files: sha256 over the files' names and bytes (the files
-    :func:`load_corpus` reads). A hub dataset: sha256 over the ``loaded`` texts, None without them
-    (reading it again needs the network). None also for a path that no longer exists.
-    """
+    """The fingerprint a run folder records to notice a corpus edited after its tokens were made: sha256 over the files
+    read (embedded corpus, local files) or over the ``loaded`` texts of a hub dataset (None without them)."""
     if source is None or (isinstance(source, str) and source.strip().lower() == EMBEDDED_CORPUS):
         folder = data_dir()
         files = [folder / "shakespeare.jsonl.gz", folder / "splits.json"]
@@ -156,10 +111,9 @@ def _load_embedded() -> datasets.DatasetDict:
     corpus_file, splits_file = folder / "shakespeare.jsonl.gz", folder / "splits.json"
     for needed in (corpus_file, splits_file):
         if not needed.is_file():
-            raise FileNotFoundError(
-                f"source: embedded corpus file '{needed}' is missing; set {DATA_ENV_VAR} to the folder "
-                "holding shakespeare.jsonl.gz and splits.json, or rebuild them with scripts/make_corpus.py"
-            )
+            raise FileNotFoundError(f"source: embedded corpus file '{needed}' is missing; set {DATA_ENV_VAR} to the "
+                                    "folder holding shakespeare.jsonl.gz and splits.json, or rebuild them with "
+                                    "scripts/make_corpus.py")
     with gzip.open(corpus_file, "rt", encoding="utf-8") as handle:
         works = {row["title"]: row["text"] for row in map(json.loads, handle) if row}
     plan = json.loads(splits_file.read_text(encoding="utf-8"))
@@ -172,9 +126,7 @@ def _load_embedded() -> datasets.DatasetDict:
         unknown = [t for t in titles if t not in works]
         repeated = [t for t in titles if t in seen]
         if unknown or repeated:
-            raise ValueError(
-                f"{splits_file}: split '{split}' has unknown {unknown} or repeated {repeated} works"
-            )
+            raise ValueError(f"{splits_file}: split '{split}' has unknown {unknown} or repeated {repeated} works")
         seen.update(titles)
         out[split] = datasets.Dataset.from_dict({"title": titles, "text": [works[t] for t in titles]})
     return datasets.DatasetDict(out)
@@ -194,31 +146,16 @@ def _checked_file(path: Path, *, listed: bool = False) -> Path:
 
 def _checked_dir(folder: Path) -> list[Path]:
     """All supported data files under ``folder`` (recursive, sorted, hidden entries skipped)."""
-    files = sorted(
-        p
-        for p in folder.rglob("*")
-        if p.is_file()
-        and p.suffix.lower() in FILE_BUILDERS
-        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
-    )
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in FILE_BUILDERS
+                   and not any(part.startswith(".") for part in p.relative_to(folder).parts))
     if not files:
         raise ValueError(f"source: folder '{folder}' holds no {_ALLOWED_EXTS} files")
     return files
 
 
-def _load_local(
-    groups: dict[str, list[Path]],
-    text_column: str,
-    val_fraction: float,
-    test_fraction: float,
-    seed: int,
-    *,
-    label: str,
-) -> datasets.DatasetDict:
-    """Load local files (grouped by split) through ``datasets`` builders, then complete the splits.
-
-    Every text/json file is checked (UTF-8, no NUL bytes) before any is loaded.
-    """
+def _load_local(groups: dict[str, list[Path]], text_column: str, val_fraction: float, test_fraction: float, seed: int,
+                *, label: str) -> datasets.DatasetDict:
+    """Local files (grouped by split) through ``datasets`` builders, every text/json file checked first."""
     for path in (f for fs in groups.values() for f in fs):
         if FILE_BUILDERS[path.suffix.lower()] in ("text", "json"):
             check_text_bytes(path)
@@ -227,11 +164,8 @@ def _load_local(
 
 
 def _load_files(files: list[Path], text_column: str) -> datasets.Dataset:
-    """One ``Dataset`` with a single "text" column from files of possibly mixed formats.
-
-    A load that fails, or a json text column that is not text, is reported with the file and line. Each
-    load reads links with plain names (:func:`_literal_names`) into memory from a private cache, removed after.
-    """
+    """One "text"-only ``Dataset`` from files of mixed formats, read into memory from a private cache; a failed load
+    is reported with the file and line."""
     pieces = []
     for builder in dict.fromkeys(FILE_BUILDERS[f.suffix.lower()] for f in files):
         chosen = [f for f in files if FILE_BUILDERS[f.suffix.lower()] == builder]
@@ -251,12 +185,8 @@ def _load_files(files: list[Path], text_column: str) -> datasets.Dataset:
 
 
 def _literal_names(files: list[Path], private: Path) -> list[str]:
-    """Plain names in ``private`` for ``files``, so that ``datasets`` reads exactly these files.
-
-    ``datasets`` treats a data file path as a glob pattern and expands ``$VARIABLES`` and ``~`` in it:
-    ``g[1]/train.txt`` would read ``g1/train.txt``. A link (a copy where links are not allowed) named
-    ``00000.txt`` has no character it could reinterpret.
-    """
+    """Links (or copies) named ``00000.txt``... in ``private``: ``datasets`` reads a path as a glob and expands
+    ``$VARIABLES`` and ``~``, so ``g[1]/train.txt`` would read ``g1/train.txt``."""
     names = []
     for i, path in enumerate(files):
         name = private / f"{i:05d}{path.suffix.lower()}"
@@ -276,9 +206,7 @@ def _is_text(feature: object) -> bool:
 def _text_only(ds: datasets.Dataset, column: str, *, where: str) -> datasets.Dataset:
     """Keep only ``column`` (renamed to "text"), checking that it exists and holds strings."""
     if column not in ds.column_names:
-        raise ValueError(
-            f"text_column: column '{column}' not found in {where}; available columns: {ds.column_names}"
-        )
+        raise ValueError(f"text_column: column '{column}' not found in {where}; available columns: {ds.column_names}")
     feature = ds.features[column]
     if not _is_text(feature):
         raise ValueError(f"text_column: column '{column}' in {where} holds {feature}, not text")
@@ -286,19 +214,15 @@ def _text_only(ds: datasets.Dataset, column: str, *, where: str) -> datasets.Dat
     return ds.rename_column(column, "text") if column != "text" else ds
 
 
-def _load_hub(
-    name: str, text_column: str, val_fraction: float, test_fraction: float, seed: int
-) -> datasets.DatasetDict:
+def _load_hub(name: str, text_column: str, val_fraction: float, test_fraction: float, seed: int) -> datasets.DatasetDict:
     """Load a hub dataset (network), normalise split names and keep only the text column."""
     repo, _, config = name.partition(":")
     try:
         loaded = datasets.load_dataset(repo, config or None)
     except Exception as err:  # re-raised with the context a user needs
-        raise ValueError(
-            f"source: '{name}' is not an existing local path, and loading it as a hub dataset failed "
-            f"({type(err).__name__}: {err}); give '{EMBEDDED_CORPUS}', an existing {_ALLOWED_EXTS} file "
-            "or folder, or a reachable hub dataset name"
-        ) from err
+        raise ValueError(f"source: '{name}' is not an existing local path, and loading it as a hub dataset failed "
+                         f"({type(err).__name__}: {err}); give '{EMBEDDED_CORPUS}', an existing {_ALLOWED_EXTS} file "
+                         "or folder, or a reachable hub dataset name") from err
     if not isinstance(loaded, datasets.DatasetDict):
         raise ValueError(f"source: hub dataset '{name}' did not load as a DatasetDict")
     renamed: dict[str, datasets.Dataset] = {}
@@ -311,14 +235,8 @@ def _load_hub(
     return _complete_splits(parts, val_fraction, test_fraction, seed, label=name)
 
 
-def _complete_splits(
-    parts: dict[str, datasets.Dataset],
-    val_fraction: float,
-    test_fraction: float,
-    seed: int,
-    *,
-    label: str,
-) -> datasets.DatasetDict:
+def _complete_splits(parts: dict[str, datasets.Dataset], val_fraction: float, test_fraction: float, seed: int, *,
+                     label: str) -> datasets.DatasetDict:
     """Drop empty documents and cut whichever of validation/test is missing out of train."""
     parts = {s: _non_empty(ds) for s, ds in parts.items()}
     if sum(len(ds) for ds in parts.values()) == 0:
@@ -330,9 +248,7 @@ def _complete_splits(
         parts["train"] = train
         parts.setdefault("validation", val)
         parts.setdefault("test", test)
-    empty = datasets.Dataset.from_dict(
-        {"text": []}, features=datasets.Features({"text": datasets.Value("string")})
-    )
+    empty = datasets.Dataset.from_dict({"text": []}, features=datasets.Features({"text": datasets.Value("string")}))
     return datasets.DatasetDict({s: parts.get(s, empty) for s in SPLITS})
 
 
@@ -342,9 +258,8 @@ def _non_empty(ds: datasets.Dataset) -> datasets.Dataset:
     return ds if len(keep) == len(ds) else ds.select(keep)
 
 
-def _split_documents(
-    ds: datasets.Dataset, val_fraction: float, test_fraction: float, seed: int, *, label: str
-) -> tuple[datasets.Dataset, datasets.Dataset, datasets.Dataset]:
+def _split_documents(ds: datasets.Dataset, val_fraction: float, test_fraction: float, seed: int, *,
+                     label: str) -> tuple[datasets.Dataset, datasets.Dataset, datasets.Dataset]:
     """Split by document (seeded shuffle) when there are >= 3 documents, else by character ranges."""
     n = len(ds)
     if n >= 3:
@@ -372,12 +287,11 @@ def _split_documents(
     short = [s for s in SPLITS if wanted[s] and not pieces[s]]
     if short:
         chars = sum(len(t) for t in ds["text"])
-        raise ValueError(
-            f"source: corpus '{label}' is too small to split ({n} document(s), {chars} characters): "
-            f"{short} would be empty (validation and test are cut from the end of each document, at line breaks); "
-            "give more text, in several lines or documents, or the splits themselves: a folder of files whose names "
-            "say train, validation and test (e.g. train.txt, validation.txt, test.txt)"
-        )
+        raise ValueError(f"source: corpus '{label}' is too small to split ({n} document(s), {chars} characters): "
+                         f"{short} would be empty (validation and test are cut from the end of each document, at line "
+                         "breaks); give more text, in several lines or documents, or the splits themselves: a folder "
+                         "of files whose names say train, validation and test (e.g. train.txt, validation.txt, "
+                         "test.txt)")
     as_ds = {s: datasets.Dataset.from_dict({"text": pieces[s]}) for s in SPLITS}
     return as_ds["train"], as_ds["validation"], as_ds["test"]
 

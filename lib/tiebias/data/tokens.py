@@ -1,10 +1,5 @@
-"""Tokenizers and token statistics for the weight-tying study.
-
-A small byte-level BPE tokenizer trained on the training split, the token stream a language model is
-trained on, token frequencies (the paper relates embedding norms to them), and the unigram baseline
-loss a trained model must beat. Nothing is cached on disk by this module except by
-:func:`save_frequencies`.
-"""
+"""The byte-level BPE tokenizer (``tokenizers``) trained on the training split, the token stream a model trains on,
+token frequencies (the paper relates embedding norms to them) and the unigram baseline loss a model must beat."""
 
 from __future__ import annotations
 
@@ -26,20 +21,6 @@ from tiebias.config.corpus import BYTE_ALPHABET_SIZE, EOS_TOKEN, SPECIAL_TOKENS
 from tiebias.config.training import DEFAULT_PROFILE
 from tiebias.system.atomic import atomic_path
 
-__all__ = [
-    "EOS_TOKEN",
-    "encode",
-    "load_frequencies",
-    "model_tokenizer_fingerprint",
-    "save_frequencies",
-    "token_frequencies",
-    "tokenizer_fingerprint",
-    "train_tokenizer",
-    "unigram_loss",
-    "unknown_id",
-    "unknown_share",
-]
-
 _ENCODE_BATCH = 256  # documents per batched tokenizer call
 # Longest run of non-whitespace the BPE trainer sees as one piece: its cost grows with the square of a
 # word's length, so a megabyte with no space in it would take hours. Ordinary text never comes close
@@ -48,51 +29,26 @@ MAX_TRAIN_RUN = 1000
 _LONG_RUN = re.compile(rf"(?<!\S)\S{{{MAX_TRAIN_RUN + 1},}}")
 
 
-# ----------------------------------------------------------------------------------------------
-# Tokenizer
-# ----------------------------------------------------------------------------------------------
-
-
-def train_tokenizer(
-    texts: Iterable[str], vocab_size: int = DEFAULT_PROFILE["vocab_size"], *, min_frequency: int = 2
-) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE tokenizer (GPT-2 style) and wrap it for ``transformers``.
-
-    ``<|endoftext|>`` (id 0) is the bos/eos/unk/pad token; the 256 byte symbols follow, then merges.
-    No prefix space is added and decoding is lossless, so ``decode(encode(x)) == x`` for any text.
-    The vocabulary can come out smaller than ``vocab_size`` when the texts support fewer merges
-    with ``min_frequency``. Training is deterministic for the same texts and settings. Runs of more
-    than ``MAX_TRAIN_RUN`` non-whitespace characters are learned from in pieces of that length
-    (:func:`_bounded`), which keeps training time linear in the text's length.
-    """
+def train_tokenizer(texts: Iterable[str], vocab_size: int = DEFAULT_PROFILE["vocab_size"], *,
+                    min_frequency: int = 2) -> PreTrainedTokenizerFast:
+    """A deterministic byte-level BPE tokenizer (GPT-2 style, lossless, no prefix space) wrapped for ``transformers``;
+    ``<|endoftext|>`` (id 0) is bos/eos/unk/pad, then the 256 bytes, then merges (possibly fewer than asked)."""
     minimum = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
     if not is_int(vocab_size) or vocab_size < minimum:
-        raise ValueError(
-            f"vocab_size: {vocab_size!r} is too small; byte-level BPE needs at least {minimum} "
-            f"({BYTE_ALPHABET_SIZE} byte tokens + {len(SPECIAL_TOKENS)} special token)"
-        )
+        raise ValueError(f"vocab_size: {vocab_size!r} is too small; byte-level BPE needs at least {minimum} "
+                         f"({BYTE_ALPHABET_SIZE} byte tokens + {len(SPECIAL_TOKENS)} special token)")
     if not is_int(min_frequency) or min_frequency < 1:
         raise ValueError(f"min_frequency: {min_frequency!r} is not allowed; give an integer >= 1")
 
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                  special_tokens=list(SPECIAL_TOKENS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     backend.train_from_iterator(_bounded(_strings(texts)), trainer=trainer)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        bos_token=EOS_TOKEN,
-        eos_token=EOS_TOKEN,
-        unk_token=EOS_TOKEN,
-        pad_token=EOS_TOKEN,
-        clean_up_tokenization_spaces=False,
-    )
+    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=EOS_TOKEN, eos_token=EOS_TOKEN,
+                                   unk_token=EOS_TOKEN, pad_token=EOS_TOKEN, clean_up_tokenization_spaces=False)
 
 
 def _strings(texts: Iterable[str]) -> Iterator[str]:
@@ -107,12 +63,8 @@ def _strings(texts: Iterable[str]) -> Iterator[str]:
 
 
 def _bounded(texts: Iterable[str]) -> Iterator[str]:
-    """The texts, with each run of more than ``MAX_TRAIN_RUN`` non-whitespace characters cut into pieces.
-
-    A text without such a run is passed on as it is (the usual case: the trainer sees the same input).
-    Otherwise the text is yielded in parts: the text around the run, and the run in pieces of at most
-    ``MAX_TRAIN_RUN`` characters, each pre-tokenized (and counted) on its own.
-    """
+    """The texts, each run of more than ``MAX_TRAIN_RUN`` non-whitespace characters yielded in pieces of that length
+    (the text around it apart); a text without such a run passes unchanged."""
     for text in texts:
         start = 0
         for match in _LONG_RUN.finditer(text):
@@ -128,22 +80,14 @@ def _bounded(texts: Iterable[str]) -> Iterator[str]:
 
 
 def tokenizer_fingerprint(path: str | os.PathLike[str]) -> str:
-    """sha256 of everything a saved tokenizer (``tokenizer.json``) maps text with: normalizer, pre-tokenizer,
-    model (type, settings, vocabulary, merges), added tokens, post-processor, decoder, truncation and padding, so a
-    model can be matched with the tokenizer it was trained on.
-
-    The file is read in a canonical form (keys sorted, merges as ``"a b"`` strings, whichever form the
-    ``tokenizers`` version writes), so saving the same tokenizer again gives the same fingerprint. A file that is
-    not a saved tokenizer raises ValueError naming it.
-    """
+    """sha256 of everything a saved ``tokenizer.json`` maps text with, in a canonical form (keys sorted, merges as
+    ``"a b"``), so a model is matched with the tokenizer it was trained on whichever ``tokenizers`` version saved it."""
     return _fingerprint(path, whole=True)
 
 
 def model_tokenizer_fingerprint(path: str | os.PathLike[str]) -> str:
-    """The fingerprint earlier versions recorded: the model's type, vocabulary and merges and the added tokens only.
-
-    Kept to recognise such a record (:meth:`tiebias.run.folder.Run.check_model_origin`), never to accept a tokenizer.
-    """
+    """The fingerprint earlier versions recorded (model type, vocabulary, merges, added tokens): recognised in old
+    records, never used to accept a tokenizer."""
     return _fingerprint(path, whole=False)
 
 
@@ -185,9 +129,7 @@ def _vocab_len(tokenizer: PreTrainedTokenizerFast | Tokenizer) -> int:
     return len(tokenizer)
 
 
-def _id_batches(
-    tokenizer: PreTrainedTokenizerFast | Tokenizer, texts: Iterable[str]
-) -> Iterator[list[np.ndarray]]:
+def _id_batches(tokenizer: PreTrainedTokenizerFast | Tokenizer, texts: Iterable[str]) -> Iterator[list[np.ndarray]]:
     """Token ids per document (no special tokens added), in batched calls to the Rust tokenizer."""
     backend = _backend(tokenizer)
     if isinstance(texts, str):
@@ -211,11 +153,7 @@ def _id_batches(
 
 
 def token_frequencies(tokenizer: PreTrainedTokenizerFast | Tokenizer, texts: Iterable[str]) -> np.ndarray:
-    """Count every token id over ``texts``: int64 array of length ``len(tokenizer)``.
-
-    Only the documents' own tokens are counted (no eos separators), so the total equals the
-    summed per-document token counts.
-    """
+    """Count every token id over ``texts`` (the documents' own tokens, no separators): int64, ``len(tokenizer)`` long."""
     size = _vocab_len(tokenizer)
     counts = np.zeros(size, dtype=np.int64)
     for batch in _id_batches(tokenizer, texts):
@@ -243,11 +181,7 @@ def unknown_share(tokenizer: PreTrainedTokenizerFast | Tokenizer, texts: Iterabl
 
 
 def encode(tokenizer: PreTrainedTokenizerFast | Tokenizer, texts: Iterable[str]) -> torch.Tensor:
-    """Tokenize documents into one 1-D ``torch.long`` stream, with the eos id between documents.
-
-    The separator goes between documents only (none before the first or after the last), matching
-    how a model sees document boundaries in a packed training stream.
-    """
+    """Tokenize documents into one 1-D ``torch.long`` stream, the eos id between documents (not before or after)."""
     eos = _eos_id(tokenizer)
     sep = np.array([eos], dtype=np.int64)
     pieces: list[np.ndarray] = []
@@ -272,14 +206,8 @@ def _eos_id(tokenizer: PreTrainedTokenizerFast | Tokenizer) -> int:
     return int(found)
 
 
-# ----------------------------------------------------------------------------------------------
-# Frequencies and the unigram baseline
-# ----------------------------------------------------------------------------------------------
-
-
-def save_frequencies(
-    path: str | os.PathLike[str], tokenizer: PreTrainedTokenizerFast | Tokenizer, counts: np.ndarray
-) -> Path:
+def save_frequencies(path: str | os.PathLike[str], tokenizer: PreTrainedTokenizerFast | Tokenizer,
+                     counts: np.ndarray) -> Path:
     """Write counts as CSV with columns id, token, count (token in the tokenizer's string form), through
     :func:`tiebias.system.atomic.atomic_path` (never through a link)."""
     counts = np.asarray(counts)
@@ -315,22 +243,9 @@ def load_frequencies(path: str | os.PathLike[str]) -> np.ndarray:
     return counts
 
 
-def unigram_loss(
-    train_counts: np.ndarray | Sequence[int], val_ids: torch.Tensor | np.ndarray | Sequence[int]
-) -> float:
-    """Cross-entropy (nats per token) of an add-one smoothed unigram model on a validation stream.
-
-    Args:
-        train_counts: per-token counts on the training split, one per vocabulary id (1-D, >= 0); its length is the
-            vocabulary size V.
-        val_ids: the validation token ids (tensor, array or sequence; non-empty, each in [0, V)).
-
-    Returns:
-        The mean negative log-probability of the validation tokens, nats per token.
-
-    The unigram model ``p(t) = (count(t) + 1) / (N + V)`` ignores all context, so any language
-    model that learned something must reach a lower validation loss than this.
-    """
+def unigram_loss(train_counts: np.ndarray | Sequence[int], val_ids: torch.Tensor | np.ndarray | Sequence[int]) -> float:
+    """Cross-entropy (nats per token) on ``val_ids`` of the add-one unigram ``p(t) = (count(t) + 1) / (N + V)``: a
+    model that learned anything from context must beat it."""
     counts = np.asarray(train_counts, dtype=np.float64)
     if counts.ndim != 1 or counts.size == 0:
         raise ValueError(f"train_counts: need a 1-D array of per-token counts, got shape {counts.shape}")

@@ -1,11 +1,5 @@
-"""What a causal LM is made of, read from its config or modules: the text config, whether its embeddings are tied
-(and whether its loaded weights agree with its config on that), and where its final norm and head are (its layout),
-for a loaded model or a meta-device skeleton alike.
-
-The lens (:mod:`tiebias.lens.lenses`), the checks of external models (:mod:`tiebias.models.sources`) and the
-embedding reader (:mod:`tiebias.align.embeddings`) all ask these questions; this module is the one place that
-answers them.
-"""
+"""What a causal LM is made of, from its config or modules (a loaded model or a meta-device skeleton): the text
+config, whether its embeddings are tied (and whether its loaded weights agree with its config), and its layout."""
 
 from __future__ import annotations
 
@@ -17,11 +11,6 @@ from typing import Any
 import torch
 from torch import Tensor
 from transformers import PreTrainedModel
-
-__all__ = [
-    "FINAL_NORM_NAMES", "Layout", "TyingError", "check_loaded_tying", "check_model", "checked_layout", "describe_model",
-    "find_layout", "is_tied", "same_matrix", "text_config", "tying_conflict", "weights_tied",
-]
 
 FINAL_NORM_NAMES = (
     "norm",  # llama, mistral, olmo, olmo2/3, qwen2/3, gemma 1-3, ...
@@ -45,12 +34,8 @@ def text_config(config: Any) -> Any:
 
 
 def is_tied(model_or_config: Any) -> bool:
-    """Whether input and output embeddings are one matrix.
-
-    A model: both embeddings hold the same tensor (the same object, or for real tensors the same storage; a
-    meta-device skeleton has no storage, so only the object counts); a model without an output embedding is
-    untied. A config: ``tie_word_embeddings`` of its text config (:func:`text_config`), False when absent.
-    """
+    """Whether input and output embeddings are one matrix: a model's hold the same tensor (object, or storage of real
+    tensors); a config's text part says ``tie_word_embeddings`` (False when absent)."""
     if isinstance(model_or_config, torch.nn.Module):
         inp, out = model_or_config.get_input_embeddings(), model_or_config.get_output_embeddings()
         if inp is None or out is None:
@@ -63,9 +48,7 @@ def is_tied(model_or_config: Any) -> bool:
 
 
 class TyingError(ValueError):
-    """A model whose config and weights disagree on whether input and output embeddings are one matrix.
-
-    ``where`` names the model (its folder, or the parameter that named it), ``conflict`` says what disagrees."""
+    """A model whose config and weights disagree on tying: ``where`` names the model, ``conflict`` what disagrees."""
 
     def __init__(self, where: str, conflict: str) -> None:
         super().__init__(f"{where}: {conflict}")
@@ -82,21 +65,14 @@ def same_matrix(a: Tensor, b: Tensor) -> bool:
 
 
 def weights_tied(model: torch.nn.Module) -> bool:
-    """Whether a loaded model's weights are tied in fact (:func:`same_matrix`), whatever its config says.
-
-    transformers unties a tied config whose checkpoint holds an output matrix of its own that differs from the input
-    embedding, so only the loaded weights tell. A model without an output embedding is untied.
-    """
+    """Whether a loaded model's weights are tied in fact, whatever its config says (transformers unties a tied config
+    whose checkpoint holds an output matrix of its own)."""
     inp, out = model.get_input_embeddings(), model.get_output_embeddings()
     return inp is not None and out is not None and same_matrix(inp.weight, out.weight)
 
 
 def tying_conflict(config_tied: bool, tied: bool, *, output_missing: bool = False) -> str | None:
-    """Why a model's config and its weights disagree on tying, for an error message; None when they agree.
-
-    ``tied``: the weights are one matrix (:func:`same_matrix`); ``output_missing``: an untied config's checkpoint
-    holds no output matrix, so transformers would draw one at random.
-    """
+    """Why a model's config and its weights disagree on tying, for an error message; None when they agree."""
     if config_tied and not tied:
         return ("its config.json says tie_word_embeddings=True, but its weights hold an output matrix of their own "
                 "that differs from the input embedding (transformers then loads the two untied)")
@@ -110,10 +86,8 @@ def tying_conflict(config_tied: bool, tied: bool, *, output_missing: bool = Fals
 
 
 def check_loaded_tying(model: torch.nn.Module, where: str, missing_keys: Any = ()) -> bool:
-    """A loaded model's tying (:func:`weights_tied`); :class:`TyingError` naming ``where`` when its config disagrees.
-
-    ``missing_keys``: the checkpoint names transformers reported missing on load (``output_loading_info``).
-    """
+    """A loaded model's tying; :class:`TyingError` naming ``where`` when its config disagrees (``missing_keys``: what
+    transformers reported missing on load)."""
     tied = weights_tied(model)
     out = model.get_output_embeddings()
     out_names = {n for n, p in model.named_parameters(remove_duplicate=False) if out is not None and p is out.weight}
@@ -173,9 +147,7 @@ def _linear_head(model: Any, what: str) -> torch.nn.Linear:
 
 
 def find_layout(model: Any) -> Layout:
-    """Find the final norm and the head by layout (no forward pass; works on a meta-device skeleton).
-
-    ValueError (naming model_type and class) for no linear head, no final norm, or transformed logits."""
+    """Find the final norm and the head by layout (no forward pass, so a meta-device skeleton works too)."""
     if not isinstance(model, PreTrainedModel):
         raise ValueError(
             f"model: expected a transformers PreTrainedModel (e.g. LlamaForCausalLM, "
@@ -216,14 +188,6 @@ def find_layout(model: Any) -> Layout:
 _VERIFIED: weakref.WeakKeyDictionary[torch.nn.Module, Layout] = weakref.WeakKeyDictionary()
 
 
-def _apply_head(layout: Layout, h: Tensor) -> Tensor:
-    """The model's own head on the residual stream entering the final norm."""
-    n = layout.final_norm(h)
-    if layout.project_out is not None:
-        n = layout.project_out(n)
-    return layout.head(n)
-
-
 def checked_layout(model: Any) -> Layout:
     """The model's layout (:func:`find_layout`), checked once with a short forward pass (cached per model object):
     L + 1 hidden states, one call of the final norm, and final norm + head on its input reproducing the logits."""
@@ -252,7 +216,8 @@ def checked_layout(model: Any) -> Layout:
                     f"model: {what}: its final norm {layout.norm_path} ran {len(store)} times in one forward "
                     f"pass; the lens needs it to run once, after the last block"
                 )
-            mine = _apply_head(layout, store[0]).float()
+            n = layout.final_norm(store[0])
+            mine = layout.head(n if layout.project_out is None else layout.project_out(n)).float()
             theirs = out.logits.float()
     finally:
         handle.remove()

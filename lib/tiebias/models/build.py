@@ -1,11 +1,5 @@
-"""Model builders: tied and untied Hugging Face decoders that start from the same values.
-
-Two families cover the paper's pairs: ``llama`` (RMSNorm, SwiGLU, RoPE: the OLMo family's shape) and
-``neox`` (LayerNorm, GELU MLP, parallel residual: the Pythia / GPT-NeoX shape). A tied and an untied
-model built with the same preset and seed are identical in every parameter they share; the untied
-output matrix gets its own initialisation from a generator derived from the seed. The shapes
-(presets) are named in :mod:`tiebias.config.presets`.
-"""
+"""Tied and untied Hugging Face decoders that start from the same values: ``llama`` (the OLMo family's shape) or
+``neox`` (Pythia's); the untied output matrix gets its own generator derived from the seed."""
 
 from __future__ import annotations
 
@@ -51,31 +45,20 @@ def make_config(preset: str, *, family: str = "llama", vocab_size: int = DEFAULT
     return cfg
 
 
-def _model_class(family: str) -> type[PreTrainedModel]:
-    """The transformers causal-LM class of a family."""
-    return LlamaForCausalLM if family == "llama" else GPTNeoXForCausalLM
-
-
 def build(preset: str = "small", *, family: str = "llama", tied: bool = True, vocab_size: int = DEFAULT_PROFILE["vocab_size"],
           seed: int = 0, eos_token_id: int | None = 0) -> PreTrainedModel:
-    """Build a freshly initialised decoder.
+    """A freshly initialised decoder: the untied model of the seed first, which the tied one copies where they overlap.
 
-    The untied model of a seed is initialised first; the tied model copies every parameter it has
-    from it, so both start equal where they overlap. The untied output matrix is then re-drawn from
-    its own generator, making it independent of the input matrix. Initialisation draws from torch's
-    global generator, so builds take :data:`tiebias.system.parallel.CONSTRUCTION`: two threads building at once
-    get the same models as one after the other.
-    """
+    Initialisation draws from torch's global generator, so builds take ``CONSTRUCTION`` (threads building at once get
+    the same models as one after the other)."""
     with CONSTRUCTION:
-        return _build_unlocked(preset, family, tied, vocab_size, seed, eos_token_id)
+        return _init(preset, family, tied, vocab_size, seed, eos_token_id)
 
 
-def _build_unlocked(preset: str, family: str, tied: bool, vocab_size: int, seed: int,
-                    eos_token_id: int | None) -> PreTrainedModel:
-    """:func:`build` without the lock."""
+def _init(preset: str, family: str, tied: bool, vocab_size: int, seed: int, eos_token_id: int | None) -> PreTrainedModel:
     untied_cfg = make_config(preset, family=family, vocab_size=vocab_size, tied=False,
                              bos_token_id=eos_token_id, eos_token_id=eos_token_id)
-    cls = _model_class(family)
+    cls = LlamaForCausalLM if family == "llama" else GPTNeoXForCausalLM
     torch.manual_seed(seed)
     base = cls(untied_cfg)
     if not tied:

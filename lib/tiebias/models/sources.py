@@ -1,15 +1,7 @@
-"""External models named by the user (local folders or hub ids): config-first checks, then loading.
-
-Everything that can be known from a model's ``config.json`` is checked before any weights load, so a
-wrong or swapped pair (a ``tied_source`` that is untied), a family with no causal-LM head, a family
-the lens cannot follow, or a model too large for free memory is refused in seconds rather than after
-a multi-GB download or load. The config is instantiated on the meta device (no memory) to read the
-parameter count and the real tying of input and output embeddings. Once loaded, the weights must agree with the
-config and the role (a tied config over weights with an output matrix of their own loads untied).
-
-Labels are roles: ``"tied"`` must be a tied model, ``"untied"`` an untied one (any other label is
-not checked for tying); errors name the notebook parameter ``<label>_source``.
-"""
+"""External models named by the user (local folders or hub ids): everything a ``config.json`` tells is checked on a
+meta-device skeleton before any weights load (role and tying, causal-LM head, lens layout, memory), then the loaded
+weights must be tied as the config and the role say. Labels are roles (``tied``, ``untied``); errors name the
+notebook parameter ``<label>_source``."""
 
 from __future__ import annotations
 
@@ -37,11 +29,6 @@ from tiebias.run.folder import Run
 from tiebias.run.guard import check_folder, mark
 from tiebias.run.layout import CONFIG_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 from tiebias.system.memory import free_memory
-
-__all__ = [
-    "SourceInfo", "check_sources", "estimate_bytes", "external_dir", "external_path", "inspect", "load_models",
-    "not_as_configured", "pair_slug", "param_name",
-]
 
 ROLES = {"tied": True, "untied": False}
 """Labels whose tying is required: ``tied`` must share one matrix, ``untied`` must not."""
@@ -109,12 +96,7 @@ def _skeleton(config: Any, label: str, source: str) -> Any:
 
 
 def inspect(source: Any, label: str, *, lens: bool = False, revision: str | None = None) -> SourceInfo:
-    """Read one source's config (no weights): family, tying, depth, width, vocabulary and parameter count.
-
-    ``lens`` also checks that the lens can follow the family (final norm and head found by layout,
-    no logit soft-capping or scaling) with :func:`tiebias.models.anatomy.find_layout`, as the lens does on a loaded
-    model.
-    """
+    """Read one source's config (no weights); ``lens`` also checks the lens can follow the family (its layout)."""
     from transformers import AutoConfig
 
     src = _source_str(source, label)
@@ -147,25 +129,19 @@ def _check_role(info: SourceInfo) -> None:
     want = ROLES.get(info.label)
     if want is None or info.tied == want:
         return
-    other = "untied" if want else "tied"
-    if want:
-        why = "the tied side needs one matrix shared by the input and output embeddings"
-    else:
-        why = "the untied side needs separate input and output embedding matrices"
+    why = ("the tied side needs one matrix shared by the input and output embeddings" if want else
+           "the untied side needs separate input and output embedding matrices")
     raise ValueError(
-        f"{info.param}: {info.source!r} is {other} (its config has tie_word_embeddings={info.tie_word_embeddings!r}, "
-        f"{info.model_type}); {why}. Were {param_name('tied')} and {param_name('untied')} swapped?"
+        f"{info.param}: {info.source!r} is {'untied' if want else 'tied'} (its config has tie_word_embeddings="
+        f"{info.tie_word_embeddings!r}, {info.model_type}); {why}. Were {param_name('tied')} and "
+        f"{param_name('untied')} swapped?"
     )
 
 
 def estimate_bytes(info: SourceInfo, dtype: torch.dtype = torch.float32, *, need: Need = "model",
                    lens: bool = False) -> int:
-    """Memory to load a source: all weights, or only its embedding matrices (``need="embeddings"``).
-
-    Embeddings alone are read straight from local safetensors files (see :func:`tiebias.align.embeddings.extract`);
-    a hub id or a folder without safetensors loads the whole model. ``lens`` adds a tuned lens with
-    Adam state (one width x width translator per layer: weights, gradients, two moments, float32).
-    """
+    """Memory to load a source: all weights, or only its embeddings (read straight from local safetensors);
+    ``lens`` adds a tuned lens with Adam state (a float32 width x width translator per layer, four copies)."""
     if need not in ("model", "embeddings"):
         raise ValueError(f"need: must be 'model' or 'embeddings', got {need!r}")
     size = torch.empty((), dtype=dtype).element_size()
@@ -178,38 +154,27 @@ def estimate_bytes(info: SourceInfo, dtype: torch.dtype = torch.float32, *, need
     return int(total)
 
 
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB"
-
-
 def check_sources(sources: dict[str, Any], *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
                   need: Need = "model", lens: bool = False) -> dict[str, SourceInfo]:
-    """Check every source from its config before any weights load; returns what the configs say.
-
-    Refuses (ValueError naming ``<label>_source``): a missing source, a family with no causal-LM
-    head, a ``tied`` source that is untied or an ``untied`` one that is tied, with ``lens`` a family
-    the lens cannot follow, and a pair whose estimated memory (:func:`estimate_bytes`, all sources
-    together) exceeds :func:`tiebias.system.memory.free_memory` on ``device``. With ``lens``, warns when the models differ
-    in depth (the lens study then compares layers on relative depth).
-    """
+    """Check every source from its config before any weights load (role, head, lens layout, free memory on
+    ``device`` for all together); with ``lens``, warns when the depths differ. Errors name ``<label>_source``."""
     if not isinstance(sources, dict) or not sources:
         raise ValueError(f"sources: expected a non-empty dict label -> model folder or hub id, got {sources!r}")
     infos = {label: inspect(src, label, lens=lens) for label, src in sources.items()}
     for info in infos.values():
         _check_role(info)
     need_bytes = {label: estimate_bytes(i, dtype, need=need, lens=lens) for label, i in infos.items()}
-    total = sum(need_bytes.values())
-    free = free_memory(device)
+    total, free = sum(need_bytes.values()), free_memory(device)
+    gib = lambda n: f"{n / 2**30:.2f} GiB"  # noqa: E731
     if total > free:
-        parts = ", ".join(f"{infos[k].param} {infos[k].source!r} {_gib(v)} ({infos[k].n_params / 1e9:.2f} B params)"
+        parts = ", ".join(f"{infos[k].param} {infos[k].source!r} {gib(v)} ({infos[k].n_params / 1e9:.2f} B params)"
                           for k, v in need_bytes.items())
         raise ValueError(
-            f"{', '.join(i.param for i in infos.values())}: loading needs about {_gib(total)} "
+            f"{', '.join(i.param for i in infos.values())}: loading needs about {gib(total)} "
             f"({parts}; {str(dtype).removeprefix('torch.')}{' weights' if need == 'model' else ''}) but only "
-            f"{_gib(free)} is free on {torch.device(device)}; use a machine with more memory or a 16-bit dtype"
+            f"{gib(free)} is free on {torch.device(device)}; use a machine with more memory or a 16-bit dtype"
         )
-    depths = {i.num_hidden_layers for i in infos.values()}
-    if lens and len(depths) > 1:
+    if lens and len({i.num_hidden_layers for i in infos.values()}) > 1:
         desc = " and ".join(f"{i.param} {i.source!r} has {i.num_hidden_layers} layers" for i in infos.values())
         warnings.warn(f"{desc}: layers are compared on relative depth (layer / number of layers)", UserWarning,
                       stacklevel=2)
@@ -218,22 +183,10 @@ def check_sources(sources: dict[str, Any], *, dtype: torch.dtype = torch.float32
 
 def load_models(sources: dict[str, Any], *, device: str | torch.device = "cpu",
                 dtype: torch.dtype = torch.float32) -> dict[str, tuple[Any, Any]]:
-    """Load causal LMs with their tokenizers for lensing (label -> (model, tokenizer)) after config-first checks.
+    """Load causal LMs with their tokenizers for lensing (label -> (model, tokenizer), eval mode on ``device``).
 
-    Args:
-        sources: label (``"tied"`` or ``"untied"``, the role each must have) -> a local model folder or hub id;
-            errors name ``<label>_source``.
-        device: where the models go, and whose free memory must hold them.
-        dtype: the weights' dtype (a 16-bit one halves the memory asked for).
-
-    Returns:
-        Label -> ``(model, tokenizer)``, each model in eval mode on ``device``.
-
-    :func:`check_sources` (with the lens checks) runs first and the tokenizers load next (both cheap),
-    so every refusal comes before the first weight is read; each loaded model's weights must then be tied as its
-    config and role say (:class:`tiebias.models.anatomy.TyingError` naming ``<label>_source``) and it must pass
-    :func:`tiebias.models.anatomy.check_model` (one short forward pass). A tokenizer larger than its model's
-    vocabulary is refused.
+    Every refusal comes before the first weight is read (config checks, tokenizers no larger than the head, local
+    safetensors files checked); each loaded model must be tied as its config and role say and pass ``check_model``.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -256,29 +209,19 @@ def load_models(sources: dict[str, Any], *, device: str | torch.device = "cpu",
     for label, info in infos.items():
         with pickles_refused(info.source, info.param):
             model, loading = AutoModelForCausalLM.from_pretrained(info.source, dtype=dtype, output_loading_info=True)
-        _check_loaded(info, model, loading.get("missing_keys", ()))
+        try:  # the config was checked before loading; the loaded weights decide
+            tied = check_loaded_tying(model, f"{info.param}: {info.source!r}", loading.get("missing_keys", ()))
+        except TyingError as exc:
+            raise not_as_configured(exc) from None
+        _check_role(replace(info, tied=tied))
         model = model.to(device).eval()
         check_model(model)
         out[label] = (model, tokenizers[label])
     return out
 
 
-def _check_loaded(info: SourceInfo, model: Any, missing_keys: Any) -> None:
-    """Refuse a loaded model whose weights are not tied as its config says, or not as its role needs.
-
-    The config was checked before loading (:func:`_check_role`); the weights can still disagree with it (a tied
-    config over a checkpoint with an output matrix of its own loads untied), so the loaded weights decide.
-    """
-    try:
-        tied = check_loaded_tying(model, f"{info.param}: {info.source!r}", missing_keys)
-    except TyingError as exc:
-        raise not_as_configured(exc) from None
-    _check_role(replace(info, tied=tied))
-
-
 def not_as_configured(exc: TyingError, where: str | None = None) -> TyingError:
-    """The error for an external model whose weights are not tied as its config says: where (``where``, else the
-    original's), the conflict, and what to do."""
+    """The error for an external model whose weights are not tied as its config says, with what to do."""
     return TyingError(exc.where if where is None else where, f"{exc.conflict}; the model is not the one its config "
                       "describes: correct tie_word_embeddings in its config.json or restore its weights, or use "
                       "another model")
@@ -286,37 +229,19 @@ def not_as_configured(exc: TyingError, where: str | None = None) -> TyingError:
 
 def pair_slug(tied_source: Any, untied_source: Any) -> str:
     """A folder name for an external pair: both model names plus a short hash of the full sources."""
-
-    def name(src: Any) -> str:
-        p = Path(str(src)).expanduser()
-        return p.name if p.is_dir() else str(src).replace("/", "--")
-
-    def full(src: Any) -> str:
-        p = Path(str(src)).expanduser()
-        return str(p.resolve()) if p.is_dir() else str(src)
-
-    digest = hashlib.sha1(f"{full(tied_source)}\n{full(untied_source)}".encode()).hexdigest()[:8]
-    raw = f"{name(tied_source)}__{name(untied_source)}__{digest}"
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", raw)
+    paths = [Path(str(s)).expanduser() for s in (tied_source, untied_source)]
+    names = [p.name if p.is_dir() else str(s).replace("/", "--") for p, s in zip(paths, (tied_source, untied_source),
+                                                                                 strict=True)]
+    full = [str(p.resolve()) if p.is_dir() else str(s) for p, s in zip(paths, (tied_source, untied_source),
+                                                                       strict=True)]
+    digest = hashlib.sha1("\n".join(full).encode()).hexdigest()[:8]
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{names[0]}__{names[1]}__{digest}")
 
 
 def external_path(tied_source: Any, untied_source: Any, run_dir: Any = None, *, root: Any = RUNS,
                   corpus: Any = None) -> Path:
-    """Where an external pair's figures, tables and results go, checked, creating nothing.
-
-    Args:
-        tied_source, untied_source: the pair (folders or hub ids); they name the default folder (:func:`pair_slug`).
-        run_dir: the folder to use instead (None: the default below).
-        root: the runs folder the default lives under.
-        corpus: the study's corpus; its folder is refused as the pair's.
-
-    Returns:
-        The resolved folder.
-
-    ``run_dir`` if given, else ``<root>/external/<slug>``. Never a run's folder nor a folder of the user's
-    (nor the corpus's): a folder that is not new, empty or an external pair's is refused
-    (:func:`tiebias.run.guard.check_folder`), so an external pair cannot overwrite a run's or your figures.
-    """
+    """Where an external pair's outputs go (``run_dir``, else ``<root>/external/<slug>``), checked, creating nothing:
+    never a run's folder, the corpus's or a folder of the user's (:func:`tiebias.run.guard.check_folder`)."""
     if run_dir is not None:
         return check_folder(run_dir, "pair", corpus=corpus)
     path = Path(root).expanduser().resolve() / "external" / pair_slug(tied_source, untied_source)
@@ -325,15 +250,8 @@ def external_path(tied_source: Any, untied_source: Any, run_dir: Any = None, *, 
 
 def external_dir(tied_source: Any, untied_source: Any, run_dir: Any = None, *, root: Any = RUNS,
                  corpus: Any = None) -> Run:
-    """The external pair's folder (:func:`external_path`), created and marked, with ``figures/`` and ``metrics/``.
-
-    Args:
-        tied_source, untied_source, run_dir, root, corpus: as in :func:`external_path`.
-
-    Returns:
-        A :class:`tiebias.run.folder.Run` on that folder (for ``figures_dir``, ``metrics_dir`` and
-        :func:`tiebias.verdicts.records.record`).
-    """
+    """The external pair's folder (:func:`external_path`), created and marked, as a ``Run`` with figures/ and
+    metrics/."""
     path = external_path(tied_source, untied_source, run_dir, root=root, corpus=corpus)
     mark(path, "pair")
     out = Run(path)
