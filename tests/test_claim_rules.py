@@ -18,7 +18,7 @@ import torch
 from tiebias.lens import tables as lens_tables
 from tiebias.run.folder import Run
 from tiebias.verdicts import claims, records
-from tiebias.verdicts.evidence import short_of_unigram
+from tiebias.verdicts.evidence import short_of
 from tiebias.verdicts.status import DOES_NOT_HOLD, HOLDS, NOT_MEANINGFUL, printed, status_of
 
 SD = 0.25  # a seed spread exactly representable, as are its multiples
@@ -243,7 +243,7 @@ def test_claim4_end_to_end_and_its_refusals(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("loss", "short"), [(4.0 - NUDGE, False), (4.0, True), (4.0 + NUDGE, True), (math.nan, True)])
 def test_a_model_must_beat_the_unigram_baseline_strictly(loss: float, short: bool) -> None:
-    assert (short_of_unigram({"tied-s0": loss}, 4.0) is not None) is short
+    assert (short_of({"tied-s0": loss}, 4.0, "unigram") is not None) is short
 
 
 def test_a_record_stores_the_computed_words(tmp_path: Path) -> None:

@@ -38,12 +38,12 @@ def _verdict() -> claims.Verdict:
 
 
 def test_a_hair_below_the_baseline_beats_it() -> None:
-    assert evidence.short_of_unigram({"tied-s0": UNIGRAM - HAIR, "untied-s0": UNIGRAM - 1.0}, UNIGRAM) is None
+    assert evidence.short_of({"tied-s0": UNIGRAM - HAIR, "untied-s0": UNIGRAM - 1.0}, UNIGRAM, "unigram") is None
 
 
 @pytest.mark.parametrize("loss", [UNIGRAM, UNIGRAM + HAIR, 9.0, math.nan, None])
 def test_a_model_at_or_above_the_baseline_is_named(loss: float | None) -> None:
-    why = evidence.short_of_unigram({"tied-s0": UNIGRAM - 1.0, "untied-s1": loss}, UNIGRAM)
+    why = evidence.short_of({"tied-s0": UNIGRAM - 1.0, "untied-s1": loss}, UNIGRAM, "unigram")
     assert why is not None and why.startswith("1 of 2 models do not beat the unigram baseline of 6.000 nats")
     assert "untied-s1" in why and "tied-s0" not in why.replace("untied-s1", "")
     assert ("missing" if loss is None else f"{loss:.3f}") in why
@@ -108,7 +108,7 @@ def test_a_value_that_cannot_exist_keeps_its_own_null_reason(fresh_run: Run) -> 
 
 @pytest.mark.parametrize(("loss", "short"), [(4.0 - HAIR, False), (4.0, True), (4.5, True), (math.nan, True)])
 def test_a_layerwise_claim_needs_models_below_the_bigram_baseline(loss: float, short: bool) -> None:
-    why = evidence.short_of_bigram({"tied-s0": 3.0, "untied-s0": loss}, 4.0)
+    why = evidence.short_of({"tied-s0": 3.0, "untied-s0": loss}, 4.0, "bigram")
     assert (why is not None) is short
     if short:
         assert why.startswith("1 of 2 models do not beat the bigram baseline of 4.000 nats") and "untied-s0" in why

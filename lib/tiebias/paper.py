@@ -1,14 +1,8 @@
-"""Numbers reported by Lopardo et al. (2026), so every notebook can print "paper" beside "this run".
-
-Values are transcribed from the paper's tables and figures (figure values are read off the plots and
-are approximate): Lopardo, Harish, Arnett, Gupta, arXiv:2603.26663 (2026), and the logs of its public code
-(github.com/AntonioLopardo/weight-tying-bias) where a note says so. Nothing here is computed. Each quantity is held
-once, and :data:`SOURCES` names where each value comes from (:func:`source`).
-"""
+"""Numbers reported by Lopardo et al. (2026, arXiv:2603.26663), transcribed once each from its tables, figures (read
+off the plots) and its public code's logs; :data:`SOURCES` names where each comes from. Nothing here is computed."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from types import MappingProxyType
 
 CITATION = ("Lopardo, Harish, Arnett, Gupta. Weight Tying Biases Token Embeddings Towards the Output "
@@ -129,28 +123,11 @@ SOURCES: dict[str, str] = {
     "FIG2_LENS": "the reference's utils/tuned_lens_utils.py (the tuned-lens package's recipe), the figure's title "
               "(100 steps) and experiments/2_tuned_lens/train_olmo_lens.sh (its steps and tokens per step)",
 }
-"""Where each value comes from, by key path (``NAME`` or ``NAME/key/...``; the longest matching prefix applies): the
-paper's table or figure, and the file of the reference repository (github.com/AntonioLopardo/weight-tying-bias) that
-prints or logs it."""
+"""Where each value comes from, by key path (``NAME`` or ``NAME/key/...``; the longest matching prefix applies)."""
 
 INCONSISTENCIES: tuple[dict[str, object], ...] = (
     {"held": "FIG4_LOG_WINDOWS/l2/whole run", "stated": 0.70, "kind": "share",
      "where": "the reference's experiments/5_gradient_flow/README.md: '~70% of the gradient norm over 10,000 steps'"},
 )
-"""Places where the paper's sources state a value that its own log contradicts: ``held`` the key of the logged value
-(held once above), ``stated`` what the other source says, ``where`` that source. Not a second copy of the quantity:
-the report lists each as a paper inconsistency."""
-
-
-def source(key: Sequence[str]) -> str:
-    """Where the value at ``key`` (a key path of this module, e.g. ``("TABLE5", "Qwen3", "tied vs untied output")``)
-    comes from: the :data:`SOURCES` entry of its longest matching prefix.
-
-    Raises:
-        KeyError: no entry covers the key.
-    """
-    parts = [str(k) for k in key]
-    for n in range(len(parts), 0, -1):
-        if "/".join(parts[:n]) in SOURCES:
-            return SOURCES["/".join(parts[:n])]
-    raise KeyError(f"key: no source for {'/'.join(parts)!r} in tiebias.paper.SOURCES")
+"""Values the paper's sources state against its own log: ``held`` the logged value's key, ``stated`` the other
+source's value, ``where`` that source (the report lists each as a paper inconsistency)."""

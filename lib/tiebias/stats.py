@@ -1,8 +1,7 @@
-"""Statistics shared by every claim: t-intervals over seeds, seed summaries, bootstrap intervals and where an
-interval lies against 0.
+"""Every interval the claims use, one rule each: t-intervals over seeds, line fits, bootstraps, an interval against 0.
 
-One rule each, used by alignment (claims 1, 2, 4) and the lens study (claim 3): a claim module never
-computes an interval itself.
+The t-intervals and the line fit are written out rather than taken from ``scipy.stats.t.interval`` / ``linregress``:
+those round differently in the last bits, and the recorded claims must not move.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
+from scipy import stats as _scipy
 from torch import Tensor
 
 from tiebias.config.checks import is_int
@@ -32,7 +32,6 @@ class Summary(NamedTuple):
 
 
 def _floats(values: Any) -> np.ndarray:
-    """A flat float64 array from a tensor, array or sequence."""
     v = values.detach().cpu().numpy() if isinstance(values, Tensor) else np.asarray(values, dtype=np.float64)
     return v.astype(np.float64).reshape(-1)
 
@@ -42,13 +41,15 @@ def _check_level(level: float) -> None:
         raise ValueError(f"level must be in (0, 1), got {level}")
 
 
+def _t(level: float, df: int) -> float:
+    return float(_scipy.t.ppf(0.5 + level / 2, df=df))
+
+
 def t_half_width(sd: float, n: int, level: float = LEVEL) -> float:
     """Half-width of the two-sided t-interval of a mean of ``n`` values with sample sd ``sd`` (NaN for n < 2)."""
-    from scipy.stats import t as student_t
-
     if n < 2 or not math.isfinite(sd):
         return math.nan
-    return float(student_t.ppf(0.5 + level / 2, df=n - 1)) * sd / math.sqrt(n)
+    return _t(level, n - 1) * sd / math.sqrt(n)
 
 
 def t_interval(mean: float, sd: float, n: int, level: float = LEVEL) -> tuple[float, float, float]:
@@ -58,7 +59,7 @@ def t_interval(mean: float, sd: float, n: int, level: float = LEVEL) -> tuple[fl
 
 
 def half_width(low: float, high: float) -> float:
-    """Half the width of an interval (e.g. a percentile bootstrap's, which need not be symmetric about its mean)."""
+    """Half the width of an interval (a percentile bootstrap's need not be symmetric about its mean)."""
     return (high - low) / 2
 
 
@@ -69,25 +70,21 @@ def lies_above_zero(low: float) -> bool:
 
 def ci_position(low: float, high: float) -> str:
     """Where an interval lies against 0: "above 0", "below 0" or "includes 0" (a NaN end counts as including 0)."""
-    if lies_above_zero(low):
-        return "above 0"
-    if high < 0:
-        return "below 0"
-    return "includes 0"
+    return "above 0" if lies_above_zero(low) else "below 0" if high < 0 else "includes 0"
 
 
 def excludes_zero(low: float, high: float) -> bool:
-    """Whether an interval excludes 0 (lies wholly above or wholly below it): "significant" in a gap table."""
+    """Whether an interval lies wholly above or wholly below 0: "significant" in a gap table."""
     return ci_position(low, high) != "includes 0"
 
 
 def pooled_sd(sds: Any) -> float:
-    """Pooled standard deviation of groups of equal size: root mean square of their sds (NaN groups left out)."""
+    """Pooled sd of groups of equal size: root mean square of their sds (NaN groups left out)."""
     return float(np.sqrt(np.nanmean(np.asarray(sds) ** 2)))
 
 
 def summarise(values: Any, *, level: float = LEVEL) -> Summary:
-    """Mean +- t-interval of repeated measurements (e.g. one score over seeds: the noise floor)."""
+    """Mean +- t-interval of repeated measurements (e.g. one score over seeds)."""
     v = _floats(values)
     if v.size == 0:
         raise ValueError("values is empty")
@@ -104,35 +101,18 @@ def summarise(values: Any, *, level: float = LEVEL) -> Summary:
 
 def one_sample_p(x: np.ndarray) -> float:
     """Two-sided p-value of a one-sample t-test of mean 0 (NaN with fewer than 2 values or zero spread)."""
-    from scipy import stats
-
     x = np.asarray(x, dtype=float)
     if len(x) < 2 or not float(x.std(ddof=1)) > 0:
         return math.nan
-    return float(stats.ttest_1samp(x, 0.0).pvalue)
+    return float(_scipy.ttest_1samp(x, 0.0).pvalue)
 
 
-def over_seeds(df: pd.DataFrame, value_cols: Sequence[str], by: Sequence[str], *,
-               sd_name: str = "sd") -> pd.DataFrame:
-    """Mean, sample sd and n over seeds of each value column, grouped by ``by`` (columns: (value, stat)).
-
-    Args:
-        df: one row per seed (and whatever ``by`` names).
-        value_cols: the columns summarised.
-        by: the grouping columns (groups in order of appearance).
-        sd_name: the name of the sd statistic in the column index.
-
-    Returns:
-        Indexed by ``by``; columns a two-level index (value column, ``mean`` / ``sd_name`` / ``n``); the sd is NaN for
-        a group of one.
-    """
+def over_seeds(df: pd.DataFrame, value_cols: Sequence[str], by: Sequence[str], *, sd_name: str = "sd") -> pd.DataFrame:
+    """Mean, sample sd (NaN for one seed) and n of each value column over seeds, grouped by ``by`` in order of
+    appearance; columns (value, stat)."""
     g = df.groupby(list(by), sort=False)
-    out = {}
-    for c in value_cols:
-        out[(c, "mean")] = g[c].mean()
-        out[(c, sd_name)] = g[c].std(ddof=1)
-        out[(c, "n")] = g[c].count()
-    res = pd.DataFrame(out)
+    res = pd.DataFrame({(c, s): getattr(g[c], f)(**kw) for c in value_cols
+                        for s, f, kw in (("mean", "mean", {}), (sd_name, "std", {"ddof": 1}), ("n", "count", {}))})
     res.columns = pd.MultiIndex.from_tuples(res.columns)
     return res
 
@@ -146,13 +126,8 @@ class Slope(NamedTuple):
     n: int
 
 
-def slope(x: Any, y: Any, *, level: float = LEVEL) -> Slope:
-    """Slope of a straight-line fit of ``y`` on ``x`` and its t-interval (NaN interval with fewer than 3 points).
-
-    Used to ask whether a quantity grows with another (e.g. claim 3's per-seed gap with model depth).
-    """
-    from scipy.stats import t as student_t
-
+def _fit(x: Any, y: Any, level: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """The checked points and the least-squares slope."""
     xv, yv = _floats(x), _floats(y)
     if xv.size != yv.size:
         raise ValueError(f"x and y: need the same length, got {xv.size} and {yv.size}")
@@ -162,34 +137,34 @@ def slope(x: Any, y: Any, *, level: float = LEVEL) -> Slope:
     if xv.size < 2 or np.ptp(xv) == 0:
         raise ValueError("x: need at least two distinct values")
     dx = xv - xv.mean()
-    b = float((dx * (yv - yv.mean())).sum() / (dx**2).sum())
+    return xv, yv, float((dx * (yv - yv.mean())).sum() / (dx**2).sum())
+
+
+def slope(x: Any, y: Any, *, level: float = LEVEL) -> Slope:
+    """Slope of a straight-line fit of ``y`` on ``x`` and its t-interval (NaN interval with fewer than 3 points)."""
+    xv, yv, b = _fit(x, y, level)
     if xv.size < 3:
         return Slope(b, math.nan, math.nan, int(xv.size))
+    dx = xv - xv.mean()
     resid = yv - yv.mean() - b * dx
     se = math.sqrt(float((resid**2).sum()) / (xv.size - 2) / float((dx**2).sum()))
-    half = float(student_t.ppf(0.5 + level / 2, df=xv.size - 2)) * se
+    half = _t(level, xv.size - 2) * se
     return Slope(b, b - half, b + half, int(xv.size))
 
 
 def line_at(x: Any, y: Any, x0: float, *, level: float = LEVEL,
             prediction: bool = False) -> tuple[float, float, float]:
-    """The straight-line fit of ``y`` on ``x`` evaluated at ``x0``, with the t-interval of that fitted mean, or with
-    ``prediction`` the t prediction interval of one new observation at ``x0`` (the residual variance added).
-
-    Needs three or more points; far outside the range of ``x`` the interval widens, and the line is an assumption.
-    """
-    from scipy.stats import t as student_t
-
-    xv, yv = _floats(x), _floats(y)
-    s = slope(xv, yv, level=level)
+    """The line fitted to ``y`` on ``x`` at ``x0`` with the t-interval of that mean, or with ``prediction`` of one new
+    observation there (three or more points; far outside ``x`` the line is an assumption)."""
+    xv, yv, b = _fit(x, y, level)
     if xv.size < 3:
         raise ValueError("x: need at least three points for an interval")
     dx = xv - xv.mean()
-    fit = float(yv.mean() + s.slope * (x0 - xv.mean()))
-    resid = yv - yv.mean() - s.slope * dx
+    fit = float(yv.mean() + b * (x0 - xv.mean()))
+    resid = yv - yv.mean() - b * dx
     sigma2 = float((resid**2).sum()) / (xv.size - 2)
     se = math.sqrt(sigma2 * (int(prediction) + 1 / xv.size + (x0 - xv.mean()) ** 2 / float((dx**2).sum())))
-    half = float(student_t.ppf(0.5 + level / 2, df=xv.size - 2)) * se
+    half = _t(level, xv.size - 2) * se
     return fit, fit - half, fit + half
 
 
@@ -205,12 +180,8 @@ class BootstrapCI(NamedTuple):
 
 
 def bootstrap_mean(values: Any, *, n_boot: int = 2000, level: float = LEVEL, seed: int = 0) -> BootstrapCI:
-    """Percentile bootstrap CI for the mean of per-item values (e.g. per-token score differences of one pair).
-
-    Items are resampled with replacement ``n_boot`` times (deterministic for ``seed``), in chunks of a
-    few million draws so 150k tokens x 2000 resamples stays small in memory. With one model pair there
-    is no seed spread; this says how much the mean depends on which tokens happen to be scored.
-    """
+    """Percentile bootstrap CI for the mean of per-item values (e.g. one pair's per-token differences): how much the
+    mean depends on which items were scored. Deterministic for ``seed``; resampled in chunks to bound memory."""
     v = _floats(values)
     if v.size < 2:
         raise ValueError(f"values: need at least 2 items to bootstrap, got {v.size}")
@@ -231,11 +202,8 @@ def bootstrap_mean(values: Any, *, n_boot: int = 2000, level: float = LEVEL, see
 
 def bootstrap_diff(a: np.ndarray, b: np.ndarray, *, paired: bool, n_boot: int = 2000, level: float = LEVEL,
                    seed: int = 0) -> tuple[float, float, float]:
-    """(mean(a) - mean(b), low, high): percentile bootstrap CI, resampling evaluation sequences.
-
-    ``paired``: a[i] and b[i] come from the same text (one run's tokenizer), so sequences are resampled
-    jointly; otherwise (two tokenizers) each side is resampled on its own.
-    """
+    """(mean(a) - mean(b), low, high): percentile bootstrap over evaluation sequences, resampled jointly when
+    ``paired`` (the same texts), else each side on its own (two tokenizers)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if len(a) < 2 or len(b) < 2:
         raise ValueError(f"sequences: a bootstrap needs at least 2 evaluation sequences per model, got "
@@ -251,8 +219,3 @@ def bootstrap_diff(a: np.ndarray, b: np.ndarray, *, paired: bool, n_boot: int = 
                 - b[rng.integers(0, len(b), (n_boot, len(b)))].mean(1))
     lo, hi = np.quantile(boot, [0.5 - level / 2, 0.5 + level / 2])
     return float(a.mean() - b.mean()), float(lo), float(hi)
-
-
-__all__ = ["BootstrapCI", "Slope", "Summary", "bootstrap_diff", "bootstrap_mean", "ci_position", "excludes_zero",
-           "half_width", "lies_above_zero", "one_sample_p", "over_seeds", "pooled_sd", "slope", "summarise",
-           "t_half_width", "t_interval"]
