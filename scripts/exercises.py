@@ -3,6 +3,7 @@
 Usage: python scripts/exercises.py [--check]   (--check: exit 1, writing nothing, if a notebook is out of date)
 """
 
+import json
 import sys
 from pathlib import Path
 
@@ -18,7 +19,7 @@ def main(argv: list[str]) -> int:
     for name in NOTEBOOKS:
         path = notebooks_dir() / f"{name}.ipynb"
         if check:
-            if exercises.rendered(path) != exercises.cells(name):
+            if exercises.rendered(json.loads(path.read_text()), name) != json.loads(path.read_text())["cells"]:
                 stale.append(path.name)
         elif exercises.sync(path):
             print(f"updated {path.name}")

@@ -1,9 +1,11 @@
-"""The coding exercises: every solution passes its check, the stub and known mistakes fail with a message that says
-what is wrong, and the rendered notebook cells run top to bottom."""
+"""The coding exercises, written in the notebooks: every solution passes its check, the stub and known mistakes fail
+with a message that says what is wrong, and the notebook's exercise cells run top to bottom."""
 
 from __future__ import annotations
 
 import ast
+import json
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -11,11 +13,27 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tiebias.config.paths import NOTEBOOKS
+from tiebias.config.paths import NOTEBOOKS, notebooks_dir
 from tiebias.teach import CheckResult, check, coding, run_check
 
-EXERCISES = coding.EXERCISES
-IDS = list(EXERCISES)
+IDS = list(coding.CHECKERS)
+
+
+def cells(exercise_id: str) -> dict[str, dict[str, Any]]:
+    """The exercise's cells in its notebook (``NN-code`` lives in notebook NN), by kind: intro, stub, check, ..."""
+    name = next(n for n in NOTEBOOKS if n.startswith(exercise_id[:2]))
+    nb = json.loads((notebooks_dir() / f"{name}.ipynb").read_text())
+    prefix = f"exercise-{exercise_id}-"
+    return {c["id"].removeprefix(prefix): c for c in nb["cells"] if c["id"].startswith(prefix)}
+
+
+def source(exercise_id: str, kind: str) -> str:
+    return "".join(cells(exercise_id)[kind]["source"])
+
+
+def function(exercise_id: str) -> str:
+    return coding.CHECKERS[exercise_id][0]
+
 
 # Wrong answers a student writes, beyond each exercise's own known-wrong one: (exercise, body, message part).
 # Each body replaces the stub's `raise NotImplementedError`; the message part is what the check must say.
@@ -78,24 +96,41 @@ MISTAKES: list[tuple[str, str, str]] = [
                 "    return y\n", "multiplied by 0.3333, not by k = 3"),
     ("04-code", "    return x + 0.1\n", "the forward values differ from x"),
 ]
+# Each exercise's most common mistake, as the lesson plan's pairs meet it first.
+WRONG = {
+    "01-code": ("    d = grad_at_embeddings.shape[-1]\n"
+                "    out = torch.zeros(vocab_size, d, dtype=grad_at_embeddings.dtype)\n"
+                "    out[input_ids.reshape(-1)] = grad_at_embeddings.reshape(-1, d)\n"
+                "    return out\n", "appear more than once"),
+    "02-code": ("    U, _, Vt = np.linalg.svd(S.T @ T)\n    return U @ Vt\n", "centre them first"),
+    "03-code": ("    log_p = torch.log_softmax(p_logits.float(), dim=-1)\n"
+                "    log_q = torch.log_softmax(q_logits.float(), dim=-1)\n"
+                "    return (log_p.exp() * (log_p - log_q)).sum(-1)\n", "1/ln 2 = 1.443: you returned nats"),
+    "04-code": ("    return x * k\n", "forward pass must return x unchanged"),
+}
+MISTAKES += [(i, body, message) for i, (body, message) in WRONG.items()]
 ALLOWED_IMPORTS = {"torch", "numpy", "math"}
 
 
-def _define(ex: coding.CodingExercise, source: str) -> Callable[..., Any]:
+def _define(exercise_id: str, text: str) -> Callable[..., Any]:
     """The exercise's function as defined by a source text."""
     namespace: dict[str, Any] = {}
-    exec(compile(source, f"<{ex.id}>", "exec"), namespace)
-    return namespace[ex.function]
+    exec(compile(text, f"<{exercise_id}>", "exec"), namespace)
+    return namespace[function(exercise_id)]
 
 
-def _with_body(ex: coding.CodingExercise, body: str) -> Callable[..., Any]:
-    return _define(ex, ex.stub.replace("    raise NotImplementedError\n", body))
+def _with_body(exercise_id: str, body: str) -> Callable[..., Any]:
+    return _define(exercise_id, source(exercise_id, "stub").replace("    raise NotImplementedError", body))
+
+
+def _solution(exercise_id: str) -> Callable[..., Any]:
+    """The folded solution's function (the cell without its own strict check)."""
+    return _define(exercise_id, source(exercise_id, "solution").split("from tiebias.teach import run_check")[0])
 
 
 @pytest.mark.parametrize("exercise_id", IDS)
 def test_solution_passes(exercise_id: str) -> None:
-    ex = EXERCISES[exercise_id]
-    result = check(exercise_id, _define(ex, ex.solution))
+    result = check(exercise_id, _solution(exercise_id))
     assert isinstance(result, CheckResult)
     assert result.ok, result.message
     assert str(result).startswith("✓ ") and result.message.startswith(f"{exercise_id} passed")
@@ -103,32 +138,23 @@ def test_solution_passes(exercise_id: str) -> None:
 
 @pytest.mark.parametrize("exercise_id", IDS)
 def test_stub_fails_asking_for_a_body(exercise_id: str) -> None:
-    ex = EXERCISES[exercise_id]
-    result = check(exercise_id, _define(ex, ex.stub))
+    result = check(exercise_id, _define(exercise_id, source(exercise_id, "stub")))
     assert not result.ok
     assert "your function raised NotImplementedError: write its body (see the hints)" in result.message
     assert str(result).startswith("✗ ")
 
 
-@pytest.mark.parametrize("exercise_id", IDS)
-def test_known_wrong_answer_fails_with_its_message(exercise_id: str) -> None:
-    ex = EXERCISES[exercise_id]
-    result = check(exercise_id, _define(ex, ex.wrong))
-    assert not result.ok
-    assert ex.expected_message in result.message, result.message
-
-
 @pytest.mark.parametrize(("exercise_id", "body", "expected"), MISTAKES,
                          ids=[f"{m[0]}-{i}" for i, m in enumerate(MISTAKES)])
 def test_common_mistakes_are_named(exercise_id: str, body: str, expected: str) -> None:
-    result = check(exercise_id, _with_body(EXERCISES[exercise_id], body))
+    result = check(exercise_id, _with_body(exercise_id, body))
     assert not result.ok
     assert expected in result.message, result.message
 
 
-def test_every_exercise_has_at_least_two_further_mistakes() -> None:
+def test_every_exercise_has_at_least_three_known_mistakes() -> None:
     counts = {i: sum(m[0] == i for m in MISTAKES) for i in IDS}
-    assert min(counts.values()) >= 2, counts
+    assert min(counts.values()) >= 3, counts
 
 
 @pytest.mark.parametrize("exercise_id", IDS)
@@ -139,7 +165,8 @@ def test_student_errors_never_raise(exercise_id: str) -> None:
     result = check(exercise_id, broken)
     assert not result.ok and "your function raised IndexError: index 99 is out of bounds" in result.message
     assert not check(exercise_id, lambda *_args: "a string").ok
-    assert not check(exercise_id, None).ok  # type: ignore[arg-type]
+    result = check(exercise_id, None)  # type: ignore[arg-type]
+    assert not result.ok and f"expected the function {function(exercise_id)}, got NoneType" in result.message
 
 
 def test_unknown_exercise_is_a_value_error() -> None:
@@ -150,73 +177,53 @@ def test_unknown_exercise_is_a_value_error() -> None:
 @pytest.mark.parametrize("exercise_id", IDS)
 def test_run_check_prints_and_strict_raises_only_when_wrong(exercise_id: str,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    ex = EXERCISES[exercise_id]
-    assert run_check(exercise_id, _define(ex, ex.solution), strict=True).ok
+    body, message = WRONG[exercise_id]
+    assert run_check(exercise_id, _solution(exercise_id), strict=True).ok
     assert capsys.readouterr().out.startswith("✓ ")
-    assert not run_check(exercise_id, _define(ex, ex.wrong)).ok
+    assert not run_check(exercise_id, _with_body(exercise_id, body)).ok
     assert capsys.readouterr().out.startswith("✗ ")
-    with pytest.raises(AssertionError, match=ex.expected_message.replace("(", r"\(").replace(")", r"\)")):
-        run_check(exercise_id, _define(ex, ex.wrong), strict=True)
+    with pytest.raises(AssertionError, match=re.escape(message)):
+        run_check(exercise_id, _with_body(exercise_id, body), strict=True)
 
 
 @pytest.mark.parametrize("exercise_id", IDS)
-def test_registry_entries_are_complete(exercise_id: str) -> None:
-    ex = EXERCISES[exercise_id]
-    assert ex.id == exercise_id and ex.notebook in NOTEBOOKS
-    assert 1 <= ex.difficulty <= 3 and 1 <= ex.importance <= 3 and ex.minutes > 0
-    assert len(ex.hints) >= 2 and ex.prompt and ex.expected_message
-    assert f"{ex.function}(" in ex.prompt  # the prompt gives the signature
-    for source in (ex.stub, ex.solution, ex.wrong):
-        tree = ast.parse(source)
-        assert [n.name for n in tree.body if isinstance(n, ast.FunctionDef)] == [ex.function]
+def test_each_notebook_holds_its_exercise_in_order_folded_and_complete(exercise_id: str) -> None:
+    """Intro (heading, marks, the signature, folded hints), stub, check, solution note, folded solution; the stub and
+    solution define only the function, with a docstring, importing only torch, numpy, math and the standard library."""
+    mine = cells(exercise_id)
+    assert list(mine) == ["intro", "stub", "check", "solution-note", "solution"]
+    assert [c["cell_type"] for c in mine.values()] == ["markdown", "code", "code", "markdown", "code"]
+    intro, name = source(exercise_id, "intro"), function(exercise_id)
+    assert re.match(rf"### Coding exercise {exercise_id} · .+\n\nDifficulty: [🔴⚪]{{3}} · Importance: [🔵⚪]{{3}} · "
+                    r"Spend up to \d+ minutes\n\n", intro), intro[:200]
+    assert intro.count("<details><summary>Hint ") >= 2 and f"`{name}(" in intro  # the prompt gives the signature
+    assert source(exercise_id, "solution-note") == "**Solution** (folded: click the bar on the left to open it)"
+    assert source(exercise_id, "check").endswith(f'run_check("{exercise_id}", {name});')
+    assert source(exercise_id, "solution").rstrip().endswith(f'run_check("{exercise_id}", {name}, strict=True);')
+    assert mine["solution"]["metadata"] == {"jupyter": {"source_hidden": True}}
+    assert mine["stub"]["metadata"] == mine["check"]["metadata"] == {}
+    for text in (source(exercise_id, "stub"), source(exercise_id, "solution").split("from tiebias.teach")[0]):
+        tree = ast.parse(text)
+        assert [n.name for n in tree.body if isinstance(n, ast.FunctionDef)] == [name]
         modules = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         modules |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         assert modules <= ALLOWED_IMPORTS | set(sys.stdlib_module_names), modules
-    assert "raise NotImplementedError" in ex.stub and "NotImplementedError" not in ex.solution
-    assert ast.get_docstring(next(n for n in ast.parse(ex.stub).body if isinstance(n, ast.FunctionDef)))
+        assert ast.get_docstring(next(n for n in tree.body if isinstance(n, ast.FunctionDef)))
+    assert "raise NotImplementedError" in source(exercise_id, "stub")
+    assert "NotImplementedError" not in source(exercise_id, "solution")
 
 
-def test_marks_line() -> None:
-    ex = EXERCISES["01-code"]
-    assert ex.marks() == "Difficulty: 🔴🔴⚪ · Importance: 🔵🔵🔵 · Spend up to 15 minutes"
+def test_one_coding_exercise_per_notebook() -> None:
+    assert [i[:2] for i in IDS] == [n[:2] for n in NOTEBOOKS]
 
 
-def test_one_exercise_per_notebook() -> None:
-    assert sorted(e.notebook for e in EXERCISES.values()) == sorted(NOTEBOOKS)
-    with pytest.raises(ValueError, match="not one of"):
-        coding.cells("05_other")
-
-
-@pytest.mark.parametrize("notebook", NOTEBOOKS)
-def test_cells_order_ids_and_folding(notebook: str) -> None:
-    cells = coding.cells(notebook)
-    (ex,) = [e for e in EXERCISES.values() if e.notebook == notebook]
-    kinds = ["intro", "stub", "check", "solution-note", "solution"]
-    assert [c["id"] for c in cells] == [f"exercise-{ex.id}-{k}" for k in kinds]
-    assert [c["cell_type"] for c in cells] == ["markdown", "code", "code", "markdown", "code"]
-    intro, stub, check_cell, note, solution = ("".join(c["source"]) for c in cells)
-    assert intro.startswith(f"### Coding exercise {ex.id} · {ex.title}\n\n{ex.marks()}\n\n")
-    assert intro.count("<details><summary>Hint ") == len(ex.hints) and "<details><summary>Hint 1</summary>" in intro
-    assert "<details>" not in note and note == "**Solution** (folded: click the bar on the left to open it)"
-    assert "from tiebias.teach import run_check" in check_cell and f'run_check("{ex.id}", {ex.function});' in check_cell
-    assert solution.rstrip().endswith(f'run_check("{ex.id}", {ex.function}, strict=True);')
-    assert cells[4]["metadata"] == {"jupyter": {"source_hidden": True}}
-    for c in cells[1:3]:
-        assert c["metadata"] == {}
-    for c in cells:
-        assert isinstance(c["source"], list) and all(isinstance(line, str) for line in c["source"])
-        if c["cell_type"] == "code":
-            assert c["execution_count"] is None and c["outputs"] == []
-
-
-@pytest.mark.parametrize("notebook", NOTEBOOKS)
-def test_cells_run_top_to_bottom(notebook: str, capsys: pytest.CaptureFixture[str]) -> None:
-    cells = coding.cells(notebook)
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_cells_run_top_to_bottom(exercise_id: str, capsys: pytest.CaptureFixture[str]) -> None:
     namespace: dict[str, Any] = {}
-    for c in cells[1:3]:
-        exec(compile("".join(c["source"]), c["id"], "exec"), namespace)
+    for kind in ("stub", "check"):
+        exec(compile(source(exercise_id, kind), kind, "exec"), namespace)
     assert capsys.readouterr().out.startswith("✗ ")  # the stub's check prints a cross, without raising
-    exec(compile("".join(cells[4]["source"]), cells[4]["id"], "exec"), namespace)  # strict: raises if wrong
+    exec(compile(source(exercise_id, "solution"), "solution", "exec"), namespace)  # strict: raises if wrong
     assert capsys.readouterr().out.startswith("✓ ")
 
 
@@ -268,7 +275,7 @@ def test_the_reference_is_computed_afresh_and_nan_is_named() -> None:
 
     assert not check("01-code", zeroing).ok
     assert check("01-code", _input_path).ok
-    assert check("04-code", _define(EXERCISES["04-code"], EXERCISES["04-code"].solution)).ok
+    assert check("04-code", _solution("04-code")).ok
 
     def nan_backward(x: Any, k: float) -> Any:
         y = x.clone()

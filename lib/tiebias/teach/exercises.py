@@ -3,8 +3,8 @@
 Each exercise asks for a prediction, changes one thing with one command (``make exercise ID=<id>``, which runs a
 ``python -m tiebias study`` line into a fresh run folder), says what to look at, and hides an answer in a collapsible
 block. The answer is a template whose numbers come from a class run and the exercise's own run
-(:mod:`tiebias.teach.answers`, stored in ``notebooks/exercise_numbers.json``). Each notebook's coding exercise
-(:mod:`tiebias.teach.coding`) follows the heading. Keeping the definitions in one file lets a test run every command
+(:mod:`tiebias.teach.answers`, stored in ``notebooks/exercise_numbers.json``). Each notebook's coding exercise is
+written in the notebook itself, under the heading (its checker: :mod:`tiebias.teach.coding`). Keeping the definitions in one file lets a test run every command
 and check the notebooks show them as written.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 from tiebias.config.paths import NOTEBOOKS, notebooks_dir
 from tiebias.output.markup import md_fence
 from tiebias.run.files import read_json, write_text_atomic
-from tiebias.teach import answers, coding
+from tiebias.teach import answers
 
 CELL_PREFIX = "exercise-"
 """Notebook cell ids of rendered exercise cells start with this (``exercise-01_train`` is the heading cell)."""
@@ -126,38 +126,29 @@ def markdown(ex: Exercise, profile: str, numbers: dict[str, Any]) -> str:
             f"<details><summary>Answer</summary>\n\n{answer(ex, numbers)}\n\n</details>")
 
 
-def cells(notebook: str, path: str | Path | None = None, numbers: str | Path | None = None) -> list[dict[str, Any]]:
-    """The notebook's exercise cells (a heading cell, its coding exercise, then one cell per command exercise)."""
+def rendered(nb: dict[str, Any], name: str, path: str | Path | None = None,
+             numbers: str | Path | None = None) -> list[dict[str, Any]]:
+    """The notebook's cells with its exercises (always its last cells) rendered anew: a heading, the coding exercise's
+    cells as the notebook holds them (they are written there), then one cell per what-if exercise."""
     header, exercises = load(path)
     measured = load_numbers(numbers)
-    mine = [e for e in exercises if e.notebook == notebook]
+    mine = [e for e in exercises if e.notebook == name]
     if not 2 <= len(mine) <= 3:
-        raise ValueError(f"notebook {notebook}: {len(mine)} exercises in the file; each notebook has 2 or 3")
-    texts = [(f"{CELL_PREFIX}{notebook}", f"## Exercises\n\n{header['intro'].strip()}")]
+        raise ValueError(f"notebook {name}: {len(mine)} exercises in the file; each notebook has 2 or 3")
+    texts = [(f"{CELL_PREFIX}{name}", f"## Exercises\n\n{header['intro'].strip()}")]
     texts += [(f"{CELL_PREFIX}{e.id}", markdown(e, header["profile"], measured)) for e in mine]
-    md = [{"cell_type": "markdown", "id": cid, "metadata": {}, "source": _lines(text)} for cid, text in texts]
-    return md[:1] + coding.cells(notebook) + md[1:]
-
-
-def _lines(text: str) -> list[str]:
-    """Notebook JSON's list-of-lines form of a cell source."""
-    return text.splitlines(keepends=True)
-
-
-def rendered(notebook_path: str | Path) -> list[dict[str, Any]]:
-    """The exercise cells the notebook holds now, or [] if they are not its last cells (then it is out of date)."""
-    nb = json.loads(Path(notebook_path).read_text())
-    mine = [str(c.get("id", "")).startswith(CELL_PREFIX) for c in nb["cells"]]
-    first = mine.index(True) if True in mine else len(mine)
-    return nb["cells"][first:] if all(mine[first:]) else []
+    md = [{"cell_type": "markdown", "id": cid, "metadata": {}, "source": text.splitlines(keepends=True)}
+          for cid, text in texts]
+    own = [c for c in nb["cells"] if not c["id"].startswith(CELL_PREFIX)]
+    coding = [c for c in nb["cells"] if c["id"].startswith(f"{CELL_PREFIX}{name[:2]}-code-")]
+    return own + md[:1] + coding + md[1:]
 
 
 def sync(notebook_path: str | Path, path: str | Path | None = None) -> bool:
-    """Replace the notebook's exercise cells (always its last cells) with the rendering; True if it changed."""
+    """Write the notebook with its exercise cells rendered anew (:func:`rendered`); True if it changed."""
     nb_path = Path(notebook_path)
     nb = json.loads(nb_path.read_text())
-    kept = [c for c in nb["cells"] if not str(c.get("id", "")).startswith(CELL_PREFIX)]
-    new = kept + cells(nb_path.stem, path)
+    new = rendered(nb, nb_path.stem, path)
     if new == nb["cells"]:
         return False
     nb["cells"] = new
