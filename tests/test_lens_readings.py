@@ -46,8 +46,8 @@ def test_schema_protocols_are_the_evaluation_protocols(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("value", "why"), [
-    (["paper"], "allowed: 'package', 'reference'"), (["package", "package"], "repeated"), ([], "one or more"),
-    ("package,bogus", "allowed: 'package', 'reference'"), (3, "is not a list of text"),
+    (["paper"], "'package' or 'reference'"), (["package", "package"], "repeated"), ([], "one or more"),
+    ("package,bogus", "'package' or 'reference'"), (3, "'package' or 'reference'"),
 ])
 def test_bad_lens_protocols_are_named(value: object, why: str) -> None:
     with pytest.raises(ValueError, match="^lens_protocols: ") as e:

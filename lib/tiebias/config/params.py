@@ -1,31 +1,30 @@
-"""The parameter vocabulary shared by profiles, notebooks, the command line and ``make``.
+"""The parameter vocabulary: one typed model, :class:`Params`, for profiles, notebooks, ``--set`` and ``make``.
 
-One vocabulary: a profile key, a notebook parameter, a ``--set`` name and a ``make`` variable are the
-same name for the same thing. :data:`PARAMS` is the single definition of those names (type, default,
-meaning, the notebooks that use each, the rule a value must follow); :func:`coerce` checks and types
-one value. Profiles (:mod:`tiebias.config.profiles`), ``python -m tiebias profiles`` and the README table
-are derived from it.
-
-Where defaults live: a profile key marked :data:`REQUIRED` has no default but each profile's value; the
-``default`` profile's values are also the defaults in code (``TrainConfig()``, ``lens.fit.train_lens``), read
-from the file (:data:`tiebias.config.training.DEFAULT_PROFILE`); an optional key's default is its
-``Param.default`` here.
+A profile key, a notebook parameter, a ``--set`` name and a ``make`` variable are the same name for the same thing.
+A field without a default is a key every profile gives; the ``default`` profile's values are also the defaults in
+code (:data:`tiebias.config.training.DEFAULT_PROFILE`). :func:`coerce` checks and types one value.
 """
-
-from __future__ import annotations
 
 import difflib
 import itertools
-import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, get_args, get_origin
 
-from tiebias.config.checks import is_int
-from tiebias.config.choices import INGREDIENTS, LENS_PROTOCOLS, METHODS
-from tiebias.config.choices import LENS_RECIPES as _RECIPES
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
+from pydantic_core import PydanticUndefined
+
+from tiebias.config.choices import INGREDIENTS, LENS_PROTOCOLS, LENS_RECIPES, METHODS
 from tiebias.config.corpus import BYTE_ALPHABET_SIZE, EMBEDDED_CORPUS, SPECIAL_TOKENS, looks_like_hub_name
 from tiebias.config.paths import NOTEBOOKS, check_encodable
 from tiebias.config.presets import FAMILIES, PRESETS
@@ -38,77 +37,37 @@ from tiebias.config.training import (
 )
 from tiebias.config.variants import parse_variants
 
-REQUIRED: Any = object()  # default of a profile key every profile must give
 PATH_PARAMETERS = ("corpus", "tied_source", "untied_source")  # local paths or hub names
-KINDS = ("int", "float", "bool", "str", "ints", "floats", "strs")
-LENS_RECIPES: tuple[str, ...] = tuple(_RECIPES)  # the names of tiebias.config.choices.LENS_RECIPES
+MIN_VOCAB = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
 
 
-@dataclass(frozen=True)
-class Param:
-    """One name of the vocabulary: its type, default, meaning, where it goes and which notebooks use it."""
-
-    name: str
-    kind: str  # one of KINDS; "ints" etc. are lists
-    help: str
-    notebooks: tuple[str, ...]
-    configures: str  # what the value reaches, e.g. "TrainConfig.steps in train()"
-    default: Any = REQUIRED  # profile keys: REQUIRED or the value when a profile omits it; others: notebook default
-    profile: bool = True  # False: a notebook parameter only, never a profile key
-    optional: bool = False  # None is a valid value (e.g. tied_source: "use the run's models")
-    check: Callable[[Any], str | None] | None = None  # extra rule: returns what is allowed when the value breaks it
-    notebook_defaults: Mapping[str, Any] = field(default_factory=dict)  # a notebook whose default differs
-
-    @property
-    def required(self) -> bool:
-        """A profile key every profile file must give."""
-        return self.profile and self.default is REQUIRED
-
-    def default_for(self, notebook: str) -> Any:
-        """The value the notebook's parameters cell declares (None for profile keys: "from the profile")."""
-        if self.profile or self.name in ("profile", "run_dir"):
-            return None
-        return self.notebook_defaults.get(notebook, self.default)
-
-    def type_text(self) -> str:
-        """The type in words, for listings and docs."""
-        words = {"int": "int", "float": "number", "bool": "bool", "str": "text", "ints": "list of int",
-                 "floats": "list of numbers", "strs": "list of text"}[self.kind]
-        return words + (" or none" if self.optional else "")
+def _rule(problem: Callable[[Any], str | None]) -> AfterValidator:
+    """A rule on a typed value: ``problem`` says what is allowed when the value breaks it, else None."""
+    def check(v: Any) -> Any:
+        if why := problem(v):
+            raise ValueError(why)
+        return v
+    return AfterValidator(check)
 
 
-# -- rules used by several keys ------------------------------------------------------------------
-def _at_least(n: float) -> Callable[[Any], str | None]:
-    """Every number (or every item of a list) must be >= n."""
-    def rule(v: Any) -> str | None:
-        """What is allowed, when a value is below n."""
-        items = v if isinstance(v, list) else [v]
-        return None if all(x >= n for x in items) else f"need {'values' if isinstance(v, list) else 'a value'} >= {n:g}"
-    return rule
+def _no_flag(v: Any) -> Any:
+    """A bool is never a number (``True`` would pass as 1)."""
+    if isinstance(v, bool):
+        raise ValueError("need a number, not true or false")
+    return v
 
 
-def _positive(v: Any) -> str | None:
-    """Numbers (or every item of a list) must be finite and > 0."""
-    items = v if isinstance(v, list) else [v]
-    return None if all(math.isfinite(x) and x > 0 for x in items) else "need finite numbers > 0"
-
-
-def _seed_list(v: list[int]) -> str | None:
-    """Seeds: one or more distinct integers 0 <= seed < 2**32 (see :data:`tiebias.config.training.SEED_LIMIT`)."""
-    if not v or any(not 0 <= x < SEED_LIMIT for x in v):
-        return f"need one or more integers 0 <= seed < 2**32 ({SEED_LIMIT}), e.g. [0, 1, 2] or '0,1,2'"
-    return None if len(set(v)) == len(v) else "a seed is repeated"
-
-
-def _lr(v: float) -> str | None:
-    """The schema's learning-rate check: :func:`tiebias.config.training.lr_problem`, the rule TrainConfig applies."""
-    return lr_problem(v)
+Int = Annotated[int, BeforeValidator(_no_flag)]
+Num = Annotated[float, BeforeValidator(_no_flag)]
+Preset = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
+UNIQUE = _rule(lambda v: None if len(set(v)) == len(v) else "a value is repeated")
+INCREASING = _rule(lambda v: None if all(a < b for a, b in itertools.pairwise(v)) else "need strictly increasing values")
+SEEDS = _rule(lambda v: None if all(0 <= x < SEED_LIMIT for x in v) else
+              f"need one or more integers 0 <= seed < 2**32 ({SEED_LIMIT}), e.g. [0, 1, 2] or '0,1,2'")
 
 
 def _variants(v: list[str]) -> str | None:
-    """Variants: one or more distinct names, as :func:`tiebias.config.variants.parse_variants` accepts them."""
-    if not v:
-        return "need one or more variants, e.g. ['tied', 'untied']"
+    """Variants as :func:`tiebias.config.variants.parse_variants` accepts them."""
     try:
         parse_variants(v)
     except ValueError as e:
@@ -116,199 +75,187 @@ def _variants(v: list[str]) -> str | None:
     return None
 
 
-def _vocab(v: int) -> str | None:
-    """A vocabulary size the byte-level BPE tokenizer can be trained to."""
-    minimum = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
-    return None if v >= minimum else f"byte-level BPE needs at least {minimum} ({BYTE_ALPHABET_SIZE} bytes + specials)"
-
-
 def _corpus(v: str) -> str | None:
-    """A corpus the loader can open: the embedded one, an existing path, or a hub name (checked before writing)."""
+    """The embedded corpus, an existing path, or a hub name (loaded, and checked further, before writing)."""
     if v.strip().lower() == EMBEDDED_CORPUS or Path(v).expanduser().exists() or looks_like_hub_name(v):
         return None
     return (f"need {EMBEDDED_CORPUS!r}, an existing file or folder, or a hub dataset name "
             "('name' or 'user/name', optionally ':config')")
 
 
-def _choice(allowed: tuple[str, ...], empty_ok: bool = False) -> Callable[[Any], str | None]:
-    """The value (or each list item) must be one of ``allowed``; lists must be non-empty and not repeat."""
-    def rule(v: Any) -> str | None:
-        """What is allowed, when a value is not one of the choices."""
-        items = v if isinstance(v, list) else [v]
-        shown = ", ".join(repr(a) for a in allowed) + (" or ''" if empty_ok else "")
-        if isinstance(v, list) and not v:
-            return f"need one or more of {shown}"
-        if any(x not in allowed and not (empty_ok and x == "") for x in items):
-            return f"allowed: {shown}"
-        return None if len(set(items)) == len(items) else "a value is repeated"
-    return rule
+def _p(help: str, notebooks: str, configures: str, default: Any = PydanticUndefined, *, profile: bool = True,
+       defaults: Mapping[str, Any] | None = None, **rules: Any) -> Any:
+    """One name: its meaning, the notebooks using it (``"01 03"``), what it reaches, its default and Field rules."""
+    extra = {"notebooks": tuple(n for n in NOTEBOOKS if n[:2] in notebooks.split()), "configures": configures,
+             "profile": profile, "defaults": dict(defaults or {})}
+    return Field(default, description=help, json_schema_extra=extra, **rules)  # type: ignore[arg-type]
 
 
-def _none_or(rule: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
-    """An empty list, or a list ``rule`` accepts."""
-    def check(v: Any) -> str | None:
-        """What is allowed, when a non-empty value breaks ``rule``."""
-        return None if v == [] else rule(v)
-    return check
+_TRAIN = "01 03 04"
+_NONEMPTY = {"min_length": 1}
 
 
-def _factors(v: list[float]) -> str | None:
-    """Gradient factors of a dose-response (training.factors_problem, at least DOSE_RESPONSE_FACTORS)."""
-    return factors_problem(v, DOSE_RESPONSE_FACTORS)
+class Params(BaseModel):
+    """Every name of the vocabulary, its type and rule; text from the command line is parsed by one validator."""
+
+    model_config = ConfigDict(validate_assignment=True, allow_inf_nan=False)
+
+    corpus: Annotated[str, _rule(_corpus)] = _p(
+        "'shakespeare' (embedded), a local .txt/.jsonl/.parquet file or folder, or a hub dataset", "01 03 04",
+        "Run.prepare(corpus=): the run's data")
+    vocab_size: Annotated[Int, _rule(lambda v: None if v >= MIN_VOCAB else f"byte-level BPE needs at least {MIN_VOCAB} "
+                                     f"({BYTE_ALPHABET_SIZE} bytes + specials)")] = _p(
+        "byte-level BPE vocabulary size", "01 04", "Run.prepare(vocab_size=): the run's tokenizer")
+    preset: Preset = _p("model shape (tiebias.config.presets.PRESETS)", _TRAIN, "TrainConfig.preset in train()")
+    family: Literal[FAMILIES] = _p("llama (OLMo-like) or neox (Pythia-like)", _TRAIN,  # type: ignore[valid-type]
+                                   "TrainConfig.family in train()")
+    steps: Int = _p("optimiser steps per model", _TRAIN, "TrainConfig.steps in train()", ge=1)
+    batch_size: Int = _p("sequences per step", _TRAIN, "TrainConfig.batch_size in train()", ge=1)
+    seq_len: Int = _p("tokens per sequence", _TRAIN, "TrainConfig.seq_len in train()", ge=2)
+    lr: Annotated[Num, _rule(lr_problem)] = _p("peak learning rate (AdamW, warmup then cosine), at most 1", _TRAIN,
+                                               "TrainConfig.lr in train()")
+    warmup_steps: Int = _p("linear warmup steps (fewer than steps)", _TRAIN, "TrainConfig.warmup_steps in train()", ge=0)
+    eval_every: Int = _p("validation loss every N steps", _TRAIN, "TrainConfig.eval_every in train()", ge=1)
+    eval_tokens: Int = _p("validation tokens per evaluation", _TRAIN, "TrainConfig.eval_tokens in train()", ge=1)
+    checkpoint_every: Int = _p("regular checkpoints every N steps (log-spaced ones are always written)", _TRAIN,
+                               "TrainConfig.checkpoint_every in train()", ge=1)
+    seeds: Annotated[list[Int], SEEDS, UNIQUE] = _p(
+        "seeds of the study: one model per variant and seed (02: the seeds compared)", "01 02 03",
+        "01: models trained; 02: pairs compared; 03: lenses trained", **_NONEMPTY)
+    variants: Annotated[list[str], _rule(_variants)] = _p(
+        "model variants: tied, untied, tied_in<k>, tied_out<k>, tied_in<k>_out<k>", "01 03",
+        "01: models trained; 03: models given a lens", **_NONEMPTY)
+    heldout_folds: Annotated[Int, _rule(lambda v: None if v == 0 or v >= 2 else
+                                        "need 0 (in-sample only) or an integer >= 2 (k-fold)")] = _p(
+        "k-fold held-out alignment maps (0 = in-sample only, as in the paper)", "02",
+        "align.comparisons.table1(heldout_folds=)")
+    knn_k: Int = _p("neighbours for the KNN@k overlap", "02", "align.comparisons.table1(knn_k=)", ge=1)
+    lens_steps: Int = _p("tuned-lens training steps", "03 04", "config.lens.LensSettings(steps=)", ge=1)
+    lens_tokens_per_step: Int = _p("tuned-lens tokens per step", "03 04", "config.lens.LensSettings(tokens_per_step=)",
+                                   ge=1)
+    lens_depth_presets: Annotated[list[Preset], UNIQUE] = _p(
+        "other model depths for 03_lens, same width ([] = off), e.g. ['small-deep', 'small-16']", "03",
+        "train.train_depth_models(preset=)", [])
+    lens_eval_tokens: Int = _p("lens evaluation tokens (test split)", "03 04", "config.lens.LensSettings(eval_tokens=)",
+                               ge=1)
+    lens_budgets: Annotated[list[Annotated[Int, Field(gt=0)]], INCREASING] = _p(
+        "lens-budget ladder: multiples of lens_steps, strictly increasing; the last carries the claim-3 verdict", "03",
+        "03 lens-budget ladder (config.lens.LensSettings(budgets=))", [1], **_NONEMPTY)
+    lens_recipes: Annotated[list[Literal[tuple(LENS_RECIPES)]], UNIQUE] = _p(  # type: ignore[valid-type]
+        f"lens training recipes, from {', '.join(LENS_RECIPES)}", "03 04",
+        "03 lens recipe comparison (config.lens.LensSettings(recipes=))", ["cpu"], **_NONEMPTY)
+    lens_protocols: Annotated[list[Literal[LENS_PROTOCOLS]], UNIQUE] = _p(  # type: ignore[valid-type]
+        f"readings of every trained lens, from {', '.join(LENS_PROTOCOLS)} (the tuned-lens package's, the paper's "
+        "code's); the first carries claim 3's headline verdict", "03",
+        "03 lens evaluation (config.lens.LensSettings(protocols=))", ["package", "reference"], **_NONEMPTY)
+    lens_checkpoints: Annotated[list[Annotated[Int, Field(ge=0)]], INCREASING] = _p(
+        "training steps whose checkpoints also get a lens ([] = final models only)", "03",
+        "03 lens over training (lens.ladder.train_checkpoint_lens_ladders)", [])
+    ablate_factors: Annotated[list[Num], _rule(lambda v: factors_problem(v, DOSE_RESPONSE_FACTORS))] = _p(
+        "input-gradient factors k (tied_in<k>), 0.001 to 1000; 1 is the plain tied model", "04",
+        "ablate.sweep.sweep_variants(factors)")
+    ablate_seeds: Annotated[list[Int], SEEDS, UNIQUE] = _p("seeds of the ablation sweep", "04",
+                                                           "ablate.sweep.run_sweep(seeds)", **_NONEMPTY)
+    ablate_ingredients: Annotated[list[Literal[tuple(INGREDIENTS)]], UNIQUE] = _p(  # type: ignore[valid-type]
+        "claim 4's ingredients: the k = 1 and k = 5 tied models retrained with one change of recipe each, from "
+        f"{', '.join(INGREDIENTS)} ([] = off; needs 5 in ablate_factors)", "04",
+        "ablate.ingredients.train_ingredients(names)", [])
+    scale_vocab_sizes: Annotated[list[Annotated[Int, Field(ge=MIN_VOCAB)]], UNIQUE] = _p(
+        "scale axis: other vocabulary sizes at the run's preset ([] = off)", "04", "ablate.scale.points(vocab_sizes=)",
+        [])
+    scale_presets: Annotated[list[Preset], UNIQUE] = _p(
+        "scale axis: other presets (widths) at the run's vocabulary ([] = off), e.g. ['small-w64', 'small-w256']",
+        "04", "ablate.scale.points(presets=)", [])
+    scale_steps: Annotated[list[Annotated[Int, Field(ge=1)]], UNIQUE] = _p(
+        "scale axis: other training lengths (steps) at the run's vocabulary and preset, the same warmup ([] = off)",
+        "04", "ablate.scale.points(step_counts=)", [])
+    ablate_budget_minutes: Num = _p("warn before starting a sweep estimated to take longer", "04",
+                                    "ablate.sweep.plan(budget_minutes=)", gt=0)
+    # -- notebook parameters, not profile keys
+    profile: str = _p("profile name or path to a .toml file (default: $TIEBIAS_PROFILE, else 'default' on the "
+                      "command line and 'class' in a notebook opened on its own)", "01 02 03 04",
+                      "config.profiles.resolve", "default", profile=False, pattern=r"\S")
+    run_dir: str | None = _p("run folder (default: $TIEBIAS_RUN_DIR, else runs/<profile>)", "01 02 03 04",
+                             "config.profiles.resolve", None, profile=False)
+    overwrite: bool = _p("retrain models whose folder was made with a different config", "01 04",
+                         "train.train(overwrite=)", False, profile=False)
+    methods: Annotated[list[Literal[METHODS]], UNIQUE] = _p(  # type: ignore[valid-type]
+        f"alignment methods, from {', '.join(METHODS)}", "02 04",
+        "align.comparisons.table1 / ablate.sweep.alignment_table(methods=)", list(METHODS), profile=False,
+        defaults={"04_ablate": ["orthogonal", "linear"]}, **_NONEMPTY)
+    tied_source: str | None = _p("a tied HF causal LM (folder or hub id) instead of the run's models", "02 03",
+                                 "align.comparisons.load_sources / models.sources.load_models", None, profile=False,
+                                 pattern=r"\S")
+    untied_source: str | None = _p("its untied counterpart", "02 03",
+                                   "align.comparisons.load_sources / models.sources.load_models", None, profile=False,
+                                   pattern=r"\S")
+    prompt: str = _p("prompt for the lens trajectory and the explorer", "03", "lens.evaluate.trajectory(prompt)",
+                     "Friends, Romans, countrymen, lend me your", profile=False, pattern=r"\S")
+    inverse_output: bool = _p("also multiply the output path by 1/k", "04", "ablate.sweep.sweep_variants(inverse_output=)",
+                              False, profile=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _from_text(cls, v: Any, info: Any) -> Any:
+        """Values as the command line gives them: ``none`` for an optional name, ``0,1,2`` or ``[0, 1]`` for a list."""
+        ann = cls.model_fields[info.field_name].annotation
+        v = os.fspath(v) if isinstance(v, os.PathLike) else v
+        if isinstance(v, str) and type(None) in get_args(ann) and v.strip().lower() in ("none", "null"):
+            return None
+        if get_origin(ann) is not list or v is None:
+            return v
+        if isinstance(v, str):
+            return [x.strip().strip("'\"") for x in v.strip().removeprefix("[").removesuffix("]").split(",") if x.strip()]
+        return list(v) if isinstance(v, (list, tuple)) else [v]
 
 
-def _vocab_list(v: list[int]) -> str | None:
-    """Every vocabulary size valid, none repeated."""
-    for x in v:
-        bad = _vocab(x)
-        if bad:
-            return bad
-    return None if len(set(v)) == len(v) else "a size is repeated"
+@dataclass(frozen=True)
+class Param:
+    """One name as listings and callers read it, taken from :class:`Params`."""
+
+    name: str
+    type: str  # in words: "int", "list of text", "text or none", ...
+    help: str
+    notebooks: tuple[str, ...]
+    configures: str
+    required: bool  # a profile key every profile gives
+    default: Any  # optional profile keys: the value a profile leaves out; notebook parameters: their default
+    profile: bool  # False: a notebook parameter only, never a profile key
+    defaults: Mapping[str, Any]  # notebooks whose default differs
+
+    def default_for(self, notebook: str) -> Any:
+        """The value the notebook's parameters cell declares (None for profile keys: "from the profile")."""
+        if self.profile or self.name in ("profile", "run_dir"):
+            return None
+        return self.defaults.get(notebook, self.default)
 
 
-def _step_counts(v: list[int]) -> str | None:
-    """Training lengths: integers >= 1, none repeated ([] = none)."""
-    if any(x < 1 for x in v):
-        return "need training lengths of one step or more (e.g. [1200, 4800]), or [] for none"
-    return None if len(set(v)) == len(v) else "a length is repeated"
+def _words(ann: Any) -> str:
+    """A field's type in words, for listings and docs."""
+    optional = type(None) in get_args(ann)
+    t = next(a for a in get_args(ann) if a is not type(None)) if optional else ann
+    inner = get_args(t)[0] if get_origin(t) is list else t
+    inner = get_args(inner)[0] if get_origin(inner) is Annotated else inner
+    word = "text" if get_origin(inner) is Literal else {int: "int", float: "number", bool: "bool", str: "text"}[inner]
+    if get_origin(t) is list:
+        word = "list of " + {"number": "numbers"}.get(word, word)
+    return word + (" or none" if optional else "")
 
 
-def _budgets(v: list[float]) -> str | None:
-    """Lens budgets: one or more numbers > 0, strictly increasing."""
-    if not v or _positive(v):
-        return "need one or more finite numbers > 0"
-    return None if all(a < b for a, b in itertools.pairwise(v)) else "need strictly increasing numbers (e.g. [1, 4, 16])"
-
-
-def _steps(v: list[int]) -> str | None:
-    """Checkpoint steps: integers >= 0 (0 = the initialisation), strictly increasing ([] = none)."""
-    if any(x < 0 for x in v):
-        return "need training steps >= 0 at which the run saved checkpoints (e.g. [128, 1024]), or [] for none"
-    return None if all(a < b for a, b in itertools.pairwise(v)) else "need strictly increasing steps"
-
-
-def _folds(v: int) -> str | None:
-    """Held-out folds: 0 (in-sample) or k >= 2."""
-    return None if v == 0 or v >= 2 else "need 0 (in-sample only) or an integer >= 2 (k-fold)"
-
-
-def _non_empty(v: str) -> str | None:
-    """Text with something in it."""
-    return None if v.strip() else "need a non-empty text"
-
-
-_TRAIN = ("01_train", "03_lens", "04_ablate")  # notebooks that train (03: the second depth) and need the recipe
-
-
-def _train(name: str, kind: str, help: str, check: Callable[[Any], str | None] | None) -> Param:
-    """A TrainConfig field: used by every notebook that trains, and reaching train() through train_config()."""
-    return Param(name, kind, help, _TRAIN, f"TrainConfig.{name} in train()", check=check)
-
-
-PARAM_LIST: tuple[Param, ...] = (
-    # -- data -------------------------------------------------------------------------------------
-    Param("corpus", "str", "'shakespeare' (embedded), a local .txt/.jsonl/.parquet file or folder, or a hub dataset",
-          ("01_train", "03_lens", "04_ablate"), "Run.prepare(corpus=): the run's data", check=_corpus),
-    Param("vocab_size", "int", "byte-level BPE vocabulary size", ("01_train", "04_ablate"),
-          "Run.prepare(vocab_size=): the run's tokenizer", check=_vocab),
-    # -- training (TrainConfig) ---------------------------------------------------------------------
-    _train("preset", "str", "model shape (tiebias.config.presets.PRESETS)", _choice(tuple(PRESETS))),
-    _train("family", "str", "llama (OLMo-like) or neox (Pythia-like)", _choice(FAMILIES)),
-    _train("steps", "int", "optimiser steps per model", _at_least(1)),
-    _train("batch_size", "int", "sequences per step", _at_least(1)),
-    _train("seq_len", "int", "tokens per sequence", _at_least(2)),
-    _train("lr", "float", "peak learning rate (AdamW, warmup then cosine), at most 1", _lr),
-    _train("warmup_steps", "int", "linear warmup steps (fewer than steps)", _at_least(0)),
-    _train("eval_every", "int", "validation loss every N steps", _at_least(1)),
-    _train("eval_tokens", "int", "validation tokens per evaluation", _at_least(1)),
-    _train("checkpoint_every", "int", "regular checkpoints every N steps (log-spaced ones are always written)",
-           _at_least(1)),
-    Param("seeds", "ints", "seeds of the study: one model per variant and seed (02: the seeds compared)",
-          ("01_train", "02_align", "03_lens"), "01: models trained; 02: pairs compared; 03: lenses trained",
-          check=_seed_list),
-    Param("variants", "strs", "model variants: tied, untied, tied_in<k>, tied_out<k>, tied_in<k>_out<k>",
-          ("01_train", "03_lens"), "01: models trained; 03: models given a lens", check=_variants),
-    # -- 02_align ---------------------------------------------------------------------------------
-    Param("heldout_folds", "int", "k-fold held-out alignment maps (0 = in-sample only, as in the paper)",
-          ("02_align",), "align.comparisons.table1(heldout_folds=)", check=_folds),
-    Param("knn_k", "int", "neighbours for the KNN@k overlap", ("02_align",), "align.comparisons.table1(knn_k=)",
-          check=_at_least(1)),
-    # -- 03_lens ----------------------------------------------------------------------------------
-    Param("lens_steps", "int", "tuned-lens training steps", ("03_lens", "04_ablate"), "config.lens.LensSettings(steps=)", check=_at_least(1)),
-    Param("lens_tokens_per_step", "int", "tuned-lens tokens per step", ("03_lens", "04_ablate"), "config.lens.LensSettings(tokens_per_step=)",
-          check=_at_least(1)),
-    Param("lens_depth_presets", "strs", "other model depths for 03_lens, same width ([] = off), e.g. "
-          "['small-deep', 'small-16']", ("03_lens",), "train.train_depth_models(preset=)", default=[],
-          check=_none_or(_choice(tuple(PRESETS)))),
-    Param("lens_eval_tokens", "int", "lens evaluation tokens (test split)", ("03_lens", "04_ablate"), "config.lens.LensSettings(eval_tokens=)",
-          check=_at_least(1)),
-    Param("lens_budgets", "ints", "lens-budget ladder: multiples of lens_steps, strictly increasing; the last carries "
-          "the claim-3 verdict", ("03_lens",), "03 lens-budget ladder (config.lens.LensSettings(budgets=))", default=[1], check=_budgets),
-    Param("lens_recipes", "strs", f"lens training recipes, from {', '.join(LENS_RECIPES)}", ("03_lens", "04_ablate"),
-          "03 lens recipe comparison (config.lens.LensSettings(recipes=))", default=["cpu"], check=_choice(LENS_RECIPES)),
-    Param("lens_protocols", "strs", f"readings of every trained lens, from {', '.join(LENS_PROTOCOLS)} (the "
-          "tuned-lens package's, the paper's code's); the first carries claim 3's headline verdict", ("03_lens",),
-          "03 lens evaluation (config.lens.LensSettings(protocols=))", default=["package", "reference"],
-          check=_choice(LENS_PROTOCOLS)),
-    Param("lens_checkpoints", "ints", "training steps whose checkpoints also get a lens ([] = final models only)",
-          ("03_lens",), "03 lens over training (lens.ladder.train_checkpoint_lens_ladders)", default=[], check=_steps),
-    # -- 04_ablate --------------------------------------------------------------------------------
-    Param("ablate_factors", "floats", "input-gradient factors k (tied_in<k>), 0.001 to 1000; 1 is the plain tied model",
-          ("04_ablate",), "ablate.sweep.sweep_variants(factors)", check=_factors),
-    Param("ablate_seeds", "ints", "seeds of the ablation sweep", ("04_ablate",), "ablate.sweep.run_sweep(seeds)",
-          check=_seed_list),
-    Param("ablate_ingredients", "strs", "claim 4's ingredients: the k = 1 and k = 5 tied models retrained with one "
-          f"change of recipe each, from {', '.join(INGREDIENTS)} ([] = off; needs 5 in ablate_factors)", ("04_ablate",),
-          "ablate.ingredients.train_ingredients(names)", default=[], check=_none_or(_choice(tuple(INGREDIENTS)))),
-    Param("scale_vocab_sizes", "ints", "scale axis: other vocabulary sizes at the run's preset ([] = off)",
-          ("04_ablate",), "ablate.scale.points(vocab_sizes=)", default=[], check=_vocab_list),
-    Param("scale_presets", "strs", "scale axis: other presets (widths) at the run's vocabulary ([] = off), e.g. "
-          "['small-w64', 'small-w256']", ("04_ablate",), "ablate.scale.points(presets=)", default=[],
-          check=_none_or(_choice(tuple(PRESETS)))),
-    Param("scale_steps", "ints", "scale axis: other training lengths (steps) at the run's vocabulary and preset, the "
-          "same warmup ([] = off)", ("04_ablate",), "ablate.scale.points(step_counts=)", default=[],
-          check=_step_counts),
-    Param("ablate_budget_minutes", "float", "warn before starting a sweep estimated to take longer",
-          ("04_ablate",), "ablate.sweep.plan(budget_minutes=)", check=_positive),
-    # -- notebook parameters that are not profile keys ----------------------------------------------
-    Param("profile", "str", "profile name or path to a .toml file (default: $TIEBIAS_PROFILE, else 'default' on the "
-          "command line and 'class' in a notebook opened on its own)",
-          NOTEBOOKS, "config.profiles.resolve", default="default", profile=False, check=_non_empty),
-    Param("run_dir", "str", "run folder (default: $TIEBIAS_RUN_DIR, else runs/<profile>)", NOTEBOOKS,
-          "config.profiles.resolve", default=None, profile=False, optional=True),
-    Param("overwrite", "bool", "retrain models whose folder was made with a different config", ("01_train", "04_ablate"),
-          "train.train(overwrite=)", default=False, profile=False),
-    Param("methods", "strs", f"alignment methods, from {', '.join(METHODS)}", ("02_align", "04_ablate"),
-          "align.comparisons.table1 / ablate.sweep.alignment_table(methods=)", default=list(METHODS), profile=False,
-          check=_choice(METHODS), notebook_defaults={"04_ablate": ["orthogonal", "linear"]}),
-    Param("tied_source", "str", "a tied HF causal LM (folder or hub id) instead of the run's models",
-          ("02_align", "03_lens"), "align.comparisons.load_sources / models.sources.load_models", default=None, profile=False, optional=True,
-          check=_non_empty),
-    Param("untied_source", "str", "its untied counterpart", ("02_align", "03_lens"),
-          "align.comparisons.load_sources / models.sources.load_models", default=None, profile=False, optional=True, check=_non_empty),
-    Param("prompt", "str", "prompt for the lens trajectory and the explorer", ("03_lens",), "lens.evaluate.trajectory(prompt)",
-          default="Friends, Romans, countrymen, lend me your", profile=False, check=_non_empty),
-    Param("inverse_output", "bool", "also multiply the output path by 1/k", ("04_ablate",),
-          "ablate.sweep.sweep_variants(inverse_output=)", default=False, profile=False),
-)
-PARAMS: dict[str, Param] = {p.name: p for p in PARAM_LIST}
-PROFILE_KEYS: tuple[str, ...] = tuple(p.name for p in PARAM_LIST if p.profile)
+PARAMS: dict[str, Param] = {
+    name: Param(name, _words(f.annotation), f.description or "", f.json_schema_extra["notebooks"],  # type: ignore[index]
+                f.json_schema_extra["configures"], f.is_required(), None if f.is_required() else f.default,  # type: ignore[index]
+                f.json_schema_extra["profile"], f.json_schema_extra["defaults"])  # type: ignore[index]
+    for name, f in Params.model_fields.items()}
+PROFILE_KEYS: tuple[str, ...] = tuple(k for k, p in PARAMS.items() if p.profile)
 TRAIN_KEYS: tuple[str, ...] = tuple(f.name for f in fields(TrainConfig) if f.name in PARAMS)
 
 
 def notebook_parameters(notebook: str) -> list[str]:
-    """Names a notebook's parameters cell declares, in vocabulary order.
-
-    Args:
-        notebook: a kit notebook's name without extension (``"03_lens"``), one of
-            :data:`tiebias.config.paths.NOTEBOOKS`, else ValueError.
-
-    Returns:
-        The parameter names, in the order of :data:`PARAM_LIST`.
-    """
+    """Names a notebook's parameters cell declares, in vocabulary order."""
     if notebook not in NOTEBOOKS:
         raise ValueError(f"notebook: unknown value {notebook!r}; allowed: {', '.join(NOTEBOOKS)}")
-    return [p.name for p in PARAM_LIST if notebook in p.notebooks]
+    return [k for k, p in PARAMS.items() if notebook in p.notebooks]
 
 
 def unknown_name(name: str, allowed: list[str] | tuple[str, ...], what: str) -> ValueError:
@@ -318,68 +265,21 @@ def unknown_name(name: str, allowed: list[str] | tuple[str, ...], what: str) -> 
     return ValueError(f"{name}: {what}{hint}; allowed: {', '.join(allowed)}")
 
 
+_REWORDED = {"too_short": "need one or more values", "string_pattern_mismatch": "need a non-empty text"}
+
+
 def coerce(name: str, value: Any) -> Any:
-    """Check one value against the vocabulary and return it typed (text from the command line is parsed)."""
+    """One value checked against :class:`Params` and typed; a ValueError names the parameter, the value and the rule."""
     if name not in PARAMS:
         raise unknown_name(name, list(PARAMS), "not a parameter")
-    p = PARAMS[name]
-    if value is None or (p.optional and isinstance(value, str) and value.strip().lower() in ("none", "null")):
-        if p.optional:
-            return None
-        raise ValueError(f"{name}: None is not allowed; need a value ({p.type_text()})")
-    out = _typed(p, value)
-    if name in PATH_PARAMETERS:
+    try:
+        out = getattr(Params.__pydantic_validator__.validate_assignment(Params.model_construct(), name, value), name)
+    except ValidationError as e:
+        err = e.errors()[0]
+        why = str(err["ctx"]["error"]) if err["type"] == "value_error" else _REWORDED.get(
+            err["type"], err["msg"][0].lower() + err["msg"][1:])
+        item = f" (item {err['loc'][1] + 1})" if len(err["loc"]) > 1 else ""
+        raise ValueError(f"{name}: {value!r} is not allowed{item}; {why}") from None
+    if name in PATH_PARAMETERS and out is not None:
         check_encodable(name, out)
-    if p.check is not None and (why := p.check(out)):
-        raise ValueError(f"{name}: {value!r} is not allowed; {why}")
     return out
-
-
-def _typed(p: Param, value: Any) -> Any:
-    """The value converted to the parameter's kind, or a ValueError naming the parameter and the value."""
-    article = "an" if p.type_text()[0] in "aeiou" else "a"
-    bad = ValueError(f"{p.name}: {value!r} is not {article} {p.type_text()}" + {
-        "ints": " (e.g. [0, 1, 2] or '0,1,2')", "floats": " (e.g. [1, 5] or '1,5')",
-        "strs": " (e.g. ['a', 'b'] or 'a,b')", "bool": " (true or false)"}.get(p.kind, ""))
-    if p.kind in ("ints", "floats", "strs"):
-        if isinstance(value, str):
-            text = value.strip().removeprefix("[").removesuffix("]")
-            items: list[Any] = [v.strip().strip("'\"") for v in text.split(",") if v.strip()]
-        elif isinstance(value, (list, tuple)):
-            items = list(value)
-        else:
-            items = [value]
-        return [_scalar(p.kind[:-1], x, bad) for x in items]
-    return _scalar(p.kind, value, bad)
-
-
-def _scalar(kind: str, x: Any, bad: ValueError) -> Any:
-    """One scalar of ``kind`` (int, float, bool, str) from a typed value or from text."""
-    if kind == "bool":
-        if isinstance(x, bool):
-            return x
-        if isinstance(x, str) and x.strip().lower() in ("true", "false", "yes", "no", "1", "0"):
-            return x.strip().lower() in ("true", "yes", "1")
-        if isinstance(x, int) and x in (0, 1):
-            return bool(x)
-        raise bad
-    if kind == "str":
-        if isinstance(x, (str, os.PathLike)):
-            return os.fspath(x)
-        raise bad
-    if isinstance(x, bool):
-        raise bad
-    if isinstance(x, str):
-        try:
-            x = float(x) if kind == "float" else int(x.strip())
-        except ValueError:
-            raise bad from None
-    if kind == "int":
-        if isinstance(x, float) and x.is_integer():
-            x = int(x)
-        if not is_int(x):
-            raise bad
-        return x
-    if not isinstance(x, (int, float)) or not math.isfinite(x):
-        raise bad
-    return float(x)

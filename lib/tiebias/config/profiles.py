@@ -1,17 +1,13 @@
-"""Profiles: small TOML files of study parameters (``smoke``, ``class``, ``default``, ``gpu``, ``long``).
+"""Profiles: small TOML files of the vocabulary's profile keys, and the resolution of a study's or a notebook's values.
 
-Profile keys are names of the parameter vocabulary (:mod:`tiebias.config.params`), checked against it.
-Every notebook's papermill parameters that are profile keys default to ``None``, meaning "take it from
-the profile"; any value given explicitly (papermill ``-p``, ``--set``, ``make study STEPS=...``) wins.
-The profile is chosen by the ``profile`` parameter, whose default is the ``TIEBIAS_PROFILE`` environment
-variable, so a test harness (nbval) can pick the smoke profile without editing the notebook.
+A notebook's profile keys default to ``None``: "take it from the profile"; a value given explicitly (papermill ``-p``,
+``--set``, ``make study STEPS=...``) wins. The profile is the ``profile`` parameter, by default ``$TIEBIAS_PROFILE``.
 """
 
 from __future__ import annotations
 
-import ast
-import copy
 import os
+import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -20,22 +16,19 @@ from typing import Any
 from tiebias.config.checks import check_run_dir_text
 from tiebias.config.environment import check_environment
 from tiebias.config.lens import check_shape, lens_seq_len
-from tiebias.config.params import (
-    PARAM_LIST,
-    PARAMS,
-    PROFILE_KEYS,
-    REQUIRED,
-    TRAIN_KEYS,
-    coerce,
-    notebook_parameters,
-    unknown_name,
-)
+from tiebias.config.params import PARAMS, PROFILE_KEYS, TRAIN_KEYS, coerce, notebook_parameters, unknown_name
 from tiebias.config.paths import NOTEBOOKS, PROFILE_DIR, check_encodable, repo_root, runs_dir
 from tiebias.config.training import TrainConfig, checkpoint_steps
 from tiebias.config.variants import parse_variants
 
 PROFILE_ENV = "TIEBIAS_PROFILE"
 RUN_DIR_ENV = "TIEBIAS_RUN_DIR"
+NOTEBOOK_PROFILE = "class"
+"""The profile of a notebook opened on its own (no ``$TIEBIAS_PROFILE``): the lesson's; the command line's is
+``default``."""
+RESOLVED: list[Callable[[str, Path], None]] = []
+"""Called with (notebook, run folder) once a notebook's parameters are resolved (the notebooks' setup adds the
+recording of cell times, in a layer this one does not import)."""
 
 
 def available() -> list[str]:
@@ -44,43 +37,33 @@ def available() -> list[str]:
 
 
 def load_profile(name: str | Path) -> dict[str, Any]:
-    """Parameters of a shipped profile (by name) or of any TOML file (by path), checked against the vocabulary.
-
-    Unknown keys, notebook-only names, missing required keys and bad values are errors naming the key;
-    optional keys a profile leaves out get their default.
-    """
-    path = Path(name)
-    if path.suffix != ".toml":
-        path = PROFILE_DIR / f"{name}.toml"
+    """A shipped profile (by name) or any TOML file (by path), checked: an unknown key, a notebook-only name, a missing
+    required key or a bad value is an error naming the key; an optional key left out gets its default."""
+    path = Path(name) if Path(name).suffix == ".toml" else PROFILE_DIR / f"{name}.toml"
     if not path.exists():
         raise ValueError(f"profile: unknown value {str(name)!r}; allowed: {', '.join(available())} "
                          "or a path to a .toml file")
     try:
-        with path.open("rb") as f:
-            raw = tomllib.load(f)
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"profile: {path} is not valid TOML ({e})") from None
     out: dict[str, Any] = {}
     for key, value in raw.items():
-        p = PARAMS.get(key)
-        if p is None:
+        if key not in PARAMS:
             raise unknown_name(key, PROFILE_KEYS, f"unknown key in profile {path}")
-        if not p.profile:
-            raise ValueError(f"{key}: a notebook parameter ({', '.join(p.notebooks)}), not a profile key (in {path}); "
-                             f"give it with --set {key}=... or papermill -p {key} ...; profile keys: "
+        if not PARAMS[key].profile:
+            raise ValueError(f"{key}: a notebook parameter ({', '.join(PARAMS[key].notebooks)}), not a profile key (in "
+                             f"{path}); give it with --set {key}=... or papermill -p {key} ...; profile keys: "
                              f"{', '.join(PROFILE_KEYS)}")
         try:
             out[key] = coerce(key, value)
         except ValueError as e:
             raise ValueError(f"{e} (in profile {path})") from None
-    missing = [k for k in PROFILE_KEYS if k not in out and PARAMS[k].required]
-    if missing:
+    required = [k for k in PROFILE_KEYS if PARAMS[k].required]
+    if missing := [k for k in required if k not in out]:
         raise ValueError(f"{missing[0]}: missing from profile {path} ({PARAMS[missing[0]].help}); "
-                         f"every profile needs: {', '.join(k for k in PROFILE_KEYS if PARAMS[k].required)}")
-    for k in PROFILE_KEYS:
-        if k not in out:
-            out[k] = coerce(k, copy.deepcopy(PARAMS[k].default))
-    return out
+                         f"every profile needs: {', '.join(required)}")
+    return out | {k: coerce(k, PARAMS[k].default) for k in PROFILE_KEYS if k not in out}
 
 
 def default_profile() -> str:
@@ -89,30 +72,17 @@ def default_profile() -> str:
 
 
 def env_run_dir() -> Path | None:
-    """``$TIEBIAS_RUN_DIR`` as a folder (None when unset); a relative one lies under the repository root.
-
-    ``make lab`` announces ``runs/...`` from the root, and JupyterLab's kernels run in ``notebooks/``: the
-    same value must name the same folder in a notebook and on the command line.
-    """
+    """``$TIEBIAS_RUN_DIR`` (None when unset); a relative one lies under the repository root, as JupyterLab's kernels
+    run in ``notebooks/``."""
     raw = os.environ.get(RUN_DIR_ENV)
-    if not raw:
-        return None
-    path = Path(raw).expanduser()
-    return path if path.is_absolute() else repo_root() / path
+    return None if not raw else repo_root() / Path(raw).expanduser()
 
 
 def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None, *,
             notebooks: Sequence[str] | None = None, **overrides: Any) -> dict[str, Any]:
-    """Merge a profile with explicit overrides (``None`` means "not given") and fill in the run folder.
-
-    Every value is checked (the training recipe as a whole too) before anything is written, so a bad
-    value stops here with an error naming it. Notebook-only parameters given here come back checked too.
-    Values that must agree with others (lens settings with the training recipe) are checked for the
-    ``notebooks`` that will run (None: all of them), so a study stops here rather than hours later in 03.
-    The machine's variables (``TIEBIAS_THREADS``, ``TIEBIAS_WORKERS``) are checked here too. A relative
-    ``$TIEBIAS_RUN_DIR`` names a folder under the repository root, wherever the process runs (a notebook's
-    kernel runs in ``notebooks/``).
-    """
+    """A profile with explicit overrides (``None``: not given) and the run folder, all checked before anything is
+    written: each value, the training recipe as a whole, the values that must agree for the ``notebooks`` that will
+    run (None: all), and ``TIEBIAS_THREADS`` / ``TIEBIAS_WORKERS``. Notebook parameters given come back checked."""
     check_environment()
     name = profile or default_profile()
     check_encodable("profile", name)
@@ -120,10 +90,9 @@ def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None
     for k, v in overrides.items():
         if k not in PARAMS:
             raise unknown_name(k, [n for n in PARAMS if n not in ("profile", "run_dir")], "not a parameter")
-        if v is None and PARAMS[k].profile:
-            continue
-        params[k] = coerce(k, v)
-    train_config(params)  # the recipe as a whole (e.g. seq_len within the preset's positions, warmup_steps < steps)
+        if v is not None or not PARAMS[k].profile:
+            params[k] = coerce(k, v)
+    train_config(params)  # the recipe as a whole (seq_len within the preset's positions, warmup_steps < steps)
     if notebooks is None or "03_lens" in notebooks:
         check_lens(params)
     elif "04_ablate" in notebooks:  # 04's row-1 lenses: the same whole lens sequences
@@ -132,77 +101,34 @@ def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None
     check_pairs(params, NOTEBOOKS if notebooks is None else notebooks)
     check_run_dir_text(run_dir)  # "" is a mistake, not "not given" (that is None)
     rd = run_dir or env_run_dir() or runs_dir() / Path(str(name)).stem
-    params["profile"] = str(name)
     check_encodable("run_dir", rd)
-    params["run_dir"] = str(Path(rd).expanduser().resolve())
-    return params
-
-
-INJECTED_HEADER = "# Parameters"
-"""The first line of the cell papermill adds after a notebook's ``parameters`` cell (its ``-p`` values)."""
+    return params | {"profile": str(name), "run_dir": str(Path(rd).expanduser().resolve())}
 
 
 def injected_names(namespace: Mapping[str, Any]) -> list[str]:
-    """The names papermill's injected cells assigned, read from IPython's input history (``In``) in ``namespace``.
-
-    Papermill only warns about a name the parameters cell does not declare, and the cell then assigns it
-    anyway: read here, such a name can be refused like an unknown ``--set`` name. No history (not IPython): [].
-    """
+    """The names papermill's injected cells (first line ``# Parameters``) assigned, read from IPython's input history
+    ``In``: papermill only warns about a name the notebook does not declare. [] outside IPython."""
     history = namespace.get("In")
-    names: list[str] = []
-    for source in history if isinstance(history, list) else []:
-        if not isinstance(source, str) or source.lstrip("\n").split("\n", 1)[0].rstrip() != INJECTED_HEADER:
-            continue
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:
-            continue
-        names += [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
-                  if isinstance(t, ast.Name)]
-    return list(dict.fromkeys(names))
+    cells = [s for s in (history if isinstance(history, list) else []) if isinstance(s, str)
+             and s.lstrip("\n").split("\n", 1)[0].rstrip() == "# Parameters"]
+    return list(dict.fromkeys(re.findall(r"(?m)^([A-Za-z_]\w*) = ", "\n".join(cells))))
 
 
 def check_injected(notebook: str, namespace: Mapping[str, Any]) -> None:
-    """Refuse a papermill ``-p`` name that ``notebook`` does not declare, as ``--set`` refuses it (it would be ignored)."""
+    """Refuse a papermill ``-p`` name that ``notebook`` does not declare, as ``--set`` refuses it."""
     declared = notebook_parameters(notebook)
     for name in injected_names(namespace):
-        if name in declared:
-            continue
         if name not in PARAMS:
             raise unknown_name(name, list(PARAMS), "not a parameter")
-        raise ValueError(f"{name}: not a parameter of the notebooks run ({notebook}); used by "
-                         f"{', '.join(PARAMS[name].notebooks)}")
-
-
-NOTEBOOK_PROFILE = "class"
-"""The profile of a notebook opened on its own (no ``$TIEBIAS_PROFILE``, no papermill parameter): the lesson's, a few
-minutes for all four notebooks; the command line's default stays ``default``."""
-
-
-RESOLVED: list[Callable[[str, Path], None]] = []
-"""Called with (notebook, run folder) once a notebook's parameters are resolved: the notebooks' setup
-(:func:`tiebias.output.notebook.setup`) adds the recording of their cells' times (:mod:`tiebias.run.kernel_times`),
-which writes into the run folder, a layer this parameter vocabulary does not import."""
+        if name not in declared:
+            raise ValueError(f"{name}: not a parameter of the notebooks run ({notebook}); used by "
+                             f"{', '.join(PARAMS[name].notebooks)}")
 
 
 def resolve_notebook(notebook: str, namespace: Mapping[str, Any]) -> dict[str, Any]:
-    """Resolve every parameter a notebook declares (read from its namespace, e.g. ``globals()``).
-
-    Args:
-        notebook: the notebook's name (e.g. ``"03_lens"``), one of :data:`tiebias.config.paths.NOTEBOOKS`.
-        namespace: the notebook's variables: every parameter it declares must be there (``profile`` and ``run_dir``
-            may be missing or None); None for a profile key means "the profile's value".
-
-    Returns:
-        Every parameter, checked, as :func:`resolve` returns them: the profile's values with the notebook's overrides,
-        ``profile`` (the name) and ``run_dir`` (an absolute path).
-
-    The names come from the vocabulary, so a notebook cannot declare a parameter and then drop it; a name
-    papermill injected that the notebook does not declare is refused (:func:`check_injected`). A notebook that took
-    :data:`NOTEBOOK_PROFILE` because nothing named a profile says so. In a kernel a person started (JupyterLab), the
-    notebook's cell times are recorded in the run folder from here on (:data:`RESOLVED`: :mod:`tiebias.run.kernel_times`,
-    added by :func:`tiebias.output.notebook.setup`).
-    """
+    """Every parameter a notebook declares, read from its namespace (``globals()``), resolved as :func:`resolve` does;
+    then the :data:`RESOLVED` hooks run. A notebook that took :data:`NOTEBOOK_PROFILE` because nothing named a
+    profile says so."""
     check_injected(notebook, namespace)
     if PROFILE_ENV not in os.environ and namespace.get("profile") == NOTEBOOK_PROFILE:
         print(f"profile: {NOTEBOOK_PROFILE!r}, because TIEBIAS_PROFILE is not set (a notebook opened on its own, outside "
@@ -210,8 +136,7 @@ def resolve_notebook(notebook: str, namespace: Mapping[str, Any]) -> dict[str, A
               "notebooks). For the full study set profile = \"default\" in the first cell, or start JupyterLab with "
               "`make lab PROFILE=default`.")
     names = [n for n in notebook_parameters(notebook) if n not in ("profile", "run_dir")]
-    missing = [n for n in names if n not in namespace]
-    if missing:
+    if missing := [n for n in names if n not in namespace]:
         raise ValueError(f"{notebook}: its parameters cell does not declare {', '.join(missing)}; "
                          f"it needs: {', '.join(notebook_parameters(notebook))}")
     params = resolve(namespace.get("profile"), namespace.get("run_dir"), notebooks=(notebook,),
@@ -222,43 +147,32 @@ def resolve_notebook(notebook: str, namespace: Mapping[str, Any]) -> dict[str, A
 
 
 def study_record(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The profile keys and the profile name of resolved parameters, as recorded in config.json.
-
-    Args:
-        params: resolved parameters (:func:`resolve` or :func:`resolve_notebook`), holding every profile key.
-
-    Returns:
-        ``profile`` and every key of :data:`tiebias.config.params.PROFILE_KEYS` with its value.
-    """
+    """The profile name and every profile key of resolved parameters, as config.json records them."""
     return {"profile": params["profile"], **{k: params[k] for k in PROFILE_KEYS}}
 
 
 def train_config(params: Mapping[str, Any], **changes: Any) -> TrainConfig:
-    """The TrainConfig named by resolved parameters (keys other than its fields are ignored).
-
-    Args:
-        params: resolved parameters; their TrainConfig fields are used, the others' defaults kept.
-        **changes: field values set on top of ``params`` (e.g. ``steps=...``), before the whole is validated.
-
-    Returns:
-        The validated :class:`tiebias.config.training.TrainConfig`.
-    """
-    unknown = sorted(set(changes) - set(TRAIN_KEYS))
-    if unknown:
+    """The validated TrainConfig of resolved parameters (its fields among them), with ``changes`` on top."""
+    if unknown := sorted(set(changes) - set(TRAIN_KEYS)):
         raise ValueError(f"{unknown[0]}: not a training recipe key; allowed: {', '.join(TRAIN_KEYS)}")
     return TrainConfig(**{**{k: params[k] for k in TRAIN_KEYS if k in params}, **changes}).validate()
 
 
 def check_lens(params: Mapping[str, Any]) -> None:
-    """Refuse lens settings 03 could not use with this training recipe, naming them, before anything trains.
-
-    ``lens_tokens_per_step`` must be whole lens sequences and ``lens_eval_tokens`` at least one (the rules of
-    ``lens.fit.train_lens`` and ``lens.evaluate.evaluate``), every ``lens_checkpoints`` step one at which training
-    saves a checkpoint, and every ``lens_depth_presets`` entry a shape the recipe can train.
-    """
-    seq_len = params["seq_len"]
-    check_shape(params["lens_tokens_per_step"], params["lens_eval_tokens"], lens_seq_len(seq_len), seq_len)
-    _check_lens_checkpoints(params)
+    """Refuse lens settings 03 could not use with this recipe: whole lens sequences, ``lens_checkpoints`` at steps
+    that training saves, ``lens_depth_presets`` the recipe can train."""
+    steps, every, wanted = params["steps"], params["checkpoint_every"], params["lens_checkpoints"]
+    check_shape(params["lens_tokens_per_step"], params["lens_eval_tokens"], lens_seq_len(params["seq_len"]),
+                params["seq_len"])
+    saved = checkpoint_steps(steps, every)
+    if bad := [s for s in wanted if s not in saved]:
+        beyond = [s for s in bad if s > steps]
+        why = (f"{beyond[0]} is beyond the training's steps={steps}" if beyond
+               else f"training saves no checkpoint at step {bad[0]} (checkpoint_every={every})")
+        shown = ", ".join(map(str, saved)) if len(saved) <= 24 else ", ".join(map(str, saved[:16])) + f", ..., {steps}"
+        raise ValueError(f"lens_checkpoints: {wanted} is not allowed: {why}; allowed: steps at which training saves a "
+                         f"checkpoint (0, powers of two, multiples of checkpoint_every and the last: {shown}), "
+                         "or [] for none")
     for depth in params["lens_depth_presets"]:
         try:
             train_config(params, preset=depth)
@@ -266,99 +180,64 @@ def check_lens(params: Mapping[str, Any]) -> None:
             raise ValueError(f"lens_depth_presets: {depth!r} cannot be trained with this recipe ({e})") from None
 
 
-PAIR = ("tied", "untied")
-
-
 def check_pairs(params: Mapping[str, Any], notebooks: Sequence[str]) -> None:
-    """Refuse ``variants`` that 02 or 03 could not compare, before 01 trains models they would then refuse.
-
-    02 compares each seed's tied model with its untied one, the models 01 trains from ``variants``; 03 gives a
-    lens to each of its ``variants`` and reads the tied - untied gap. An external pair (``tied_source`` /
-    ``untied_source``) is read instead of the run's models, so then neither needs them.
-    """
+    """Refuse ``variants`` without both tied and untied when 02 (after 01) or 03 compares them, unless they read an
+    external pair (``tied_source`` / ``untied_source``)."""
     if params.get("tied_source") is not None or params.get("untied_source") is not None:
         return
     names = [v.name for v in parse_variants(params["variants"])]
-    lacking = [v for v in PAIR if v not in names]
-    if not lacking:
-        return
     why: dict[str, str] = {}
     if "01_train" in notebooks and "02_align" in notebooks:
         why["02_align"] = "it compares each seed's tied and untied models, which 01_train trains from them"
     if "03_lens" in notebooks:
         why["03_lens"] = "it gives a lens to each of them and compares each seed's tied model with its untied one"
-    if not why:
+    if not why or {"tied", "untied"} <= set(names):
         return
     alone = ", or run 01_train alone (--only 01_train)" if "01_train" in notebooks else ""
     raise ValueError(f"variants: {params['variants']} is not allowed with {' and '.join(why)}: "
-                     f"{'; '.join(f'{nb}: {w}' for nb, w in why.items())}. Need both {' and '.join(map(repr, PAIR))} "
-                     f"(others may be added), e.g. variants={','.join(dict.fromkeys([*PAIR, *names]))}{alone}")
-
-
-def _check_lens_checkpoints(params: Mapping[str, Any]) -> None:
-    """Every lens_checkpoints step must be one at which training (steps, checkpoint_every) saves a checkpoint."""
-    steps, every, wanted = params["steps"], params["checkpoint_every"], params["lens_checkpoints"]
-    saved = checkpoint_steps(steps, every)
-    bad = [s for s in wanted if s not in saved]
-    if not bad:
-        return
-    beyond = [s for s in bad if s > steps]
-    why = (f"{beyond[0]} is beyond the training's steps={steps}" if beyond
-           else f"training saves no checkpoint at step {bad[0]} (checkpoint_every={every})")
-    shown = ", ".join(map(str, saved)) if len(saved) <= 24 else ", ".join(map(str, saved[:16])) + f", ..., {steps}"
-    raise ValueError(f"lens_checkpoints: {wanted} is not allowed: {why}; allowed: steps at which training saves a "
-                     f"checkpoint (0, powers of two, multiples of checkpoint_every and the last: {shown}), "
-                     "or [] for none")
+                     f"{'; '.join(f'{nb}: {w}' for nb, w in why.items())}. Need both 'tied' and 'untied' "
+                     f"(others may be added), e.g. variants={','.join(dict.fromkeys(['tied', 'untied', *names]))}{alone}")
 
 
 def _show(value: Any) -> str:
     """A value as written in a profile TOML (strings quoted, lists bracketed)."""
-    if value is REQUIRED:
-        return "required"
-    if isinstance(value, bool):
+    if isinstance(value, bool) or value is None:
         return str(value).lower()
     if isinstance(value, str):
         return f'"{value}"'
-    if value is None:
-        return "none"
     if isinstance(value, list):
         return "[" + ", ".join(_show(v) for v in value) + "]"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return repr(value)
+    return f"{value:g}" if isinstance(value, float) else repr(value)
 
 
 def markdown_table() -> str:
     """The vocabulary as a Markdown table (the README's key table is this text)."""
-    names = available()
-    profs = {n: load_profile(n) for n in names}
-    head = ["name", "type", "notebooks", *(f"`{n}`" for n in names), "what it is"]
+    profs = {n: load_profile(n) for n in available()}
+    head = ["name", "type", "notebooks", *(f"`{n}`" for n in profs), "what it is"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for p in PARAM_LIST:
-        if p.profile:
-            vals = [f"`{_show(profs[n][p.name])}`" for n in names]
-            note = "" if p.required else f" Optional in a profile, default `{_show(p.default)}`."
-        else:
-            vals = ["-"] * len(names)
-            defaults = sorted({_show(p.default_for(nb)) for nb in p.notebooks}) if p.name not in ("profile", "run_dir") else []
-            note = " Notebook parameter, not a profile key" + (f"; default `{'` / `'.join(defaults)}`." if defaults else ".")
-        nbs = ", ".join(nb[:2] for nb in p.notebooks)
-        lines.append(f"| `{p.name}` | {p.type_text()} | {nbs} | " + " | ".join(vals) + f" | {p.help}.{note} |")
+    for p in PARAMS.values():
+        vals = [f"`{_show(v[p.name])}`" if p.profile else "-" for v in profs.values()]
+        defaults = sorted({_show(p.default_for(nb)) for nb in p.notebooks})
+        note = (("" if p.required else f" Optional in a profile, default `{_show(p.default)}`.") if p.profile else
+                " Notebook parameter, not a profile key" + (f"; default `{'` / `'.join(defaults)}`." if
+                                                            p.name not in ("profile", "run_dir") else "."))
+        lines.append(f"| `{p.name}` | {p.type} | {', '.join(nb[:2] for nb in p.notebooks)} | " + " | ".join(vals)
+                     + f" | {p.help}.{note} |")
     return "\n".join(lines)
 
 
 def describe(name: str | None = None) -> str:
     """Text for ``python -m tiebias profiles``: the vocabulary, or one profile's values with their meaning."""
-    if name is None:
-        width = max(len(p.name) for p in PARAM_LIST)
-        rows = [f"profiles: {', '.join(available())} (python -m tiebias profiles NAME shows one)", "",
-                "parameters (profile key = notebook parameter = --set name = make variable, upper-case):"]
-        for p in PARAM_LIST:
-            where = "profile key" if p.profile else "notebook only"
-            default = "" if p.required else f", default {_show(p.default)}"
-            rows.append(f"  {p.name:<{width}}  {p.type_text()} ({where}{default}; {', '.join(p.notebooks)})")
-            rows.append(f"  {'':<{width}}  {p.help} -> {p.configures}")
-        return "\n".join(rows)
-    values = load_profile(name)
-    width = max(len(k) for k in values)
-    return "\n".join([f"[{name}]"] + [f"  {k:<{width}} = {_show(v):<24} # {PARAMS[k].help}" for k, v in values.items()])
+    if name is not None:
+        values = load_profile(name)
+        width = max(map(len, values))
+        return "\n".join([f"[{name}]"] + [f"  {k:<{width}} = {_show(v):<24} # {PARAMS[k].help}"
+                                          for k, v in values.items()])
+    width = max(map(len, PARAMS))
+    rows = [f"profiles: {', '.join(available())} (python -m tiebias profiles NAME shows one)", "",
+            "parameters (profile key = notebook parameter = --set name = make variable, upper-case):"]
+    for p in PARAMS.values():
+        where = "profile key" if p.profile else "notebook only"
+        rows += [f"  {p.name:<{width}}  {p.type} ({where}{'' if p.required else f', default {_show(p.default)}'}; "
+                 f"{', '.join(p.notebooks)})", f"  {'':<{width}}  {p.help} -> {p.configures}"]
+    return "\n".join(rows)
