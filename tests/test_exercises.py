@@ -2,6 +2,7 @@
 (through the command line with papermill stubbed; one of them for real, as pasted), and every answer's numbers come
 from the measured runs in notebooks/exercise_numbers.json."""
 
+import importlib.util
 import json
 import os
 import shutil
@@ -17,8 +18,11 @@ from tiebias.config.params import NOTEBOOKS, PARAMS
 from tiebias.study import check_study, notebooks_dir, parse_set
 from tiebias.teach import exercises
 
+spec = importlib.util.spec_from_file_location("exercise_answers", notebooks_dir().parent / "scripts" / "exercise_answers.py")
+script = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(script)
 HEADER, EXERCISES = exercises.load()
-NUMBERS = exercises.load_numbers()
+NUMBERS = script.load_numbers()
 # parameters that shape the models: a run folder cannot take a second value of these, so such an exercise
 # gets a folder of its own (shared only with exercises making the very same change)
 SHAPING = {name for name, p in PARAMS.items() if "TrainConfig" in p.configures or "Run.prepare" in p.configures}
@@ -46,7 +50,7 @@ def test_exercise_changes_one_thing_and_the_study_accepts_it(ex: exercises.Exerc
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=lambda e: e.id)
 def test_answer_says_which_profile_its_numbers_come_from(ex: exercises.Exercise) -> None:
-    text = exercises.markdown(ex, HEADER["profile"], NUMBERS)
+    text = script.markdown(ex, HEADER["profile"], NUMBERS)
     flat = " ".join(ex.answer.split())
     assert f"{HEADER['profile'].capitalize()} profile" in flat or f"`{HEADER['profile']}` profile" in flat
     assert text.count("<details>") == 1 and text.rstrip().endswith("</details>")
@@ -58,24 +62,20 @@ def test_answer_says_which_profile_its_numbers_come_from(ex: exercises.Exercise)
 def test_notebook_ends_with_its_rendered_exercises(name: str) -> None:
     path = notebooks_dir() / f"{name}.ipynb"
     nb = json.loads(path.read_text())
-    assert exercises.rendered(nb, name) == nb["cells"], \
-        f"{path.name}: exercise cells out of date; run python scripts/exercises.py"
+    assert script.rendered(nb, name, NUMBERS) == nb["cells"], \
+        f"{path.name}: exercise cells out of date; run python scripts/exercise_answers.py --render"
+    assert path.read_text() == json.dumps(nb, indent=1, ensure_ascii=False) + "\n"  # as the script writes it
     assert "../GLOSSARY.md" in "".join(nb["cells"][0]["source"]), f"{path.name}: the first cell links the glossary"
 
 
-def test_sync_is_idempotent_and_keeps_the_notebooks_own_cells(tmp_path: Path) -> None:
-    """The rendered cells come back, after the notebook's own cells; the coding exercise, written in the notebook,
+def test_rendering_puts_the_exercises_last_and_keeps_the_notebooks_own_cells() -> None:
+    """The rendered cells come back after the notebook's own cells; the coding exercise, written in the notebook,
     stays as it is, under the heading."""
-    src = notebooks_dir() / "01_train.ipynb"
-    path = tmp_path / src.name
-    nb = json.loads(src.read_text())
+    nb = json.loads((notebooks_dir() / "01_train.ipynb").read_text())
     coding = [c for c in nb["cells"] if c["id"].startswith("exercise-01-code-")]
-    own = [c for c in nb["cells"] if not c["id"].startswith(exercises.CELL_PREFIX)]
-    nb["cells"] = own[:1] + coding + own[1:]
-    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
-    assert exercises.sync(path) is True
-    assert path.read_text() == src.read_text()  # same bytes as the committed notebook
-    assert exercises.sync(path) is False
+    own = [c for c in nb["cells"] if not c["id"].startswith(script.CELL_PREFIX)]
+    assert script.rendered({"cells": own[:1] + coding + own[1:]}, "01_train", NUMBERS) == nb["cells"]
+    assert script.render(NUMBERS, write=False) == [], "run python scripts/exercise_answers.py --render"
 
 
 @pytest.mark.parametrize("bad,match", [
@@ -190,9 +190,9 @@ def test_one_exercise_command_runs_as_pasted_on_the_committed_notebooks(tmp_path
     work = _student_checkout(tmp_path, ex)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TIEBIAS_", "VIRTUAL_ENV", "PYTHON"))}
     env.update(PATH="/usr/local/bin:/usr/bin:/bin", PYTHONPATH=str(work / "lib"))
-    out = subprocess.run([*ex.make.split(), "PROFILE=smoke"], cwd=work, env=env, capture_output=True, text=True,
+    out = subprocess.run(["make", "exercise", f"ID={ex.id}", "PROFILE=smoke"], cwd=work, env=env, capture_output=True, text=True,
                          timeout=1200)
-    assert out.returncode == 0, f"{ex.make}\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
+    assert out.returncode == 0, f"make exercise ID={ex.id}\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
     run_dir = work / "runs" / f"ex-{ex.id}"
     assert ex.command("smoke") in out.stdout, out.stdout[-2000:]
     assert "runs the notebooks as committed (git HEAD" in out.stdout, out.stdout[-2000:]
@@ -249,7 +249,7 @@ def test_answers_quote_the_measured_runs_of_their_own_exercise() -> None:
         name, value, _ = _change(ex)
         if name in measured["ex"]:
             assert measured["ex"][name] == value, (ex.id, name)
-        text = exercises.answer(ex, NUMBERS)
+        text = script.answer(ex, NUMBERS)
         assert "{" not in text and "}" not in text, (ex.id, text)
 
 
@@ -262,12 +262,9 @@ def test_the_base_run_is_the_walkthroughs_class_run() -> None:
 
 
 def test_teaching_md_is_the_lesson_template_filled_from_the_class_run() -> None:
-    from tiebias.teach import answers
-
     text = (notebooks_dir().parent / "TEACHING.md").read_text()
-    assert text == answers.lesson(NUMBERS["base"]), "TEACHING.md is out of date: run python scripts/exercise_answers.py"
-    for ex in EXERCISES[:1]:
-        assert ex.make in text
+    assert text == script.lesson(NUMBERS["base"]), "TEACHING.md is out of date: run python scripts/exercise_answers.py"
+    assert f"make exercise ID={EXERCISES[0].id}" in text
 
 
 def test_a_damaged_numbers_file_is_named_with_what_to_do(tmp_path: Path) -> None:
@@ -276,4 +273,4 @@ def test_a_damaged_numbers_file_is_named_with_what_to_do(tmp_path: Path) -> None
     bad = tmp_path / "exercise_numbers.json"
     bad.write_text('{"base": {"steps": 4')
     with pytest.raises(DamagedFileError, match=r"exercise_numbers\.json.*git checkout notebooks/exercise_numbers\.json"):
-        exercises.load_numbers(bad)
+        script.load_numbers(bad)

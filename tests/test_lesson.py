@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tiebias.config.params import NOTEBOOKS
-from tiebias.teach import answers, schedule, walkthrough
+from tiebias.teach import schedule, walkthrough
 
 ROOT = Path(__file__).resolve().parents[1]
 NUMBERS = json.loads((ROOT / "notebooks" / "exercise_numbers.json").read_text())
@@ -54,7 +54,7 @@ def printed(name: str) -> str:
 def test_every_number_the_plan_quotes_is_printed_by_the_notebook_it_refers_to() -> None:
     """Each field of a notebook's block in the plan, formatted as the plan formats it, is in that notebook's executed
     output in the walkthrough (the class run the plan is filled from): a student finds it on screen."""
-    template = answers.LESSON_TEMPLATE.read_text()
+    template = (ROOT / "lib" / "tiebias" / "teach" / "lesson.md").read_text()
     fields = by_notebook(template)
     assert set(fields) == set(NOTEBOOKS), fields.keys()
     base = NUMBERS["base"]

@@ -351,8 +351,16 @@ def check(exercise_id: str, fn: Callable[..., Any]) -> CheckResult:
 
 
 def run_check(exercise_id: str, fn: Callable[..., Any], *, strict: bool = False) -> CheckResult:
-    """Check, print the ✓/✗ line and return the result; ``strict`` (the solution cells) raises AssertionError when it
-    fails, so a study run fails if the solution or the library drifts."""
+    """Check, print the ✓/✗ line and return the result.
+
+    Args:
+        exercise_id: the exercise's id (an unknown one raises ValueError).
+        fn: the student's function (anything else is a failed check).
+        strict: raise AssertionError when the check fails (the solution cells: a study fails if they drift).
+
+    Returns:
+        The :class:`CheckResult`, also printed.
+    """
     result = check(exercise_id, fn)
     print(result)
     if strict and not result.ok:

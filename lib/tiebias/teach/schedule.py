@@ -1,12 +1,9 @@
-"""The 90-minute lesson's minute marks, laid out from the measured run time of each notebook.
+"""The 90-minute lesson's minute marks, checked against each notebook's measured run time.
 
-The plan (``lesson.md``) names blocks; each block's length is a teaching choice (how long a discussion or the coding
-exercise takes), and the layout checks them against each notebook's measured run time. A notebook is started in a
-one-minute block of its own, when the notebook before it has finished, so nothing else is running then; it runs while
-the previous notebook is discussed, and must have finished (on the measuring machine, times :data:`MARGIN`) when the
-block that needs it begins: its own discussion, or the start of the next notebook. Nothing is started during the
-coding exercise. The wrap-up takes what is left of the 90 minutes. ``make check-class`` tells how much slower a
-machine is than the measuring one, and :func:`check` names each notebook that would then not finish in time.
+Each block's length is a teaching choice. A notebook starts in a one-minute block of its own once the one before it
+has finished, runs while the previous notebook is discussed, and must have finished (on the measuring machine, times
+:data:`MARGIN`) when the block that needs it begins. Nothing starts during the coding exercise; the wrap-up takes what
+is left. ``make check-class`` scales the times by this machine's speed and names each notebook that would be late.
 """
 
 from __future__ import annotations
@@ -21,18 +18,18 @@ from tiebias.config.paths import notebooks_dir
 
 LESSON_MINUTES = 90
 MARGIN = 1.0
-"""The run times the blocks allow, as a multiple of the measured ones (measured on a shared, loaded 2-core machine:
-a quiet laptop is faster); ``make check-class`` names each notebook a slower machine would not finish in time."""
+"""The run times the blocks allow, as a multiple of the measured ones (measured on a shared, loaded 2-core machine)."""
 MIN_WRAP = 5
 START_MINUTES = 1
 """Opening a notebook and choosing Run All: the notebook runs from this long after its block begins."""
+TIMING_FILE = notebooks_dir() / "class_timing.json"
+"""What ``scripts/time_class.py`` measured: the plumbing and class runs' times, the environment's size and download."""
 
 
 @dataclass(frozen=True)
 class Block:
-    """One block of the lesson: its length in ``minutes`` (None: what is left), the notebook started in it
-    (``starts``), the notebook that must have finished when it begins (``needs``), and whether it is a coding
-    exercise (``exercise``: nothing is started in it)."""
+    """One block: its ``minutes`` (None: what is left), the notebook it ``starts``, the one it ``needs`` finished,
+    and whether it is the coding ``exercise`` (nothing starts in it)."""
 
     key: str
     minutes: int | None
@@ -55,8 +52,7 @@ BLOCKS = (
     Block("wrap", None),
 )
 CODE_MARKS = (("read", 3), ("write", 9), ("check", 3))
-"""The coding exercise's time marks: read the task and the hint together, write the function, run the check and fix
-what it names."""
+"""The coding exercise's marks: read the task and hint, write the function, run the check and fix what it names."""
 
 
 def _windows() -> dict[str, tuple[int, int]]:
@@ -72,16 +68,8 @@ def _windows() -> dict[str, tuple[int, int]]:
 
 
 def check(seconds: Mapping[str, float], slowdown: float = MARGIN) -> list[str]:
-    """Each notebook that would still be running when the block that needs it begins, on a machine ``slowdown``
-    times slower than the measurement (empty: the plan holds).
-
-    Args:
-        seconds: notebook name (``01_train`` ..) -> its measured run time in seconds.
-        slowdown: this machine's time over the measuring machine's (e.g. the plumbing run's ratio).
-
-    Returns:
-        One line per notebook that would not finish in time.
-    """
+    """One line per notebook (name -> measured seconds) that would still run when the block needing it begins, on a
+    machine ``slowdown`` times slower; empty: the plan holds."""
     missing = [nb for nb in _windows() if not (nb in seconds and seconds[nb] >= 0)]
     if missing:
         raise ValueError(f"seconds: no run time for {', '.join(missing)}; measure the class run first")
@@ -94,20 +82,8 @@ def check(seconds: Mapping[str, float], slowdown: float = MARGIN) -> list[str]:
 
 
 def layout(seconds: Mapping[str, float], lesson: int = LESSON_MINUTES) -> dict[str, str]:
-    """The minute marks of every block, checked against each notebook's measured run time.
-
-    Args:
-        seconds: notebook name (``01_train`` ..) -> its measured run time in seconds.
-        lesson: the lesson's length in minutes.
-
-    Returns:
-        ``{key: "a-b"}`` per block, ``{key}_at`` its start minute, ``code_<mark>`` per time mark of the coding
-        exercise, ``wrap_minutes``, and ``window_<notebook>`` the minutes each notebook has to run.
-
-    Raises:
-        ValueError: a notebook without a run time, one that would not finish before the block that needs it, or
-            blocks that leave the wrap-up under :data:`MIN_WRAP` minutes.
-    """
+    """The plan's fields: ``{key: "a-b"}`` and ``{key}_at`` per block, ``code_<mark>``, ``wrap_minutes`` and
+    ``window_<notebook>``; a ValueError when a notebook would be late or the wrap-up is under :data:`MIN_WRAP`."""
     late = check(seconds)
     if late:
         raise ValueError("seconds: " + "; ".join(late) + "; lengthen the discussion before it")
@@ -131,13 +107,8 @@ def layout(seconds: Mapping[str, float], lesson: int = LESSON_MINUTES) -> dict[s
     return out
 
 
-TIMING_FILE = notebooks_dir() / "class_timing.json"
-"""What ``scripts/time_class.py`` measured: the plumbing and class runs' times together, the environment's size on
-disk and what pip downloads for it. ``scripts/check_class.py`` and the lesson plan read it."""
-
-
 def load_timing(path: Path = TIMING_FILE) -> dict[str, Any]:
-    """The stored measurement (:data:`TIMING_FILE`), a missing or damaged file named with what to do."""
+    """The stored measurement, a missing or damaged file named with what to do."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         float(data["plumbing_seconds"]), data["class_seconds"]["01_train"]
@@ -152,8 +123,7 @@ def _size(n: float) -> str:
 
 
 def timing_fields(data: dict[str, Any]) -> dict[str, str]:
-    """The plan's ``{timing.NAME}`` fields: ``machine`` (CPU, cores and load while measuring), ``download`` and
-    ``venv`` (sizes)."""
+    """The plan's ``{timing.NAME}`` fields: ``machine``, ``download`` and ``venv`` (sizes), ``plumbing_seconds``."""
     load = data["load_average_1min"]
     dl = data.get("download")
     return {"machine": f"{data['cpu']} ({data['cores']} cores, 1-minute load average {load['before']:g} before and "
@@ -164,16 +134,8 @@ def timing_fields(data: dict[str, Any]) -> dict[str, str]:
 
 
 def verdict(plumbing_seconds: float, timing: dict[str, Any]) -> tuple[bool, list[str]]:
-    """``make check-class``'s verdict: this machine's plumbing time against the reference one measured with the class
-    run, the class time predicted from their ratio, and whether each notebook fits its block of the plan.
-
-    Args:
-        plumbing_seconds: the plumbing run's time on this machine.
-        timing: the stored measurement (:func:`load_timing`).
-
-    Returns:
-        (ready, lines): ``ready`` when every notebook fits; the lines say why, with numbers.
-    """
+    """``make check-class``'s verdict: (ready, lines) from this machine's plumbing time against the stored one, the
+    class time predicted from their ratio, and whether each notebook fits its block."""
     ref = float(timing["plumbing_seconds"])
     slowdown = plumbing_seconds / ref
     seconds = {k: float(v) for k, v in timing["class_seconds"].items()}
@@ -191,7 +153,3 @@ def verdict(plumbing_seconds: float, timing: dict[str, Any]) -> tuple[bool, list
     else:
         lines.append("every notebook ends within its block of TEACHING.md's plan")
     return not late, lines
-
-
-__all__ = ["BLOCKS", "CODE_MARKS", "LESSON_MINUTES", "MARGIN", "MIN_WRAP", "START_MINUTES", "TIMING_FILE", "Block", "check",
-           "layout", "load_timing", "timing_fields", "verdict"]
