@@ -223,12 +223,8 @@ def test_update_config_without_a_run_creates_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "none").exists()
 
 
-def test_record_study_bad_section(run: Run) -> None:
-    refused(run, lambda: run.record_study({"steps": 8}, section="corpus"), ValueError, "section: 'corpus'")
-
-
-def test_record_study_writes_after_success(run: Run) -> None:
-    run.record_study({"steps": 8, "seeds": [0]})
+def test_update_config_writes_after_success(run: Run) -> None:
+    run.update_config(study={"steps": 8, "seeds": [0]})
     assert run.config["study"] == {"steps": 8, "seeds": [0]} and run.config["vocab_size"] == 512
 
 
@@ -579,7 +575,7 @@ def test_second_writer_refused_with_holder_pid(run: Run, holder: subprocess.Pope
     refused(run, lambda: records.record(run, records.Headline("claim2_gradient_flow", value=0.7, threshold=0.5, statement="s")),
             RunLockedError, pid)
     refused(run, lambda: Run.prepare(run.path, vocab_size=512, overwrite=True), RunLockedError, pid)
-    refused(run, lambda: run.record_study({"steps": 8}), RunLockedError, pid)
+    refused(run, lambda: run.update_config(study={"steps": 8}), RunLockedError, pid)
     lens = LensSettings(steps=2, tokens_per_step=2 * CFG.seq_len, seq_len=CFG.seq_len, eval_tokens=2 * CFG.seq_len)
     refused(run, lambda: lens_ladder.train_lens_ladders(run, ["tied"], [0], lens, progress=False),
             RunLockedError, pid, "lenses of tied-s0")
@@ -777,6 +773,6 @@ def test_lock_is_reentrant_in_one_process(run: Run) -> None:
         assert run.lock_holder()["pid"] == os.getpid()
         train(run, "tied", 0, CFG, progress=False)  # finished: returns its summary
         records.record(run, records.Headline("claim2_gradient_flow", value=0.7, threshold=0.5, statement="s"))
-        run.record_study({"steps": 8})
+        run.update_config(study={"steps": 8})
         assert (run.path / LOCK_HOLDER).exists()
     assert not (run.path / LOCK_HOLDER).exists() and run.lock_holder() is None

@@ -44,7 +44,7 @@ def test_model_folder_deleted_during_training_stops_it(fresh_run: Run, tiny_conf
 
 def test_step0_gone_after_the_last_checkpoint_is_never_marked_complete(fresh_run: Run, tiny_config: TrainConfig,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    step0 = fresh_run.checkpoint_dir("untied", 0, 0)
+    step0 = fresh_run.checkpoints_dir("untied", 0) / "step-0"
     save_final = train_module.save_final
 
     def vanish_then_save(*args: object) -> None:
@@ -59,7 +59,7 @@ def test_step0_gone_after_the_last_checkpoint_is_never_marked_complete(fresh_run
 
 def test_resume_without_step0_is_refused_before_writing(fresh_run: Run, tiny_config: TrainConfig) -> None:
     train(fresh_run, "tied", 0, tiny_config, progress=False, stop_at=5)
-    step0 = fresh_run.checkpoint_dir("tied", 0, 0)
+    step0 = fresh_run.checkpoints_dir("tied", 0) / "step-0"
     shutil.rmtree(step0)
     before = _snapshot(fresh_run.path)
     with pytest.raises(RunFolderError, match=str(step0)):
@@ -70,7 +70,7 @@ def test_resume_without_step0_is_refused_before_writing(fresh_run: Run, tiny_con
 def test_drift_from_init_needs_the_step0_checkpoint(two_seed_run: Run, tmp_path: Path) -> None:
     run = Run(tmp_path / "run")
     shutil.copytree(two_seed_run.path, run.path)
-    step0 = run.checkpoint_dir("tied", 0, 0)
+    step0 = run.checkpoints_dir("tied", 0) / "step-0"
     shutil.rmtree(step0)  # the earliest checkpoint left is step 1: it must not pose as the initial weights
     with pytest.raises(RunFolderError, match=rf"{step0}: missing: the step-0 checkpoint holds the initial"):
         comparisons.evolution_table(run, [0])

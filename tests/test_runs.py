@@ -85,7 +85,6 @@ def test_run_paths(tmp_path) -> None:
     m = tmp_path / "r" / "models" / "tied_in5-s3"
     assert run.model_dir("tied_in5", 3) == m
     assert run.checkpoints_dir("tied_in5", 3) == m / "checkpoints"
-    assert run.checkpoint_dir("tied_in5", 3, 8) == m / "checkpoints" / "step-8"
     assert run.train_config_path("tied_in5", 3) == m / "train_config.json"
     assert run.complete_path("tied_in5", 3) == m / "complete.json"
     assert run.lens_dir("tied_in5", 3) == m / "lens"
@@ -113,8 +112,8 @@ def test_checkpoint_paths_match_training(fresh_run: Run, tiny_config) -> None:
     train(fresh_run, "tied", 0, tiny_config, progress=False)
     steps = [s for s, _ in fresh_run.checkpoints("tied", 0)]
     assert steps == [0, 1, 2, 4, 8, 12]
-    assert all(d == fresh_run.checkpoint_dir("tied", 0, s) for s, d in fresh_run.checkpoints("tied", 0))
-    assert fresh_run.lens_dir("tied", 0, step=4) == fresh_run.checkpoint_dir("tied", 0, 4) / "lens"
+    assert all(d == fresh_run.checkpoints_dir("tied", 0) / f"step-{s}" for s, d in fresh_run.checkpoints("tied", 0))
+    assert fresh_run.lens_dir("tied", 0, step=4) == fresh_run.checkpoints_dir("tied", 0) / "step-4" / "lens"
     assert fresh_run.train_config_path("tied", 0).is_file() and fresh_run.complete_path("tied", 0).is_file()
 
 

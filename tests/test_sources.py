@@ -213,7 +213,7 @@ def test_safetensors_shape_bomb_named_with_its_file(posing, tmp_path: Path) -> N
         with pytest.raises(DamagedFileError) as info:
             call()
         msg = str(info.value)
-        assert file in msg and "[1000000000, 1000000000]" in msg and "download or copy it again" in msg, msg
+        assert file in msg and "damaged" in msg and "download or copy it again" in msg, msg
 
 
 def test_pickled_weights_refused_without_advice_to_run_them(posing, tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 from tiebias import __main__ as cli
 from tiebias import study
 from tiebias.run.folder import Run
-from tiebias.run.variation import ParameterChangedError, fresh_run_dir
+from tiebias.run.variation import ParameterChangedError
 from tiebias.train.trainer import TrainConfig, train
 
 
@@ -28,8 +28,9 @@ def test_message_names_parameter_values_and_the_fresh_route() -> None:
         assert route in msg
     assert "\n" not in msg and len(msg) < 480 and e.fresh == "runs/class-preset-mini"
     assert e._render_traceback_() == [f"\x1b[0;31mParameterChangedError\x1b[0m: {msg}"]
-    assert fresh_run_dir("/tmp/r", "lr", 0.001) == "/tmp/r-lr-0.001"
-    assert fresh_run_dir("runs/x", "corpus", "/data/my texts/") == "runs/x-corpus-data_my_texts"
+    assert ParameterChangedError("/tmp/r", {"lr": (0.01, 0.001)}, "", "").fresh == "/tmp/r-lr-0.001"
+    assert ParameterChangedError("runs/x", {"corpus": ("a", "/data/my texts/")}, "", "").fresh == \
+        "runs/x-corpus-data_my_texts"
 
 
 def test_training_with_another_preset_names_it(fresh_run: Run, tiny_config: TrainConfig) -> None:

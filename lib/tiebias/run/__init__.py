@@ -1,6 +1,6 @@
-"""The run folder, the interface every notebook reads and writes: ``layout`` names every path once, ``folder``'s
-``Run`` adds reading and writing under a writer lock, ``files`` the strict and atomic file I/O, ``guard`` which folders
-may be written, ``inventory`` which models are finished, ``commands`` the study commands run on it, ``variation`` the error for a changed parameter."""
+"""The run folder, the interface every notebook reads and writes: ``layout`` names its paths, ``folder``'s ``Run``
+reads and writes under a writer lock, ``files`` the strict and atomic file I/O, ``guard`` which folders may be written,
+``inventory`` which models are finished, ``commands`` the study commands run on it, ``variation`` a changed parameter."""
 
 from tiebias.run import commands, files, folder, guard, inventory, layout, variation
 from tiebias.run.folder import Run

@@ -23,33 +23,29 @@ def _arg_text(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def record_command(run_dir: str | Path, profile: str, overrides: dict[str, Any], only: list[str] | None) -> bytes | None:
-    """Add this study's command (profile, ``--only``, ``--set``) to the folder's list of study commands
-    (:attr:`tiebias.run.layout.RunLayout.study_commands_path`), before any notebook runs: the reproduction report's
-    rerun command then holds what was run, even for a study stopped before it recorded its profile.
+def _recorded(run: Run) -> list:
+    try:
+        recorded = read_json(run.study_commands_path, "")
+    except (FileNotFoundError, DamagedFileError):
+        return []
+    return recorded.get("commands", []) if isinstance(recorded, dict) else []
 
-    Returns:
-        The file's content before (None: there was none), for :func:`restore_commands`.
-    """
-    run = Run(run_dir)
-    path = Path(profile)
+
+def record_command(run_dir: str | Path, profile: str, overrides: dict[str, Any], only: list[str] | None) -> bytes | None:
+    """Add this study's command to the folder's list, before any notebook runs (so a study stopped before it recorded
+    its profile is rerun as it was); returns the file's content before (None: none), for :func:`restore_commands`."""
+    run, path = Run(run_dir), Path(profile)
     entry = {"profile": str(path.resolve()) if path.suffix == ".toml" and path.is_file() else profile,
              "only": list(only or []), "set": [f"{k}={_arg_text(v)}" for k, v in overrides.items()]}
     with run.writing("recording the study command"):
         before = run.study_commands_path.read_bytes() if run.study_commands_path.is_file() else None
-        try:
-            recorded = read_json(run.study_commands_path, "")
-        except (FileNotFoundError, DamagedFileError):
-            recorded = {}
-        commands = [c for c in recorded.get("commands", []) if c != entry] if isinstance(recorded, dict) else []
-        write_json_atomic(run.study_commands_path, {"commands": [*commands, entry]})
+        write_json_atomic(run.study_commands_path, {"commands": [*(c for c in _recorded(run) if c != entry), entry]})
     return before
 
 
 def restore_commands(run_dir: str | Path, before: bytes | None) -> None:
-    """Put the list of study commands back as :func:`record_command` found it: a study refused or failed before any
-    notebook finished ran nothing, and a rerun command must not repeat it (nor may a refused study change the folder).
-    """
+    """Put the list back as :func:`record_command` found it: a study refused or failed before any notebook finished
+    ran nothing, and a rerun command must not repeat it."""
     run = Run(run_dir)
     with run.writing("restoring the study commands"):
         if before is None:
@@ -60,18 +56,9 @@ def restore_commands(run_dir: str | Path, before: bytes | None) -> None:
 
 
 def study_commands(run: Run) -> list[list[str]]:
-    """The arguments after ``python -m tiebias`` of each study command run on ``run`` (oldest first; a command run
-    again counts once, at its last place); [] when none was recorded (notebooks run by hand, an earlier version)."""
-    try:
-        recorded = read_json(run.study_commands_path, "")
-    except (FileNotFoundError, DamagedFileError):
-        return []
-    out = []
-    for c in recorded.get("commands", []) if isinstance(recorded, dict) else []:
-        if not (isinstance(c, dict) and isinstance(c.get("profile"), str)):
-            continue
-        argv = ["study", "--profile", c["profile"], "--run-dir", path_text(run.path, "replace")]
-        argv += [a for name in c.get("only", []) for a in ("--only", str(name))]
-        argv += [a for item in c.get("set", []) for a in ("--set", str(item))]
-        out.append(argv)
-    return out
+    """The arguments after ``python -m tiebias`` of each study command run on ``run`` (oldest first; one run again
+    counts at its last place); [] when none was recorded."""
+    return [["study", "--profile", c["profile"], "--run-dir", path_text(run.path, "replace"),
+             *(a for name in c.get("only", []) for a in ("--only", str(name))),
+             *(a for item in c.get("set", []) for a in ("--set", str(item)))]
+            for c in _recorded(run) if isinstance(c, dict) and isinstance(c.get("profile"), str)]

@@ -1,11 +1,5 @@
-"""The run folder: one place on disk that every notebook reads and writes (layout: :mod:`tiebias.run.layout`).
-
-One process writes a run folder at a time: training and recording results hold the folder's lock,
-and a second writer stops at once with an error naming the holder's PID. Readers never wait.
-Every JSON file the kit writes is strict JSON (no NaN/Infinity: ``null`` plus a reason), and every
-file a reader finds damaged is named in the error together with what to do about it
-(:mod:`tiebias.run.files`).
-"""
+"""The run folder (paths: :mod:`tiebias.run.layout`): ``Run`` reads it and writes it under a writer lock, and checks
+that every model it hands out is the one the run trained (fingerprints, weights hash, tying on the weights)."""
 
 from __future__ import annotations
 
@@ -15,7 +9,6 @@ import os
 import socket
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,27 +67,9 @@ FINGERPRINTS = {"corpus_fingerprint": "corpus fingerprint", "tokenizer_fingerpri
 """What a model folder's train_config.json records of its run's data (written when its training starts)."""
 WEIGHTS_ID = "weights_sha256"
 """The key of a finished model's identity in its complete.json (:meth:`Run.model_id`)."""
-
-
-REBUILD_HINT = ("delete that folder to make it again with these values (overwrite=true retrains models only; it "
-                "never rebuilds a folder's tokenizer and tokens; from Python, Run.prepare(..., overwrite=True) empties "
-                "the folder first)")
-"""What to do when a run folder's data parameters (corpus, vocab_size) changed, besides a fresh run folder."""
-
-
-def _corpus_name(corpus: str | Path | None) -> str:
-    """The corpus as config.json records it: ``shakespeare`` for the embedded one (None or ''), else the text given."""
-    return "shakespeare" if corpus in (None, "", "shakespeare") else str(corpus)
-
-
-def _check_reached(size: int, vocab_size: int, corpus: str) -> None:
-    """Refuse a vocabulary the corpus cannot give: config.json and every summary would name a size no model has."""
-    if size < vocab_size:
-        raise ValueError(
-            f"vocab_size: {vocab_size} is more than corpus {corpus!r} gives: byte-level BPE found {size} tokens "
-            f"({BYTE_ALPHABET_SIZE} bytes, the special token and a merge for every pair that occurs at least twice) and "
-            f"no more; give vocab_size={size} or less (--set vocab_size={size}, make study VOCAB_SIZE={size}), or a "
-            "larger corpus")
+_SHAPE_KEYS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+               "num_attention_heads", "num_key_value_heads", "max_position_embeddings")
+"""The keys of a model's config.json that size what loading it allocates, compared before it loads."""
 
 
 class RunLockedError(RunFolderError):
@@ -105,19 +80,14 @@ class ForeignModelError(RunFolderError):
     """A model folder was trained on another corpus or tokenizer than its run's (copied from another run)."""
 
 
-# -- the writer lock ----------------------------------------------------------------------------------
-@dataclass
-class _Held:
-    """A writer lock this process holds (nested :meth:`Run.writing` blocks and its threads reuse it)."""
-
-    lock: Any
-    pid: int
+_HELD: dict[str, int] = {}  # run folder -> PID of this process while it holds the folder's writer lock
+_TOKENIZER_FPS: dict[tuple, str] = {}
+_WEIGHTS_IDS: dict[tuple, str] = {}
 
 
-_HELD: dict[str, _Held] = {}
-
-
-_TOKENIZER_FPS: dict[tuple[str, int, int], str] = {}
+def _corpus_name(corpus: str | Path | None) -> str:
+    """The corpus as config.json records it: ``shakespeare`` for the embedded one (None or ''), else the text given."""
+    return "shakespeare" if corpus in (None, "", "shakespeare") else str(corpus)
 
 
 def _tokenizer_fp(path: Path, todo: str) -> str:
@@ -132,18 +102,11 @@ def _tokenizer_fp(path: Path, todo: str) -> str:
     return _TOKENIZER_FPS[key]
 
 
-_SHAPE_KEYS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-               "num_attention_heads", "num_key_value_heads", "max_position_embeddings")
-"""The keys of a model's config.json that size what loading it allocates, compared before it loads."""
-
-_WEIGHTS_IDS: dict[tuple[str, tuple], str] = {}
-
-
 def _weights_id(mdir: Path, todo: str) -> str:
-    """The sha256 of a model folder's weights (:func:`weights_sha256`), remembered while its weights files are
-    unchanged (same names, sizes, inodes, modification and change times): every use of a model asks."""
-    files = sorted(mdir.glob("model*.safetensors*"))
-    stats = tuple((f.name, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns) for f in files for st in [f.stat()])
+    """:func:`weights_sha256` of a model folder, remembered while its weights files keep their names, sizes, inodes,
+    modification and change times."""
+    stats = tuple((f.name, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+                  for f in sorted(mdir.glob("model*.safetensors*")) for st in [f.stat()])
     key = (str(mdir.resolve()), stats)
     if key not in _WEIGHTS_IDS:
         _WEIGHTS_IDS[key] = weights_sha256(mdir, todo)
@@ -151,15 +114,7 @@ def _weights_id(mdir: Path, todo: str) -> str:
 
 
 def _short(fingerprint: Any) -> str:
-    """The start of a fingerprint, for a message."""
     return f"{str(fingerprint)[:12]}..."
-
-
-def _loaded_tied(model: PreTrainedModel) -> bool:
-    """Whether a loaded model's input and output matrices are one: shared storage or equal values (the test of
-    :func:`tiebias.models.anatomy.weights_tied`, which this layer comes before)."""
-    a, b = model.get_input_embeddings().weight, model.get_output_embeddings().weight
-    return a.data_ptr() == b.data_ptr() or (a.shape == b.shape and torch.equal(a, b))
 
 
 def _pid_alive(pid: int) -> bool:
@@ -177,7 +132,6 @@ class Run(RunLayout):
     """A run folder: its paths (:class:`tiebias.run.layout.RunLayout`), its writer lock, creation and reading."""
 
     def __repr__(self) -> str:
-        """``Run('<path>')``."""
         return f"Run({str(self.path)!r})"
 
     # -- the writer lock ------------------------------------------------------------------------
@@ -185,17 +139,15 @@ class Run(RunLayout):
     def writing(self, what: str = "writing") -> Iterator[Run]:
         """Hold this folder's writer lock for the block; a second writer gets :class:`RunLockedError` at once.
 
-        Reentrant within one process (a notebook that trains, then records results). The lock is an OS
-        lock (``filelock``), released by the OS when its holder dies, so a killed writer never blocks the
-        next one; ``.lock-holder.json`` beside it only names the holder (PID, host, start) for the error.
+        Reentrant within one process and its threads. An OS lock (``filelock``), released when its holder dies, so a
+        killed writer never blocks the next; ``.lock-holder.json`` beside it names the holder for the error.
         """
-        key = str(self.path.resolve())
-        held = _HELD.get(key)
-        if held is not None and held.pid == os.getpid():  # nested, or a thread of the holder (side by side)
-            yield self
-            return
         from filelock import FileLock, Timeout
 
+        key = str(self.path.resolve())
+        if _HELD.get(key) == os.getpid():  # nested, or a thread of the holder (side by side)
+            yield self
+            return
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -214,12 +166,11 @@ class Run(RunLayout):
             raise self.unwritable(e, what) from None
         try:
             try:
-                write_json_atomic(self.lock_holder_path, {
-                    "pid": os.getpid(), "host": socket.gethostname(), "what": what,
-                    "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")})
+                write_json_atomic(self.lock_holder_path, {"pid": os.getpid(), "host": socket.gethostname(), "what": what,
+                                                          "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")})
             except OSError as e:
                 raise self.unwritable(e, what) from None
-            _HELD[key] = _Held(lock, os.getpid())
+            _HELD[key] = os.getpid()
             yield self
         finally:
             _HELD.pop(key, None)
@@ -228,8 +179,7 @@ class Run(RunLayout):
             lock.release()
 
     def unwritable(self, err: OSError, what: str) -> RunFolderError:
-        """The error for a run folder the kit cannot write into (read-only, immutable, full): the folder, the file,
-        the reason and what to do."""
+        """The error for a run folder the kit cannot write into: the folder, the file, the reason, what to do."""
         where = f" ({err.filename})" if err.filename else ""
         return RunFolderError(f"run folder {self.path}: cannot start {what}: it cannot be written{where}: "
                               f"{err.strerror or err}. Make it writable again (chmod -R u+w, or chattr -R -i for an "
@@ -243,61 +193,44 @@ class Run(RunLayout):
             pid, host = int(info["pid"]), str(info["host"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        if host == socket.gethostname() and not _pid_alive(pid):
-            return None  # left behind by a killed writer: the OS has already released its lock
-        return info
+        return None if host == socket.gethostname() and not _pid_alive(pid) else info  # dead: the OS freed its lock
 
     def _locked_message(self, what: str) -> str:
-        """The error text for a writer that finds the lock held: who holds it, and what to do."""
         info = None
         for _ in range(20):  # the holder writes its PID just after taking the lock
-            info = self.lock_holder()
-            if info is not None:
+            if (info := self.lock_holder()) is not None:
                 break
             time.sleep(0.05)
-        head = f"run folder {self.path}: cannot start {what}: "
-        tail = ("; wait for it to finish, or stop it (a stopped or killed process releases the lock at once), "
-                "or use another run folder. Reading the folder is not blocked.")
-        if info is None:
-            return head + f"another process holds the writer lock {self.lock_path} (its PID is not recorded)" + tail
-        return (head + f"it is being written by PID {info['pid']} on {info['host']} since {info.get('started')} "
-                f"({info.get('what')})" + tail)
+        held = (f"another process holds the writer lock {self.lock_path} (its PID is not recorded)" if info is None else
+                f"it is being written by PID {info['pid']} on {info['host']} since {info.get('started')} "
+                f"({info.get('what')})")
+        return (f"run folder {self.path}: cannot start {what}: {held}; wait for it to finish, or stop it (a stopped or "
+                "killed process releases the lock at once), or use another run folder. Reading the folder is not "
+                "blocked.")
 
     # -- creation ---------------------------------------------------------------------------------
     @classmethod
-    def prepare(cls, path: str | Path, *, corpus: str | Path | None = None, vocab_size: int = DEFAULT_PROFILE["vocab_size"],
-                overwrite: bool = False, extra: dict | None = None) -> Run:
+    def prepare(cls, path: str | Path, *, corpus: str | Path | None = None,
+                vocab_size: int = DEFAULT_PROFILE["vocab_size"], overwrite: bool = False,
+                extra: dict | None = None) -> Run:
         """Create a run folder (corpus split, tokenizer, token streams, frequencies) or reopen one.
 
-        Args:
-            path: the run folder (new, empty, or one the kit made).
-            corpus: a corpus folder or dataset name (None: the embedded Shakespeare).
-            vocab_size: the tokenizer's vocabulary size.
-            overwrite: empty the folder first and build everything again.
-            extra: more keys written into config.json (checked to be JSON-writable before anything is written).
-
-        Returns:
-            The :class:`Run` on the folder.
-
-        Reopening checks that corpus, its fingerprint (files changed since?) and vocabulary size match
-        what the folder was made with; a mismatch stops with an error instead of silently mixing two
-        studies. A folder that is not the kit's (or is the corpus's) is refused (:mod:`tiebias.run.guard`).
-        Everything is validated (the corpus loaded, the tokenizer trained) before the folder is touched, and the writing
-        happens under the folder's writer lock; a ``vocab_size`` the corpus cannot reach is refused, naming the size it
-        gives.
+        ``corpus``: a corpus folder or dataset name (None: the embedded Shakespeare); ``overwrite`` empties the
+        folder first; ``extra``: more keys for config.json. Reopening refuses another corpus, changed corpus files or
+        another vocabulary size; a folder that is not the kit's (or is the corpus's) is refused. Everything is
+        checked (a ``vocab_size`` the corpus cannot reach included) before the folder is touched, and written under
+        the writer lock.
         """
         from tiebias.data import corpus as data  # local import: data pulls in `datasets`, slow to import
 
-        run = cls(path)
-        corpus_name = _corpus_name(corpus)
+        run, corpus_name = cls(path), _corpus_name(corpus)
         minimum = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
         if not is_int(vocab_size) or vocab_size < minimum:
-            raise ValueError(f"vocab_size: {vocab_size!r} is not allowed; give an integer >= {minimum} "
-                             f"(byte-level BPE: 256 byte tokens + 1 special token), such as {DEFAULT_PROFILE['vocab_size']}")
+            raise ValueError(f"vocab_size: {vocab_size!r} is not allowed; give an integer >= {minimum} (byte-level "
+                             f"BPE: 256 byte tokens + 1 special token), such as {DEFAULT_PROFILE['vocab_size']}")
         if extra is not None:
             sanitise_json(extra)
         check_folder(path, "run", corpus=corpus)  # never a user's folder or the corpus (tiebias.run.guard)
-        wanted = {"corpus": corpus_name, "vocab_size": vocab_size}
         keep: dict = {}
         have: dict = {}
         fingerprint = data.corpus_fingerprint(corpus_name)  # a hub dataset: None until it is loaded
@@ -305,7 +238,8 @@ class Run(RunLayout):
             have = run.config
             run.check_data(corpus, vocab_size)
             check_unchanged(run.path, have, fingerprint)
-            if run._data_ready():
+            if (run.tokenizer_dir / TOKENIZER_FILE).exists() and run.frequencies_path.exists() and all(
+                    run.tokens_path(s).exists() for s in SPLITS):
                 return run
             keep = {k: v for k, v in have.items() if k not in _DATA_KEYS}
         ds = data.load_corpus(None if corpus_name == "shakespeare" else corpus)
@@ -313,7 +247,12 @@ class Run(RunLayout):
             fingerprint = data.corpus_fingerprint(corpus_name, ds)
             check_unchanged(run.path, have, fingerprint)
         tok = train_tokenizer(ds["train"]["text"], vocab_size=vocab_size)
-        _check_reached(len(tok), vocab_size, corpus_name)  # before the folder is touched
+        if len(tok) < vocab_size:  # config.json and every summary would name a size no model has
+            raise ValueError(
+                f"vocab_size: {vocab_size} is more than corpus {corpus_name!r} gives: byte-level BPE found {len(tok)} "
+                f"tokens ({BYTE_ALPHABET_SIZE} bytes, the special token and a merge for every pair that occurs at "
+                f"least twice) and no more; give vocab_size={len(tok)} or less (--set vocab_size={len(tok)}, make "
+                f"study VOCAB_SIZE={len(tok)}), or a larger corpus")
         with run.writing("preparing the run folder"):
             if overwrite and run.config_path.exists():
                 empty_folder(run.path)
@@ -328,47 +267,34 @@ class Run(RunLayout):
                 with atomic_path(run.tokens_path(split)) as tmp, tmp.open("wb") as f:
                     np.save(f, ids.numpy().astype(dtype))
                 n_tokens[split] = int(ids.numel())
-            counts = token_frequencies(tok, ds["train"]["text"])
-            save_frequencies(run.frequencies_path, tok, counts)
-            cfg = {**keep, **wanted, "n_documents": {s: len(ds[s]) for s in SPLITS}, "n_tokens": n_tokens,
-                   "tokenizer_size": len(tok), "corpus_fingerprint": fingerprint, **(extra or {})}
-            write_json_atomic(run.config_path, cfg)
+            save_frequencies(run.frequencies_path, tok, token_frequencies(tok, ds["train"]["text"]))
+            write_json_atomic(run.config_path, {
+                **keep, "corpus": corpus_name, "vocab_size": vocab_size, "n_documents": {s: len(ds[s]) for s in SPLITS},
+                "n_tokens": n_tokens, "tokenizer_size": len(tok), "corpus_fingerprint": fingerprint, **(extra or {})})
         return run
 
     def check_data(self, corpus: str | Path | None, vocab_size: int) -> None:
-        """Refuse a ``corpus`` or ``vocab_size`` other than the one this folder's tokenizer and tokens were made with.
-
-        A new folder (no config.json) passes. Run by :meth:`prepare`, and by the study command before it writes.
-        """
+        """Refuse a ``corpus`` or ``vocab_size`` other than the one this folder's tokenizer and tokens were made with
+        (a new folder passes)."""
         if not self.config_path.exists():
             return
         wanted = {"corpus": _corpus_name(corpus), "vocab_size": vocab_size}
-        diff = diff_config(self.config, wanted, list(wanted))
-        if diff:
-            raise ParameterChangedError(self.path, diff, "its tokenizer and tokens were made with the folder's value",
-                                        REBUILD_HINT)
-
-    def _data_ready(self) -> bool:
-        """Whether tokenizer, token splits and frequencies are all there (Run.prepare has nothing to do)."""
-        return (self.tokenizer_dir / TOKENIZER_FILE).exists() and all(
-            self.tokens_path(s).exists() for s in SPLITS) and self.frequencies_path.exists()
+        if diff := diff_config(self.config, wanted, list(wanted)):
+            raise ParameterChangedError(
+                self.path, diff, "its tokenizer and tokens were made with the folder's value", "delete that folder to "
+                "make it again with these values (overwrite=true retrains models only; it never rebuilds a folder's "
+                "tokenizer and tokens; from Python, Run.prepare(..., overwrite=True) empties the folder first)")
 
     def update_config(self, **values: Any) -> None:
-        """Merge values into config.json under the writer lock (the data keys of Run.prepare are refused).
-
-        Call it after the work the values describe has succeeded (see :meth:`record_study`), so the
-        file never describes work that was refused or failed.
-        """
-        bad = sorted(set(values) & set(_DATA_KEYS))
-        if bad:
+        """Merge values into config.json under the writer lock (not the data keys Run.prepare sets); call it once the
+        work the values describe has succeeded, so the file never describes work that failed."""
+        if bad := sorted(set(values) & set(_DATA_KEYS)):
             raise ValueError(f"update_config: {bad} describe the folder's data and are set by Run.prepare only; "
                              "record study parameters under another key (e.g. study=...)")
         sanitise_json(values)  # not serialisable: stop before taking the lock or touching the file
         _ = self.config  # missing or damaged: stop before the lock creates anything
         with self.writing("updating config.json"):
-            cfg = self.config
-            cfg.update(values)
-            write_json_atomic(self.config_path, cfg)
+            write_json_atomic(self.config_path, {**self.config, **values})
 
     def save_table(self, table: pd.DataFrame, name: str) -> Path:
         """Write a notebook's table to ``metrics/<name>.csv`` atomically, under the writer lock."""
@@ -384,23 +310,11 @@ class Run(RunLayout):
                 table.to_csv(tmp, index=False)
         return path
 
-    def record_study(self, values: dict[str, Any], section: str = "study") -> None:
-        """Record the parameters of work that has just succeeded under ``config.json[section]``."""
-        if not isinstance(section, str) or not section or section in _DATA_KEYS:
-            raise ValueError(f"section: {section!r} is not allowed; give a name such as 'study' or 'ablation' "
-                             f"(not one of {', '.join(_DATA_KEYS)})")
-        if not isinstance(values, dict):
-            raise ValueError(f"values: {type(values).__name__} is not a dict of parameters")
-        self.update_config(**{section: values})
-
     # -- reading ----------------------------------------------------------------------------------
     @property
     def profile(self) -> str | None:
-        """The profile the run's work was done with: 01's record (``study``), else 04's (``ablation``: a run of 04
-        alone), else None (nothing recorded yet, or an external pair's folder)."""
-        if not self.config_path.exists():
-            return None
-        cfg = self.config
+        """The profile the run's work was done with: 01's record (``study``), else 04's (``ablation``), else None."""
+        cfg = self.config if self.config_path.exists() else {}
         for section in ("study", "ablation"):
             if isinstance(cfg.get(section), dict) and cfg[section].get("profile"):
                 return str(cfg[section]["profile"])
@@ -419,8 +333,7 @@ class Run(RunLayout):
         for section, nb in (("study", "01_train"), ("ablation", "04_ablate")):  # the notebooks' records of settings
             if section in cfg and not isinstance(cfg[section], dict):
                 raise damaged(self.config_path, f"its {section!r} is a {type(cfg[section]).__name__}, not a JSON "
-                              "object of settings", f"restore it from a copy, or rerun notebook {nb}, which "
-                              "records it")
+                              f"object of settings", f"restore it from a copy, or rerun notebook {nb}, which records it")
         return cfg
 
     def tokenizer(self) -> PreTrainedTokenizerFast:
@@ -456,17 +369,16 @@ class Run(RunLayout):
         return load_frequencies(self.frequencies_path)
 
     def models(self) -> pd.DataFrame:
-        """One row per model folder: key, variant, tied, factors, seed, complete, final step."""
+        """One row per model folder: key, variant, tied, factors, seed, complete, number of checkpoints."""
         rows = []
-        root = self.models_dir
-        for d in sorted(root.iterdir()) if root.exists() else []:
+        for d in sorted(self.models_dir.iterdir()) if self.models_dir.exists() else []:
             try:
                 v, seed = parse_key(d.name)
             except ValueError:
                 continue
-            done = (d / COMPLETE_NAME).exists()  # this folder's own marker, whatever the spelling of its name
             rows.append({"key": d.name, "variant": v.name, "tied": v.tied, "input_factor": v.input_factor,
-                         "output_factor": v.output_factor, "seed": seed, "complete": done,
+                         "output_factor": v.output_factor, "seed": seed,
+                         "complete": (d / COMPLETE_NAME).exists(),  # this folder's own marker, whatever its spelling
                          "checkpoints": len(self.checkpoints(v, seed))})
         return pd.DataFrame(rows, columns=["key", "variant", "tied", "input_factor", "output_factor", "seed",
                                            "complete", "checkpoints"])
@@ -474,8 +386,7 @@ class Run(RunLayout):
     def seeds(self, variant: str | Variant) -> list[int]:
         """Seeds for which a complete model of this variant exists."""
         df = self.models()
-        v = Variant.parse(variant).name
-        return sorted(df[(df.variant == v) & df.complete].seed.tolist())
+        return sorted(df[(df.variant == Variant.parse(variant).name) & df.complete].seed.tolist())
 
     def is_complete(self, variant: str | Variant, seed: int) -> bool:
         """Whether the model finished training (its completion marker exists)."""
@@ -492,42 +403,31 @@ class Run(RunLayout):
     def checkpoints(self, variant: str | Variant, seed: int) -> list[tuple[int, Path]]:
         """(step, folder) of every complete checkpoint, sorted by step."""
         root = self.checkpoints_dir(variant, seed)
-        out = []
-        for d in root.iterdir() if root.exists() else []:
-            step = step_of(d)
-            if step is not None and (d / CONFIG_NAME).exists():
-                out.append((step, d))
-        return sorted(out)
+        return sorted((step, d) for d in (root.iterdir() if root.exists() else [])
+                      if (step := step_of(d)) is not None and (d / CONFIG_NAME).exists())
 
     def model_path(self, variant: str | Variant, seed: int, step: int | None = None) -> Path:
-        """Folder of the final model (step None) or of the checkpoint at ``step``.
-
-        A model folder trained on another corpus or tokenizer than the run's is refused
-        (:meth:`check_model_origin`), so no analysis reads a model copied in from another run.
-        """
+        """Folder of the final model (step None) or of the checkpoint at ``step``, once shown to be this run's
+        (:meth:`check_model_origin`) and sized as its training record says."""
         if step is None:
             if not self.is_complete(variant, seed):
                 raise FileNotFoundError(
                     f"model {model_key(variant, seed)} in {self.path} is missing or unfinished; "
                     f"complete models: {', '.join(self.models().query('complete').key) or 'none'}")
-            self.check_model_origin(variant, seed)
-            self._check_model_config(variant, seed, None, self.model_dir(variant, seed))
-            return self.model_dir(variant, seed)
-        for s, d in self.checkpoints(variant, seed):
-            if s == step:
-                self.check_model_origin(variant, seed)
-                self._check_model_config(variant, seed, step, d)
-                return d
-        have = [s for s, _ in self.checkpoints(variant, seed)]
-        raise ValueError(f"step: no checkpoint {step} for {model_key(variant, seed)}; available: {have}")
+            found = self.model_dir(variant, seed)
+        else:
+            found = dict(self.checkpoints(variant, seed)).get(step)
+            if found is None:
+                raise ValueError(f"step: no checkpoint {step} for {model_key(variant, seed)}; available: "
+                                 f"{[s for s, _ in self.checkpoints(variant, seed)]}")
+        self.check_model_origin(variant, seed)
+        self._check_model_config(variant, seed, step, found)
+        return found
 
     def _check_model_config(self, variant: str | Variant, seed: int, step: int | None, folder: Path) -> None:
-        """Refuse a model's config.json (the final model's or a checkpoint's) whose sizes are not those its
-        train_config.json's preset, family and vocabulary give, before any model is built from it: an edited size
-        (``num_hidden_layers: 100000``) would be allocated before the weights were found wanting.
-        :class:`DamagedFileError` names the file, the key and both values. A vocabulary other than the run's
-        tokenizer's is refused the same way. A model without a train_config.json (an earlier version) is not compared.
-        """
+        """Refuse a model's config.json whose sizes (or vocabulary) are not those its train_config.json's preset,
+        family and vocabulary give, before anything is built from it: an edited ``num_hidden_layers: 100000`` would
+        be allocated first. A model without a train_config.json (an earlier version) is not compared."""
         cfg_file, todo = self.train_config_path(variant, seed), self.repair_hint(variant, seed, step)
         recorded = read_json(cfg_file, todo) if cfg_file.exists() else None
         if not isinstance(recorded, dict) or "preset" not in recorded:
@@ -541,21 +441,18 @@ class Run(RunLayout):
             want = config_sizes(recorded["preset"], family, vocab if vocab is not None else run_vocab)
         except (ValueError, TypeError) as e:
             raise damaged(cfg_file, e, todo) from None
-        file = folder / CONFIG_NAME
-        saved = read_json(file, todo)
+        saved = read_json(folder / CONFIG_NAME, todo)
         for k in _SHAPE_KEYS:
             if k in want and (not isinstance(saved, dict) or saved.get(k) != want[k]):
                 have = saved.get(k) if isinstance(saved, dict) else saved
-                raise DamagedFileError(f"{file}: {k} is {have!r}, but {cfg_file} (preset {recorded['preset']!r}, "
-                                       f"family {family!r}, vocab_size {vocab!r}) gives {want[k]!r}; nothing was "
-                                       f"loaded. To fix: {todo}")
+                raise DamagedFileError(f"{folder / CONFIG_NAME}: {k} is {have!r}, but {cfg_file} (preset "
+                                       f"{recorded['preset']!r}, family {family!r}, vocab_size {vocab!r}) gives "
+                                       f"{want[k]!r}; nothing was loaded. To fix: {todo}")
 
     # -- which run a model belongs to -------------------------------------------------------------
     def fingerprints(self) -> dict[str, str | None]:
-        """The run's corpus and tokenizer fingerprints (sha256), as each model folder records them when it starts training.
-
-        The corpus's is None for a folder made before corpus fingerprints were recorded.
-        """
+        """The run's corpus and tokenizer fingerprints (sha256), as each model folder records them when it starts
+        training (the corpus's is None for a folder made before they were recorded)."""
         file = self.tokenizer_dir / TOKENIZER_FILE
         if not file.is_file():
             self.tokenizer()  # raises FileNotFoundError naming the folder and how to restore it
@@ -564,17 +461,16 @@ class Run(RunLayout):
                 "tokenizer_fingerprint": _tokenizer_fp(file, "rerun Run.prepare (notebook 01_train) to rebuild it")}
 
     def check_model_origin(self, variant: str | Variant, seed: int) -> None:
-        """Refuse a model folder trained on another corpus or tokenizer than this run's, or holding another model than
-        its name says (:class:`ForeignModelError`).
+        """Refuse (:class:`ForeignModelError`) a model folder holding another model than its name says, or trained on
+        another corpus or tokenizer than this run's.
 
-        A finished model's complete.json must be its own (:meth:`check_completion`); the variant and seed in its
-        train_config.json must be the folder's. The fingerprints in its train_config.json and its saved tokenizer, where it has one, must be the run's.
-        A folder of an earlier version records no fingerprint: it is accepted when its saved tokenizer is the
-        run's, and refused when it has none (an unfinished model), since its origin cannot be told. One that
-        records the earlier, model-only tokenizer fingerprint is judged by its saved tokenizer in the same way.
+        A finished model's complete.json must be its own (:meth:`check_completion`), its train_config.json's variant
+        and seed the folder's, and its fingerprints and saved tokenizer the run's. An earlier version's folder without
+        fingerprints (or with the earlier, model-only tokenizer fingerprint) is judged by its saved tokenizer, and
+        refused without one, since its origin cannot be told.
         """
-        mdir, key = self.model_dir(variant, seed), model_key(variant, seed)
-        by = "01_train" if Variant.parse(variant).name in ("tied", "untied") else "04_ablate"
+        mdir, key, name = self.model_dir(variant, seed), model_key(variant, seed), Variant.parse(variant).name
+        by = "01_train" if name in ("tied", "untied") else "04_ablate"
         todo = (f"retrain {key} in this run (delete {mdir} and run {by} again, or run {by} with overwrite: "
                 f"{OVERWRITE_HINT}), or use it with the run it came from")
         if self.is_complete(variant, seed):
@@ -582,13 +478,11 @@ class Run(RunLayout):
         cfg_file = self.train_config_path(variant, seed)
         recorded = read_json(cfg_file, f"restore it, or {todo}") if cfg_file.exists() else {}
         recorded = recorded if isinstance(recorded, dict) else {}
-        named = [f"its {k} is {recorded[k]!r}, not {want!r}" for k, want in
-                 (("variant", Variant.parse(variant).name), ("seed", seed)) if k in recorded and recorded[k] != want]
-        if named:
+        if named := [f"its {k} is {recorded[k]!r}, not {want!r}" for k, want in (("variant", name), ("seed", seed))
+                     if k in recorded and recorded[k] != want]:
             raise ForeignModelError(f"{cfg_file} belongs to another model than {key}: {'; '.join(named)} (a folder "
                                     f"copied from another model's). To fix: {todo}")
-        mine = self.fingerprints()
-        then = recorded.get("tokenizer_fingerprint")
+        mine, then = self.fingerprints(), recorded.get("tokenizer_fingerprint")
         if then not in (None, mine["tokenizer_fingerprint"]) and then == model_tokenizer_fingerprint(
                 self.tokenizer_dir / TOKENIZER_FILE):  # an earlier version's record: judged by the saved tokenizer
             recorded = {**recorded, "tokenizer_fingerprint": None}
@@ -610,12 +504,8 @@ class Run(RunLayout):
 
     def check_completion(self, variant: str | Variant, seed: int) -> str:
         """A finished model's identity (:meth:`model_id`) once its complete.json is shown to be its own: the key,
-        variant and seed it records must be the folder's, and its weights_sha256 the hash computed from the weights
-        in the folder. Else :class:`ForeignModelError` names the file, each value and the one expected: a folder
-        copied from another seed, or weights replaced, is never analysed as this model.
-
-        A complete.json of an earlier version lacks some of these values: the ones it records are checked.
-        """
+        variant and seed it records (where it records them) the folder's, its weights_sha256 the hash of the weights
+        in the folder; else :class:`ForeignModelError` names each value and the one expected."""
         v, key = Variant.parse(variant), model_key(variant, seed)
         mdir, file = self.model_dir(v, seed), self.complete_path(v, seed)
         todo = f"retrain {key} in this run ({OVERWRITE_HINT}), or put back the folder's own files"
@@ -623,7 +513,8 @@ class Run(RunLayout):
         done = done if isinstance(done, dict) else {}
         check_model_folder(mdir, self.repair_hint(v, seed))  # a damaged file is named as such, not as another model
         computed = _weights_id(mdir, todo)
-        wrong = [f"its {k} is {done[k]!r}, not {want!r}" for k, want in (("key", key), ("variant", v.name), ("seed", seed))
+        wrong = [f"its {k} is {done[k]!r}, not {want!r}" for k, want in (("key", key), ("variant", v.name),
+                                                                         ("seed", seed))
                  if done.get(k) is not None and done[k] != want]
         if done.get(WEIGHTS_ID) is not None and done[WEIGHTS_ID] != computed:
             held = WEIGHTS_NAME if (mdir / WEIGHTS_NAME).exists() else "the sharded weights"
@@ -635,25 +526,20 @@ class Run(RunLayout):
         return computed
 
     def model_id(self, variant: str | Variant, seed: int) -> str | None:
-        """A finished model's identity: the sha256 computed from its weights (remembered while the files are
-        unchanged), so a record computed from it turns stale once the weights change, whatever complete.json says;
-        None when missing or unfinished."""
+        """A finished model's identity: the sha256 of its weights as they are now, so a record computed from it turns
+        stale once they change, whatever complete.json says; None when missing or unfinished."""
         if not self.is_complete(variant, seed):
             return None
         return _weights_id(self.model_dir(variant, seed), f"retrain {model_key(variant, seed)} ({OVERWRITE_HINT})")
 
     def lens_dir(self, variant: str | Variant, seed: int, step: int | None = None) -> Path:
-        """Where a model's lens lives: ``models/<key>/lens/``, or ``<checkpoint>/lens/`` of an existing checkpoint.
-
-        For a step, the checkpoint must exist (else :meth:`model_path` names the available steps).
-        """
-        if step is None:
-            return self.model_dir(variant, seed) / LENS_SUBDIR
-        return self.model_path(variant, seed, step) / LENS_SUBDIR
+        """``models/<key>/lens/``, or ``<checkpoint>/lens/`` of an existing checkpoint."""
+        root = self.model_dir(variant, seed) if step is None else self.model_path(variant, seed, step)
+        return root / LENS_SUBDIR
 
     def repair_hint(self, variant: str | Variant, seed: int, step: int | None = None) -> str:
         """What to do about a final model (step None) or a checkpoint whose files are damaged or not what they
-        should be, for error messages."""
+        should be."""
         key = model_key(variant, seed)
         if step is None:
             return (f"delete {self.complete_path(variant, seed)} and train {key} again: training resumes from "
@@ -662,8 +548,7 @@ class Run(RunLayout):
         return f"use another step (available: {others}), or retrain {key} ({OVERWRITE_HINT})"
 
     def not_its_model(self, variant: str | Variant, seed: int, step: int | None, why: str) -> RunFolderError:
-        """The error for a model folder that is not tied as its variant says (``why``: what its files show): names the
-        folder and the variant, never an external pair's parameter, and says what to do (:meth:`repair_hint`)."""
+        """The error for a model folder not tied as its variant says (``why``: what its files show)."""
         v = Variant.parse(variant)
         return RunFolderError(f"{self.model_path(v, seed, step)}: the run's variant {v.name!r} is "
                               f"{'tied' if v.tied else 'untied'}, and {why}: it is not the model the run trained; "
@@ -671,24 +556,20 @@ class Run(RunLayout):
 
     def load_model(self, variant: str | Variant, seed: int, step: int | None = None,
                    device: str | torch.device = "cpu") -> PreTrainedModel:
-        """Load a trained model (or a checkpoint) in eval mode; a damaged file is named with what to do.
-
-        The loaded weights must be tied as the variant says (its folder's config.json may have been edited, or
-        the weights replaced): else :class:`tiebias.run.files.RunFolderError` names the model folder.
-        """
+        """Load a trained model (or a checkpoint) in eval mode; a damaged file is named with what to do, and weights
+        not tied as the variant says (checked on the loaded matrices) are refused."""
         from transformers import AutoModelForCausalLM
 
-        path = self.model_path(variant, seed, step)
-        todo = self.repair_hint(variant, seed, step)
+        path, todo = self.model_path(variant, seed, step), self.repair_hint(variant, seed, step)
         check_model_folder(path, todo)
         try:
             with CONSTRUCTION:  # loading patches torch.nn.init process-wide: one load at a time
                 m, loading = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, output_loading_info=True)
         except Exception as e:  # any loader failure: reported with the folder named
             raise damaged(path, e, todo) from None
-        v = Variant.parse(variant)
-        config_tied = getattr(m.config, "tie_word_embeddings", None)
-        tied = _loaded_tied(m)
+        v, config_tied = Variant.parse(variant), getattr(m.config, "tie_word_embeddings", None)
+        a, b = m.get_input_embeddings().weight, m.get_output_embeddings().weight
+        tied = a.data_ptr() == b.data_ptr() or (a.shape == b.shape and torch.equal(a, b))
         if tied != v.tied or config_tied != v.tied:
             raise self.not_its_model(v, seed, step, "the model in this folder does not match it (its config.json says "
                                      f"tie_word_embeddings={config_tied!r}, and its loaded input and output embeddings "
@@ -699,13 +580,9 @@ class Run(RunLayout):
         return m.to(device).eval()
 
     def metrics(self, variant: str | Variant, seed: int, kind: str = "train") -> pd.DataFrame:
-        """Per-step training metrics (``kind='train'``) or validation losses (``kind='val'``).
-
-        A last row still being written (no line end yet) is left out; a garbage row is an error
-        naming the file and the line.
-        """
-        p = self.metrics_path(variant, seed, kind)
-        key = model_key(variant, seed)
+        """Per-step training metrics (``kind='train'``) or validation losses (``'val'``); a last row still being
+        written is left out, a garbage row named with its file and line."""
+        p, key = self.metrics_path(variant, seed, kind), model_key(variant, seed)
         if not p.exists():
             raise FileNotFoundError(f"no {kind} metrics for {key} in {self.path}")
         return read_log(p, todo=f"remove the bad lines, or retrain {key} ({OVERWRITE_HINT})")
