@@ -28,8 +28,7 @@ class FakeLibc:
 @pytest.fixture
 def fake(monkeypatch) -> FakeLibc:
     lib = FakeLibc()
-    monkeypatch.setattr(alloc, "_LIBC", lib)
-    monkeypatch.setattr(alloc, "_LOOKED_UP", True)
+    monkeypatch.setattr(alloc, "libc", lambda: lib)
     monkeypatch.delenv(alloc.MALLOC_ENV, raising=False)
     return lib
 

@@ -45,15 +45,15 @@ def test_interval_doubles_while_the_choice_holds(restore_threads) -> None:
 
 
 def test_fixed_threads_from_the_environment(monkeypatch, restore_threads) -> None:
-    monkeypatch.setenv(threads.THREADS_ENV, "1")
+    monkeypatch.setenv(environment.THREADS_ENV, "1")
     tuner = threads.ThreadTuner([1, 2])
     assert not tuner.tuning and _run(tuner, 3, {1: 0.0, 2: 0.0}) == [1, 1, 1]
     for bad in ("0", "two", "-1"):
-        monkeypatch.setenv(threads.THREADS_ENV, bad)
+        monkeypatch.setenv(environment.THREADS_ENV, bad)
         with pytest.raises(ValueError, match=f"TIEBIAS_THREADS: '{bad}' is not allowed"):
-            threads.fixed_threads()
-    monkeypatch.setenv(threads.THREADS_ENV, "auto")
-    assert threads.fixed_threads() is None
+            environment.fixed_threads()
+    monkeypatch.setenv(environment.THREADS_ENV, "auto")
+    assert environment.fixed_threads() is None
 
 
 # -- TIEBIAS_THREADS / TIEBIAS_WORKERS: checked with the parameters, capped at the cores, one core left free ---------
@@ -81,7 +81,7 @@ def test_thread_count_is_capped_at_the_cores_and_says_so(monkeypatch, tmp_path) 
 
     monkeypatch.setattr(environment, "cpu_cores", lambda: 2)
     monkeypatch.setenv(environment.THREADS_ENV, "10000")
-    assert threads.fixed_threads() == 2 and threads.ThreadTuner().candidates == [2]
+    assert environment.fixed_threads() == 2 and threads.ThreadTuner().candidates == [2]
     with pytest.warns(UserWarning, match="TIEBIAS_THREADS=10000 is more than the 2 CPU cores .*: using 2 threads"):
         profiles.resolve("smoke", tmp_path / "run")
     monkeypatch.setenv(environment.THREADS_ENV, "2")

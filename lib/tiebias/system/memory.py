@@ -7,15 +7,10 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["free_memory"]
-
 
 def free_memory(device: str | torch.device = "cpu") -> int:
-    """Bytes free on ``device``: the CUDA allocator's free memory, else MemAvailable from /proc/meminfo.
-
-    MemAvailable is what the kernel can hand out without swapping (page cache included); where /proc/meminfo is
-    missing (not Linux), the free physical pages are used instead, a smaller and so cautious number.
-    """
+    """Bytes free on ``device``: the CUDA allocator's free memory, else MemAvailable (/proc/meminfo), else the free
+    physical pages (not Linux: smaller, so cautious)."""
     dev = torch.device(device)
     if dev.type == "cuda":
         return int(torch.cuda.mem_get_info(dev)[0])

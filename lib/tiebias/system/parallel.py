@@ -1,18 +1,10 @@
 """Independent jobs side by side in one process, each on its own share of the CPU threads.
 
-The kit's small models use two cores poorly from one loop: matrices 128 wide leave both cores
-waiting on each other. Two jobs with one thread each get more done. Measured on the kit's 2-core
-machine: a ``small`` training step takes 0.239 s on two threads, and 0.41-0.43 s per step each when two
-trainings run side by side on one thread each, i.e. 0.21 s per model step (14% more models per
-minute; ``bench/train_throughput.py`` prints both). Threads rather than processes: torch's kernels
-release the GIL, the jobs share the process's writer lock on the run and its loaded data, and one
-interrupt stops them all. Results do not depend on it: each job's numbers are the same bit for bit as
-when it runs alone (tests train and lens both ways).
-
-``workers="auto"`` runs two jobs at a time where there are at least two CPU threads and two jobs,
-one otherwise; ``TIEBIAS_WORKERS=N`` fixes it (1: one job at a time, with the thread tuner as before). The
-threads are this process's, or ``TIEBIAS_THREADS`` when it fixes them: ``TIEBIAS_THREADS=1`` runs one job at a
-time on one thread, leaving the other cores free.
+The kit's small models use two cores poorly from one loop, so two jobs with one thread each get more done
+(``bench/train_throughput.py`` measures it). Threads rather than processes: torch's kernels release the GIL, the jobs
+share the process's writer lock and loaded data, and one interrupt stops them all. Each job's numbers are the same bit
+for bit as when it runs alone. ``workers="auto"`` runs two at a time where there are two CPU threads (of the process,
+or fixed by ``TIEBIAS_THREADS``); ``TIEBIAS_WORKERS=N`` fixes it.
 """
 
 from __future__ import annotations
@@ -27,9 +19,9 @@ from tiebias.config.checks import is_int
 from tiebias.config.environment import WORKERS_ENV, env_count, fixed_threads
 
 CONSTRUCTION = threading.RLock()
-"""Held while a model or a lens is built or loaded. transformers' loading swaps ``torch.nn.init``'s functions
-for no-ops process-wide while it runs (``no_init_weights``), and initialisation draws from torch's global
-generator: jobs side by side therefore construct their models one at a time, and get the same ones."""
+"""Held while a model or a lens is built or loaded: transformers' loading swaps ``torch.nn.init``'s functions
+process-wide, and initialisation draws from torch's global generator, so jobs construct one at a time."""
+
 
 class Stopped(Exception):
     """Raised by a job that stopped early because its ``should_stop`` turned True (it left nothing half-written)."""
@@ -42,9 +34,7 @@ Task = Callable[[Callable[[], bool]], T]
 
 def check_workers(workers: object, name: str = "workers") -> None:
     """``"auto"`` or a positive int; else a ValueError naming the parameter."""
-    if workers == "auto":
-        return
-    if not is_int(workers) or workers < 1:
+    if workers != "auto" and (not is_int(workers) or workers < 1):
         raise ValueError(f"{name}: must be a positive int or 'auto', got {workers!r}")
 
 
@@ -54,10 +44,8 @@ def thread_budget() -> int:
 
 
 def workers_for(n_jobs: int, workers: int | str = "auto") -> int:
-    """How many jobs run at once: ``workers`` (or ``TIEBIAS_WORKERS``), at most ``n_jobs``.
-
-    ``"auto"``: two when :func:`thread_budget` is two or more, else one.
-    """
+    """How many jobs run at once: ``workers`` (``"auto"``: ``TIEBIAS_WORKERS``, else 2 on 2+ threads), at most
+    ``n_jobs``."""
     check_workers(workers)
     if workers == "auto":
         workers = env_count(WORKERS_ENV, "jobs at a time") or (2 if thread_budget() >= 2 else 1)
@@ -71,25 +59,19 @@ def check_should_stop(should_stop: object) -> None:
 
 
 def side_by_side(tasks: Sequence[Task[T]], workers: int | str = "auto") -> list[T]:
-    """Run ``tasks`` ``workers`` at a time (see :func:`workers_for`); their results in task order.
-
-    With one worker the tasks run here, one after the other, with the caller's thread settings. With
-    more, each worker thread uses ``threads // workers`` intra-op threads (at least one; ``threads`` is
-    :func:`thread_budget`). The first
-    task to raise stops the others (their ``should_stop`` turns True) and its error is raised once they
-    have returned; an interrupt (KeyboardInterrupt) does the same. The caller's thread count is restored.
-    """
+    """Run ``tasks`` :func:`workers_for` at a time, each worker on ``thread_budget() // workers`` threads; their
+    results in task order. One worker runs them here, one after the other. The first task to raise (or an interrupt)
+    stops the others (their ``should_stop`` turns True) and is raised once they returned; the thread count is
+    restored."""
     tasks = list(tasks)
     n = workers_for(len(tasks), workers)
     if n <= 1:
         return [task(lambda: False) for task in tasks]
-    before = torch.get_num_threads()
-    each = max(1, thread_budget() // n)
-    stop = threading.Event()
+    before, each = torch.get_num_threads(), max(1, thread_budget() // n)
+    stop, lock = threading.Event(), threading.Lock()
     pending = list(range(len(tasks)))
     results: dict[int, T] = {}
     errors: dict[int, BaseException] = {}
-    lock = threading.Lock()
 
     def worker() -> None:
         torch.set_num_threads(each)
@@ -118,11 +100,7 @@ def side_by_side(tasks: Sequence[Task[T]], workers: int | str = "auto") -> list[
         raise
     finally:
         torch.set_num_threads(before)
-    real = {i: e for i, e in errors.items() if not isinstance(e, Stopped)}
-    if real or errors:
-        raise (real or errors)[min(real or errors)]
+    real = {i: e for i, e in errors.items() if not isinstance(e, Stopped)} or errors
+    if real:
+        raise real[min(real)]
     return [results[i] for i in range(len(tasks))]
-
-
-__all__ = ["CONSTRUCTION", "WORKERS_ENV", "Stopped", "Task", "check_should_stop", "check_workers", "side_by_side",
-           "thread_budget", "workers_for"]

@@ -1,15 +1,9 @@
 """CPU threads that degrade gracefully when other processes want the same cores.
 
-:class:`ThreadTuner` re-chooses the intra-op thread count during long loops (training steps, lens
-training) from measured step times: all cores on a quiet machine, fewer when another process holds
-one. ``TIEBIAS_THREADS=N`` fixes the count instead, at most the number of cores (``auto``, the default, tunes;
-:mod:`tiebias.config.environment` reads it, and the parameters' check refuses a bad value); OpenMP's own
-settings (``OMP_WAIT_POLICY``, ``OMP_NUM_THREADS``) are left to the user. Measured on the kit's
-2-core machine (``bench/contention.py``): sleeping idle workers (``OMP_WAIT_POLICY=PASSIVE``) made the
-quiet step 16% slower and did not help under load, so the kit does not set it.
-
-Only speed depends on the thread count, never the numbers: a test trains the same model with one and
-with two threads and gets the same weights bit for bit.
+:class:`ThreadTuner` re-chooses the intra-op thread count during long loops (training steps, lens training) from
+measured step times: all cores on a quiet machine, fewer when another process holds one. ``TIEBIAS_THREADS=N`` fixes
+the count instead (:mod:`tiebias.config.environment`); OpenMP's own settings are left to the user
+(``bench/contention.py`` compares them). Only speed depends on the thread count, never the numbers.
 """
 
 from __future__ import annotations
@@ -19,40 +13,33 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+import torch
+
 from tiebias.config.checks import is_int
-from tiebias.config.environment import THREADS_ENV, env_count, fixed_threads
+from tiebias.config.environment import fixed_threads
 
 
 class ThreadTuner:
     """Keeps the fastest intra-op thread count for a loop of similar steps, re-checking as load changes.
 
-    Wrap the compute of each step in :meth:`step`. It times ``probe`` steps at each candidate count,
-    keeps the fastest, and probes again after ``every`` steps; the interval doubles (up to
-    ``max_every``) while the choice holds and resets when it changes or ``patience`` steps in a row take
-    ``jump`` times the chosen count's time (another process started). On a quiet machine the probes
-    cost about ``probe`` slower steps per interval (under 1% of a long loop).
+    Wrap each step's compute in :meth:`step`. It times ``probe`` steps at each candidate count, keeps the fastest,
+    and probes again after ``every`` steps; the interval doubles (up to ``max_every``) while the choice holds and
+    resets when it changes or ``patience`` steps in a row take ``jump`` times the chosen count's time.
     """
 
     def __init__(self, candidates: Sequence[int] | None = None, *, every: int = 100, max_every: int = 800,
                  probe: int = 2, jump: float = 1.5, patience: int = 3) -> None:
-        import torch
-
-        self._torch = torch
         fixed = fixed_threads()
-        top = torch.get_num_threads()
-        self.candidates = [fixed] if fixed else sorted(set(candidates or range(1, max(top, 1) + 1)), reverse=True)
+        self.candidates = [fixed] if fixed else sorted(
+            set(candidates or range(1, max(torch.get_num_threads(), 1) + 1)), reverse=True)
         if not self.candidates or min(self.candidates) < 1:
             raise ValueError(f"candidates: {candidates!r} is not allowed; need thread counts >= 1")
         self.every, self.max_every, self.probe, self.jump, self.patience = every, max_every, probe, jump, patience
-        self._slow = 0
-        self.interval = every
-        self.chosen = self.candidates[0]
+        self.interval, self.chosen = every, self.candidates[0]
         self.choices: list[tuple[int, int]] = []  # (step index, threads) each time the choice was made
         self._queue: list[int] = []
         self._times: dict[int, list[float]] = {}
-        self._baseline = float("nan")
-        self._since = 0
-        self._n = 0
+        self._baseline, self._since, self._slow, self._n = float("nan"), 0, 0, 0
         self._start_probe()
 
     @property
@@ -61,43 +48,24 @@ class ThreadTuner:
 
     def _start_probe(self) -> None:
         if not self.tuning:
-            self._set(self.candidates[0])
+            _set_threads(self.candidates[0])
             return
         self._times = {c: [] for c in self.candidates}
         self._queue = [c for c in self.candidates for _ in range(self.probe)]
-
-    def _set(self, n: int) -> None:
-        if self._torch.get_num_threads() != n:
-            self._torch.set_num_threads(n)
 
     @contextmanager
     def step(self) -> Iterator[None]:
         """Time one step's compute at the thread count the tuner picks for it."""
         probing = bool(self._queue)
         n = self._queue.pop(0) if probing else self.chosen
-        self._set(n)
+        _set_threads(n)
         t0 = time.perf_counter()
         yield
         dt = time.perf_counter() - t0
         self._n += 1
         if probing:
             self._record_probe(n, dt)
-        else:
-            self._watch(dt)
-
-    def _record_probe(self, n: int, dt: float) -> None:
-        self._times[n].append(dt)
-        if self._queue:
             return
-        best = min(self._times, key=lambda c: statistics.median(self._times[c]) if self._times[c] else float("inf"))
-        self.interval = min(self.interval * 2, self.max_every) if best == self.chosen and self.choices else self.every
-        self.chosen = best
-        self._baseline = statistics.median(self._times[best]) if self._times[best] else float("nan")
-        self.choices.append((self._n, best))
-        self._since = 0
-        self._set(best)
-
-    def _watch(self, dt: float) -> None:
         self._since += 1
         self._slow = self._slow + 1 if dt > self.jump * self._baseline else 0
         if self._slow >= self.patience:
@@ -106,6 +74,23 @@ class ThreadTuner:
             self._start_probe()
         elif self._since >= self.interval:
             self._start_probe()
+
+    def _record_probe(self, n: int, dt: float) -> None:
+        self._times[n].append(dt)
+        if self._queue:
+            return
+        median = {c: statistics.median(t) if t else float("inf") for c, t in self._times.items()}
+        best = min(self._times, key=median.__getitem__)
+        self.interval = min(self.interval * 2, self.max_every) if best == self.chosen and self.choices else self.every
+        self.chosen, self._since = best, 0
+        self._baseline = median[best] if self._times[best] else float("nan")
+        self.choices.append((self._n, best))
+        _set_threads(best)
+
+
+def _set_threads(n: int) -> None:
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
 
 
 class FixedThreads:
@@ -118,22 +103,15 @@ class FixedThreads:
 
 def check_num_threads(num_threads: object, name: str = "num_threads") -> None:
     """A thread setting: a positive int, ``"auto"`` (tune) or None (keep); else a ValueError naming it."""
-    if num_threads in (None, "auto"):
-        return
-    if not is_int(num_threads) or num_threads <= 0:
+    if num_threads not in (None, "auto") and (not is_int(num_threads) or num_threads <= 0):
         raise ValueError(f"{name}: must be a positive int, 'auto' or None, got {num_threads!r}")
 
 
 @contextmanager
 def loop_threads(num_threads: int | str | None = "auto", device_type: str = "cpu",
                  ) -> Iterator[ThreadTuner | FixedThreads]:
-    """Threads for one loop: ``"auto"`` tunes on a CPU, an int fixes them, None keeps them; restored on exit.
-
-    Yields an object whose ``step()`` wraps each step's compute (a :class:`ThreadTuner` or a no-op). The
-    loop also runs with freed memory kept in the process (:func:`tiebias.system.alloc.kept_heap`).
-    """
-    import torch
-
+    """Threads for one loop: ``"auto"`` tunes on a CPU, an int fixes them, None keeps them; restored on exit. Yields
+    what wraps each step (``step()``); the loop runs with freed memory kept (:func:`tiebias.system.alloc.kept_heap`)."""
     from tiebias.system.alloc import kept_heap
 
     check_num_threads(num_threads)
@@ -145,7 +123,3 @@ def loop_threads(num_threads: int | str | None = "auto", device_type: str = "cpu
             yield ThreadTuner() if num_threads == "auto" and device_type == "cpu" else FixedThreads()
     finally:
         torch.set_num_threads(before)
-
-
-__all__ = ["THREADS_ENV", "FixedThreads", "ThreadTuner", "check_num_threads", "env_count", "fixed_threads",
-           "loop_threads"]
