@@ -39,7 +39,7 @@ def test_walkthrough_follows_the_notebook_sources(name: str) -> None:
     assert md_path.is_file(), f"walkthrough/{name}.md is missing; {FIX}"
     md = md_path.read_text(encoding="utf-8")
     nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))
-    assert walkthrough.markers(md) == walkthrough.source_cells(nb), \
+    assert walkthrough.MARKER_RE.findall(md) == walkthrough.source_cells(nb), \
         f"walkthrough/{name}.md shows other cells than notebooks/{name}.ipynb; {FIX}"
     _cells_in_order(md, nb)
 
@@ -85,7 +85,7 @@ def test_render_notebook_marks_cells_and_reads_like_the_notebook() -> None:
     src = small_notebook()
     page = walkthrough.render_notebook(executed(src), "01_train")
     md = "\n\n".join(page.blocks)
-    assert walkthrough.markers(md) == walkthrough.source_cells(src)
+    assert walkthrough.MARKER_RE.findall(md) == walkthrough.source_cells(src)
     assert "](../notebooks/figures/x.png)" in md and "](https://x.org)" in md  # relative links still resolve
     assert "````python\nx = 1" in md  # a fence longer than the backticks inside
     assert "```text\none\nthree\n```" in md  # one block per stream, a carriage return overwrites its line

@@ -1,13 +1,5 @@
-"""The walkthrough: a run's executed notebooks as Markdown with static figures, readable in a repository browser.
-
-Repository browsers render Markdown and images but run no plotly and no widgets, and the committed
-notebooks are stripped of outputs. :func:`write_walkthrough` turns the executed notebooks of one run
-folder into ``walkthrough/NN_name.md`` (prose, code, printed text, tables, figures as PNG files under
-``walkthrough/images/``) plus an index ``walkthrough/README.md`` that says which profile and run they
-show and how to regenerate them. Before each cell a hidden marker holds the cell's id and a digest of
-its source, so a test can check that the walkthrough follows the notebook sources cell by cell. Text from the
-run folder (its name, profile and corpus, the claims' words, HTML outputs) goes through :mod:`tiebias.output.markup`.
-"""
+"""The walkthrough: a run's executed notebooks as Markdown with static figures, readable in a repository browser
+(which runs no plotly and no widgets); a hidden marker before each cell holds its id and a digest of its source."""
 
 from __future__ import annotations
 
@@ -36,11 +28,6 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _LINK = re.compile(r"(\]\(|src=\")(?!https?:|#|/|\.\./|mailto:)([^)\"\s]+)")
 
 
-def out_dir() -> Path:
-    """Where the walkthrough lives: ``walkthrough/`` at the repository root."""
-    return repo_root() / "walkthrough"
-
-
 def digest(source: str) -> str:
     """A short digest of a cell's source (12 hex digits of its SHA-256)."""
     return hashlib.sha256(source.encode("utf-8")).hexdigest()[:12]
@@ -58,11 +45,6 @@ def _injected(cell: dict) -> bool:
 def source_cells(nb: dict) -> list[tuple[str, str]]:
     """(id, source digest) of every cell of a notebook, papermill's injected-parameters cell left out."""
     return [(str(c.get("id")), digest(_source(c))) for c in nb["cells"] if not _injected(c)]
-
-
-def markers(markdown: str) -> list[tuple[str, str]]:
-    """The (id, digest) cell markers of a rendered notebook, in order."""
-    return MARKER_RE.findall(markdown)
 
 
 def relink(markdown: str) -> str:
@@ -246,7 +228,7 @@ def _run_label(run_dir: Path) -> str:
 
 def write_walkthrough(run_dir: str | Path, out: str | Path | None = None, scale: float = 1.5) -> list[Path]:
     """Render the executed notebooks of ``run_dir`` into ``out`` (default ``walkthrough/``); the files written."""
-    run_dir, out = Path(run_dir), Path(out) if out is not None else out_dir()
+    run_dir, out = Path(run_dir), Path(out) if out is not None else repo_root() / "walkthrough"
     layout = RunLayout(run_dir)
     executed = {n: layout.notebooks_dir / f"{n}.ipynb" for n in NOTEBOOKS}
     executed = {n: p for n, p in executed.items() if p.is_file()}
@@ -264,13 +246,8 @@ def write_walkthrough(run_dir: str | Path, out: str | Path | None = None, scale:
     pngs = {name: figures_to_png(list(p.figures.values()), scale) for name, p in pages.items()}
     report = run_dir / "reproduction.md"
     text = report.read_text(encoding="utf-8") if report.is_file() else None
-    return _write(out, pages, pngs, summary, titles, _run_label(run_dir), text, _checkout_prefix())
-
-
-def _checkout_prefix() -> str:
-    """The checkout's absolute path with a trailing slash: the walkthrough shows run folders relative to it, so it
-    reads the same wherever it was rendered."""
-    return str(repo_root().resolve()) + "/"
+    prefix = str(repo_root().resolve()) + "/"  # paths are shown relative to the checkout, wherever it was rendered
+    return _write(out, pages, pngs, summary, titles, _run_label(run_dir), text, prefix)
 
 
 def _write(out: Path, pages: dict[str, _Page], pngs: dict[str, list[bytes]], summary: dict,
