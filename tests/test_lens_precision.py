@@ -85,7 +85,6 @@ def test_rung_recorded_before_the_precision_counts_as_auto(tmp_path: Path, monke
 
 def test_damaged_rung_record_and_evaluation_cache_are_named(tmp_path: Path) -> None:
     """A rung.json or a cached evaluation that does not parse stops with the file named and what to do."""
-    from tiebias.lens import rung_eval as lens_rung_eval
     from tiebias.run.files import DamagedFileError
 
     torch.manual_seed(0)
@@ -98,8 +97,8 @@ def test_damaged_rung_record_and_evaluation_cache_are_named(tmp_path: Path) -> N
     (rung / "rung.json").write_text('{"recipe": "cp')
     with pytest.raises(DamagedFileError, match=r"rung\.json: damaged or unreadable .*delete the rung's folder"):
         lens_rungs.train_ladder(model, tokens, tmp_path, settings, **kw)
-    cache = rung / lens_rung_eval.eval_name(2 * SEQ, SEQ, "reference")
+    cache = rung / lens_rungs.eval_name(2 * SEQ, SEQ, "reference")
     cache.write_bytes(b'"a,b\n1,"2\n\xff\xfe')
     with pytest.raises(DamagedFileError, match=r"_reference\.csv: damaged or unreadable .*delete it"):
-        lens_rung_eval.evaluate_cached(model, tokens, lens, cache, seq_len=SEQ, eval_tokens=2 * SEQ,
+        lens_rungs.evaluate_cached(model, tokens, lens, cache, seq_len=SEQ, eval_tokens=2 * SEQ,
                                        logit_lens=False, protocol="reference")

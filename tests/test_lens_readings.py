@@ -16,7 +16,6 @@ from tiebias.lens import evaluate as lens_eval
 from tiebias.lens import ladder as lens_ladder
 from tiebias.lens import lenses as tl
 from tiebias.lens import readings as lens_readings
-from tiebias.lens import rung_eval as lens_rung_eval
 from tiebias.lens import rungs as lens_rungs
 from tiebias.lens import tables as lens_study
 from tiebias.output import report
@@ -92,7 +91,7 @@ def test_train_model_lens_ladders_reads_every_lens_both_ways_and_keeps_the_packa
     # the package reading keeps its cache file name (runs made before protocols are not evaluated again)
     rung = lens_rungs.rung_dir(tmp_path / "both", "cpu", 1)
     assert (rung / "eval_256x32.csv").is_file() and (rung / "eval_256x32_reference.csv").is_file()
-    assert lens_rung_eval.eval_name(256, 32, "package") == "eval_256x32.csv"
+    assert lens_rungs.eval_name(256, 32, "package") == "eval_256x32.csv"
     # per_layer keeps the protocols apart
     assert len(lens_study.per_layer(both)) == 2 * len(lens_study.per_layer(plain))
 

@@ -3,7 +3,7 @@
 
 Plain data and rules (no torch), checked once where they are made, so the lens code downstream
 (:mod:`tiebias.lens.ladder` -> :mod:`tiebias.lens.rungs` -> :mod:`tiebias.lens.fit`, and
-:mod:`tiebias.lens.rung_eval` for evaluation) trusts them. The ``lens_*`` parameters of notebooks 03 and 04 become
+:mod:`tiebias.lens.rungs` for evaluation) trusts them. The ``lens_*`` parameters of notebooks 03 and 04 become
 a :class:`LensSettings` in one call (:meth:`LensSettings.from_params`); every error names the parameter.
 """
 

@@ -1,19 +1,13 @@
-"""Figure 2's absolute level against the bigram baseline: how much a model improves on a count bigram, beside the
-tuned-lens KL at its layer 0.
+"""Figure 2's absolute level against the bigram baseline: a model's gain over a count bigram beside its layer-0 KL.
 
-A lens at layer 0 reads only the current token's embedding, so its best reading is a bigram predictor of the model's
-output. If the model's output were the true next-token distribution, the layer-0 KL of the best such lens would be
-about CE(bigram) - CE(model): the room the model's layers add beyond one token of context. This table sets the two side
-by side per model, on the same test windows the lens is evaluated on (:mod:`tiebias.data.bigram` for the baseline,
-``metrics/lens_per_layer.csv`` for the lens), with the unigram baseline and the layer-0 lens's own cross-entropy
-against the true next token beside them. It is written to ``metrics/lens_bigram_bound.csv``.
+A layer-0 lens reads only the current token, so at best it is a bigram predictor of the model's output: its KL is
+about CE(bigram) - CE(model) if the output were the true distribution. Written to ``metrics/lens_bigram_bound.csv``.
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 
 from tiebias.config.lens import lens_seq_len
@@ -29,15 +23,7 @@ COLUMNS = ["variant", "seed", "kl_layer0_bits", "bigram_gain_bits", "ce_model_na
 
 
 def windows(run: Run) -> tuple[int, int]:
-    """The windows of the run's lens evaluation on the test split, from its study record.
-
-    Args:
-        run: the run folder (its ``config.json`` study record: ``seq_len`` and ``lens_eval_tokens``).
-
-    Returns:
-        (lens sequence length, evaluation tokens), as :class:`tiebias.config.lens.LensSettings` makes them (the
-        training ``seq_len`` capped, ``lens_eval_tokens``).
-    """
+    """(lens sequence length, evaluation tokens) of the run's lens evaluation, from its study record."""
     study = run.config.get("study")
     if not isinstance(study, dict) or "seq_len" not in study or "lens_eval_tokens" not in study:
         raise ValueError(f"run: {run.path} records no study with seq_len and lens_eval_tokens in config.json; run "
@@ -46,19 +32,8 @@ def windows(run: Run) -> tuple[int, int]:
 
 
 def bound_table(run: Run, kl: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per model of the lens table: its layer-0 tuned-lens KL beside how far it is below the bigram baseline.
-
-    Args:
-        run: the run (its training split fits the bigram; its test split is scored).
-        kl: the per-layer lens table (``metrics/lens_per_layer.csv``, :func:`tiebias.lens.tables.per_layer`); None
-            reads it from the run. Its package reading, first recipe and largest budget are used, at each model's
-            last step.
-
-    Returns:
-        :data:`COLUMNS`: ``kl_layer0_bits`` (tuned lens, layer 0), ``bigram_gain_bits`` = (CE(bigram) -
-        CE(model)) / ln 2, the three cross-entropies (nats per predicted token on the same test windows), the
-        layer-0 lens's own cross-entropy, the bigram's ``alpha``, the window length and the tokens scored.
-    """
+    """One row per model of the per-layer lens table (None: the run's; package reading, top rung, last step):
+    :data:`COLUMNS`, its layer-0 KL beside ``bigram_gain_bits`` = (CE(bigram) - CE(model)) / ln 2 on the same windows."""
     if kl is None:
         path = run.table_path("lens_per_layer")
         if not path.exists():
@@ -90,14 +65,7 @@ def bound_table(run: Run, kl: pd.DataFrame | None = None) -> pd.DataFrame:
 
 
 def describe(table: pd.DataFrame) -> str:
-    """One sentence per variant: layer-0 KL against the bigram gain, mean over seeds.
-
-    Args:
-        table: the :func:`bound_table` frame.
-
-    Returns:
-        The sentences, one line each.
-    """
+    """One line per variant of :func:`bound_table`: layer-0 KL against the bigram gain, means over seeds."""
     lines = []
     for variant, g in table.groupby("variant", sort=False):
         kl, gain = float(g.kl_layer0_bits.mean()), float(g.bigram_gain_bits.mean())
@@ -110,17 +78,4 @@ def describe(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def gains(table: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Per variant, the per-seed (layer-0 KL, bigram gain) pairs in bits: the judge's input for Figure 2's level.
-
-    Args:
-        table: the :func:`bound_table` frame.
-
-    Returns:
-        Variant -> an (n seeds, 2) array of (``kl_layer0_bits``, ``bigram_gain_bits``).
-    """
-    return {str(v): g[["kl_layer0_bits", "bigram_gain_bits"]].to_numpy(dtype=float)
-            for v, g in table.groupby("variant", sort=False)}
-
-
-__all__ = ["COLUMNS", "TABLE", "bound_table", "describe", "gains", "windows"]
+__all__ = ["COLUMNS", "TABLE", "bound_table", "describe", "windows"]

@@ -1,24 +1,9 @@
-"""The frozen model's activations for tuned-lens training, computed once per (model, token stream).
+"""The frozen model's activations for lens training, computed once per (model, token stream) so steps skip the model.
 
-Each lens step runs the frozen model on its sequences (``hidden_states[:-1]``) and reduces its final
-logits to the loss's target statistics (:func:`tiebias.lens.frozen.frozen_forward`): about 30% of a step
-for the kit's ``small`` model, and a 1000-step ladder over ~900 validation sequences sees every
-sequence about four times. :class:`LensCache` stores these per sequence, so
-:func:`tiebias.lens.fit.train_lens` can skip the model.
-
-**Bit for bit.** A sequence's activations do not depend on the other sequences of its batch, but they
-may depend on the batch's shape (kernels pick blockings by shape). The cache is therefore computed in
-chunks of exactly the micro-batch shape training runs (``min(batch_size, tokens_per_step // seq_len)``
-sequences of ``seq_len``), the tail as a full-size chunk of the last sequences, and a lens trained
-through the cache equals the one trained on the model (tested on tiny Llama and GPT-NeoX models, and
-checked by hand on the ``small`` model). :func:`build_cache` checks the premise on one mixed batch and
-declines (with a warning) where it fails. Uneven micro-batches (``tokens_per_step // seq_len`` not a
-multiple of ``batch_size``) get no cache.
-
-**Memory.** Hidden states are kept in the model's dtype, target statistics in float32, on the model's
-device: ``sequences x seq_len x (layers x width x itemsize + (width + 2) x 4)`` bytes (405 MiB for the
-``small`` model's 924 validation sequences). Above ``max_bytes`` (default :data:`MAX_BYTES`, 1 GiB)
-:func:`build_cache` returns None and training runs the model as before.
+Bit for bit: they are computed in chunks of exactly training's micro-batch shape (kernels may block by shape), the
+tail as a full chunk of the last sequences; :func:`build_cache` checks on one mixed batch that a sequence's
+activations do not depend on its batch mates and declines (with a warning) where they do, or where micro-batches are
+uneven or the cache would exceed ``max_bytes``: training then runs the model as before.
 """
 
 from __future__ import annotations
@@ -37,18 +22,18 @@ from tiebias.config.checks import is_int
 from tiebias.config.lens import LENS_BATCH_SIZE, LENS_SEQ_LEN, LensFit
 from tiebias.lens.frozen import LensTarget, frozen_forward
 from tiebias.lens.inputs import check_train_args, sequences
-from tiebias.lens.lenses import check_model, new_lens
+from tiebias.lens.lenses import new_lens
+from tiebias.models.anatomy import check_model
 from tiebias.system.threads import loop_threads
 
 __all__ = ["MAX_BYTES", "MIN_VISITS", "LensCache", "build_cache", "cache_bytes", "micro_batch", "pays_off"]
 
 MAX_BYTES = 1 << 30
-"""Default cap on a cache's size (1 GiB): above it :func:`build_cache` declines and training runs the model."""
+"""Default cap on a cache's size: above it :func:`build_cache` declines."""
 
 MIN_VISITS = 1.5
-"""Build a cache only when training draws each sequence at least this often on average: building costs one
-forward per sequence, so a short lens run over a long stream (the smoke profile: 160 draws, 1,850 sequences)
-is cheaper without one. The default ladder draws each validation sequence about 4.3 times."""
+"""Build a cache only when training draws each sequence at least this often on average (building costs one forward
+per sequence)."""
 
 
 def pays_off(draws: int, n_sequences: int) -> bool:
@@ -70,7 +55,7 @@ def cache_bytes(model: PreTrainedModel, n_sequences: int, seq_len: int) -> int:
 
 
 def model_fingerprint(model: PreTrainedModel) -> str:
-    """SHA-256 of every parameter and buffer (names and bytes): which frozen model the cache holds (~10 ms, small)."""
+    """SHA-256 of every parameter and buffer (names and bytes): which frozen model the cache holds."""
     h = hashlib.sha256()
     for name, t in model.state_dict().items():
         h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
@@ -80,13 +65,8 @@ def model_fingerprint(model: PreTrainedModel) -> str:
 
 @dataclass
 class LensCache:
-    """Per-sequence ``hidden_states[:-1]`` and target statistics of one frozen model on one token stream.
-
-    ``hidden[i][s]`` is layer i's input to translator i for sequence s; ``stats`` are (target_mean,
-    target_bias, neg_entropy) with the sequence as the first axis. ``chunk`` is the micro-batch size
-    they were computed at; ``sequences`` the token sequences (n, seq_len); ``model_sha256`` the model's
-    :func:`model_fingerprint`.
-    """
+    """Per-sequence ``hidden_states[:-1]`` and target statistics (target_mean, target_bias, neg_entropy) of one
+    frozen model on one token stream, computed in micro-batches of ``chunk``."""
 
     hidden: list[Tensor]
     stats: tuple[Tensor, Tensor, Tensor]
@@ -94,14 +74,9 @@ class LensCache:
     sequences: Tensor
     model_sha256: str
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the activations (the sequences themselves not counted)."""
-        return sum(t.numel() * t.element_size() for t in (*self.hidden, *self.stats))
-
     def check(self, model: PreTrainedModel, sequences: Tensor, *, tokens_per_step: int, batch_size: int) -> None:
-        """Raise ValueError (naming the parameter) unless this cache belongs to ``model``, the (n, seq_len)
-        ``sequences`` and the micro-batches of ``tokens_per_step`` and ``batch_size``."""
+        """Raise ValueError (naming the parameter) unless this cache belongs to ``model``, ``sequences`` and these
+        micro-batches."""
         if sequences.shape[1] != self.sequences.shape[1]:
             raise ValueError(f"seq_len: {sequences.shape[1]}, but the cache holds sequences of "
                              f"seq_len={self.sequences.shape[1]}; build the cache with this seq_len")
@@ -130,9 +105,8 @@ class LensCache:
 
 
 def _chunks(n: int, chunk: int) -> list[tuple[Tensor, slice]]:
-    """(sequence indices of a full-size chunk, the rows of it to store) covering sequences 0..n-1 once each.
-
-    The tail is the last ``chunk`` sequences (cycled when there are fewer), so every forward has training's shape."""
+    """(indices of a full-size chunk, its rows to store) covering sequences 0..n-1 once; the tail is the last ``chunk``
+    sequences (cycled when there are fewer), so every forward has training's shape."""
     out = []
     for start in range(0, n, chunk):
         if start + chunk <= n:
@@ -155,12 +129,8 @@ def build_cache(
     num_threads: int | Literal["auto"] | None = "auto",
     progress: bool = False,
 ) -> LensCache | None:
-    """Run ``model`` once over every ``seq_len`` sequence of ``tokens`` for :func:`tiebias.lens.fit.train_lens`.
-
-    ``seq_len``, ``tokens_per_step`` and ``batch_size`` must be those of the training calls (they fix the
-    forward's shape). Returns None (train without a cache) when micro-batches are uneven, the cache
-    would exceed ``max_bytes``, or a sequence's activations turn out to depend on its batch mates.
-    """
+    """Run ``model`` once over every ``seq_len`` sequence of ``tokens``, in the forward shape of training with these
+    settings; None (train without a cache) where the module docstring says."""
     check_model(model)
     shape = LensFit(steps=1, seq_len=seq_len, tokens_per_step=tokens_per_step, warmup_steps=0, batch_size=batch_size)
     tokens = check_train_args(model, tokens, shape, num_threads)

@@ -1,9 +1,5 @@
-"""The early-layer gap against model depth (notebook 03, the ``depth`` profile): numbers only.
-
-The models of other depths are :func:`tiebias.train.depths.train_depth_models`'s. :func:`per_seed_gaps` gives each depth's per-seed early-layer gaps and :func:`depth_trend` fits them against the
-number of layers (a slope with its t-interval). The verdicts per depth and on the trend are
-:mod:`tiebias.verdicts.depth`'s.
-"""
+"""The early-layer gap against model depth (notebook 03, the ``depth`` profile): numbers only; the verdicts are
+:mod:`tiebias.verdicts.depth`'s."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""Measuring a tuned lens (paper claim 3): the per-layer evaluation table and the notebook helpers.
+"""Reading a tuned lens (claim 3): the per-layer KL and cross-entropy table, and the notebook's per-prompt views.
 
-:func:`evaluate` gives, per layer, KL to the model's final distribution in bits and next-token
-cross-entropy for the tuned and the logit lens; row L reads the residual stream entering the
-final norm (see :mod:`tiebias.lens.lenses` for the layer indexing). :func:`top_tokens_by_layer` and
-:func:`trajectory` feed the notebook's views; the trajectory figure is
-:func:`tiebias.output.plotting.lens.trajectory_figure`. The token stream is checked and chunked by
-:mod:`tiebias.lens.inputs`, as for training.
+Row L reads the residual stream entering the final norm (captured with a hook), since ``hidden_states[L]`` is already
+normed (:mod:`tiebias.lens.lenses`).
 """
 
 from __future__ import annotations
@@ -24,8 +20,9 @@ from tuned_lens.nn import Lens, LogitLens
 from tiebias.config.checks import is_int
 from tiebias.config.choices import LENS_PROTOCOLS
 from tiebias.config.lens import LENS_BATCH_SIZE, LENS_SEQ_LEN
-from tiebias.lens.inputs import check_tokens, sequences
-from tiebias.lens.lenses import LN2, _check_lens, _layout, check_model, new_logit_lens
+from tiebias.lens.inputs import read_sequences
+from tiebias.lens.lenses import LN2, _check_lens, new_logit_lens
+from tiebias.models.anatomy import check_model, checked_layout
 from tiebias.system.threads import check_num_threads, loop_threads
 
 if TYPE_CHECKING:  # plotting pulls in plotly; imported where used
@@ -41,75 +38,34 @@ def kl_bits(p_logits: Tensor, q_logits: Tensor) -> Tensor:
     return (log_p.exp() * (log_p - log_q)).sum(-1) / LN2
 
 
-# --------------------------------------------------------------------------- hooks
-
-
 @contextmanager
 def _capture_final_norm_input(model: PreTrainedModel) -> Iterator[list[Tensor]]:
     """Collect the residual stream entering the final norm (hidden_states[-1] is already normed)."""
     store: list[Tensor] = []
-    norm = _layout(model).final_norm
-
-    def hook(_module: torch.nn.Module, args: tuple[Any, ...]) -> None:
-        store.append(args[0])
-
-    handle = norm.register_forward_pre_hook(hook)
+    handle = checked_layout(model).final_norm.register_forward_pre_hook(lambda _m, args: store.append(args[0]))
     try:
         yield store
     finally:
         handle.remove()
 
 
-# --------------------------------------------------------------------------- evaluation
+def evaluate(model: PreTrainedModel, tokens: Tensor, lens: TunedLens | None = None, *, seq_len: int = LENS_SEQ_LEN,
+             max_tokens: int = 32768, batch_size: int = LENS_BATCH_SIZE, num_threads: int | str | None = "auto",
+             per_sequence: bool = False, logit_lens: bool = True, protocol: str = "package") -> pd.DataFrame:
+    """Per layer 0..L: KL(final || lens) in bits and next-token CE in nats of the tuned and logit lens, and the model's CE.
 
-
-def evaluate(
-    model: PreTrainedModel,
-    tokens: Tensor,
-    lens: TunedLens | None = None,
-    *,
-    seq_len: int = LENS_SEQ_LEN,
-    max_tokens: int = 32768,
-    batch_size: int = LENS_BATCH_SIZE,
-    num_threads: int | str | None = "auto",
-    per_sequence: bool = False,
-    logit_lens: bool = True,
-    protocol: str = "package",
-) -> pd.DataFrame:
-    """Per-layer KL to the final distribution (bits) and next-token CE (nats) for the tuned and logit lens.
-
-    One row per layer index 0..L (0 = embedding output, L = model output). Columns:
-    ``layer``, ``kl_tuned_bits``, ``kl_logit_bits`` (mean over all positions of
-    KL(final || lens)), ``ce_tuned_nats``, ``ce_logit_nats`` (against the next token, over
-    positions 0..seq_len-2 of each sequence), ``ce_model_nats`` (the model's own, equal in
-    every row) and ``n_tokens`` (positions scored for KL). Tuned columns are NaN when
-    ``lens`` is None, logit columns when ``logit_lens`` is False (it does not depend on the
-    tuned lens, so a budget ladder computes it once). Uses the first ``max_tokens`` tokens
-    in non-overlapping sequences; deterministic and gradient-free. ``num_threads`` as in
-    :func:`tiebias.lens.fit.train_lens`.
-
-    ``per_sequence=True`` returns the same columns for every evaluation sequence (a
-    leading ``sequence`` column, ``n_tokens`` = seq_len), the input of a bootstrap over
-    sequences; the mean over sequences of each column is the per-layer table.
-
-    ``protocol`` (one of :data:`tiebias.config.choices.LENS_PROTOCOLS`) says which translator reads which hidden state: ``"package"`` as
-    the tuned-lens package trains them (translator i on hidden state i, the model's head on the stream entering
-    the final norm at row L); ``"reference"`` as the paper's public code reads them (row i is
-    ``hidden_states[i]`` through translator ``max(0, i - 1)``; row L, the already-normed last hidden state,
-    through translator L - 1 and the final norm again; the logit lens likewise).
+    Columns ``layer``, ``kl_tuned_bits``, ``kl_logit_bits``, ``ce_tuned_nats``, ``ce_logit_nats``, ``ce_model_nats``,
+    ``n_tokens`` (NaN for a lens not read); ``per_sequence`` adds ``sequence`` and gives one row per sequence.
+    ``protocol`` "package": translator i reads hidden state i, row L the stream entering the final norm;
+    "reference" (the paper's code): row i through translator max(0, i - 1), row L the normed state normed again.
     """
     if protocol not in LENS_PROTOCOLS:
         raise ValueError(f"protocol: {protocol!r} is not allowed; allowed: {', '.join(LENS_PROTOCOLS)}")
     check_model(model)
-    tokens = check_tokens(tokens, seq_len, model.config.vocab_size)
+    seqs = read_sequences(tokens, seq_len, model.config.vocab_size, max_tokens, batch_size)
     if lens is not None:
         _check_lens(model, lens)
-    if not is_int(max_tokens) or max_tokens < seq_len:
-        raise ValueError(f"max_tokens: must be an int >= seq_len={seq_len}, got {max_tokens!r}")
-    if not is_int(batch_size) or batch_size <= 0:
-        raise ValueError(f"batch_size: must be a positive int, got {batch_size!r}")
     check_num_threads(num_threads)
-    seqs = sequences(tokens, seq_len)[: max_tokens // seq_len]
     logit = new_logit_lens(model) if logit_lens else None
     sums, ce_model = _score(model, seqs, lens, logit, batch_size, num_threads, protocol)
     n_ce = seq_len - 1
@@ -122,18 +78,9 @@ def evaluate(
     return _table(cols, ce_model, seq_len, per_sequence)
 
 
-def _score(
-    model: PreTrainedModel,
-    seqs: Tensor,
-    lens: TunedLens | None,
-    logit: LogitLens | None,
-    batch_size: int,
-    num_threads: int | str | None,
-    protocol: str = "package",
-) -> tuple[dict[str, Tensor], Tensor]:
-    """Per-layer, per-sequence sums (KL bits over seq_len positions, CE nats over seq_len - 1; float64).
-
-    Returns ``{"kl_t", "kl_l", "ce_t", "ce_l"}`` of shape (L + 1, sequences) and the model's own CE per sequence."""
+def _score(model: PreTrainedModel, seqs: Tensor, lens: TunedLens | None, logit: LogitLens | None, batch_size: int,
+           num_threads: int | str | None, protocol: str = "package") -> tuple[dict[str, Tensor], Tensor]:
+    """Per-layer, per-sequence float64 sums ``kl_t``, ``kl_l`` (bits), ``ce_t``, ``ce_l`` (nats), and the model's CE."""
     n_layers = model.config.num_hidden_layers
     n_seq = len(seqs)
     sums = {k: torch.zeros(n_layers + 1, n_seq, dtype=torch.float64) for k in ("kl_t", "kl_l", "ce_t", "ce_l")}
@@ -160,16 +107,8 @@ def _score(
     return sums, ce_model
 
 
-def _score_batch(
-    out: Any,
-    pre_norm: Tensor,
-    x: Tensor,
-    lens: TunedLens | None,
-    logit: LogitLens | None,
-    sums: dict[str, Tensor],
-    rows: slice,
-    protocol: str = "package",
-) -> Tensor:
+def _score_batch(out: Any, pre_norm: Tensor, x: Tensor, lens: TunedLens | None, logit: LogitLens | None,
+                 sums: dict[str, Tensor], rows: slice, protocol: str = "package") -> Tensor:
     """Fill the ``rows`` columns of ``sums`` from one forward pass; return the model's own CE sum per sequence."""
     n_layers = len(out.hidden_states) - 1
     log_p = out.logits.float().log_softmax(-1)
@@ -203,9 +142,7 @@ def _readings(out: Any, pre_norm: Tensor, lens: TunedLens | None, logit: LogitLe
         yield i, logit(h, i) if logit is not None else None, tuned
 
 
-def _table(
-    cols: dict[str, tuple[Tensor, bool]], ce_model: Tensor, seq_len: int, per_sequence: bool
-) -> pd.DataFrame:
+def _table(cols: dict[str, tuple[Tensor, bool]], ce_model: Tensor, seq_len: int, per_sequence: bool) -> pd.DataFrame:
     """The evaluation frame from per-layer, per-sequence means: one row per (sequence, layer) or per layer."""
     n_seq = len(ce_model)
     n_layers = next(iter(cols.values()))[0].shape[0] - 1
@@ -237,9 +174,6 @@ def _ce_per_seq(log_q: Tensor, targets: Tensor) -> Tensor:
     return -picked.sum(-1, dtype=torch.float64).cpu()
 
 
-# --------------------------------------------------------------------------- notebook helpers
-
-
 def _encode(tokenizer: Any, text: str) -> list[int]:
     """Token ids for ``text`` without special tokens, from a transformers or tokenizers tokenizer."""
     if hasattr(tokenizer, "encode"):
@@ -252,23 +186,8 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
 
 
 def trajectory(model: PreTrainedModel, lens: Lens, tokenizer: Any, text: str) -> PredictionTrajectory:
-    """The package's PredictionTrajectory of ``text`` (targets = the next token; the last is eos or itself).
-
-    Args:
-        model: the model (a supported decoder, :func:`tiebias.lens.lenses.check_model`).
-        lens: the lens read at each layer (a ``TunedLens`` must fit ``model``; a ``LogitLens`` also works).
-        tokenizer: the model's tokenizer (an object with ``encode``).
-        text: the prompt; it must give at least two tokens.
-
-    Returns:
-        The ``tuned_lens.plotting.PredictionTrajectory``.
-
-    ``PredictionTrajectory.from_lens_and_model`` indexes correctly (lens i on
-    hidden_states[i], model logits for the last row). Plot with
-    :func:`tiebias.output.plotting.lens.trajectory_figure`.
-    The package converts logits to numpy, which has no bfloat16: logits of 16-bit models
-    (bf16 on a GPU) are handed over in float32.
-    """
+    """The package's PredictionTrajectory of ``text`` (targets: the next token; the last is eos or itself); logits of a
+    16-bit model are handed over in float32 (the package converts them to numpy, which has no bfloat16)."""
     from tuned_lens.plotting import PredictionTrajectory
 
     check_model(model)
@@ -304,15 +223,10 @@ class _Float32Logits:
         return self(*args, **kwargs)
 
 
-def top_tokens_by_layer(
-    model: PreTrainedModel, lens: TunedLens | None, tokenizer: Any, prompt: str, k: int = 5
-) -> pd.DataFrame:
-    """Top-k next-token predictions after ``prompt`` at every layer, for the tuned and logit lens.
-
-    Long format: columns ``layer`` (0..L), ``lens`` ("tuned" or "logit"), ``rank`` (1..k),
-    ``token_id``, ``token`` (decoded) and ``prob``. The tuned rows are omitted when
-    ``lens`` is None.
-    """
+def top_tokens_by_layer(model: PreTrainedModel, lens: TunedLens | None, tokenizer: Any, prompt: str,
+                        k: int = 5) -> pd.DataFrame:
+    """Top-k next tokens after ``prompt`` at every layer, tuned and logit lens: ``layer``, ``lens``, ``rank``,
+    ``token_id``, ``token``, ``prob``."""
     check_model(model)
     if lens is not None:
         _check_lens(model, lens)
@@ -339,19 +253,9 @@ def top_tokens_by_layer(
                 for name, logits in lenses:
                     probs = logits.float().softmax(-1)[0]
                     top = probs.topk(k)
-                    for r, (pr, tid) in enumerate(
-                        zip(top.values.tolist(), top.indices.tolist(), strict=True)
-                    ):
-                        rows.append(
-                            {
-                                "layer": i,
-                                "lens": name,
-                                "rank": r + 1,
-                                "token_id": tid,
-                                "token": _decode(tokenizer, tid),
-                                "prob": pr,
-                            }
-                        )
+                    rows += [{"layer": i, "lens": name, "rank": r + 1, "token_id": tid, "token": _decode(tokenizer, tid),
+                              "prob": pr} for r, (pr, tid) in enumerate(zip(top.values.tolist(), top.indices.tolist(),
+                                                                            strict=True))]
     finally:
         model.train(was_training)
     return pd.DataFrame(rows)

@@ -1,8 +1,7 @@
-"""The frozen model's side of tuned-lens training: its forward pass and the loss's target statistics.
+"""The frozen model's side of lens training: its forward pass and the loss's target statistics.
 
-:func:`tiebias.lens.fit.train_lens` computes them every step and :func:`tiebias.lens.cache.build_cache` once per
-sequence, both with :func:`frozen_forward`: one function for both is what lets a cached lens equal the uncached one
-bit for bit.
+Training (:mod:`tiebias.lens.fit`) and the cache (:mod:`tiebias.lens.cache`) both call :func:`frozen_forward`, so a
+cached lens equals the uncached one bit for bit.
 """
 
 from __future__ import annotations
@@ -19,20 +18,14 @@ __all__ = ["LensTarget", "frozen_forward", "target_stats"]
 
 
 def target_stats(logits: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-    """(p W, p . b, sum p log p) of the final distribution p = softmax(logits), in float32.
-
-    Few passes over the vocabulary: shift by the max, exponentiate once, and get the
-    entropy term from sum e (z - max) / sum e - log sum e.
-    """
+    """(p W, p . b, sum p log p) of the final distribution p = softmax(logits), in float32, exponentiating once."""
     z = logits.float()
     z = z - z.amax(-1, keepdim=True)
     e = z.exp()
     total = e.sum(-1, keepdim=True)
     neg_entropy = torch.linalg.vecdot(e, z) / total.squeeze(-1) - total.squeeze(-1).log()
     target_mean = (e @ weight.float()) / total
-    target_bias = (
-        (e @ bias.float()) / total.squeeze(-1) if bias is not None else torch.zeros_like(neg_entropy)
-    )
+    target_bias = (e @ bias.float()) / total.squeeze(-1) if bias is not None else torch.zeros_like(neg_entropy)
     return target_mean, target_bias, neg_entropy
 
 
@@ -54,9 +47,8 @@ class LensTarget:
         return cls(unembed, weight, unembed.unembedding.bias, lens_weight)
 
 
-def frozen_forward(
-    model: PreTrainedModel, target: LensTarget, x: Tensor
-) -> tuple[tuple[Tensor, ...], tuple[Tensor, Tensor, Tensor]]:
+def frozen_forward(model: PreTrainedModel, target: LensTarget,
+                   x: Tensor) -> tuple[tuple[Tensor, ...], tuple[Tensor, Tensor, Tensor]]:
     """(hidden_states[:-1], target statistics) of the frozen model on the sequences ``x``: what the loss needs."""
     with torch.no_grad():
         out = model(input_ids=x, output_hidden_states=True)

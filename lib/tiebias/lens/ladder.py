@@ -1,23 +1,9 @@
 """Lens-budget ladders of a run's models, of loaded models and of checkpoints (notebook 03): train, then evaluate.
 
-Lenses are trained on the validation split (text the models never trained on) and evaluated on the
-test split (held-out works), so neither the models nor the lenses saw the evaluation text. Each model's
-ladder (rungs, recipes, folder layout, resuming) is :mod:`tiebias.lens.rungs`; beside it, a lens folder
-may hold an extra ladder at the paper's lens budget::
-
-    <model dir>/lens/reference-budget/ the extra ladder at the paper's lens budget (subdir=REFERENCE_BUDGET)
-
-The model's logit-lens evaluations (``logit_*.csv``) stay in the lens folder itself and serve both ladders.
-
-**Settings.** What every function here trains and reads is one :class:`tiebias.config.lens.LensSettings`
-(``lens``): the ladder's unit, budgets, recipes, protocols, sequence length and evaluation tokens.
-
-**Protocols.** Every rung is evaluated under each lens protocol (``lens.protocols``: the package's reading and
-the paper's code's, :data:`tiebias.config.choices.LENS_PROTOCOLS`), from the same trained lens; evaluation and its
-per-protocol cache files are :mod:`tiebias.lens.rung_eval`.
-
-The tables this module returns are analysed in :mod:`tiebias.lens.tables`; the verdict is
-:func:`tiebias.verdicts.claims.claim3`.
+Lenses train on the validation split and are read on the test split, so neither the models nor the lenses saw the
+evaluation text. Each model's ladder is :mod:`tiebias.lens.rungs`; a lens folder may also hold an extra ladder at
+the paper's lens budget in ``<lens folder>/reference-budget/``, which reads the logit-lens evaluations
+(``logit_*.csv``) of its main ladder.
 """
 
 from __future__ import annotations
@@ -34,62 +20,40 @@ import torch
 from tiebias.config.lens import LensSettings, check_settings
 from tiebias.config.params import coerce
 from tiebias.config.variants import Variant, model_key
-from tiebias.lens import lenses, rung_eval
+from tiebias.lens import lenses, rungs
 from tiebias.lens.precision import logits_precision
-from tiebias.lens.rungs import publish_top_rung, rung_dir, train_ladder
+from tiebias.lens.rungs import rung_dir, train_ladder
 from tiebias.lens.tables import convergence, ladder_gaps, per_layer
 from tiebias.run.folder import Run
 from tiebias.system.parallel import side_by_side, workers_for
 from tiebias.train import divergence
 
 REFERENCE_BUDGET = "reference-budget"
-"""Sub-folder of a lens folder holding the extra ladder at the paper's lens budget (see :mod:`tiebias.lens.readings`)."""
-
-
-def check_checkpoints(lens_checkpoints: Any) -> list[int]:
-    """Scale-axis checkpoints: increasing training steps >= 0, [] (or None) for none (the schema's rule)."""
-    return [] if lens_checkpoints in (None, "") else coerce("lens_checkpoints", lens_checkpoints)
+"""Sub-folder of a lens folder holding the extra ladder at the paper's lens budget (:mod:`tiebias.lens.readings`)."""
 
 
 def train_model_lens_ladders(model: Any, train_tokens: Any, test_tokens: Any, folder: str | Path,
                              lens: LensSettings, *, progress: bool = True, num_threads: int | str | None = "auto",
                              should_stop: Callable[[], bool] | None = None,
                              logit_folder: str | Path | None = None) -> pd.DataFrame:
-    """Train (or load) every recipe's ladder for one model and evaluate each rung under each protocol, per sequence.
-
-    Args:
-        model: the frozen model.
-        train_tokens, test_tokens: token streams the lenses train on and are evaluated on.
-        folder: the model's lens folder (rungs in :func:`tiebias.lens.rungs.rung_dir`).
-        lens: the settings; every lens is trained once and read under each of ``lens.protocols``.
-        progress: show progress bars.
-        num_threads, should_stop: see :func:`tiebias.lens.rungs.train_ladder`.
-        logit_folder: where the logit-lens evaluations live (default ``folder``): they depend on the model, the
-            evaluation tokens and the protocol only (the file name says which), so an extra ladder in a
-            sub-folder reads its main ladder's instead of computing them again.
-
-    Returns:
-        Columns ``recipe``, ``budget``, ``lens_steps`` (total steps of that rung), ``protocol``, ``sequence``,
-        ``layer`` and the :func:`tiebias.lens.evaluate.evaluate` columns. The logit lens is evaluated once per
-        protocol and shared by all rungs. Evaluations are cached in the rung folders (see
-        :mod:`tiebias.lens.rung_eval`), so a rerun costs only loading. The first recipe's largest rung is also
-        written to the top of ``folder``.
-    """
+    """Train (or load) every recipe's ladder of one model and read each rung under each protocol, per sequence
+    (:func:`tiebias.lens.rungs.rung_frames`); the logit lens is read once per protocol, in ``logit_folder``
+    (default ``folder``). The first recipe's largest rung is also written to the top of ``folder``."""
     lens = check_settings(lens)
     folder = Path(folder)
-    sha = lenses._unembed_sha256(model)
+    sha = lenses.unembed_sha256(model)
     logit_folder = Path(logit_folder) if logit_folder is not None else folder
     n, seq_len = lens.eval_tokens, lens.seq_len
-    logits = {p: rung_eval.evaluate_cached(model, test_tokens, None, logit_folder / rung_eval.logit_name(sha, n,
-                                           seq_len, p), seq_len=seq_len, eval_tokens=n, logit_lens=True,
-                                           protocol=p, num_threads=num_threads) for p in lens.protocols}
+    logits = {p: rungs.evaluate_cached(model, test_tokens, None, logit_folder / rungs.logit_name(sha, n, seq_len, p),
+                                       seq_len=seq_len, eval_tokens=n, logit_lens=True, protocol=p,
+                                       num_threads=num_threads) for p in lens.protocols}
     frames = []
     for recipe in lens.recipes:
-        rungs = train_ladder(model, train_tokens, folder, lens, recipe=recipe, progress=progress,
-                              num_threads=num_threads, should_stop=should_stop)
-        frames += rung_eval.rung_frames(model, test_tokens, rungs, {b: rung_dir(folder, recipe, b) for b in rungs},
-                                        logits, lens, recipe=recipe, num_threads=num_threads)
-    publish_top_rung(folder, lens.recipe, lens, n_tokens=train_tokens.numel(), model_sha256=sha,
+        trained = train_ladder(model, train_tokens, folder, lens, recipe=recipe, progress=progress,
+                               num_threads=num_threads, should_stop=should_stop)
+        frames += rungs.rung_frames(model, test_tokens, trained, {b: rung_dir(folder, recipe, b) for b in trained},
+                                    logits, lens, recipe=recipe, num_threads=num_threads)
+    rungs.publish_top_rung(folder, lens.recipe, lens, n_tokens=train_tokens.numel(), model_sha256=sha,
                      precision=logits_precision(model.device))
     return pd.concat(frames, ignore_index=True)
 
@@ -104,52 +68,23 @@ def _final_step(run: Run, variant: str | Variant, seed: int) -> int | None:
 
 def ensure_lens(run: Run, variant: str | Variant, seed: int, lens: LensSettings, *, step: int | None = None,
                 progress: bool = True, device: str = "cpu") -> tuple[Any, Any]:
-    """(model, lens at the largest budget of the first recipe) of one model of a run (or one checkpoint at
-    ``step``), trained if not yet saved.
-
-    Args:
-        run: the run folder; the lens trains on its validation split.
-        variant, seed: the model.
-        lens: the settings; only the first recipe's ladder is trained (or loaded).
-        step: a checkpoint's training step (None: the final model); its lens lives beside the checkpoint.
-        progress: show progress bars.
-        device: where the model is loaded.
-
-    Returns:
-        ``(model, lens)``: the loaded model and the ``TunedLens`` of the ladder's largest rung.
-    """
+    """(model, lens at the largest budget of the first recipe) of one model of a run (or its checkpoint at
+    ``step``), the ladder trained on the validation split if not yet saved."""
     lens = check_settings(lens)
     model = run.load_model(variant, seed, step, device=device)
     with run.writing(f"lens of {model_key(variant, seed)}"):
-        rungs = train_ladder(model, run.tokens("validation"), run.lens_dir(variant, seed, step), lens,
-                             progress=progress)
-    return model, rungs[max(rungs)]
+        trained = train_ladder(model, run.tokens("validation"), run.lens_dir(variant, seed, step), lens,
+                               progress=progress)
+    return model, trained[max(trained)]
 
 
 def train_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequence[int], lens: LensSettings, *,
                        step: int | None = None, per_sequence: bool = False, progress: bool = True,
                        device: str = "cpu", workers: int | str = "auto", subdir: str = "") -> pd.DataFrame:
-    """Train (or load) the lens ladders of every (variant, seed) of a run (or of its checkpoints at ``step``) and
-    evaluate them on the test split.
-
-    Args:
-        run: the run folder; lenses train on its validation split and are read on its test split.
-        variants, seeds: the models (each must be finished and not diverged).
-        lens: the settings (every lens is read under each of ``lens.protocols``).
-        step: read the checkpoints at this training step instead of the final models (a checkpoint at a model's
-            final step is the final model and shares its lens).
-        per_sequence: one row per layer and evaluation sequence instead of per layer.
-        progress: show progress bars.
-        device: where the models run.
-        workers: on a CPU, how many models' lenses train at a time (see
-            :func:`tiebias.system.parallel.side_by_side`): the same lenses.
-        subdir: put the ladders in ``<lens folder>/<subdir>/`` (e.g. :data:`REFERENCE_BUDGET`, an extra ladder
-            beside the main one).
-
-    Returns:
-        Long format with ``variant``, ``seed``, ``step`` (training step of the model; the final step for final
-        models), ``recipe``, ``budget``, ``lens_steps``, ``protocol``, ``layer`` and the evaluation columns.
-    """
+    """Train (or load) and read the lens ladders of every (variant, seed) of a run, or of its checkpoints at
+    ``step``: ``variant``, ``seed``, ``step``, ``recipe``, ``budget``, ``lens_steps``, ``protocol``, ``layer`` and the
+    evaluation columns. ``workers`` models train side by side on a CPU (the same lenses); ``subdir`` puts the ladders
+    in ``<lens folder>/<subdir>/`` (e.g. :data:`REFERENCE_BUDGET`)."""
     lens = check_settings(lens)
     val, test = run.tokens("validation"), run.tokens("test")
     jobs = [(seed, v) for seed in seeds for v in variants]
@@ -181,22 +116,9 @@ def train_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequence[int], 
 def train_pair_lens_ladders(models: dict[str, tuple[Any, Any]], corpus: Any, lens: LensSettings, *,
                             folder: str | Path, per_sequence: bool = False, progress: bool = True,
                             subdir: str = "") -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Train (or load) and evaluate the lens ladders of loaded models (e.g. a real tied/untied checkpoint pair),
-    each with its own tokenizer.
-
-    Args:
-        models: {label: (model, tokenizer)}.
-        corpus: the corpus (None: the embedded one); lenses train on its validation split and are evaluated on its
-            test split, as for a run.
-        lens: the settings.
-        folder: the pair's folder; each label's ladder lives in ``<folder>/lens/<label>/``.
-        per_sequence, progress, subdir: as in :func:`train_lens_ladders`.
-
-    Returns:
-        (the long table: ``variant`` = label, ``seed`` = 0, per layer or per sequence; the largest-budget lens of
-        the first recipe by label). Tokenizers that cannot read the corpus, or share no token with the first
-        model's, are refused before any lens trains (:func:`tiebias.align.tokenizers.check_tokenizers`).
-    """
+    """Train (or load) and read the lens ladders of loaded models ``{label: (model, tokenizer)}`` on ``corpus``
+    (None: the embedded one), in ``<folder>/lens/<label>/``: (the long table, ``variant`` = label; the top lens
+    by label). Tokenizers that cannot read the corpus are refused before any lens trains."""
     from tiebias.align.tokenizers import check_tokenizers
     from tiebias.data import corpus as data
     from tiebias.data import tokens
@@ -220,7 +142,7 @@ def train_pair_lens_ladders(models: dict[str, tuple[Any, Any]], corpus: Any, len
     return (out if per_sequence else per_layer(out)), top_lenses
 
 
-def val_loss_at(run: Run, variant: str | Variant, seed: int, step: int) -> tuple[float, int]:
+def _val_loss_at(run: Run, variant: str | Variant, seed: int, step: int) -> tuple[float, int]:
     """(validation loss, its step) of a model at training ``step``: the last evaluation at or before it."""
     val = run.metrics(variant, seed, "val").sort_values("step")
     before = val[val.step <= step]
@@ -233,26 +155,10 @@ def val_loss_at(run: Run, variant: str | Variant, seed: int, step: int) -> tuple
 def train_checkpoint_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequence[int],
                                   checkpoints: Sequence[int], lens: LensSettings, *, progress: bool = True,
                                   device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Train (or load) lens ladders at each training checkpoint and return the early-layer gap (largest budget,
-    with CI and convergence) there, against validation loss.
-
-    Args:
-        run: the run folder.
-        variants, seeds: the models, as in :func:`train_lens_ladders`; validation losses are averaged over them.
-        checkpoints: training steps, each a checkpoint every model has (a missing one is named).
-        lens: the settings; only the first recipe and the first protocol are used.
-        progress, device: as in :func:`train_lens_ladders`.
-
-    Returns:
-        (one row per checkpoint: ``step``, ``val_loss`` (mean over the models), ``val_loss_<variant>``,
-        ``val_step`` (the step of the last validation at or before it), ``gap``, ``ci_low``, ``ci_high``,
-        ``half_width``, ``n_seeds``, ``converged``, ``budget``; the per-layer table of all checkpoints and rungs).
-
-    Only the first recipe's ladders are trained, read under the first protocol (the headline's). Lenses of
-    checkpoint models live next to the checkpoint (``checkpoints/step-N/lens/``); a checkpoint at the final step is
-    the final model.
-    """
-    steps_list = check_checkpoints(list(checkpoints))
+    """The early-layer gap (largest budget of the first recipe, first protocol; CI, convergence) at each training
+    checkpoint beside the validation loss there: (one row per checkpoint: ``step``, ``val_loss``,
+    ``val_loss_<variant>``, ``val_step``, ``gap``, CI, ``n_seeds``, ``converged``, ``budget``; the per-layer table)."""
+    steps_list = coerce("lens_checkpoints", list(checkpoints))
     lens = check_settings(lens)
     recipe = lens.recipe
     headline = lens.replace(recipes=(recipe,), protocols=lens.protocols[:1])
@@ -269,7 +175,7 @@ def train_checkpoint_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequ
         row: dict[str, Any] = {"step": ck}
         losses, val_steps = [], []
         for v in variants:
-            vals = [val_loss_at(run, v, s, ck) for s in seeds]
+            vals = [_val_loss_at(run, v, s, ck) for s in seeds]
             row[f"val_loss_{Variant.parse(v).name}"] = float(np.mean([x for x, _ in vals]))
             losses += [x for x, _ in vals]
             val_steps += [st for _, st in vals]

@@ -1,13 +1,11 @@
 """Why the paper's lens reading costs a tied model at row 1: its error taken apart, on a run's own lenses.
 
-The paper's code reads hidden state 1 with translator 0, the package with translator 1. Writing translator i as the
-affine map h -> h + W_i h + b_i, the paper's reading's translated state is the package's plus an error
+The paper's code reads hidden state 1 with translator 0, the package with translator 1. With translator i the map
+h -> h + W_i h + b_i, the paper's reading is the package's plus an error
 
     e = (W0 - W1) h1 + (b0 - b1) = [(W0 - W1) h0 + (b0 - b1)] + [(W0 - W1)(h1 - h0)],
 
-the part from the embedding (with the bias difference, which depends on neither state) and the part from the first
-block's update. :func:`row1_parts` scores the package reading with neither, each part alone, and both (the reference
-reading itself, exactly), as KL to the model's final distribution in bits, and the geometry that sizes them.
+the part from the embedding and the part from the first block's update; :func:`row1_parts` scores each.
 """
 
 from __future__ import annotations
@@ -24,12 +22,12 @@ from transformers import PreTrainedModel
 from tuned_lens import TunedLens
 
 from tiebias import stats
-from tiebias.config.checks import is_int
 from tiebias.config.lens import LENS_BATCH_SIZE, LENS_SEQ_LEN, LensSettings
 from tiebias.config.variants import Variant
 from tiebias.lens.evaluate import kl_bits
-from tiebias.lens.inputs import check_tokens, sequences
-from tiebias.lens.lenses import _check_lens, check_model
+from tiebias.lens.inputs import read_sequences
+from tiebias.lens.lenses import _check_lens
+from tiebias.models.anatomy import check_model
 from tiebias.stats import LEVEL
 
 PARTS = ("neither (package reading)", "embedding part", "update part", "both (the paper's reading)")
@@ -37,10 +35,7 @@ PARTS = ("neither (package reading)", "embedding part", "update part", "both (th
 
 
 def split_error(lens: TunedLens, h0: Tensor, h1: Tensor) -> dict[str, Tensor]:
-    """The translated states of row 1 under each of :data:`PARTS` (before the unembedding).
-
-    ``both`` equals ``h1 + translator0(h1)``, the paper's reading, up to float rounding: the split is exact.
-    """
+    """The translated states of row 1 under each of :data:`PARTS`; ``both`` is the paper's reading up to rounding."""
     t0, t1 = lens.layer_translators[0], lens.layer_translators[1]
     d_w = t0.weight - t1.weight
     d_b = (t0.bias - t1.bias) if t0.bias is not None and t1.bias is not None else torch.zeros_like(h0[..., 0:1])
@@ -51,8 +46,7 @@ def split_error(lens: TunedLens, h0: Tensor, h1: Tensor) -> dict[str, Tensor]:
 
 
 def _geometry(lens: TunedLens, h0: Tensor, h1: Tensor) -> dict[str, Tensor]:
-    """Per-position sizes: the first block's update against the embedding, and each translator's departure from
-    the identity on the state it reads (|W h + b| / |h|)."""
+    """Per position: the first block's update against the embedding, and each translator's |W h + b| / |h|."""
     upd = h1 - h0
     n0, n1 = h0.norm(dim=-1), h1.norm(dim=-1)
     return {"update / embedding norm": upd.norm(dim=-1) / n0,
@@ -64,20 +58,13 @@ def _geometry(lens: TunedLens, h0: Tensor, h1: Tensor) -> dict[str, Tensor]:
 
 def row1_parts(model: PreTrainedModel, lens: TunedLens, tokens: Any, *, seq_len: int = LENS_SEQ_LEN,
                max_tokens: int = 8192, batch_size: int = LENS_BATCH_SIZE) -> pd.DataFrame:
-    """One row per measure: KL (bits) at row 1 under each of :data:`PARTS`, then the geometry (means over positions).
-
-    Columns ``measure``, ``value``, ``kind`` ("kl" or "geometry"). Gradient-free and deterministic.
-    """
+    """KL (bits) at row 1 under each of :data:`PARTS`, then the geometry, as means over positions: ``measure``,
+    ``value``, ``kind`` ("kl" or "geometry")."""
     check_model(model)
     _check_lens(model, lens)
     if model.config.num_hidden_layers < 2:
         raise ValueError(f"model: {model.config.num_hidden_layers} layer(s); row 1's two readings need 2 or more")
-    tokens = check_tokens(tokens, seq_len, model.config.vocab_size)
-    if not is_int(max_tokens) or max_tokens < seq_len:
-        raise ValueError(f"max_tokens: must be an int >= seq_len={seq_len}, got {max_tokens!r}")
-    if not is_int(batch_size) or batch_size <= 0:
-        raise ValueError(f"batch_size: must be a positive int, got {batch_size!r}")
-    seqs = sequences(tokens, seq_len)[: max_tokens // seq_len]
+    seqs = read_sequences(tokens, seq_len, model.config.vocab_size, max_tokens, batch_size)
     sums: dict[str, float] = {}
     count = 0
     was_training = model.training
@@ -112,20 +99,8 @@ def penalties(parts: pd.DataFrame) -> pd.DataFrame:
 
 
 def compare(parts: pd.DataFrame, a: str = "tied", b: str = "untied", *, level: float = LEVEL) -> pd.DataFrame:
-    """Each penalty (and each reading's KL, and the geometry) for ``a`` and ``b``, and the paired ``a - b``
-    difference over seeds with its t-interval.
-
-    Args:
-        parts: :func:`row1_parts` tables of several models stacked, with ``variant`` and ``seed`` columns
-            (:func:`run_row1_parts`).
-        a, b: the two variants compared, paired by seed.
-        level: confidence level of the t-intervals.
-
-    Returns:
-        One row per measure (each of :data:`PARTS`, the geometry, then ``penalty: <name>`` for each of
-        :data:`PENALTIES` and ``penalty: interaction``): ``measure``, ``<a>``, ``<b>`` (means over seeds),
-        ``difference``, ``ci_low``, ``ci_high`` (NaN with fewer than two paired seeds) and ``n_seeds``.
-    """
+    """Per measure of :func:`run_row1_parts` (and ``penalty: <name>``): means of ``a`` and ``b`` over seeds and the
+    paired ``difference`` with its t-interval (NaN with fewer than two paired seeds)."""
     wide = parts.pivot_table(index=["variant", "seed"], columns="measure", values="value")
     pen = penalties(parts).set_index(["variant", "seed"])
     wide = wide.join(pen.add_prefix("penalty: "))
@@ -140,17 +115,7 @@ def compare(parts: pd.DataFrame, a: str = "tied", b: str = "untied", *, level: f
 
 
 def sentence(table: pd.DataFrame, a: str = "tied", b: str = "untied") -> str:
-    """Which explanation the numbers support: the penalty parts whose ``a - b`` interval lies above 0.
-
-    Args:
-        table: the :func:`compare` table.
-        a, b: the variants it compared (as in :func:`compare`).
-
-    Returns:
-        The paper's reading's cost to each model and its difference, then the parts (embedding, update, interaction)
-        whose difference's interval lies above 0, or that none does; with one seed, a note that no interval exists.
-        The level named is :data:`tiebias.stats.LEVEL`.
-    """
+    """Which parts of the :func:`compare` table's penalty carry the ``a - b`` difference (interval above 0)."""
     pen = table[table.measure.str.startswith("penalty: ") & (table.measure != "penalty: both")].set_index("measure")
     if pen.n_seeds.max() < 2:
         return "One seed: no interval, so no part can be said to carry the difference."
@@ -168,17 +133,8 @@ def sentence(table: pd.DataFrame, a: str = "tied", b: str = "untied") -> str:
 
 
 def k_trend(penalty_by_k: pd.DataFrame, *, level: float = LEVEL) -> dict[str, Any]:
-    """The row-1 penalty (``penalty`` column, per ``k`` and ``seed``) against log2 k: the fitted slope per doubling,
-    its interval, and whether it falls, rises or shows no trend.
-
-    Args:
-        penalty_by_k: the :func:`penalty_by_k` table.
-        level: confidence level of the slope's interval.
-
-    Returns:
-        A dict: ``slope`` (bits per doubling of k), ``ci_low``, ``ci_high``, ``word`` (``falls``, ``rises``,
-        ``no trend``, or ``too few points`` with fewer than two factors or three values) and ``n``.
-    """
+    """The :func:`penalty_by_k` penalty against log2 k: ``slope`` per doubling, ``ci_low``, ``ci_high``, ``n`` and
+    ``word`` (falls, rises, no trend, or too few points with fewer than two factors or three values)."""
     x = np.log2(penalty_by_k.k.to_numpy(dtype=float))
     y = penalty_by_k.penalty.to_numpy(dtype=float)
     if len(set(x)) < 2 or len(y) < 3:
@@ -189,15 +145,7 @@ def k_trend(penalty_by_k: pd.DataFrame, *, level: float = LEVEL) -> dict[str, An
 
 
 def k_sentence(tr: dict[str, Any]) -> str:
-    """The causal check in plain words: does scaling the input path lower the row-1 penalty?
-
-    Args:
-        tr: the dict :func:`k_trend` returns.
-
-    Returns:
-        One sentence: the trend with its slope and interval (level :data:`tiebias.stats.LEVEL`) and what it means for
-        the alignment explanation, or that too few models were read.
-    """
+    """The :func:`k_trend` result in words: does scaling the input path lower the row-1 penalty?"""
     if tr["word"] == "too few points":
         return "Too few models (two or more factors k and three values) to fit a trend of the penalty against k."
     ci = f"{tr['slope']:+.3g} bits per doubling of k, {LEVEL:.0%} CI [{tr['ci_low']:+.3g}, {tr['ci_high']:+.3g}]"
@@ -213,20 +161,8 @@ def k_sentence(tr: dict[str, Any]) -> str:
 
 def run_row1_parts(run: Any, variants: list[str], seeds: list[int], lens: LensSettings, *,
                    progress: bool = True) -> pd.DataFrame:
-    """:func:`row1_parts` for each finished model of a run (``variant``, ``seed`` columns added), read with its lens
-    (``lens``: the first recipe at the largest budget, trained first if not saved yet) on ``lens.eval_tokens``
-    test tokens.
-
-    Args:
-        run: the run folder (:class:`tiebias.run.Run`).
-        variants, seeds: the models; those not finished are skipped, and none finished is a ValueError.
-        lens: the lens settings (:func:`tiebias.lens.ladder.ensure_lens`); its ``seq_len`` and ``eval_tokens`` set
-            the reading.
-        progress: show progress bars while a lens trains.
-
-    Returns:
-        The :func:`row1_parts` rows of every model stacked: ``measure``, ``value``, ``kind``, ``variant``, ``seed``.
-    """
+    """:func:`row1_parts` of each finished model of a run with its lens (:func:`tiebias.lens.ladder.ensure_lens`) on
+    ``lens.eval_tokens`` test tokens, stacked with ``variant`` and ``seed`` columns; none finished is a ValueError."""
     from tiebias.lens.ladder import ensure_lens
 
     frames = []
@@ -243,20 +179,8 @@ def run_row1_parts(run: Any, variants: list[str], seeds: list[int], lens: LensSe
 
 
 def penalty_by_k(run: Any, variants: Sequence[Variant], seeds: list[int], lens: LensSettings) -> pd.DataFrame:
-    """The row-1 penalties (:func:`penalties`) of every tied model of a sweep whose output path is unscaled, with its
-    input-path factor ``k``; ``penalty`` is the paper's reading's (both parts). ``lens`` as :func:`run_row1_parts`.
-
-    Args:
-        run: the sweep's run folder.
-        variants: the sweep's variants; the tied ones with an unscaled output path are read, and they need two or more
-            different factors k (else ValueError).
-        seeds: the seeds read (unfinished models are skipped).
-        lens: as in :func:`run_row1_parts`.
-
-    Returns:
-        One row per model, sorted by ``k`` then ``seed``: ``variant``, ``seed``, each of :data:`PENALTIES`,
-        ``interaction``, ``k`` and ``penalty``.
-    """
+    """The row-1 penalties (:func:`penalties`) of a sweep's tied models with an unscaled output path (two or more
+    factors ``k`` needed), sorted by ``k`` and seed; ``penalty`` is the paper's reading's (both parts)."""
     tied = [v for v in variants if v.tied and v.output_factor == 1.0]
     if len({v.input_factor for v in tied}) < 2:
         raise ValueError(f"variants: {[v.name for v in variants]} hold fewer than two tied models with different "

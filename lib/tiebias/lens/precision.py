@@ -1,11 +1,5 @@
-"""Which precision computes the lens logits in lens training, and the one switch that chooses it.
-
-Lens training computes, per layer, logits over the whole vocabulary: the largest matmul of the loop. Like the
-tuned-lens package's autocast, the kit runs it in bf16 where bf16 matmuls are supported (a CUDA GPU with bf16, a
-CPU whose oneDNN reports bf16 support, which includes many AVX2 and AVX-512 CPUs), else in fp32. Sums and the KL
-stay in float32. The choice is recorded with every lens (its ``tiebias_lens.json`` and ``rung.json``), and
-``$TIEBIAS_LENS_PRECISION`` (``auto``, ``bf16``, ``fp32``) overrides it; the README's "Lens precision" gives what
-it changes in claim 3's numbers.
+"""The precision of the lens logits in lens training (bf16 where bf16 matmuls are supported, like the package's
+autocast, else fp32), overridden by ``$TIEBIAS_LENS_PRECISION``; recorded with every lens (README: "Lens precision").
 """
 
 from __future__ import annotations
@@ -32,20 +26,8 @@ PRECISIONS = ("auto", "bf16", "fp32")
 
 
 def logits_precision(device: torch.device, requested: str | None = None) -> str:
-    """The precision of the lens logits in lens training: ``"bf16"`` or ``"fp32"``.
-
-    Args:
-        device: the device the lens trains on (where bf16 support is asked).
-        requested: ``"auto"``, ``"bf16"`` or ``"fp32"`` (None: ``$TIEBIAS_LENS_PRECISION``, else ``"auto"``); any
-            other value is a ValueError naming where it came from.
-
-    Returns:
-        ``"bf16"`` or ``"fp32"``.
-
-    ``requested`` (default: ``$TIEBIAS_LENS_PRECISION``, else ``"auto"``) is one of :data:`PRECISIONS`; ``auto``
-    is bf16 where bf16 matmuls are supported (a CUDA GPU with bf16, a CPU whose oneDNN reports bf16), like the
-    package's autocast, else fp32. It moves the trained lens by a rounding-sized amount (README: "Lens precision").
-    """
+    """``"bf16"`` or ``"fp32"``: the lens logits' precision in training on ``device`` for ``requested`` (one of
+    :data:`PRECISIONS`; None: ``$TIEBIAS_LENS_PRECISION``, else ``"auto"``: bf16 where bf16 matmuls are supported)."""
     req = requested if requested is not None else os.environ.get(PRECISION_ENV, "auto").strip().lower() or "auto"
     if req not in PRECISIONS:
         where = PRECISION_ENV if requested is None else "precision"

@@ -1,11 +1,8 @@
 """Claim 3 taken apart (notebook 03): which of the paper's two lens ingredients makes tied early layers read worse?
 
-The paper's public code differs from the tuned-lens package in two ways: it reads hidden state i with
-translator i - 1 (*the paper's reading*, protocol ``reference`` of :data:`tiebias.config.choices.LENS_PROTOCOLS`), and it trains each lens
-for only 100 steps (the *reference budget*, :data:`tiebias.paper.FIG2_LENS`). :func:`decomposition` gives
-the tied-untied gap under the four combinations: (a) neither, (b) the reading, (c) the budget, (d) both;
-:func:`describe` says in one sentence which of them produce a positive gap of the paper's kind and how
-large it is against the paper's Figure 2. The intervals are :func:`tiebias.lens.tables.early_gap`'s.
+The paper's code reads hidden state i with translator i - 1 (the ``reference`` protocol) and trains each lens for
+only 100 steps (the reference budget, :data:`tiebias.paper.FIG2_LENS`). :func:`decomposition` gives the tied-untied
+gap under the four combinations: (a) neither, (b) the reading, (c) the budget, (d) both.
 """
 
 from __future__ import annotations
@@ -32,23 +29,12 @@ READINGS: dict[str, tuple[str, str, str]] = {
 """The four readings: key -> (protocol, lens budget: the verdict's or the reference's, label)."""
 
 REFERENCE_BUDGET_LADDER: dict[str, Any] = {"recipes": ("package",), "budgets": (1,), "steps": FIG2_LENS["steps"]}
-"""The reference budget's changes to a study's :class:`~tiebias.config.lens.LensSettings` (:func:`reference_budget`):
-the package's SGD recipe for the paper's 100 steps, one rung. Tokens per step stay the profile's
-``lens_tokens_per_step``: our models are about 1000x smaller than OLMo-1B, whose script uses 131,072 tokens per
-step (32k-131k for the paper's 1B-8B models)."""
+"""The reference budget's changes to a study's lens settings: the package's SGD recipe for the paper's 100 steps, one
+rung (tokens per step stay the profile's: our models are far smaller than the paper's)."""
 
 
 def reference_budget(lens: LensSettings) -> LensSettings:
-    """The settings of the reference-budget ladder, trained in its own sub-folder
-    (``lens.ladder.train_lens_ladders(..., subdir=lens.ladder.REFERENCE_BUDGET)``).
-
-    Args:
-        lens: the study's lens settings; their tokens per step, evaluation tokens, sequence length and protocols are
-            kept.
-
-    Returns:
-        A copy with :data:`REFERENCE_BUDGET_LADDER`'s recipe, budget and steps.
-    """
+    """The settings of the reference-budget ladder (trained in ``subdir=lens.ladder.REFERENCE_BUDGET``)."""
     return lens.replace(**REFERENCE_BUDGET_LADDER)
 
 
@@ -68,23 +54,8 @@ def _per_layer(sub: pd.DataFrame, paired: bool, level: float, a: str, b: str) ->
 
 def decomposition(verdict_table: pd.DataFrame, reference_table: pd.DataFrame, *, paired: bool = True,
                   level: float = LEVEL, a: str = "tied", b: str = "untied") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The early-layer gap under the four :data:`READINGS`: (one row per reading, the per-layer table of each).
-
-    Args:
-        verdict_table: the per-sequence ladder table with both protocols (its first recipe at its largest budget
-            is the verdict's lens).
-        reference_table: the reference-budget ladder (:data:`REFERENCE_BUDGET_LADDER`) with both protocols.
-        paired, level: as in :func:`tiebias.lens.tables.early_gap`: pair sequences in the one-pair bootstrap; the
-            intervals' confidence level.
-        a, b: the two variants; every gap is ``a - b``.
-
-    Returns:
-        (rows: ``reading``, ``label``, ``protocol``, ``recipe``, ``lens_steps``, the early gap ``gap`` with
-        ``ci_low``/``ci_high``/``method``/``n_seeds``, layer-0 and layer-1 KL of each variant (``<variant>_l0``,
-        ``<variant>_l1``), their gaps ``gap_l0``/``gap_l1``, and the paper's ``paper_gap_l0``/``paper_gap_l1``
-        (Figure 2, OLMo-1B); the per-layer gap table of each reading with ``reading`` and ``label`` columns, means
-        only with NaN gaps where the two models differ in depth).
-    """
+    """The early-layer gap (:func:`tiebias.lens.tables.early_gap`) under the four :data:`READINGS`, with layer-0 and
+    layer-1 KL and gaps beside the paper's (Figure 2, OLMo-1B): (one row per reading, the per-layer table of each)."""
     rows, layers = [], []
     paper0 = FIG2_OLMO_KL_BITS[0]["tied"] - FIG2_OLMO_KL_BITS[0]["untied"]
     paper1 = FIG2_OLMO_KL_BITS[1]["tied"] - FIG2_OLMO_KL_BITS[1]["untied"]

@@ -1,26 +1,15 @@
-"""One model's lens-budget ladder of one recipe: train each rung, save it, resume an interrupted ladder.
+"""One model's lens-budget ladder of one recipe: train each rung, save it, resume an interrupted ladder, read each rung.
 
-**Ladder.** The lens is trained to ``budgets[0] x lens_steps`` steps and saved; the *same* lens, with its
-optimiser state and data cursor, then continues to the next budget, and so on. Each rung runs its own warmup
-then linear decay to 0 over its new steps (a warm restart), so every saved rung is an annealed lens, and rung 1
-is exactly the single-budget lens of a one-rung ladder. Layout, in the tuned_lens package format::
+The lens is trained to ``budgets[0] x lens_steps`` steps and saved; the same lens, with its optimiser state and data
+cursor, then continues to the next budget (a warm restart with its own warmup and decay, so every rung is annealed).
+Layout, in the tuned_lens package format::
 
     <lens folder>/                  the largest rung of the first recipe (publish_top_rung; what other code loads)
     <lens folder>/<recipe>-x<b>/    every rung: config.json, params.pt, rung.json (+ trainer.pt, eval_*.csv)
 
-``rung.json`` records what determines the rung and is written last (it marks the rung finished);
-``trainer.pt`` (optimiser and data state) is kept at the highest finished rung only, so an interrupted
-ladder resumes from there and a finished rung is never retrained. The rungs a call trains share one
-:mod:`tiebias.lens.cache` activation cache (built only when a rung must be trained, and only under
-``max_cache_bytes``), so the frozen model runs once over the training tokens, not once per step.
-
-**Recipes.** ``cpu``: Adam (amsgrad) at 1e-2 with a short warmup, the kit's CPU-sized default (see
-:func:`tiebias.lens.fit.train_lens`). ``package``: the tuned-lens package's own recipe (SGD with Nesterov
-momentum 0.9, its ``lr_scale`` 1.0 applied as ``1.0 * (1 - 0.9)``, weight decay 1e-3, no warmup),
-at the profile's tokens per step (the package uses 2**18).
-
-Evaluating the rungs and ladders over a run's models are :mod:`tiebias.lens.rung_eval` and
-:mod:`tiebias.lens.ladder`.
+``rung.json`` records what determines the rung and is written last; ``trainer.pt`` (optimiser and data state) is kept
+at the highest finished rung only. Each rung's evaluation under each protocol is cached as a CSV in its folder (the
+package reading keeps its historical name ``eval_<tokens>x<seq_len>.csv``).
 """
 
 from __future__ import annotations
@@ -28,22 +17,23 @@ from __future__ import annotations
 import copy
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 
 from tiebias.config.checks import is_int
 from tiebias.config.choices import LENS_RECIPES
 from tiebias.config.lens import LensSettings, check_settings
-from tiebias.lens import cache, fit, lenses
+from tiebias.lens import cache, evaluate, fit, lenses
 from tiebias.lens.precision import logits_precision
-from tiebias.run.files import load_torch_file, read_json, remove_entry, write_json_atomic
+from tiebias.run.files import damaged, load_torch_file, read_json, remove_entry, write_json_atomic
 from tiebias.run.layout import LENS_PARAMS_NAME
 from tiebias.system.atomic import atomic_path
 
-__all__ = ["publish_top_rung", "rung_dir", "train_ladder"]
+__all__ = ["eval_name", "evaluate_cached", "logit_name", "publish_top_rung", "rung_dir", "rung_frames", "train_ladder"]
 
 _RUNG = "rung.json"
 _TRAINER = "trainer.pt"
@@ -57,8 +47,7 @@ def rung_dir(folder: str | Path, recipe: str, budget: int) -> Path:
 
 def _rung_meta(recipe: str, lens: LensSettings, k: int, *, n_tokens: int, model_sha256: str,
                precision: str) -> dict[str, Any]:
-    """What determines rung k of a ladder (its lens depends on every rung before it, on the model, and on the
-    precision of the lens logits in training)."""
+    """What determines rung k of a ladder: every rung before it, the model, and the lens logits' precision."""
     return {"recipe": recipe, "train_lens": LENS_RECIPES[recipe], "ladder": list(lens.budgets[: k + 1]),
             "budget": int(lens.budgets[k]), "lens_steps": lens.steps, "tokens_per_step": lens.tokens_per_step,
             "seq_len": lens.seq_len, "n_train_tokens": int(n_tokens), "model_sha256": model_sha256,
@@ -79,25 +68,10 @@ def train_ladder(model: Any, tokens: Any, folder: str | Path, lens: LensSettings
                  progress: bool = True, max_cache_bytes: int = cache.MAX_BYTES,
                  num_threads: int | str | None = "auto", should_stop: Callable[[], bool] | None = None,
                  ) -> dict[int, Any]:
-    """Train (or load) a lens at every budget of the ladder; returns {budget: TunedLens}. Resumable.
+    """Train (or load) a lens at every budget of ``recipe``'s ladder (default: the first); {budget: TunedLens}.
 
-    Args:
-        model: the frozen model.
-        tokens: the training token stream (the validation split).
-        folder: the model's lens folder; rung ``b`` lives in :func:`rung_dir`.
-        lens: the ladder (``budgets``), its unit (``steps`` x ``tokens_per_step``) and ``seq_len``.
-        recipe: one of ``lens.recipes`` (default: the first).
-        progress: show progress bars.
-        max_cache_bytes: largest activation cache the rungs may share (0: none); built only when it pays off
-            (:func:`tiebias.lens.cache.pays_off`); the lenses are the same either way.
-        num_threads, should_stop: as in :func:`tiebias.lens.fit.train_lens` (a stop keeps finished rungs).
-
-    Returns:
-        {budget: lens} for every rung.
-
-    Rung k continues rung k-1's lens and optimiser for ``(budgets[k] - budgets[k-1]) * steps`` steps
-    (schedule per rung, see the module docstring). Finished rungs are loaded, not retrained; an
-    interrupted ladder resumes from the highest finished rung that kept its trainer state.
+    Finished rungs are loaded; an interrupted ladder resumes from the highest rung that kept its trainer state. The
+    rungs share one activation cache of at most ``max_cache_bytes`` (0: none), the same lenses either way.
     """
     lens = check_settings(lens)
     recipe = lens.recipe if recipe is None else recipe
@@ -107,7 +81,7 @@ def train_ladder(model: Any, tokens: Any, folder: str | Path, lens: LensSettings
         raise ValueError(f"max_cache_bytes: must be an int >= 0 (0: no cache), got {max_cache_bytes!r}")
     budgets, steps, seq_len = lens.budgets, lens.steps, lens.seq_len
     folder = Path(folder)
-    sha = lenses._unembed_sha256(model)
+    sha = lenses.unembed_sha256(model)
     precision = logits_precision(model.device)
     metas = [_rung_meta(recipe, lens, k, n_tokens=tokens.numel(), model_sha256=sha, precision=precision)
              for k in range(len(budgets))]
@@ -151,8 +125,7 @@ def train_ladder(model: Any, tokens: Any, folder: str | Path, lens: LensSettings
 
 def publish_top_rung(folder: Path, recipe: str, lens: LensSettings, *, n_tokens: int, model_sha256: str,
                      precision: str) -> None:
-    """Copy the largest rung's lens files of ``recipe``'s ladder to the top of the lens folder, where
-    :func:`tiebias.lens.lenses.load_lens` finds them (skipped when that rung is already there)."""
+    """Copy the largest rung's lens files of ``recipe``'s ladder to the top of the lens folder (unless already there)."""
     meta = _rung_meta(recipe, lens, len(lens.budgets) - 1, n_tokens=n_tokens, model_sha256=model_sha256,
                       precision=precision)
     src = rung_dir(folder, recipe, lens.budgets[-1])
@@ -164,3 +137,52 @@ def publish_top_rung(folder: Path, recipe: str, lens: LensSettings, *, n_tokens:
             with atomic_path(folder / f.name) as tmp:
                 shutil.copy2(f, tmp)
     write_json_atomic(top, meta)
+
+
+def eval_name(eval_tokens: int, seq_len: int, protocol: str) -> str:
+    """Cache file of one rung's evaluation under ``protocol``."""
+    tag = f"eval_{eval_tokens}x{seq_len}"
+    return f"{tag}.csv" if protocol == "package" else f"{tag}_{protocol}.csv"
+
+
+def logit_name(model_sha256: str, eval_tokens: int, seq_len: int, protocol: str) -> str:
+    """Cache file of a model's logit-lens evaluation (shared by every rung) under one protocol."""
+    return f"logit_{model_sha256[:12]}_{eval_name(eval_tokens, seq_len, protocol)}"
+
+
+def evaluate_cached(model: Any, tokens: Any, lens: Any, path: Path, *, seq_len: int, eval_tokens: int,
+                    logit_lens: bool, protocol: str = "package",
+                    num_threads: int | str | None = "auto") -> pd.DataFrame:
+    """Per-sequence evaluation of one lens (or the logit lens alone) under ``protocol``, cached as ``path``."""
+    if path.is_file():
+        try:
+            return pd.read_csv(path)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+            raise damaged(path, e, "delete it: the evaluation is computed again from the saved lens") from None
+    df = evaluate.evaluate(model, tokens, lens, seq_len=seq_len, max_tokens=eval_tokens, per_sequence=True,
+                            logit_lens=logit_lens, num_threads=num_threads, protocol=protocol)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False)
+    return df
+
+
+def rung_frames(model: Any, tokens: Any, lenses: Mapping[int, Any], dirs: Mapping[int, Path],
+                logits: Mapping[str, pd.DataFrame], settings: LensSettings, *, recipe: str,
+                num_threads: int | str | None = "auto") -> list[pd.DataFrame]:
+    """One per-sequence frame per (rung, protocol): ``recipe``, ``budget``, ``lens_steps``, ``protocol``, then
+    :func:`tiebias.lens.evaluate.evaluate`'s columns with the logit lens (``logits``, by protocol) beside."""
+    frames = []
+    n, seq_len = settings.eval_tokens, settings.seq_len
+    for b, lens in lenses.items():
+        for protocol in settings.protocols:
+            df = evaluate_cached(model, tokens, lens, dirs[b] / eval_name(n, seq_len, protocol), seq_len=seq_len,
+                                 eval_tokens=n, logit_lens=False, protocol=protocol, num_threads=num_threads)
+            df["kl_logit_bits"] = logits[protocol].kl_logit_bits.to_numpy()
+            df["ce_logit_nats"] = logits[protocol].ce_logit_nats.to_numpy()
+            df.insert(0, "recipe", recipe)
+            df.insert(1, "budget", b)
+            df.insert(2, "lens_steps", b * settings.steps)
+            df.insert(3, "protocol", protocol)
+            frames.append(df)
+    return frames

@@ -1,12 +1,9 @@
 """Tuned-lens tables of notebook 03: per-layer KL, tied-untied gaps with intervals, ladder convergence.
 
-The tables come from :mod:`tiebias.lens.ladder` (long format: one row per model, lens rung, layer and,
-optionally, evaluation sequence). Gaps are tied - untied, with an interval over seeds (t) when there are
-two or more, else a bootstrap over evaluation sequences ("one pair: no seed noise floor"). The early
-layers are the input layer and the first third of the blocks; a ladder has converged when its last
-rung moved the early-layer gap by less than that gap's interval half-width and no layer's KL by more than a small
-absolute plus relative tolerance. Every interval comes from
-:mod:`tiebias.stats`; the verdict built from these numbers is :func:`tiebias.verdicts.claims.claim3`.
+Gaps are tied - untied with a t-interval over seeds when there are two or more, else a bootstrap over evaluation
+sequences (one pair: no seed noise floor); intervals come from :mod:`tiebias.stats`. The early layers are the input
+layer and the first third of the blocks. A ladder has converged when its last rung moved the early-layer gap by less
+than that gap's CI half-width and no layer's KL by more than a small absolute plus relative tolerance.
 """
 
 from __future__ import annotations
@@ -25,20 +22,8 @@ METRICS = ["kl_tuned_bits", "kl_logit_bits", "ce_tuned_nats", "ce_logit_nats", "
 ID_COLUMNS = ["variant", "seed", "step", "recipe", "budget", "lens_steps", "protocol"]
 
 
-# --------------------------------------------------------------------------- tables
-
-
 def per_layer(seq_table: pd.DataFrame) -> pd.DataFrame:
-    """Mean over evaluation sequences of a per-sequence table: one row per model, lens and layer.
-
-    Args:
-        seq_table: a lens table (:func:`tiebias.lens.ladder.train_lens_ladders` with ``per_sequence=True``); one
-            without a ``sequence`` column is returned as it is.
-
-    Returns:
-        The :data:`ID_COLUMNS` present, ``layer``, the :data:`METRICS` (mean over sequences) and ``n_tokens`` (their
-        sum).
-    """
+    """Mean over evaluation sequences of a per-sequence table (``n_tokens`` summed); a per-layer one as it is."""
     if "sequence" not in seq_table:
         return seq_table
     keys = [c for c in ID_COLUMNS if c in seq_table] + ["layer"]
@@ -49,15 +34,7 @@ def per_layer(seq_table: pd.DataFrame) -> pd.DataFrame:
 
 
 def at_protocol(df: pd.DataFrame, protocol: str = "package") -> pd.DataFrame:
-    """The rows of one lens protocol (:data:`tiebias.config.choices.LENS_PROTOCOLS`); a table without the column is all package.
-
-    Args:
-        df: a lens table, per layer or per sequence.
-        protocol: the protocol kept; one the table lacks is refused (ValueError).
-
-    Returns:
-        The rows of that protocol, re-indexed from 0 (the table itself when it has no ``protocol`` column).
-    """
+    """The rows of one lens protocol, re-indexed; a table without the column is all package; a missing one is refused."""
     if "protocol" not in df:
         if protocol != "package":
             raise ValueError(f"protocol: {protocol!r} not in the table; it has no protocol column (package rows only)")
@@ -69,16 +46,8 @@ def at_protocol(df: pd.DataFrame, protocol: str = "package") -> pd.DataFrame:
 
 
 def at_budget(df: pd.DataFrame, budget: int | None = None, recipe: str | None = None) -> pd.DataFrame:
-    """The rows of one recipe (default: the first in the table) and one budget (default: its largest).
-
-    Args:
-        df: a lens table; one without a ``recipe`` column is returned as it is.
-        budget: the ladder rung kept (None: the recipe's largest); one the table lacks is refused (ValueError).
-        recipe: the lens recipe kept (None: the table's first row's); one the table lacks is refused.
-
-    Returns:
-        The rows of that rung, re-indexed from 0.
-    """
+    """The rows of one recipe (default: the table's first) at one budget (default: its largest), re-indexed; one the
+    table lacks is refused (ValueError)."""
     if "recipe" not in df:
         return df
     recipe = recipe if recipe is not None else str(df.recipe.iloc[0])
@@ -92,17 +61,10 @@ def at_budget(df: pd.DataFrame, budget: int | None = None, recipe: str | None = 
     return sub.reset_index(drop=True)
 
 
-# --------------------------------------------------------------------------- gaps and confidence intervals
-
-
 def gap_table(df: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied", b: str = "untied",
               level: float = LEVEL) -> pd.DataFrame:
-    """Per layer: mean of ``a`` and ``b``, and the paired gap a - b over seeds with sd, t-interval and p-value.
-
-    ``significant`` means the confidence interval of the gap excludes 0 (needs two or more seeds; see
-    :func:`gaps` for one pair). The table must hold one lens per model (select a rung with
-    :func:`at_budget` first); repeated (layer, seed, variant) rows are refused rather than averaged.
-    """
+    """Per layer: means of ``a`` and ``b`` and the paired gap a - b over seeds with sd, t-interval and p-value; one lens
+    per model (:func:`at_budget` first), repeated rows refused rather than averaged."""
     df = per_layer(df)
     if df.duplicated(["layer", "seed", "variant"]).any():
         raise ValueError("df: several rows per (layer, seed, variant), e.g. several lens budgets or recipes; "
@@ -135,23 +97,8 @@ def _n_seeds(df: pd.DataFrame, a: str, b: str) -> int:
 
 def gaps(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied", b: str = "untied", *,
          paired: bool = True, level: float = LEVEL, n_boot: int = 2000) -> pd.DataFrame:
-    """Per-layer gap table of one rung with a CI: over seeds (t) with two or more seeds, else a bootstrap over sequences.
-
-    Args:
-        seq_table: one rung's lens table (:func:`at_budget`), per sequence for the one-pair bootstrap.
-        column: the metric compared (one of :data:`METRICS`).
-        a, b: the two variants; the gap is ``a - b``.
-        paired: pair the sequences of the two models in the bootstrap (both read the same evaluation tokens).
-        level: confidence level of the intervals.
-        n_boot: bootstrap resamples (one pair only).
-
-    Returns:
-        One row per layer: ``layer``, ``<a>``, ``<b>`` (means), ``gap``, ``gap_sd``, ``ci_low``, ``ci_high``,
-        ``p_value``, ``n_seeds``, ``significant`` (the CI excludes 0) and ``ci_method``.
-
-    Same columns as :func:`gap_table`; ``ci_method`` says which interval it is. One pair of models of
-    different depth has no per-layer gap (compare :func:`early_gap` on relative depth instead).
-    """
+    """Per-layer gap table of one rung (:func:`gap_table`'s columns): over seeds (t) with two or more seeds, else a
+    bootstrap over sequences (``ci_method`` says which); models of different depth are refused (see :func:`early_gap`)."""
     if _n_seeds(seq_table, a, b) > 1 or "sequence" not in seq_table:
         return gap_table(seq_table, column, a, b, level)
     depth = seq_table.groupby("variant").layer.max()
@@ -176,13 +123,9 @@ def early_layers(n_layers: int) -> list[int]:
 
 def early_gap(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied", b: str = "untied", *,
               paired: bool = True, level: float = LEVEL, n_boot: int = 2000) -> dict[str, Any]:
-    """The early-layer gap of one rung with its CI: each model's mean over its own early layers, a minus b.
-
-    With two or more seeds: the mean over seeds of the paired per-seed gap and its t-interval. With one
-    pair: a bootstrap over evaluation sequences (no seed noise floor). Models of different depth each
-    use their own early layers (the first third on relative depth). Keys: value, ci_low, ci_high,
-    half_width, n_seeds, method, early_layers (per variant), per_seed.
-    """
+    """The early-layer gap of one rung (each model's mean over its own early layers, a - b) with its CI over seeds,
+    or with one pair a bootstrap over sequences. Keys: value, ci_low, ci_high, half_width, sd, n_seeds, method,
+    early_layers, depth_note, per_seed."""
     df = seq_table[seq_table.variant.isin([a, b])]
     if df.duplicated([c for c in ("layer", "seed", "variant", "sequence") if c in df]).any():
         raise ValueError("seq_table: several rows per model and layer (several budgets or recipes); select one "
@@ -219,17 +162,7 @@ def early_gap(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "
 
 def ladder_gaps(seq_table: pd.DataFrame, recipe: str | None = None, column: str = "kl_tuned_bits", *,
                 paired: bool = True, level: float = LEVEL) -> pd.DataFrame:
-    """The early-layer gap with its CI at every budget of one recipe's ladder (default: the first recipe).
-
-    Args:
-        seq_table: a lens table holding every rung (per sequence for the one-pair bootstrap).
-        recipe: the ladder read (None: the table's first row's recipe).
-        column, paired, level: as in :func:`early_gap`: the metric, pairing of sequences, confidence level.
-
-    Returns:
-        One row per budget, ascending: ``recipe``, ``budget``, ``gap``, ``ci_low``, ``ci_high``, ``half_width``,
-        ``n_seeds`` and ``method`` (which interval).
-    """
+    """:func:`early_gap` at every budget of one recipe's ladder (default: the first), one row per budget ascending."""
     recipe = recipe if recipe is not None else str(seq_table.recipe.iloc[0])
     rows = []
     for budget in sorted(set(seq_table[seq_table.recipe == recipe].budget)):
@@ -241,10 +174,10 @@ def ladder_gaps(seq_table: pd.DataFrame, recipe: str | None = None, column: str 
 
 
 KL_ATOL_BITS = 0.01
-"""Absolute part of the per-layer KL tolerance: a change this small is optimiser noise, even where a layer's KL is 0."""
+"""Absolute part of the per-layer KL tolerance: optimiser noise, even where a layer's KL is 0."""
 KL_RTOL = 0.05
-"""Relative part: a lens whose KL at some layer still changes by more than 5% when its training doubles is still
-learning. With 2 seeds the gap's CI half-width (t = 12.7) is so wide that the gap rule alone nearly always passes."""
+"""Relative part: a lens whose KL still changes by more than this when its training doubles is still learning (with
+two seeds the gap's CI is so wide that the gap rule alone nearly always passes)."""
 
 
 def kl_convergence(kl: pd.DataFrame, recipe: str | None = None, column: str = "kl_tuned_bits", *,
@@ -267,22 +200,8 @@ def kl_convergence(kl: pd.DataFrame, recipe: str | None = None, column: str = "k
 
 
 def convergence(ladder: pd.DataFrame, kl: pd.DataFrame | None = None) -> dict[str, Any]:
-    """Whether the ladder converged: its last rung moved the early-layer gap by less than that gap's CI half-width
-    and, given the per-layer table ``kl``, moved no layer's KL by more than :func:`kl_convergence`'s tolerance.
-
-    Args:
-        ladder: :func:`ladder_gaps` output (one recipe).
-        kl: the lens table of the same ladder (per layer or per sequence), for the per-layer KL part (None: the gap
-            part only).
-
-    Returns:
-        A dict: ``converged``, ``change``, ``half_width``, ``budgets`` (ascending), ``gap_converged`` and ``kl``.
-
-    ``converged`` is None with a single budget (nothing to
-    compare), else a bool; ``change`` is the last rung's change of the gap, ``half_width`` the largest
-    budget's CI half-width (NaN, e.g. with zero spread, counts as not converged); ``gap_converged`` and
-    ``kl`` (:func:`kl_convergence`, or None without ``kl``) give the two parts.
-    """
+    """Whether the :func:`ladder_gaps` ladder converged (module docstring; the KL part only given the table ``kl``):
+    ``converged`` (None with one budget), ``change``, ``half_width``, ``budgets``, ``gap_converged``, ``kl``."""
     lad = ladder.sort_values("budget")
     if len(lad) < 2:
         return {"converged": None, "change": math.nan, "half_width": float(lad.half_width.iloc[-1]),
@@ -308,16 +227,7 @@ def _kl_moved(k: dict[str, Any]) -> str:
 
 
 def not_converged_because(conv: dict[str, Any]) -> str:
-    """What did not converge, as a clause (empty when the ladder converged or was not checked): the worst layer's KL
-    against its tolerance, and/or the early-layer gap's change against its CI half-width. Never the gap itself against
-    anything: the gap's size is the claim, its change is the convergence rule.
-
-    Args:
-        conv: the dict :func:`convergence` returns.
-
-    Returns:
-        The clause, e.g. "the lens's KL at the tied models' layer 0 moved by -0.101 bits (...)".
-    """
+    """What of :func:`convergence`'s result did not converge, as a clause (empty when it converged or was not checked)."""
     if conv["converged"] is not False:
         return ""
     parts = []
@@ -357,29 +267,12 @@ def describe_convergence(conv: dict[str, Any]) -> str:
 
 
 def same_depth(table: pd.DataFrame) -> bool:
-    """Whether every model in the table has the same number of layers (per-layer gaps need that).
-
-    Args:
-        table: a lens table with ``variant`` and ``layer`` columns.
-
-    Returns:
-        True when every variant's deepest layer is the same.
-    """
+    """Whether every model in the table has the same number of layers (per-layer gaps need that)."""
     return table.groupby("variant").layer.max().nunique() == 1
 
 
 def ladder_layers(kl: pd.DataFrame, layers: Sequence[int] = (0, 1, 2), column: str = "kl_tuned_bits") -> pd.DataFrame:
-    """Tuned-lens KL of the given layers at every rung, per variant: "mean ± sd" over seeds (rows recipe, budget).
-
-    Args:
-        kl: a lens table holding every rung (per layer or per sequence).
-        layers: the layers shown.
-        column: the metric shown (one of :data:`METRICS`).
-
-    Returns:
-        A table of text cells, indexed by (``recipe``, ``budget``), columns (``layer``, ``variant``); the sd is 0
-        with one seed.
-    """
+    """Tuned-lens KL of ``layers`` at every rung per variant as "mean ± sd" over seeds (rows recipe, budget)."""
     sub = per_layer(kl)
     sub = sub[sub.layer.isin(layers)]
     g = sub.groupby(["recipe", "budget", "layer", "variant"], sort=False)[column]
@@ -388,15 +281,7 @@ def ladder_layers(kl: pd.DataFrame, layers: Sequence[int] = (0, 1, 2), column: s
 
 
 def describe_scale(scale: pd.DataFrame, level: float = LEVEL) -> str:
-    """One sentence per checkpoint of :func:`train_checkpoint_lens_ladders`: validation loss, early-layer gap and whether its CI is above 0.
-
-    Args:
-        scale: the per-checkpoint table of :func:`tiebias.lens.ladder.train_checkpoint_lens_ladders`.
-        level: the level the table's intervals were computed at, named in the text (it does not recompute them).
-
-    Returns:
-        The sentences joined, ending with the steps whose CI lies above 0 (or that none does).
-    """
+    """Per checkpoint of :func:`tiebias.lens.ladder.train_checkpoint_lens_ladders`: loss, gap and where its CI lies."""
     parts = []
     for r in scale.itertuples():
         where = stats.ci_position(r.ci_low, r.ci_high)
@@ -410,32 +295,12 @@ def describe_scale(scale: pd.DataFrame, level: float = LEVEL) -> str:
 
 
 def describe_gaps(gaps: pd.DataFrame) -> str:
-    """One sentence on a per-layer gap table: where tied reads worse, and where the CI excludes 0.
-
-    Args:
-        gaps: a per-layer gap table (:func:`gaps`) of the tied and untied variants.
-
-    Returns:
-        The sentence: the gap at the input layer and over the early layers, the layers where tied is larger, and
-        those whose CI (level :data:`tiebias.stats.LEVEL`) excludes 0.
-    """
-    c = layer_summary(gaps)
-    return (f"Tied - untied tuned-lens KL: {c['input_layer_gap']:+.3g} bits at the input layer, {c['value']:+.3g} on "
-            f"average over the early layers {c['early_layers']}; tied > untied at layers {c['positive_layers'] or 'none'}; "
-            f"the {LEVEL:.0%} CI ({gaps.ci_method.iloc[0]}) excludes 0 at layers {c['significant_layers'] or 'none'}.")
-
-
-def layer_summary(gaps: pd.DataFrame) -> dict[str, Any]:
-    """Per-layer summary of a gap table: early-layer mean gap, RMS seed sd, significant and positive layers."""
-    n_layers = int(gaps.layer.max())
-    early = early_layers(n_layers)
-    e = gaps[gaps.layer.isin(early)]
-    value = float(e.gap.mean())
-    sd = stats.pooled_sd(e.gap_sd.to_numpy()) if e.n_seeds.min() > 1 else math.nan
-    sig = e[e.significant].layer.tolist()
-    return {"early_layers": early, "value": value, "sd": sd,
-            "input_layer_gap": float(gaps[gaps.layer == 0].gap.iloc[0]),
-            "significant_layers": gaps[gaps.significant].layer.tolist(), "significant_early_layers": sig,
-            "positive_layers": gaps[gaps.gap > 0].layer.tolist()}
+    """One sentence on a :func:`gaps` table: the input-layer and early gap, where tied is larger, where the CI excludes 0."""
+    early = early_layers(int(gaps.layer.max()))
+    value = float(gaps[gaps.layer.isin(early)].gap.mean())
+    return (f"Tied - untied tuned-lens KL: {float(gaps[gaps.layer == 0].gap.iloc[0]):+.3g} bits at the input layer, "
+            f"{value:+.3g} on average over the early layers {early}; tied > untied at layers "
+            f"{gaps[gaps.gap > 0].layer.tolist() or 'none'}; the {LEVEL:.0%} CI ({gaps.ci_method.iloc[0]}) excludes 0 at "
+            f"layers {gaps[gaps.significant].layer.tolist() or 'none'}.")
 
 
