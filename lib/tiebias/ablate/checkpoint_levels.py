@@ -1,12 +1,9 @@
-"""Cosine levels of Tables 1, 2 and 6 and Figure 3 at every saved checkpoint: a training clock beside the paper's levels
-at its own checkpoints.
+"""Cosine levels of Tables 1, 2 and 6 and Figure 3 at every saved checkpoint, beside the paper's at its own steps.
 
-The paper reads Table 6 at step 1,000 and Table 2 at step 10,000 of its OLMo-1B runs, Figure 3 at step 20,000 of
-OLMo-1B-0724, and Table 1 on fully trained models; our final models have trained for a few hundred steps. Reading our
-levels at each checkpoint shows whether they are still moving, and in which direction, when the paper's level is set
-beside them. Table 2's and 6's k = 1 cells are Table 1's "-> tied" comparisons at the same step (the plain tied model
-against the untied model, orthogonal map), so they share rows; k > 1 is read from the run's ``tied_in<k>`` models
-where 04 trained them. The table is written to ``metrics/levels_at_checkpoints.csv``.
+The paper reads them at steps 1,000 to 20,000 or on trained models; ours have trained a few hundred steps, so reading
+every checkpoint shows whether they still move. Table 2's and 6's k = 1 cells are Table 1's "-> tied" comparisons
+(orthogonal map); k > 1 comes from 04's ``tied_in<k>`` models where trained. Written to
+``metrics/levels_at_checkpoints.csv``.
 """
 
 from __future__ import annotations
@@ -43,12 +40,7 @@ def _number(x: Any) -> float:
 
 
 def paper_levels() -> pd.DataFrame:
-    """The paper's cosine levels with the step it read them at.
-
-    Returns:
-        :data:`COLUMNS` with ``who`` = ``paper``: Table 1 (OLMo-1B, orthogonal map, fully trained models: step NaN),
-        Tables 6 and 2 (steps 1,000 and 10,000; k = 1 under Table 1's comparison names) and Figure 3 (step 20,000).
-    """
+    """The paper's cosine levels with the step it read them at (Table 1: fully trained, step NaN), ``who`` = paper."""
     rows = [("Table 1", q, np.nan, _number(paper.TABLE1["OLMo-1B"][q][METHOD])) for q, p in _TABLE1.items() if p]
     for src, table, step in (("Table 6", paper.TABLE6_STEP1K, 1000), ("Table 2", paper.TABLE2_STEP10K, 10000)):
         for k, cells in table.items():
@@ -76,22 +68,9 @@ def _summarise(df: pd.DataFrame, source: str, quantity: str, column: str, final:
 
 def levels(run: Run, seeds: Sequence[int] | None = None, *, evolution: pd.DataFrame | None = None,
            scaled: bool = True) -> pd.DataFrame:
-    """Our levels at every checkpoint shared by the tied and untied models of ``seeds``, and the paper's.
-
-    Args:
-        run: the run; its ``tied``/``untied`` models of every seed, and any ``tied_in<k>`` models 04 trained.
-        seeds: the seeds read (None: every seed with both a complete tied and untied model).
-        evolution: the Figure 3 table (:func:`tiebias.align.comparisons.evolution_table`, 02's
-            ``alignment_evolution``); None computes it.
-        scaled: also read the run's ``tied_in<k>`` models (k != 1) present for every seed; False: k = 1 only
-            (notebook 02, which runs before 04 trains them, so its table does not depend on what a rerun finds).
-
-    Returns:
-        :data:`COLUMNS`, long: per quantity and step our mean and sd over seed pairs (cross seed with two seeds or
-        more, as Table 1's headline; the untied model's own two matrices for "untied input -> untied output") and
-        the per-pair ``values`` (JSON, the same order at every step), then the paper's rows (:func:`paper_levels`).
-        ``fraction`` is the step over our final step.
-    """
+    """Our levels at every checkpoint shared by the models of ``seeds`` (None: all complete), mean and sd over seed
+    pairs with the ``values``, then the paper's. ``evolution``: 02's Figure 3 table (None: computed); ``scaled``: also
+    the ``tied_in<k>`` models 04 trained (False in 02, so its table does not depend on a rerun)."""
     if seeds is None:
         seeds = inventory.require_complete(run, ("tied", "untied"))
     seeds = sorted(seeds)
@@ -126,17 +105,7 @@ def levels(run: Run, seeds: Sequence[int] | None = None, *, evolution: pd.DataFr
 
 
 def at_fraction(table: pd.DataFrame, quantity: str, fraction: float) -> pd.Series:
-    """Our level of one quantity at the checkpoint nearest to a place in training: the judge's input for a level read
-    at the same place on the clock (e.g. 0.1, where the paper's step 1,000 lies in its 10,000-step run).
-
-    Args:
-        table: the :func:`levels` frame.
-        quantity: one of its quantities of this run.
-        fraction: the place in training, step over final step.
-
-    Returns:
-        The row (``step``, ``fraction``, ``mean``, ``sd``, ``n``...).
-    """
+    """Our row of one quantity at the checkpoint nearest to ``fraction`` of training (step over final step)."""
     ours = table[(table.quantity == quantity) & (table.who == "this run")]
     if ours.empty:
         raise ValueError(f"quantity: {quantity!r} has no level of this run; have "
@@ -145,14 +114,7 @@ def at_fraction(table: pd.DataFrame, quantity: str, fraction: float) -> pd.Serie
 
 
 def describe(table: pd.DataFrame) -> str:
-    """One line per quantity: our level at the first checkpoint after step 0, at the last, and the paper's.
-
-    Args:
-        table: the :func:`levels` frame.
-
-    Returns:
-        The lines, joined by newlines.
-    """
+    """One line per quantity of :func:`levels`: ours at the first checkpoint after step 0 and at the last; the paper's."""
     lines = []
     ours = table[table.who == "this run"]
     theirs = table[table.who == "paper"]
@@ -170,14 +132,7 @@ def describe(table: pd.DataFrame) -> str:
 
 
 def values(row: pd.Series) -> np.ndarray:
-    """The per-pair values of one row of :func:`levels` (the same order of seed pairs at every step of a quantity).
-
-    Args:
-        row: a row of the :func:`levels` frame (as read back from its CSV, too).
-
-    Returns:
-        The values, a float array.
-    """
+    """The per-pair values of one row of :func:`levels` (also as read back from its CSV)."""
     return np.asarray(json.loads(str(row["values"])), dtype=float)
 
 

@@ -1,13 +1,9 @@
 """Claim 4 taken apart: which ingredient of the paper's setup could explain the size of its shift?
 
-The paper (Table 2) moves the tied matrix by +0.006 towards the untied input matrix and by -0.015 away from the untied
-output matrix at k = 5; the kit's sweep moves it far more. Each ingredient changes one thing and measures the same
-shift (k = 5 minus k = 1, orthogonal Procrustes cosine, per seed):
-
-- the reference point: the untied model of the same seed, or another seed's (as the paper compares with another run);
-- a recipe change (:data:`tiebias.config.choices.INGREDIENTS`): the k = 1 and k = 5 tied models are trained again in
-  ``<run>/ingredients/<name>/`` with that one change, and compared with the run's own untied models (the next seed's,
-  the headline reference), so only the tied models' recipe differs from the kit's row.
+The paper (Table 2) moves the tied matrix far less at k = 5 than the kit's sweep. Each ingredient changes one thing
+and measures the same shift (k = 5 minus k = 1, orthogonal Procrustes cosine, per seed): the reference (the same
+seed's untied model or another seed's), or a recipe change (:data:`tiebias.config.choices.INGREDIENTS`) under which
+the k = 1 and k = 5 tied models are trained again in ``<run>/ingredients/<name>/``.
 """
 
 from __future__ import annotations
@@ -33,32 +29,17 @@ from tiebias.train.trainer import TrainConfig
 K = 5.0
 """The paper's factor (Table 2): the shift every ingredient is measured at."""
 SGD_LR = 0.3
-"""SGD's learning rate in the ``sgd`` ingredient (momentum ``beta1``, the recipe's clipping): with the gradient norm
-clipped at 1, about as large a step on the whole model as AdamW's 3e-3 per coordinate takes."""
+"""SGD's learning rate in the ``sgd`` ingredient: with the gradient norm clipped at 1, about AdamW's step size."""
 PAPER_SHIFT = {col: TABLE2_STEP10K[K][name] - TABLE2_STEP10K[1.0][name]
                for col, name in (("vs_untied_input", "vs untied input"), ("vs_untied_output", "vs untied output"))}
-"""The paper's shift at k = 5, step 10k (Table 2): +0.006 towards the untied input matrix, -0.015 from the output one."""
+"""The paper's shift at k = 5, step 10k (Table 2), per cosine."""
 KIT = "kit (another seed's untied model)"
 SAME_SEED = "same-seed untied model"
 
 
 def check(names: Sequence[str], factors: Sequence[float], seeds: Sequence[int]) -> tuple[list[str], str]:
-    """The ingredients this sweep can measure, and a note saying why none when it cannot (else "").
-
-    Args:
-        names: the ingredients asked for (``ablate_ingredients``); each must be one of
-            :data:`tiebias.config.choices.INGREDIENTS`, else ValueError naming the parameter.
-        factors: the sweep's gradient factors (``ablate_factors``): the ingredients need k = 1 and k = :data:`K`.
-        seeds: the sweep's seeds (``ablate_seeds``): the ingredients need two or more.
-
-    Returns:
-        ``(names, note)``: the names as a list and ``""`` when they can be measured (also when none are asked for);
-        an empty list and the reason otherwise.
-
-    A sweep without k = 1 and k = 5 has no kit's shift at the paper's k to set beside them, and one seed has no other
-    seed's untied model to compare with: then the ingredients are skipped with the note (a study that changes
-    ``ablate_factors`` or ``ablate_seeds`` still runs).
-    """
+    """(names, "") when the sweep can measure the ingredients (it needs k = 1 and :data:`K`, and two or more seeds),
+    else ([], why they are skipped); an unknown name is a ValueError."""
     bad = [n for n in names if n not in INGREDIENTS]
     if bad:
         raise ValueError(f"ablate_ingredients: unknown value {bad[0]!r}; allowed: {', '.join(INGREDIENTS)}")
@@ -89,19 +70,8 @@ def variants() -> list[Variant]:
 
 def train_ingredients(run: Run, names: Sequence[str], seeds: Sequence[int], cfg: TrainConfig, *,
                       progress: bool = True) -> dict[str, Run]:
-    """Train (or reuse) each ingredient's k = 1 and k = 5 tied models in ``<run>/ingredients/<name>/``; their runs.
-
-    Args:
-        run: the sweep's run; each ingredient's folder gets a copy of its data
-            (:func:`tiebias.train.depths.share_data`), so only the recipe differs.
-        names: the ingredients to train (as :func:`check` returns them).
-        seeds: the seeds each ingredient's two models are trained with.
-        cfg: the kit's recipe; each ingredient changes one thing in it (:func:`recipe`).
-        progress: show progress bars.
-
-    Returns:
-        Ingredient name -> the run folder holding its models.
-    """
+    """Train (or reuse) each ingredient's k = 1 and k = 5 tied models in ``<run>/ingredients/<name>/`` (on the run's
+    data, so only the recipe differs); ingredient -> its run folder."""
     out = {}
     for name in names:
         sub = share_data(run, run.path / "ingredients" / name, f"the {name} ingredient's models")
@@ -119,17 +89,8 @@ def _cosines(ref_run: Run, ref_seed: int, tied_run: Run, v: Variant, seed: int) 
 
 
 def shifts_from_sweep(table: pd.DataFrame, label: str, method: str = "orthogonal") -> pd.DataFrame:
-    """Per-seed shifts (k minus k = 1) of every k of a sweep alignment table at its final step, labelled ``label``.
-
-    Args:
-        table: a sweep alignment table (:func:`tiebias.ablate.sweep.alignment_table`); every seed needs a k = 1 row.
-        label: written in the ``ingredient`` column (e.g. :data:`KIT` or :data:`SAME_SEED`, by the reference used).
-        method: the alignment map whose cosines are read.
-
-    Returns:
-        Columns ``ingredient``, ``k``, ``seed``, ``vs_untied_input`` and ``vs_untied_output`` (each the cosine at k
-        minus that at k = 1 of the same seed), one row per seed and k other than 1.
-    """
+    """Per-seed shifts (cosine at k minus at k = 1) of every k > 1 of a sweep alignment table at its final step, with
+    ``ingredient`` = ``label``."""
     d = table[(table.method == method) & (table.step == table.step.max())]
     rows = []
     for seed, g in d.groupby("seed"):
@@ -142,19 +103,8 @@ def shifts_from_sweep(table: pd.DataFrame, label: str, method: str = "orthogonal
 
 
 def shifts_from_ingredients(run: Run, subs: Mapping[str, Run], seeds: Sequence[int]) -> pd.DataFrame:
-    """Per-seed shifts at k = 5 of each trained ingredient, against the run's untied model of the next seed.
-
-    Args:
-        run: the sweep's run, whose untied models are the reference.
-        subs: ingredient name -> its run folder (:func:`train_ingredients`).
-        seeds: the seeds trained; each is compared with the untied model of the next seed in this order (the last
-            with the first).
-
-    Returns:
-        Columns ``ingredient``, ``k`` (:data:`K`), ``seed``, ``val_loss_k5`` (final validation loss of the ingredient's
-        k = 5 model, nats), ``vs_untied_input`` and ``vs_untied_output`` (k = 5 minus k = 1, orthogonal Procrustes
-        cosine), one row per ingredient and seed.
-    """
+    """Per-seed shifts at k = 5 of each trained ingredient against the run's untied model of the next seed, with the
+    k = 5 model's final validation loss (``val_loss_k5``)."""
     rows = []
     for name, sub in subs.items():
         for i, seed in enumerate(seeds):
@@ -168,19 +118,8 @@ def shifts_from_ingredients(run: Run, subs: Mapping[str, Run], seeds: Sequence[i
 
 
 def summary(per_seed: pd.DataFrame, *, level: float = LEVEL) -> pd.DataFrame:
-    """Mean shift and its t-interval over seeds per (ingredient, k), the paper's shift at k = 5 beside, and whether
-    the paper's shift lies inside the interval (both cosines: ``matches_paper``).
-
-    Args:
-        per_seed: rows of :func:`shifts_from_sweep` and :func:`shifts_from_ingredients` (concatenated).
-        level: confidence level of the t-intervals.
-
-    Returns:
-        One row per (ingredient, k), in order of first appearance: ``ingredient``, ``k``, ``n_seeds``; per cosine
-        (``vs_untied_input``, ``vs_untied_output``) the mean, ``<col>_ci_low``, ``<col>_ci_high`` and ``paper_<col>``
-        (NaN except at k = 5); ``matches_paper`` (True or False at k = 5 with two or more seeds, else None); and
-        ``val_loss_k5`` (mean over seeds) where the rows have it.
-    """
+    """Per (ingredient, k): mean shift and t-interval over seeds per cosine, the paper's at k = 5, and whether both
+    intervals hold it (``matches_paper``; None below two seeds or off k = 5)."""
     rows = []
     if per_seed.empty:
         return pd.DataFrame(columns=["ingredient", "k", "n_seeds", "matches_paper"])

@@ -1,18 +1,10 @@
 """Claims 1, 2 and 4 against model size and training length (notebook 04, the ``scale`` and ``exposure`` profiles).
 
-A scale point is a (vocabulary size, preset, training length) triple. The run's own point is the profile's
-``vocab_size``, ``preset`` and ``steps``; the others vary one of the three (``scale_vocab_sizes`` at the run's preset,
-``scale_presets`` at the run's vocabulary, ``scale_steps`` at both) and live in ``<run>/scale/<label>/``, each a run
-folder of the same corpus, recipe and seeds. At every point the ablation sweep's models are trained (tied variants and
-the untied reference), and per seed:
-
-- claim 1: cosine of the (next seed's) untied output matrix mapped onto the tied one minus that of the untied input
-  matrix (orthogonal map, in-sample): the claim-4 table's k = 1 row, the headline pairing of claim 1;
-- claim 2: the output share of the tied matrix's gradient over the whole run, its warmup and after it;
-- claim 4: how far k moves the two cosines (k minus k = 1, same reference);
-- cost: validation loss of every variant, and the embedding's share of the parameters;
-- exposure: tokens seen per embedding row (:func:`tokens_per_row`). A larger vocabulary at the same steps sees each
-  row less often, so the vocabulary axis moves exposure too; the training-length axis moves exposure alone.
+A scale point is a (vocabulary size, preset, training length); the run's own is the profile's, the others vary one
+of the three and live in ``<run>/scale/<label>/``. At every point the sweep's models are trained and, per seed:
+claim 1's gap (next seed's untied output vs input matrix onto the tied one, orthogonal map), claim 2's output share
+(whole run, warmup, after), claim 4's shifts (k minus k = 1), the validation losses, the embedding's share of the
+parameters, and tokens seen per embedding row (a larger vocabulary at the same steps sees each row less often).
 """
 
 from __future__ import annotations
@@ -36,12 +28,11 @@ from tiebias.train.depths import share_data
 from tiebias.train.trainer import TrainConfig
 
 PAPER_TOKENS_PER_ROW = 10_000 * 512 * 4096 / 50280
-"""Tokens seen per embedding row by the paper's Table 2 models at step 10,000: the batch of its published training
-log (512 sequences of 4,096 tokens, :data:`tiebias.paper.FIG4_LOG_WINDOWS`) over OLMo-1B's 50,280 rows."""
+"""Tokens seen per embedding row by the paper's Table 2 models at step 10,000 (512 x 4,096-token batches, its
+published training log, :data:`tiebias.paper.FIG4_LOG_WINDOWS`, over OLMo-1B's 50,280 rows)."""
 
 PAPER_SCALE = {"vocab_size": 50280, "width": 2048, "tokens_per_row": PAPER_TOKENS_PER_ROW}
-"""OLMo-1B's vocabulary, width and exposure at Table 2's step: where the fitted trends are extrapolated to (with the
-caveat that they are lines fitted over a range far below it)."""
+"""OLMo-1B's vocabulary, width and exposure at Table 2's step: where the fitted trends are extrapolated to."""
 
 QUANTITIES = {
     "claim1_gap": "claim 1: untied output -> tied minus untied input -> tied (orthogonal cosine)",
@@ -50,7 +41,7 @@ QUANTITIES = {
     "claim2_share_after_warmup": "claim 2: output share after warmup",
     "loss_tied_minus_untied": "validation loss, tied minus untied (nats)",
 }
-"""The per-seed quantities of a scale point besides claim 4's shifts and the losses (their columns in the table)."""
+"""The per-seed quantities of a scale point besides claim 4's shifts and the losses."""
 
 
 FIGURES = {
@@ -60,48 +51,24 @@ FIGURES = {
     "claim4": (f"Claim 4 against size: the shift at the sweep's largest k (mean, {LEVEL:.0%} CI over seeds)", []),
     "loss": ("What tying costs against size: validation loss, tied minus untied (nats)", ["loss_tied_minus_untied"]),
 }
-"""The scale axis's figures, one per claim (and the cost): title and the quantities drawn (claim 4's shifts are
-named by the sweep's largest k, added by the notebook)."""
+"""The scale axis's figures: title and the quantities drawn (claim 4's are added at the sweep's largest k)."""
 
 
 def quantities(k_top: float) -> dict[str, str]:
-    """:data:`QUANTITIES` and claim 4's two shifts at the sweep's largest factor ``k_top``: every trend's label.
-
-    Args:
-        k_top: the sweep's largest gradient factor; it names claim 4's columns (``claim4_in_k<k>``,
-            ``claim4_out_k<k>``).
-
-    Returns:
-        Column name of a per-seed quantity -> its label.
-    """
+    """Column -> label of every per-seed quantity: :data:`QUANTITIES` and claim 4's two shifts at ``k_top``."""
     return {**QUANTITIES, f"claim4_in_k{k_top:g}": f"claim 4: shift towards the untied input matrix at k={k_top:g}",
             f"claim4_out_k{k_top:g}": f"claim 4: shift from the untied output matrix at k={k_top:g}"}
 
 
 def figure_quantities(k_top: float) -> dict[str, dict[str, str]]:
-    """Per figure of :data:`FIGURES`, the quantities it draws and their labels (claim 4's at ``k_top``).
-
-    Args:
-        k_top: as in :func:`quantities`.
-
-    Returns:
-        Figure name (``claim1``, ``claim2``, ``claim4``, ``loss``) -> {column name: label} of the quantities it draws.
-    """
+    """Per figure of :data:`FIGURES`: {column: label} of the quantities it draws (claim 4's at ``k_top``)."""
     q = quantities(k_top)
     extra = {"claim4": [f"claim4_in_k{k_top:g}", f"claim4_out_k{k_top:g}"]}
     return {name: {n: q[n] for n in qs + extra.get(name, [])} for name, (_, qs) in FIGURES.items()}
 
 
 def tokens_per_row(steps: int, batch_size: int, seq_len: int, rows: int) -> float:
-    """Training tokens per embedding row: how often, on average, each row of the matrix is seen as an input.
-
-    Args:
-        steps, batch_size, seq_len: the training recipe (tokens per step = ``batch_size * seq_len``).
-        rows: the embedding's rows (the tokenizer's size).
-
-    Returns:
-        ``steps * batch_size * seq_len / rows``. A count of 0 or less is refused (ValueError).
-    """
+    """Training tokens per embedding row, ``steps * batch_size * seq_len / rows``: how often each row is seen."""
     for name, v in (("steps", steps), ("batch_size", batch_size), ("seq_len", seq_len), ("rows", rows)):
         if v <= 0:
             raise ValueError(f"{name}: {v} is not allowed; need a positive count")
@@ -120,29 +87,19 @@ class ScalePoint:
 
     @property
     def label(self) -> str:
+        """The point's folder name."""
         return f"v{self.vocab_size}-{self.preset}" + (f"-s{self.steps}" if self.steps is not None else "")
 
     @property
     def width(self) -> int:
+        """The preset's hidden size."""
         return get_preset(self.preset).hidden
 
 
 def points(vocab_size: int, preset: str, vocab_sizes: Sequence[int], presets: Sequence[str],
            step_counts: Sequence[int] = (), steps: int | None = None) -> list[ScalePoint]:
     """The run's point, then every other vocabulary at its preset, every other preset at its vocabulary and every other
-    training length at both.
-
-    Args:
-        vocab_size, preset: the run's own vocabulary size and model preset (its point, ``base``).
-        vocab_sizes: the other vocabularies (``scale_vocab_sizes``), each at the run's preset.
-        presets: the other presets (``scale_presets``), each at the run's vocabulary; every preset is checked (an
-            unknown one is refused before anything trains).
-        step_counts: the other training lengths (``scale_steps``), each at the run's vocabulary and preset.
-        steps: the run's own training length (``steps``); needed with ``step_counts`` (ValueError without it).
-
-    Returns:
-        The :class:`ScalePoint` list, the run's own first; values equal to the run's are not repeated.
-    """
+    training length at both (values equal to the run's not repeated; presets checked before anything trains)."""
     get_preset(preset)
     for p in presets:
         get_preset(p)
@@ -159,11 +116,8 @@ def points(vocab_size: int, preset: str, vocab_sizes: Sequence[int], presets: Se
 
 
 def point_config(cfg: TrainConfig, point: ScalePoint) -> TrainConfig:
-    """The recipe of a scale point: the run's with the point's preset and, for another training length, its steps.
-
-    A longer run keeps the warmup (in steps) and evaluates and checkpoints as often relative to its length as the
-    run does (``eval_every`` and ``checkpoint_every`` scaled by the ratio of lengths), so only the length changes.
-    """
+    """The run's recipe with the point's preset and steps; another length keeps the warmup and scales ``eval_every``
+    and ``checkpoint_every`` with the length, so only the length changes."""
     out = replace(cfg, preset=point.preset)
     if point.steps is not None and point.steps != cfg.steps:
         ratio = point.steps / cfg.steps
@@ -173,17 +127,8 @@ def point_config(cfg: TrainConfig, point: ScalePoint) -> TrainConfig:
 
 
 def usable(pts: Sequence[ScalePoint], seeds: Sequence[int]) -> tuple[list[ScalePoint], str]:
-    """The points to study, and a note when the axis is skipped: with one seed there is no other seed's untied model
-    (claim 1's headline pairing and claim 4's reference), so only the run's own point is kept.
-
-    Args:
-        pts: the points of :func:`points` (the run's own first).
-        seeds: the sweep's seeds (``ablate_seeds``).
-
-    Returns:
-        ``(points, note)``: all the points and ``""``, or with one seed and several points only the first and the
-        reason.
-    """
+    """(points, note): with one seed there is no other seed's untied model, so only the run's own point is kept and the
+    note says why; else all the points and ``""``."""
     if len(pts) > 1 and len(seeds) < 2:
         return list(pts[:1]), (f"scale axis skipped: it needs two or more ablate_seeds (each tied model is compared with "
                                f"another seed's untied model); this sweep has {list(seeds)}")
@@ -191,11 +136,8 @@ def usable(pts: Sequence[ScalePoint], seeds: Sequence[int]) -> tuple[list[ScaleP
 
 
 def point_run(run: Run, point: ScalePoint) -> Run:
-    """The run folder of a scale point: the run itself for its own point, else ``<run>/scale/<label>/`` (made on first use).
-
-    Another preset at the run's vocabulary copies the run's data (tokenizer, tokens, frequencies), so the two differ
-    only in shape; another vocabulary is a new run folder of the same corpus with its own tokenizer.
-    """
+    """The run itself for its own point, else ``<run>/scale/<label>/``: the run's data for another preset, a new
+    tokenizer of the same corpus for another vocabulary."""
     if point.base:
         return run
     sub = Run(run.path / "scale" / point.label)
@@ -208,23 +150,7 @@ def point_run(run: Run, point: ScalePoint) -> Run:
 
 def train_points(run: Run, pts: Sequence[ScalePoint], variants: Sequence[Variant], seeds: Sequence[int],
                  cfg: TrainConfig, *, progress: bool = True) -> dict[str, Run]:
-    """Train (or reuse) the sweep's models at every scale point; the run folder of each point by label.
-
-    Args:
-        run: the run whose profile sets the base point; other points live in ``<run>/scale/<label>/``
-            (:func:`point_run`).
-        pts: the points to train (:func:`usable`).
-        variants: the sweep's tied variants; the untied reference is trained beside them
-            (:func:`tiebias.ablate.sweep.run_sweep`).
-        seeds: the seeds every model is trained with.
-        cfg: the training recipe; its preset (and steps) are replaced by each point's (:func:`point_config`).
-        progress: show progress bars.
-
-    Returns:
-        Point label -> its run folder.
-
-    Finished models are reused and an interrupted one resumes, so an interrupted scale study picks up where it stopped.
-    """
+    """Train (or reuse, or resume) the sweep's models at every scale point; the run folder of each point by label."""
     out = {}
     for p in pts:
         sub = point_run(run, p)
@@ -243,23 +169,8 @@ def _windows(metrics: pd.DataFrame, warmup: int) -> dict[str, float]:
 
 def point_table(sub: Run, point: ScalePoint, variants: Sequence[Variant], seeds: Sequence[int],
                 warmup: int) -> pd.DataFrame:
-    """One row per seed at one scale point: claims 1, 2 and 4, losses and the embedding's share of the parameters.
-
-    Args:
-        sub: the point's run folder (:func:`point_run`), its models trained.
-        point: the point, whose label, vocabulary, preset and width fill the identifying columns.
-        variants: the sweep's tied variants; they must hold the plain tied model (k = 1), the reference of claims 1
-            and 4 and of the loss differences.
-        seeds: two or more seeds (else ValueError): each tied model is compared with the next seed's untied model.
-        warmup: the recipe's warmup steps, splitting claim 2's share into warmup and after it (0: no warmup window).
-
-    Returns:
-        Columns ``point``, ``vocab_size``, ``preset``, ``width``, ``steps``, ``tokens_per_row`` (of the tied model's
-        recipe, :func:`tokens_per_row`), ``seed``, the :data:`QUANTITIES` columns, claim 4's
-        ``claim4_in_k<k>`` and ``claim4_out_k<k>`` per k other than 1, ``val_loss_<variant>`` and
-        ``embedding_share_<variant>`` per variant and the untied model, and ``loss_<variant>_minus_tied`` per scaled
-        variant.
-    """
+    """One row per seed (two or more) at one scale point: its identity, :data:`QUANTITIES`, claim 4's shifts per k,
+    each variant's validation loss and embedding share, and the loss differences (k = 1 is the reference)."""
     if len(seeds) < 2:
         raise ValueError(f"ablate_seeds: {list(seeds)} has one seed; the scale axis compares the tied model with "
                          "another seed's untied model (claim 1's headline pairing), which needs two or more")
@@ -294,17 +205,7 @@ def point_table(sub: Run, point: ScalePoint, variants: Sequence[Variant], seeds:
 
 
 def summary(table: pd.DataFrame, *, level: float = LEVEL) -> pd.DataFrame:
-    """Mean and t-interval over seeds of every quantity at every point (one row per point and quantity).
-
-    Args:
-        table: rows of :func:`point_table` (several points concatenated).
-        level: confidence level of the t-intervals.
-
-    Returns:
-        Columns ``point``, ``vocab_size``, ``preset``, ``width``, ``steps`` and ``tokens_per_row`` (where the table has
-        them), ``quantity``, ``mean``, ``ci_low``, ``ci_high`` and ``n_seeds``; a quantity with no value at a point
-        has no row.
-    """
+    """Mean and t-interval over seeds of every quantity at every point of :func:`point_table` rows."""
     ids = [c for c in ("point", "vocab_size", "preset", "width", "steps", "tokens_per_row") if c in table.columns]
     cols = [c for c in table.columns if c not in (*ids, "seed")]
     rows = []
@@ -320,8 +221,7 @@ def summary(table: pd.DataFrame, *, level: float = LEVEL) -> pd.DataFrame:
 
 
 AXES = {"vocab_size": "vocabulary size", "width": "width", "tokens_per_row": "training length (tokens seen per row)"}
-"""The axes a trend is fitted along: the first two vary the model's size, the last its training length alone (its
-points differ from the run's only in ``steps``)."""
+"""The axes a trend is fitted along: the model's size, and its training length alone."""
 
 
 def axis_rows(table: pd.DataFrame, axis: str, base: ScalePoint) -> pd.DataFrame:
@@ -352,10 +252,8 @@ def measured_axes(table: pd.DataFrame) -> list[str]:
 
 
 def trend(table: pd.DataFrame, quantity: str, axis: str, base: ScalePoint, *, level: float = LEVEL) -> dict[str, Any]:
-    """A straight-line fit of a per-seed quantity against log2 of the axis (:data:`AXES`), its slope's t-interval, the fitted value at
-    the paper's scale with its interval (of the fitted mean: ``at_paper_low/high``; of one new run, the prediction
-    interval the reproduction report's ``scale`` rule reads: ``pred_low/high``), and a word: ``rises``, ``falls`` or ``no trend`` (the slope's interval
-    holds 0), or ``too few points`` (fewer than three sizes)."""
+    """A line fit of a per-seed quantity against log2 of the axis: slope with t-interval, value at :data:`PAPER_SCALE`
+    with the mean's (``at_paper_low/high``) and a new run's (``pred_low/high``) intervals, and a ``word``."""
     rows = axis_rows(table, axis, base).dropna(subset=[quantity])
     sizes = sorted(rows[axis].unique())
     out: dict[str, Any] = {"quantity": quantity, "axis": axis, "sizes": [round(s) for s in sizes],
@@ -376,33 +274,12 @@ def trend(table: pd.DataFrame, quantity: str, axis: str, base: ScalePoint, *, le
 
 
 def trends(table: pd.DataFrame, quantities: Sequence[str], base: ScalePoint, *, level: float = LEVEL) -> pd.DataFrame:
-    """:func:`trend` for every quantity on every measured axis (:func:`measured_axes`).
-
-    Args:
-        table: per-seed rows of :func:`point_table` at several points.
-        quantities: the columns to fit (e.g. the keys of :func:`quantities`).
-        base: the run's own point, fixing the axis that does not vary.
-        level: confidence level of the slope's and the prediction's intervals.
-
-    Returns:
-        One row per quantity and axis, the keys of :func:`trend` as columns: ``quantity``, ``axis``, ``sizes``, ``n``,
-        ``word``, ``slope``, ``ci_low``, ``ci_high``, ``at_paper``, ``at_paper_low``, ``at_paper_high``, ``pred_low``, ``pred_high`` and ``mean``
-        (missing where there were too few points).
-    """
+    """:func:`trend` for every quantity on every measured axis (:func:`measured_axes`), one row each."""
     return pd.DataFrame([trend(table, q, a, base, level=level) for q in quantities for a in measured_axes(table)])
 
 
 def sentence(tr: dict[str, Any], what: str) -> str:
-    """One plain sentence on one trend: does the quantity grow with size, and what the line predicts at the paper's.
-
-    Args:
-        tr: one trend (:func:`trend`, or a row of :func:`trends` as a dict).
-        what: how the sentence names the quantity (e.g. its label from :func:`quantities`).
-
-    Returns:
-        The sentence: direction, slope per doubling with its interval (at :data:`tiebias.stats.LEVEL`), and the
-        line's value at :data:`PAPER_SCALE` flagged as an extrapolation; or a note that too few sizes were measured.
-    """
+    """One trend (:func:`trend`) of the quantity ``what`` in words, its value at the paper's scale as an extrapolation."""
     axis = AXES[tr["axis"]]
     if tr["word"] == "too few points":
         return f"{what} against {axis}: {len(tr['sizes'])} size(s) only, no trend can be fitted."
