@@ -63,11 +63,6 @@ def recipe(name: str, cfg: TrainConfig) -> TrainConfig:
     raise ValueError(f"ablate_ingredients: unknown value {name!r}; allowed: {', '.join(INGREDIENTS)}")
 
 
-def variants() -> list[Variant]:
-    """The models each ingredient trains: the plain tied model and the paper's k."""
-    return [Variant(True), Variant(True, K)]
-
-
 def train_ingredients(run: Run, names: Sequence[str], seeds: Sequence[int], cfg: TrainConfig, *,
                       progress: bool = True) -> dict[str, Run]:
     """Train (or reuse) each ingredient's k = 1 and k = 5 tied models in ``<run>/ingredients/<name>/`` (on the run's
@@ -75,7 +70,8 @@ def train_ingredients(run: Run, names: Sequence[str], seeds: Sequence[int], cfg:
     out = {}
     for name in names:
         sub = share_data(run, run.path / "ingredients" / name, f"the {name} ingredient's models")
-        train_many(sub, [(v, s) for s in seeds for v in variants()], recipe(name, cfg), progress=progress)
+        train_many(sub, [(v, s) for s in seeds for v in (Variant(True), Variant(True, K))], recipe(name, cfg),
+                   progress=progress)
         out[name] = sub
     return out
 
@@ -173,4 +169,4 @@ def sentence(summ: pd.DataFrame) -> str:
 
 
 __all__ = ["K", "KIT", "PAPER_SHIFT", "SAME_SEED", "SGD_LR", "check", "recipe", "sentence", "shifts_from_ingredients",
-           "shifts_from_sweep", "summary", "train_ingredients", "variants"]
+           "shifts_from_sweep", "summary", "train_ingredients"]

@@ -64,10 +64,7 @@ def estimate_seconds(run: Run, cfg: TrainConfig, n_models: int) -> float:
         s = run.summary(*parse_key(key))
         if s.get("tokens_per_second") and _same_shape(run, key, cfg):
             rates.append(s["tokens_per_second"])
-    if rates:
-        tps = float(np.median(rates))
-    else:
-        tps = _probe_tokens_per_second(run, cfg)
+    tps = float(np.median(rates)) if rates else _probe_tokens_per_second(run, cfg)
     return n_models * cfg.steps * cfg.batch_size * cfg.seq_len / tps
 
 
@@ -99,12 +96,9 @@ def plan(run: Run, variants: Sequence[Variant], seeds: Sequence[int], cfg: Train
          budget_minutes: float | None = None) -> pd.DataFrame:
     """The sweep's models (tied variants and the untied reference per seed) and whether each is ``trained``;
     ``attrs["to_train"]`` and ``attrs["estimated_seconds"]``; warns when the estimate exceeds ``budget_minutes``."""
-    rows = []
-    for seed in seeds:
-        for v in [*variants, Variant(False)]:
-            rows.append({"variant": v.name, "seed": seed, "input_factor": v.input_factor,
-                         "output_factor": v.output_factor, "trained": run.is_complete(v, seed)})
-    df = pd.DataFrame(rows).drop_duplicates(["variant", "seed"])
+    df = pd.DataFrame([{"variant": v.name, "seed": seed, "input_factor": v.input_factor,
+                        "output_factor": v.output_factor, "trained": run.is_complete(v, seed)}
+                       for v, seed in _sweep_models(variants, seeds)]).drop_duplicates(["variant", "seed"])
     todo = int((~df.trained).sum())
     est = estimate_seconds(run, cfg, todo) if todo else 0.0
     df.attrs["estimated_seconds"] = est
@@ -189,16 +183,15 @@ def perplexities(run: Run, variants: Sequence[Variant], seeds: Sequence[int], *,
     divergence.check_models(run, _sweep_models(variants, seeds), "a perplexity")
     rows = []
     data = {s: run.tokens(s) for s in splits}
-    for seed in seeds:
-        for v in [*variants, Variant(False)]:
-            model = run.load_model(v, seed)
-            row: dict[str, Any] = {"variant": v.name, "k": v.input_factor if v.tied else math.nan,
-                                   "tied": v.tied, "seed": seed}
-            for s, ids in data.items():
-                loss = evaluate_loss(model, ids, seq_len=seq_len, max_tokens=max_tokens)
-                row[f"{s}_loss"] = loss
-                row[f"{s}_ppl"] = math.exp(loss)
-            rows.append(row)
+    for v, seed in _sweep_models(variants, seeds):
+        model = run.load_model(v, seed)
+        row: dict[str, Any] = {"variant": v.name, "k": v.input_factor if v.tied else math.nan, "tied": v.tied,
+                               "seed": seed}
+        for s, ids in data.items():
+            loss = evaluate_loss(model, ids, seq_len=seq_len, max_tokens=max_tokens)
+            row[f"{s}_loss"] = loss
+            row[f"{s}_ppl"] = math.exp(loss)
+        rows.append(row)
     return pd.DataFrame(rows)
 
 

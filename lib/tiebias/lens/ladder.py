@@ -54,7 +54,7 @@ def train_model_lens_ladders(model: Any, train_tokens: Any, test_tokens: Any, fo
         frames += rungs.rung_frames(model, test_tokens, trained, {b: rung_dir(folder, recipe, b) for b in trained},
                                     logits, lens, recipe=recipe, num_threads=num_threads)
     rungs.publish_top_rung(folder, lens.recipe, lens, n_tokens=train_tokens.numel(), model_sha256=sha,
-                     precision=logits_precision(model.device))
+                           precision=logits_precision(model.device))
     return pd.concat(frames, ignore_index=True)
 
 
