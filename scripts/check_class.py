@@ -4,7 +4,7 @@
 Checks, each on one line with what to do when it fails: the Python and its packages (torch, transformers, tuned-lens,
 JupyterLab), Chromium (optional: only the walkthrough's PNGs and the browser test need it), the environment's size on
 disk and what building it downloads, and a plumbing run, the smoke study of all four notebooks in a temporary folder.
-It ends with a verdict (:func:`tiebias.teach.schedule.verdict`): this machine's plumbing time against the reference
+It ends with a verdict (:func:`verdict`): this machine's plumbing time against the reference
 plumbing time that ``scripts/time_class.py`` measured together with the class run (``notebooks/class_timing.json``),
 the class time predicted here, and whether each notebook ends within its block of TEACHING.md's plan.
 """
@@ -27,6 +27,30 @@ PACKAGES = ("torch", "transformers", "tuned_lens", "jupyterlab", "papermill", "p
 def folder_bytes(path: Path) -> int:
     """Bytes of every regular file under ``path`` (links not followed)."""
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def verdict(plumbing_seconds: float, timing: dict) -> tuple[bool, list[str]]:
+    """``make check-class``'s verdict: (ready, lines) from this machine's plumbing time against the stored one, the
+    class time predicted from their ratio, and whether each notebook fits its block."""
+    from tiebias.teach import schedule
+
+    ref = float(timing["plumbing_seconds"])
+    slowdown = plumbing_seconds / ref
+    seconds = {k: float(v) for k, v in timing["class_seconds"].items()}
+    predicted = sum(seconds.values()) * slowdown
+    lines = [f"plumbing run: {plumbing_seconds:.0f} s here, {ref:.0f} s on the machine that measured the class run "
+             f"({timing['cpu']}): this machine takes {slowdown:.2f}x as long",
+             f"class run predicted here: {predicted / 60:.1f} min ("
+             + ", ".join(f"{k} {v * slowdown:.0f} s" for k, v in seconds.items())
+             + f"; measured there: {sum(seconds.values()) / 60:.1f} min)"]
+    late = schedule.check(seconds, slowdown)
+    if late:
+        lines += [f"too slow for the plan's minute marks: {x}" for x in late]
+        lines.append("on this machine, run the class study before the lesson (make study PROFILE=class) and open "
+                     "its executed notebooks (runs/class/notebooks/) in the lesson instead of running them")
+    else:
+        lines.append("every notebook ends within its block of TEACHING.md's plan")
+    return not late, lines
 
 
 def main() -> int:
@@ -58,7 +82,7 @@ def main() -> int:
         print(f"plumbing run failed (exit {p.returncode}) after {took:.0f} s:\n{(p.stdout + p.stderr)[-2000:]}")
         ok = False
     elif timing:
-        fits, lines = schedule.verdict(took, timing)
+        fits, lines = verdict(took, timing)
         print("\n".join(lines))
         ok &= fits
     else:

@@ -1,9 +1,5 @@
-"""Small, fast demonstrations of the mechanisms behind the study, for the notebooks' "how it works" cells.
-
-Each function runs the project's own code (``GradientProvenance``, ``alignment.align``) on a toy problem of a
-few dozen tokens, so a reader sees the mechanism in numbers in under a second: how the shared matrix's gradient
-splits by path (01), what the orthogonal and linear maps compute (02), where the factor k enters backward (04).
-"""
+"""Toy problems for the notebooks' "how it works" cells: the project's own code (``GradientProvenance``,
+``align.maps``) on a few dozen tokens, in under a second."""
 
 from __future__ import annotations
 
@@ -118,13 +114,13 @@ def factor_effect(factors: tuple[float, ...] = (1.0, 5.0), vocab: int = TOY_VOCA
 
 
 def source_of(obj: Callable[..., Any]) -> str:
-    """The source text of a function or method, to show in a notebook where a mechanism lives in the code.
+    """The source text of a function or method (:func:`inspect.getsource`).
 
     Args:
         obj: the function or method.
 
     Returns:
-        Its source code (:func:`inspect.getsource`).
+        Its source code.
     """
     return inspect.getsource(obj)
 
@@ -148,11 +144,7 @@ def _mean_cosine(A: np.ndarray, B: np.ndarray) -> float:
 
 
 def map_formulas(S: np.ndarray, T: np.ndarray) -> dict[str, np.ndarray]:
-    """The three maps written out in numpy, as in the notebook's formulas (centred S_c, T_c).
-
-    identity: no map; orthogonal: W = U V^T from the SVD U Sigma V^T = S_c^T T_c; linear: M = argmin
-    ||S_c M - T_c||_F = (S_c^T S_c)^-1 S_c^T T_c.
-    """
+    """The identity, orthogonal (U V^T from the SVD of S_c^T T_c) and least-squares maps, written out in numpy."""
     Sc, Tc = S - S.mean(0), T - T.mean(0)
     U, _, Vt = np.linalg.svd(Sc.T @ Tc)
     return {"identity": np.eye(S.shape[1]), "orthogonal": U @ Vt, "linear": np.linalg.lstsq(Sc, Tc, rcond=None)[0]}

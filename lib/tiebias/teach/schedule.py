@@ -131,25 +131,3 @@ def timing_fields(data: dict[str, Any]) -> dict[str, str]:
             "download": (f"{_size(dl['bytes'])} ({dl['files']} files, torch as {dl['torch_wheel']})" if dl
                          else "(not measured)"),
             "venv": _size(data["venv_bytes"]), "plumbing_seconds": f"{data['plumbing_seconds']:.0f}"}
-
-
-def verdict(plumbing_seconds: float, timing: dict[str, Any]) -> tuple[bool, list[str]]:
-    """``make check-class``'s verdict: (ready, lines) from this machine's plumbing time against the stored one, the
-    class time predicted from their ratio, and whether each notebook fits its block."""
-    ref = float(timing["plumbing_seconds"])
-    slowdown = plumbing_seconds / ref
-    seconds = {k: float(v) for k, v in timing["class_seconds"].items()}
-    predicted = sum(seconds.values()) * slowdown
-    lines = [f"plumbing run: {plumbing_seconds:.0f} s here, {ref:.0f} s on the machine that measured the class run "
-             f"({timing['cpu']}): this machine takes {slowdown:.2f}x as long",
-             f"class run predicted here: {predicted / 60:.1f} min ("
-             + ", ".join(f"{k} {v * slowdown:.0f} s" for k, v in seconds.items())
-             + f"; measured there: {sum(seconds.values()) / 60:.1f} min)"]
-    late = check(seconds, slowdown)
-    if late:
-        lines += [f"too slow for the plan's minute marks: {x}" for x in late]
-        lines.append("on this machine, run the class study before the lesson (make study PROFILE=class) and open "
-                     "its executed notebooks (runs/class/notebooks/) in the lesson instead of running them")
-    else:
-        lines.append("every notebook ends within its block of TEACHING.md's plan")
-    return not late, lines
