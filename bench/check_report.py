@@ -48,7 +48,7 @@ def screenshot(page: Path, out: Path) -> None:
 
     from tiebias.output.plotting import export
 
-    export.write_png(pio.read_json(page.with_suffix(".json")), out)
+    export.write_pngs([pio.read_json(page.with_suffix(".json"))], [out])
 
 
 def check(run_dir: Path, shots: Path | None = None) -> list[tuple[str, int, int]]:

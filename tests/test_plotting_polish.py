@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from tiebias.output import notebook
+from tiebias.output import figure_png, notebook
 from tiebias.output.plotting import ablation, alignment, export, lens, style, training
 from tiebias.verdicts import claims
 
@@ -185,7 +185,7 @@ def test_png_figures_get_their_own_size_or_the_default() -> None:
 
 def _has_chromium() -> bool:
     try:
-        return bool(export.chromium())
+        return bool(figure_png.chromium())
     except RuntimeError:
         return False
 
@@ -193,7 +193,7 @@ def _has_chromium() -> bool:
 @pytest.mark.skipif(not _has_chromium(), reason="needs chromium (apt-get install -y chromium)")
 def test_png_is_exactly_the_figure(tmp_path) -> None:
     fig = go.Figure(go.Scatter(x=[1, 2], y=[3, 4])).update_layout(width=640, height=300)
-    out = export.write_png(fig, tmp_path / "f.png")
+    out, = export.write_pngs([fig], [tmp_path / "f.png"])
     head = out.read_bytes()[:24]
     assert head[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", head[16:24]) == (640, 300)
 

@@ -1,6 +1,4 @@
-"""Plotly figures, one module per analysis (training, alignment, lens, ablation); ``style`` holds the shared look.
-
-``export`` (``python -m tiebias.output.plotting.export RUN``, the README's images) is a command, not imported here."""
+"""Plotly figures, one module per analysis; ``style`` holds the shared look, ``export`` (a command) the README's PNGs."""
 
 from tiebias.output.plotting import ablation, alignment, lens, style, training
 

@@ -1,4 +1,5 @@
-"""Ablation figures: dose-response of the tied matrix's alignment to the input-gradient factor k."""
+"""Ablation figures: the tied matrix's alignment against the input-gradient factor k, its ingredients and the scale
+axes."""
 
 from __future__ import annotations
 
@@ -7,36 +8,35 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from tiebias.output.plotting.style import log_axis, reference_line
+from tiebias.output.plotting.style import ci_bars, log_axis, reference_line
 from tiebias.stats import LEVEL
 from tiebias.verdicts import claims
 
 SERIES = {"vs_untied_input": ("untied input -> tied", "#1f77b4"),
           "vs_untied_output": ("untied output -> tied", "#d62728")}
+K_AXIS = "input-gradient factor k"
 
 
-def _band(fig: go.Figure, x, mean, std, name: str, color: str, row: int, col: int, show: bool) -> None:
+def _band(fig: go.Figure, g, name: str, color: str, col: int, show: bool) -> None:  # noqa: ANN001
+    """The mean of ``g`` (a grouped column) as a line in a ± sd band."""
+    x, mean, std = g.mean().index, g.mean().values, g.std(ddof=1).values
     lo, hi = mean - np.nan_to_num(std), mean + np.nan_to_num(std)
     fig.add_scatter(x=list(x) + list(x)[::-1], y=list(hi) + list(lo)[::-1], fill="toself", fillcolor=color,
-                    opacity=0.15, line=dict(width=0), hoverinfo="skip", showlegend=False, row=row, col=col)
+                    opacity=0.15, line=dict(width=0), hoverinfo="skip", showlegend=False, row=1, col=col)
     fig.add_scatter(x=x, y=mean, mode="lines+markers", line=dict(color=color), name=name, legendgroup=name,
-                    showlegend=show, row=row, col=col)
+                    showlegend=show, row=1, col=col)
+
+
+def _k_axis(fig: go.Figure, k: pd.Series, col: int, ytitle: str) -> None:
+    log_axis(fig, k, "x", row=1, col=col)
+    fig.update_xaxes(title_text=K_AXIS, row=1, col=col)
+    fig.update_yaxes(title_text=ytitle, row=1, col=col)
 
 
 def dose_response(table: pd.DataFrame, shares: pd.DataFrame | None = None, *, step: int | None = None) -> go.Figure:
-    """Cosine of the untied input / output matrices to the tied one against k (log axis), mean +- sd over seeds.
-
-    Args:
-        table: the sweep's alignment table (:func:`tiebias.ablate.sweep.alignment_table`).
-        shares: the gradient shares per k and seed (:func:`tiebias.ablate.sweep.gradient_shares`), drawn in a last
-            panel with claim 2's threshold (None: no such panel).
-        step: the checkpoint drawn (None: the table's largest step).
-
-    Returns:
-        The plotly figure.
-
-    One panel per alignment method; a last panel with the output path's gradient share under each k.
-    """
+    """Both untied matrices' cosine to the tied one against k (:func:`tiebias.ablate.sweep.alignment_table` at
+    ``step``, None: the last), a panel per method, mean ± sd over seeds; ``shares`` adds the output path's gradient
+    share per k (:func:`tiebias.ablate.sweep.gradient_shares`) with claim 2's threshold."""
     d = table if step is None else table[table.step == step]
     if step is None:
         d = d[d.step == d.step.max()]
@@ -47,67 +47,42 @@ def dose_response(table: pd.DataFrame, shares: pd.DataFrame | None = None, *, st
     for i, m in enumerate(methods, start=1):
         dm = d[d.method == m]
         for col, (label, color) in SERIES.items():
-            g = dm.groupby("k")[col]
-            _band(fig, g.mean().index, g.mean().values, g.std(ddof=1).values, label, color, 1, i, i == 1)
-        log_axis(fig, dm.k, "x", row=1, col=i)
-        fig.update_xaxes(title_text="input-gradient factor k", row=1, col=i)
-        fig.update_yaxes(title_text="mean cosine to tied", row=1, col=i)
+            _band(fig, dm.groupby("k")[col], label, color, i, i == 1)
+        _k_axis(fig, dm.k, i, "mean cosine to tied")
     if shares is not None:
-        g = shares.groupby("k").output_share
-        _band(fig, g.mean().index, g.mean().values, g.std(ddof=1).values, "output share", "#7f7f7f", 1, ncols, True)
+        _band(fig, shares.groupby("k").output_share, "output share", "#7f7f7f", ncols, True)
         reference_line(fig, claims.CLAIM2_SHARE, f"claim 2 threshold {claims.CLAIM2_SHARE:.0%}", row=1, col=ncols)
-        log_axis(fig, shares.k, "x", row=1, col=ncols)
-        fig.update_xaxes(title_text="input-gradient factor k", row=1, col=ncols)
-        fig.update_yaxes(range=[0, 1.05], title_text="out / (in + out)", row=1, col=ncols)
-    n = d.seed.nunique()
-    fig.update_layout(height=440, margin=dict(t=110),
-                      title=f"Dose-response at step {int(d.step.max())} (bands: ± sd over {n} seeds)")
-    return fig
+        _k_axis(fig, shares.k, ncols, "out / (in + out)")
+        fig.update_yaxes(range=[0, 1.05], row=1, col=ncols)
+    return fig.update_layout(height=440, margin=dict(t=110), title=f"Dose-response at step {int(d.step.max())} "
+                             f"(bands: ± sd over {d.seed.nunique()} seeds)")
 
 
 def over_steps(table: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
-    """Both cosines against training step, one line per k (mean over seeds).
-
-    Args:
-        table: the sweep's alignment table at several steps (:func:`tiebias.ablate.sweep.alignment_table`).
-        method: the alignment map drawn.
-
-    Returns:
-        The plotly figure: one panel per cosine (towards the untied input, the untied output matrix).
-    """
+    """Both cosines against training step, a line per k (mean over seeds), one panel per cosine."""
     d = table[table.method == method]
     fig = make_subplots(rows=1, cols=2, subplot_titles=[v[0] for v in SERIES.values()], shared_yaxes=False)
-    ks = sorted(d.k.unique())
-    palette = ["#444444", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+    colors = ["#444444", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
     for j, col in enumerate(SERIES, start=1):
-        for i, k in enumerate(ks):
+        for i, k in enumerate(sorted(d.k.unique())):
             g = d[d.k == k].groupby("step")[col].mean()
             fig.add_scatter(x=g.index, y=g.values, mode="lines+markers", name=f"k={k:g}",
-                            line=dict(color=palette[i % len(palette)]), legendgroup=f"k{k}", showlegend=j == 1,
+                            line=dict(color=colors[i % len(colors)]), legendgroup=f"k{k}", showlegend=j == 1,
                             row=1, col=j)
         fig.update_xaxes(title_text="training step", row=1, col=j)
         fig.update_yaxes(title_text=f"mean cosine ({method})", row=1, col=j)
-    fig.update_layout(height=380, title=f"{method} alignment through training, per k (mean over seeds)")
-    return fig
+    return fig.update_layout(height=380, title=f"{method} alignment through training, per k (mean over seeds)")
 
 
 def ingredients(summary: pd.DataFrame, k: float) -> go.Figure:
-    """The shift at k of both cosines under each ingredient (mean with its 95% interval over seeds), the paper's beside.
-
-    Args:
-        summary: the :func:`tiebias.ablate.ingredients.summary` table.
-        k: the factor whose shifts are drawn (the paper's shift is drawn where the table has it).
-
-    Returns:
-        The plotly figure: one panel per cosine, one row of the y axis per ingredient.
-    """
+    """The shift at ``k`` of both cosines under each ingredient (:func:`tiebias.ablate.ingredients.summary`), mean
+    with its interval over seeds, the paper's shift as a dashed line where the table has it."""
     d = summary[summary.k == k]
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, subplot_titles=[f"towards the untied input matrix (k={k:g} - k=1)",
                                                         f"from the untied output matrix (k={k:g} - k=1)"])
     for col, (c, (label, color)) in enumerate(SERIES.items(), start=1):
         fig.add_scatter(x=d[c], y=d.ingredient, mode="markers", marker=dict(color=color, size=10), name=label,
-                        error_x=dict(type="data", symmetric=False, array=d[f"{c}_ci_high"] - d[c],
-                                     arrayminus=d[c] - d[f"{c}_ci_low"]), row=1, col=col)
+                        error_x=ci_bars(d[c], d[f"{c}_ci_low"], d[f"{c}_ci_high"]), row=1, col=col)
         paper = d[f"paper_{c}"].dropna()
         if not paper.empty:
             fig.add_vline(x=float(paper.iloc[0]), line_dash="dash", line_color="black", row=1, col=col,
@@ -115,28 +90,14 @@ def ingredients(summary: pd.DataFrame, k: float) -> go.Figure:
         fig.add_vline(x=0, line_color="grey", line_width=1, row=1, col=col)
     fig.update_layout(title=f"Claim 4's shift at k={k:g} under each ingredient (mean, {LEVEL:.0%} CI over seeds)",
                       showlegend=False, height=120 + 60 * len(d))
-    fig.update_xaxes(title_text="change of the Procrustes cosine")
-    return fig
+    return fig.update_xaxes(title_text="change of the Procrustes cosine")
 
 
 def scale_axes(summary: pd.DataFrame, quantities: dict[str, str], title: str, base_vocab: int,
                base_width: int, base_steps: int | None = None) -> go.Figure:
-    """Quantities (one row each) against vocabulary size (left, at the run's width) and width (middle, at its
-    vocabulary), and against training length as tokens seen per row (right, at both) where the summary holds several
-    lengths; mean and 95% interval over seeds, log-2 axes.
-
-    Args:
-        summary: the :func:`tiebias.ablate.scale.summary` table.
-        quantities: column name -> label of the quantities drawn, one figure row each (e.g. one entry of
-            :func:`tiebias.ablate.scale.figure_quantities`).
-        title: the figure's title.
-        base_vocab, base_width: the run's own vocabulary size and width, the value the other axis is held at.
-        base_steps: the run's own training length, the value the size axes are held at (None: not held, for a
-            summary without a ``steps`` column).
-
-    Returns:
-        The plotly figure.
-    """
+    """Each quantity (a row; ``quantities``: column -> label) of :func:`tiebias.ablate.scale.summary` against
+    vocabulary size (at ``base_width``), width (at ``base_vocab``) and, where the summary holds several lengths, tokens
+    seen per row; the size axes held at ``base_steps`` (None: no ``steps`` column). Mean and interval, log axes."""
     has_steps = base_steps is not None and "steps" in summary.columns
     panels = [("vocab_size", {"width": base_width}, f"against vocabulary (width {base_width})"),
               ("width", {"vocab_size": base_vocab}, f"against width (vocabulary {base_vocab})")]
@@ -155,12 +116,9 @@ def scale_axes(summary: pd.DataFrame, quantities: dict[str, str], title: str, ba
             for c, v in fixed.items():
                 keep &= (d[c] == v).to_numpy()
             g = d[keep].sort_values(axis)
-            fig.add_scatter(x=g[axis], y=g["mean"], mode="lines+markers", showlegend=False,
-                            line=dict(color="#1f77b4"), row=row, col=col,
-                            error_y=dict(type="data", symmetric=False, array=g.ci_high - g["mean"],
-                                         arrayminus=g["mean"] - g.ci_low))
+            fig.add_scatter(x=g[axis], y=g["mean"], mode="lines+markers", showlegend=False, line=dict(color="#1f77b4"),
+                            row=row, col=col, error_y=ci_bars(g["mean"], g.ci_low, g.ci_high))
             fig.update_xaxes(type="log", tickvals=list(g[axis]), ticktext=[f"{round(v):,}" for v in g[axis]], row=row, col=col,
                              title_text=axis.replace("_", " ") if row == len(quantities) else None)
     fig.update_annotations(font_size=10)
-    fig.update_layout(title=title, height=160 + 280 * len(quantities))
-    return fig
+    return fig.update_layout(title=title, height=160 + 280 * len(quantities))

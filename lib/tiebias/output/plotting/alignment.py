@@ -1,4 +1,5 @@
-"""Alignment figures: Table 1 bars, Figure 1 histograms, Figure 3 evolution, Figure 5 norms, frequency bins."""
+"""Alignment figures: Table 1 bars, Figure 1 histograms, Figure 3 evolution, Figure 5 norms, frequency bins, Table 5
+by frequency and the levels at every checkpoint."""
 
 from __future__ import annotations
 
@@ -12,18 +13,15 @@ from tiebias.paper import TABLE1
 
 PAIRING_COLORS = {"within model": "#7f7f7f", "same seed": "#ff7f0e", "cross seed": "#1f77b4"}
 MATRIX_COLORS = {"untied input": "#1f77b4", "untied output": "#d62728", "tied": "#9467bd"}
+KNN_COLORS = {"untied output -> tied": "#d62728", "untied input -> tied": "#1f77b4",
+              "untied input -> untied output": "#7f7f7f", "tied -> tied (noise floor)": "#9467bd"}
+COSINE = "mean per-token cosine"
+STEP_AT_HALF = "training step (log; step 0 shown at 0.5)"
 
 
 def table1_bars(df: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
-    """Mean +- sd over seed pairs of each comparison and pairing, with the paper's values as diamonds.
-
-    Args:
-        df: a :func:`tiebias.align.comparisons.table1` frame.
-        method: the score column drawn (an alignment method; the paper's values of that method beside).
-
-    Returns:
-        The plotly figure: grouped bars per comparison, one colour per pairing present.
-    """
+    """Table 1 (:func:`tiebias.align.comparisons.table1`): bars per comparison and pairing, mean ± sd over seed
+    pairs of the ``method`` column, the paper's values as diamonds."""
     fig = go.Figure()
     comps = list(dict.fromkeys(df.comparison))
     for pairing, color in PAIRING_COLORS.items():
@@ -38,42 +36,24 @@ def table1_bars(df: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
         xs = [c for c in comps if c in TABLE1[model]]
         fig.add_scatter(x=xs, y=[TABLE1[model][c][method] for c in xs], mode="markers", name=f"paper, {model}",
                         marker=dict(symbol=symbol, size=12, color="black"))
-    fig.update_layout(barmode="group", height=460, yaxis_title=f"mean cosine ({method})",
-                      xaxis_title="comparison (matrix mapped -> matrix it is compared with)",
-                      title=f"Table 1 analog: {method} alignment (bars: mean ± sd over seed pairs)")
-    return fig
+    return fig.update_layout(barmode="group", height=460, yaxis_title=f"mean cosine ({method})",
+                             xaxis_title="comparison (matrix mapped -> matrix it is compared with)",
+                             title=f"Table 1 analog: {method} alignment (bars: mean ± sd over seed pairs)")
 
 
 def cosine_histograms(scores: dict[str, np.ndarray], method: str = "linear") -> go.Figure:
-    """Figure 1 analog: distribution of per-token cosines after the map, one histogram per comparison.
-
-    Args:
-        scores: comparison label -> per-token cosines (e.g. a :func:`tiebias.align.comparisons.table1` row's
-            ``per_token[method]``); one colour each.
-        method: the map the cosines came from, named on the x axis.
-
-    Returns:
-        The plotly figure (overlaid histograms, each labelled with its mean).
-    """
+    """Figure 1: overlaid histograms of per-token cosines after the ``method`` map, one per comparison, with its mean."""
     fig = go.Figure()
-    colors = palette(len(scores), ["#d62728", "#1f77b4", "#7f7f7f"])
-    for (label, s), c in zip(scores.items(), colors, strict=True):
+    for (label, s), c in zip(scores.items(), palette(len(scores), ["#d62728", "#1f77b4", "#7f7f7f"]), strict=True):
         s = np.asarray(s)
         fig.add_histogram(x=s, name=f"{label} (mean {np.nanmean(s):.3f})", opacity=0.6, nbinsx=60, marker_color=c)
-    fig.update_layout(barmode="overlay", height=400, xaxis_title=f"per-token cosine after {method} map",
-                      yaxis_title="tokens", title="Figure 1 analog: per-token alignment")
-    return fig
+    return fig.update_layout(barmode="overlay", height=400, xaxis_title=f"per-token cosine after {method} map",
+                             yaxis_title="tokens", title="Figure 1 analog: per-token alignment")
 
 
 def evolution(ev: pd.DataFrame) -> go.Figure:
-    """Figure 3 analog: mean per-token cosine to initialisation and to the previous checkpoint, by matrix.
-
-    Args:
-        ev: the :func:`tiebias.align.comparisons.evolution_table` frame.
-
-    Returns:
-        The plotly figure: two panels, mean ± sd over seeds per matrix against step (log axis, step 0 at 0.5).
-    """
+    """Figure 3 (:func:`tiebias.align.comparisons.evolution_table`): cosine to initialisation and to the previous
+    checkpoint per matrix, mean ± sd over seeds against step (log axis, step 0 at 0.5)."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("cosine to initialisation", "cosine to previous checkpoint"))
     for m, color in MATRIX_COLORS.items():
         d = ev[ev.matrix == m]
@@ -82,86 +62,53 @@ def evolution(ev: pd.DataFrame) -> go.Figure:
         for j, col in enumerate(("cos_to_init", "cos_to_prev"), start=1):
             g = d.groupby("step")[col]
             mean, sd = g.mean(), g.std(ddof=1).fillna(0)
-            x = np.maximum(mean.index.values, 0.5)  # log axis: show step 0 at 0.5
-            fig.add_scatter(x=x, y=mean.values, error_y=dict(array=sd.values), mode="lines+markers", name=m,
-                            line=dict(color=color), legendgroup=m, showlegend=j == 1, row=1, col=j)
+            fig.add_scatter(x=np.maximum(mean.index.values, 0.5), y=mean.values, error_y=dict(array=sd.values),
+                            mode="lines+markers", name=m, line=dict(color=color), legendgroup=m, showlegend=j == 1,
+                            row=1, col=j)
     log_axis(fig, np.maximum(ev.step.to_numpy(dtype=float), 0.5), "x")
-    fig.update_xaxes(title_text="training step (log; step 0 shown at 0.5)")
-    fig.update_yaxes(title_text="mean per-token cosine", row=1, col=1)
-    fig.update_yaxes(title_text="mean per-token cosine", row=1, col=2)
-    fig.update_layout(height=420, title="Figure 3 analog: how far each matrix moves (mean ± sd over seeds)")
-    return fig
+    fig.update_xaxes(title_text=STEP_AT_HALF)
+    fig.update_yaxes(title_text=COSINE, row=1, col=1)
+    fig.update_yaxes(title_text=COSINE, row=1, col=2)
+    return fig.update_layout(height=420, title="Figure 3 analog: how far each matrix moves (mean ± sd over seeds)")
 
 
 def norm_frequency(tables: dict[str, pd.DataFrame], rhos: dict[str, float]) -> go.Figure:
-    """Figure 5 analog: token row norm against log10 training frequency, one panel per matrix.
-
-    Args:
-        tables: matrix name -> its :func:`tiebias.align.token_stats.norm_frequency` ``table`` (seen tokens drawn;
-            the ``token`` column, when present, shows on hover).
-        rhos: matrix name -> its Spearman correlation, shown in the panel's title.
-
-    Returns:
-        The plotly figure.
-    """
+    """Figure 5: row norm against log10 training frequency of seen tokens
+    (:func:`tiebias.align.token_stats.norm_frequency`), a panel per matrix titled with its Spearman ``rhos``."""
     names = list(tables)
     fig = make_subplots(rows=1, cols=len(names), shared_yaxes=False,
                         subplot_titles=[f"{n} (Spearman {rhos[n]:+.2f})" for n in names])
     for j, n in enumerate(names, start=1):
-        t = tables[n]
-        seen = t[t.seen]
+        seen = tables[n][tables[n].seen]
         fig.add_scattergl(x=seen.log10_freq, y=seen.norm, mode="markers", marker=dict(size=3, opacity=0.4,
                           color=MATRIX_COLORS.get(n, "#444")), name=n,
                           text=seen["token"] if "token" in seen else None, showlegend=False, row=1, col=j)
         fig.update_xaxes(title_text="log10 training frequency (count)", row=1, col=j)
         fig.update_yaxes(title_text="row L2 norm", row=1, col=j)
-    fig.update_layout(height=400, title="Figure 5 analog: norm vs frequency (tokens seen in training)")
-    return fig
+    return fig.update_layout(height=400, title="Figure 5 analog: norm vs frequency (tokens seen in training)")
 
 
 def by_frequency(tables: dict[str, pd.DataFrame]) -> go.Figure:
-    """Alignment per frequency bin (rarest first): does the output bias grow where input gradients are rare?
-
-    Args:
-        tables: comparison label -> its :func:`tiebias.align.token_stats.by_frequency` table, one colour each.
-
-    Returns:
-        The plotly figure: grouped bars per bin.
-
-    Bars: mean per-token cosine of the bin; error bars: ± the per-token sd within the bin (the spread of
-    tokens, not an uncertainty of the mean), clipped to the cosine's range [-1, 1].
-    """
+    """Mean per-token cosine per frequency bin (:func:`tiebias.align.token_stats.by_frequency`), grouped bars per
+    comparison; error bars ± the per-token sd in the bin (the spread of tokens), clipped to [-1, 1]."""
     fig = go.Figure()
-    colors = palette(len(tables), ["#d62728", "#1f77b4", "#7f7f7f"])
-    for (label, t), c in zip(tables.items(), colors, strict=True):
+    for (label, t), c in zip(tables.items(), palette(len(tables), ["#d62728", "#1f77b4", "#7f7f7f"]), strict=True):
         mean, sd = t["mean"].to_numpy(dtype=float), t["std"].fillna(0).to_numpy(dtype=float)
-        up, down = np.minimum(sd, 1 - mean), np.minimum(sd, mean + 1)
         n = t["n"] if "n" in t else pd.Series(np.nan, index=t.index)
         fig.add_bar(x=t["bin"], y=mean, name=label, marker_color=c,
-                    error_y=dict(type="data", array=up, arrayminus=down, symmetric=False),
+                    error_y=dict(type="data", array=np.minimum(sd, 1 - mean), arrayminus=np.minimum(sd, mean + 1),
+                                 symmetric=False),
                     customdata=np.column_stack([sd, n]),
                     hovertemplate="%{x}: mean %{y:.3f}, per-token sd %{customdata[0]:.3f}, "
                                   "%{customdata[1]} tokens<extra>%{fullData.name}</extra>")
-    fig.update_layout(barmode="group", height=420, xaxis_title="frequency bin (q1 = rarest seen tokens)",
-                      yaxis_title="mean per-token cosine",
-                      title="Alignment by token frequency (error bars: ± per-token sd within the bin, clipped at 1)")
-    return fig
-
-
-KNN_COLORS = {"untied output -> tied": "#d62728", "untied input -> tied": "#1f77b4",
-              "untied input -> untied output": "#7f7f7f", "tied -> tied (noise floor)": "#9467bd"}
+    return fig.update_layout(barmode="group", height=420, xaxis_title="frequency bin (q1 = rarest seen tokens)",
+                             yaxis_title=COSINE,
+                             title="Alignment by token frequency (error bars: ± per-token sd within the bin, clipped at 1)")
 
 
 def knn_by_frequency(table: pd.DataFrame) -> go.Figure:
-    """Table 5 by frequency: KNN@k overlap per frequency bin for each comparison, with chance and the ceiling.
-
-    Args:
-        table: the :func:`tiebias.align.knn_bins.knn_by_frequency` frame.
-
-    Returns:
-        The plotly figure: one line per comparison against the bins (rarest first, never-seen tokens at the left),
-        ± sd over pairs; the tied -> tied line is the ceiling, the dashed line chance, k / (V - 1).
-    """
+    """Table 5 by frequency (:func:`tiebias.align.knn_bins.knn_by_frequency`): KNN overlap per bin, a line per
+    comparison ± sd over pairs; tied -> tied is the ceiling, the dashed line chance, k / (V - 1)."""
     fig = go.Figure()
     for comp, color in KNN_COLORS.items():
         d = table[table.comparison == comp]
@@ -172,23 +119,14 @@ def knn_by_frequency(table: pd.DataFrame) -> go.Figure:
                         mode="lines+markers", name=f"{comp} ({d.pairing.iloc[0]})", line=dict(color=color,
                         dash="dot" if "noise floor" in comp else "solid"))
     reference_line(fig, float(table.chance.iloc[0]), f"chance k / (V - 1) = {table.chance.iloc[0]:.4f}")
-    fig.update_layout(height=440, xaxis_title="token frequency bin (training counts), rarest first",
-                      yaxis_title="KNN overlap (share of neighbours in common)",
-                      title="Table 5 by frequency: neighbourhood overlap per bin (mean ± sd over pairs of models)")
-    return fig
+    return fig.update_layout(height=440, xaxis_title="token frequency bin (training counts), rarest first",
+                             yaxis_title="KNN overlap (share of neighbours in common)",
+                             title="Table 5 by frequency: neighbourhood overlap per bin (mean ± sd over pairs of models)")
 
 
 def levels_at_checkpoints(table: pd.DataFrame) -> go.Figure:
-    """Tables 1, 2, 6 and Figure 3 read at every checkpoint, with the paper's levels at its own steps.
-
-    Args:
-        table: the :func:`tiebias.ablate.checkpoint_levels.levels` frame.
-
-    Returns:
-        The plotly figure: two panels (the alignment cosines; the cosine to initialisation), our mean ± sd over seed
-        pairs per quantity against our step (log axis, step 0 at 0.5), and the paper's levels as dashed lines
-        labelled with their table and step.
-    """
+    """Tables 1, 2, 6 and Figure 3 at every checkpoint (:func:`tiebias.ablate.checkpoint_levels.levels`): ours mean ±
+    sd against step (log, step 0 at 0.5), the paper's levels as dashed lines labelled with their table and step."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("alignment to the tied matrix (orthogonal map)",
                                                         "untied matrices: cosine to initialisation"))
     ours, theirs = table[table.who == "this run"], table[table.who == "paper"]
@@ -204,7 +142,6 @@ def levels_at_checkpoints(table: pd.DataFrame) -> go.Figure:
                           annotation_text=f"paper {r.source}, {when}: {r.mean:.3f}", annotation_position="top left",
                           annotation_font=dict(size=10, color=color))
     log_axis(fig, np.maximum(ours.step.to_numpy(dtype=float), 0.5), "x")
-    fig.update_xaxes(title_text="our training step (log; step 0 shown at 0.5)")
-    fig.update_yaxes(title_text="mean per-token cosine", row=1, col=1)
-    fig.update_layout(height=480, title="Cosine levels at every checkpoint, beside the paper's at its own steps")
-    return fig
+    fig.update_xaxes(title_text="our " + STEP_AT_HALF)
+    fig.update_yaxes(title_text=COSINE, row=1, col=1)
+    return fig.update_layout(height=480, title="Cosine levels at every checkpoint, beside the paper's at its own steps")

@@ -1,5 +1,5 @@
-"""Shared axis style: log axes ticked at 1, 2, 5, 10, 20 (plotly's own log ticks read "9 1 2 3 ... 10 2") and
-labelled reference lines."""
+"""The shared look: variant colours, log axes ticked at 1, 2, 5, 10 (plotly's own read "9 1 2 3 ... 10 2"),
+labelled reference lines and confidence-interval error bars."""
 
 from __future__ import annotations
 
@@ -10,11 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 COLORS = {"tied": "#d62728", "untied": "#1f77b4"}
-"""Each variant's colour in every figure."""
 MORE_COLORS = ("#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
-"""Colours after a figure's own first ones (plotly's qualitative palette less red, blue and grey), cycled."""
-MANTISSAS = (1, 2, 5)
-MAX_DATA_TICKS = 8  # up to this many distinct values (k factors, lens budgets): tick at the values themselves
 
 
 def palette(n: int, first: Iterable[str]) -> list[str]:
@@ -24,25 +20,19 @@ def palette(n: int, first: Iterable[str]) -> list[str]:
 
 
 def tick_text(x: float) -> str:
-    """A log-axis tick label: 1, 20, 500, 0.05, 2000, 1e+05 (no trailing zeros, no negative zero)."""
+    """A log-axis tick label: 1, 20, 0.05, 2000, 1e5 (no trailing zeros, no negative zero)."""
     return f"{x + 0.0:.4g}".replace("e+0", "e").replace("e-0", "e-")
 
 
 def log_ticks(values: Iterable[float]) -> list[float]:
-    """Tick values for a log axis holding ``values`` (positive ones only).
-
-    Few distinct values (at most ``MAX_DATA_TICKS``, e.g. the factors k = 1, 2, 5, 10, 20): the values
-    themselves. Otherwise the 1-2-5 series (..., 0.5, 1, 2, 5, 10, 20, ...) spanning them, thinned to
-    powers of ten when that gives more than 12 ticks.
-    """
+    """Ticks for a log axis: up to 8 distinct positive values are ticked themselves (k = 1, 2, 5, 10, 20); more get
+    the 1-2-5 series spanning them, thinned to powers of ten beyond 12 ticks."""
     v = np.asarray([x for x in values if x is not None and np.isfinite(x) and x > 0], dtype=float)
-    if v.size == 0:
-        return []
     distinct = np.unique(v)
-    if distinct.size <= MAX_DATA_TICKS:
+    if distinct.size <= 8:
         return [float(x) for x in distinct]
     lo, hi = math.floor(math.log10(distinct[0])), math.ceil(math.log10(distinct[-1]))
-    series = [m * 10.0 ** e for e in range(lo, hi + 1) for m in MANTISSAS]
+    series = [m * 10.0 ** e for e in range(lo, hi + 1) for m in (1, 2, 5)]
     inside = [t for t in series if distinct[0] / 1.0001 <= t <= distinct[-1] * 1.0001]
     if len(inside) > 12:
         inside = [t for t in inside if math.isclose(math.log10(t), round(math.log10(t)), abs_tol=1e-9)]
@@ -50,18 +40,31 @@ def log_ticks(values: Iterable[float]) -> list[float]:
 
 
 def log_axis(fig: go.Figure, values: Iterable[float], axis: str = "x", **where: int) -> go.Figure:
-    """Make an axis (``axis`` "x" or "y"; ``where`` row= / col= of a subplot) logarithmic, ticked by :func:`log_ticks`."""
-    if axis not in ("x", "y"):
-        raise ValueError(f"axis: must be 'x' or 'y', got {axis!r}")
+    """Make axis ``axis`` ("x" or "y"; ``where``: row= / col= of a subplot) logarithmic, ticked by :func:`log_ticks`."""
     ticks = log_ticks(values)
     update = fig.update_xaxes if axis == "x" else fig.update_yaxes
-    update(type="log", tickmode="array", tickvals=ticks, ticktext=[tick_text(t) for t in ticks],
-           minor=dict(showgrid=False), **where)
-    return fig
+    return update(type="log", tickmode="array", tickvals=ticks, ticktext=[tick_text(t) for t in ticks],
+                  minor=dict(showgrid=False), **where)
 
 
 def reference_line(fig: go.Figure, y: float, label: str, **where: int) -> go.Figure:
     """A dashed horizontal line at ``y`` with ``label`` written on it (right end, above the line)."""
-    fig.add_hline(y=y, line=dict(dash="dash", color="gray", width=1), annotation_text=label,
-                  annotation_position="top right", annotation_font=dict(size=11, color="#555555"), **where)
-    return fig
+    return fig.add_hline(y=y, line=dict(dash="dash", color="gray", width=1), annotation_text=label,
+                         annotation_position="top right", annotation_font=dict(size=11, color="#555555"), **where)
+
+
+def ci_bars(mean, low, high, nan_to_zero: bool = False) -> dict:  # noqa: ANN001
+    """Asymmetric plotly error bars from ``low`` to ``high`` around ``mean`` (``nan_to_zero``: a missing CI, no bar)."""
+    up, down = np.asarray(high - mean), np.asarray(mean - low)
+    if nan_to_zero:
+        up, down = np.nan_to_num(up), np.nan_to_num(down)
+    return dict(type="data", symmetric=False, array=up, arrayminus=down)
+
+
+def mean_ci(samples: Iterable[np.ndarray]) -> tuple[np.ndarray, dict]:
+    """Means of ``samples`` and their t-interval error bars (:func:`tiebias.stats.summarise`)."""
+    from tiebias import stats
+
+    s = [stats.summarise(x) for x in samples]
+    mean = np.array([x.mean for x in s])
+    return mean, ci_bars(mean, np.array([x.ci_low for x in s]), np.array([x.ci_high for x in s]))
