@@ -188,7 +188,7 @@ def test_diverged_training_stops_and_is_recorded(diverged_run: Run) -> None:
     assert divergence.reason(s) == (f"training diverged at step {d['step']} (loss {d['loss']}, gradient norm "
                                     f"{d['grad_norm']})")
     recorded = json.loads(diverged_run.train_config_path("tied", 0).read_text())
-    cfg = TrainConfig.from_dict({k: v for k, v in recorded.items()
+    cfg = TrainConfig(**{k: v for k, v in recorded.items()
                                  if k not in ("variant", "seed", "vocab_size", *FINGERPRINTS)})
     assert train(diverged_run, "tied", 0, cfg, progress=False) == s  # not trained again in vain
 

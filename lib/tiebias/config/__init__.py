@@ -1,9 +1,5 @@
-"""The parameter vocabulary, torch-free: every parameter's schema (``params``), the TOML profiles (``profiles``),
-model shapes (``presets``), the training recipe and its defaults (``training``), the tuned-lens settings
-(``lens``: :class:`LensSettings`), variant names and model keys
-(``variants``), corpus names and special tokens (``corpus``), allowed choices (``choices``), the repository's paths
-(``paths``), the shared value checks (``checks``) and the machine's environment variables (``environment``). It
-imports nothing else of the kit, so ``python -m tiebias profiles`` answers without loading torch."""
+"""The parameter vocabulary and the names every layer shares, without torch (``python -m tiebias profiles`` loads
+none): parameters (``params``), profiles, model shapes, the training and lens recipes, variants, paths, checks."""
 
 from tiebias.config import (
     checks,

@@ -1,8 +1,4 @@
-"""Checks of single values shared by every layer: whole numbers (never a bool) and run-folder names.
-
-Errors name the parameter, the bad value and what is allowed, in one style: ``name: value is not allowed;
-need ...``.
-"""
+"""Checks of single values shared by every layer: whole numbers (never a bool) and run-folder names."""
 
 from __future__ import annotations
 
@@ -10,7 +6,6 @@ import numbers
 from typing import Any
 
 HOW_TO_PASS = "--run-dir PATH, -p run_dir PATH with papermill or run_dir = '...' in a notebook, make study RUN=PATH"
-"""The ways to give a run folder, quoted by every error about one."""
 
 
 def check_run_dir_text(run_dir: Any, param: str = "run_dir", error: type[ValueError] = ValueError) -> None:
@@ -22,11 +17,8 @@ def check_run_dir_text(run_dir: Any, param: str = "run_dir", error: type[ValueEr
 
 
 def is_int(value: Any, *, numpy_ok: bool = False) -> bool:
-    """True for a whole number given as an int (numpy integers too when ``numpy_ok``), never for True / False.
-
-    ``bool`` is a subclass of ``int`` in Python, so ``isinstance(True, int)`` holds; a flag passed where a count
-    belongs is a mistake, refused here once for every check of a whole number.
-    """
+    """True for a whole number given as an int (numpy integers too when ``numpy_ok``), never for True / False (a
+    flag where a count belongs is a mistake, though ``bool`` subclasses ``int``)."""
     if isinstance(value, bool):
         return False
     return isinstance(value, numbers.Integral) if numpy_ok else isinstance(value, int)
@@ -34,11 +26,8 @@ def is_int(value: Any, *, numpy_ok: bool = False) -> bool:
 
 def check_int(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None,
               need: str | None = None) -> int:
-    """``value`` when it is an int (not a bool) within [minimum, maximum]; else a ValueError naming ``name``.
-
-    The message reads ``name: value is not allowed; need <need>`` (default: the range in words, e.g.
-    "an integer >= 1").
-    """
+    """``value`` when it is an int (not a bool) within [minimum, maximum]; else ``name: value is not allowed; need
+    <need>`` (default: the range in words)."""
     if is_int(value) and (minimum is None or value >= minimum) and (maximum is None or value <= maximum):
         return value
     if need is None:

@@ -1,8 +1,5 @@
-"""Names of the data a study reads: the embedded corpus, hub dataset names, corpus file kinds, the tokenizer's alphabet.
-
-Plain rules (no torch, no ``datasets``), so the parameter vocabulary checks a ``corpus`` or ``vocab_size``
-value the way :mod:`tiebias.data.corpus` and :mod:`tiebias.data.tokens` will read it.
-"""
+"""Names of the data a study reads (the embedded corpus, hub names, file kinds, the tokenizer's alphabet), without
+``datasets``, so the vocabulary checks ``corpus`` and ``vocab_size`` as the data layer will read them."""
 
 from __future__ import annotations
 
@@ -11,9 +8,7 @@ import re
 
 EMBEDDED_CORPUS = "shakespeare"
 SPLITS: tuple[str, str, str] = ("train", "validation", "test")
-"""The corpus splits: models train on the first, lenses and validation losses use the second, the third is held out."""
 FILE_BUILDERS: dict[str, str] = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
-"""Local file extension -> ``datasets`` builder: the file kinds a local corpus may be."""
 # Endings that mark a string as a (mistyped) file path rather than a hub dataset name.
 _PATH_ENDINGS = (*FILE_BUILDERS, ".gz", ".csv", ".tsv", ".arrow", ".zip", ".xz", ".bz2")
 # "name", "user/name", optionally ":config"; anything else that does not exist is a bad path.

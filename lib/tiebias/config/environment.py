@@ -1,10 +1,5 @@
-"""The kit's environment variables: ``TIEBIAS_THREADS`` and ``TIEBIAS_WORKERS`` for the machine, ``TIEBIAS_STUDY`` for
-a kernel the study command started.
-
-They are read where threads are set (:mod:`tiebias.system`) and checked with the parameters
-(:func:`tiebias.config.profiles.resolve`), so a bad value stops a study or a notebook before anything is
-written, not when its first model starts training.
-"""
+"""The kit's environment variables: ``TIEBIAS_THREADS`` and ``TIEBIAS_WORKERS`` for the machine (checked with the
+parameters, before anything is written), ``TIEBIAS_STUDY`` for a kernel the study command started."""
 
 from __future__ import annotations
 
@@ -13,17 +8,11 @@ import warnings
 
 THREADS_ENV = "TIEBIAS_THREADS"
 WORKERS_ENV = "TIEBIAS_WORKERS"
-STUDY_ENV = "TIEBIAS_STUDY"
-"""Set to 1 by ``python -m tiebias study`` for its notebooks' kernels: the study writes the run's pages itself."""
+STUDY_ENV = "TIEBIAS_STUDY"  # 1 in the kernels of ``python -m tiebias study``, which writes the run's pages itself
 
 
 def in_study() -> bool:
-    """Whether this process is a notebook kernel started by the study command (which writes summary.json, the
-    reproduction report and report.html after its last notebook), not one a person runs in JupyterLab.
-
-    Returns:
-        True when ``TIEBIAS_STUDY`` is ``1`` in the environment.
-    """
+    """Whether this process is a notebook kernel the study command started (not one a person runs in JupyterLab)."""
     return os.environ.get(STUDY_ENV) == "1"
 
 
@@ -36,9 +25,7 @@ def cpu_cores() -> int:
 
 
 def env_count(name: str, what: str) -> int | None:
-    """A count set by environment variable ``name``: None for ``auto`` or unset; else a whole number >= 1.
-
-    Anything else is a ValueError naming the variable, its value and what is allowed."""
+    """A count set by environment variable ``name``: None for ``auto`` or unset, else a whole number >= 1."""
     raw = os.environ.get(name, "auto").strip().lower()
     if raw in ("", "auto"):
         return None
@@ -49,10 +36,7 @@ def env_count(name: str, what: str) -> int | None:
 
 
 def fixed_threads() -> int | None:
-    """The thread count ``TIEBIAS_THREADS`` fixes (None for ``auto`` or unset), at most the cores there are.
-
-    More threads than cores only make them wait on each other (and each costs an OS thread).
-    """
+    """The thread count ``TIEBIAS_THREADS`` fixes (None for ``auto`` or unset), at most the cores there are."""
     n = env_count(THREADS_ENV, "threads")
     return None if n is None else min(n, cpu_cores())
 

@@ -9,8 +9,7 @@ from pathlib import Path
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
 NOTEBOOKS = ("01_train", "02_align", "03_lens", "04_ablate")
-RUNS = "runs"
-"""The folder, in the checkout, that holds the runs (``runs/<profile>/``) and external pairs (``runs/external/``)."""
+RUNS = "runs"  # the checkout's folder of runs (runs/<profile>/) and external pairs (runs/external/)
 
 
 def repo_root() -> Path:
@@ -30,21 +29,14 @@ def notebooks_dir() -> Path:
 
 
 def path_text(path: str | os.PathLike[str], errors: str = "strict") -> str:
-    """A file name as Unicode text (a notebook parameter, a page): its bytes read as UTF-8.
-
-    Under an ASCII locale (``LC_ALL=C`` without UTF-8 mode) Python holds a non-ASCII name such as ``runs/étude`` as
-    surrogate escapes of its bytes, which no UTF-8 file can hold. Bytes that are not UTF-8 raise
-    UnicodeDecodeError, unless ``errors`` says otherwise (``"replace"`` for a name only shown).
-    """
+    """A file name as Unicode text (a notebook parameter, a page): its bytes read as UTF-8, so a name an ASCII locale
+    holds as surrogate escapes can be written to a file; ``errors="replace"`` for a name only shown."""
     return os.fsencode(path).decode("utf-8", errors)
 
 
 def check_encodable(name: str, path: str | os.PathLike[str]) -> None:
-    """Refuse a file name this process cannot pass to the system, naming the parameter and what to do.
-
-    Under an ASCII locale (``LC_ALL=C`` without UTF-8 mode) a name given as text with non-ASCII letters, such as
-    ``runs/étude`` in a notebook, has no bytes; the study command runs its notebooks in UTF-8 mode for that.
-    """
+    """Refuse a file name this process cannot pass to the system (non-ASCII text under an ASCII locale), naming the
+    parameter and what to do."""
     try:
         os.fsencode(path)
     except UnicodeEncodeError:

@@ -1,8 +1,5 @@
-"""Model shapes by name: the presets a profile's ``preset`` key names, and the model families.
-
-Plain data (no torch), so the parameter vocabulary can check a preset name; :mod:`tiebias.models.build`
-builds the models these shapes describe.
-"""
+"""Model shapes by name (a profile's ``preset``) and the model families, as data that :mod:`tiebias.models.build`
+builds."""
 
 from __future__ import annotations
 
@@ -53,14 +50,12 @@ def get_preset(name: str) -> Preset:
     return PRESETS[name]
 
 
-MODEL_TYPES = {"llama": "llama", "neox": "gpt_neox"}
-"""The ``model_type`` a family's config.json records (transformers' name for it)."""
+MODEL_TYPES = {"llama": "llama", "neox": "gpt_neox"}  # the model_type a family's config.json records
 
 
 def config_sizes(preset: str, family: str, vocab_size: int) -> dict[str, Any]:
-    """The keys of a model's config.json that size what loading it allocates, as a preset and family give them:
-    :func:`tiebias.models.build.make_config` builds from these, and a run compares a saved config.json with them
-    before anything is allocated (:mod:`tiebias.run.folder`)."""
+    """The config.json keys that size a model, as a preset and family give them: models are built from these, and a
+    run folder's config.json is compared with them before anything is allocated."""
     p = get_preset(preset)
     if family not in FAMILIES:
         raise ValueError(f"family: unknown value {family!r}; allowed: {', '.join(FAMILIES)}")

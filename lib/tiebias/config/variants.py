@@ -1,8 +1,5 @@
-"""Names of what a run folder holds: training variants, model keys and checkpoint folders.
-
-A model folder is named ``<variant>-s<seed>`` (:func:`model_key`), a checkpoint folder ``step-<N>``
-(:func:`step_dir`); each name has its parser, so every module reads and writes the same names.
-"""
+"""Names in a run folder, each with its parser: training variants, model folders ``<variant>-s<seed>``
+(:func:`model_key`) and checkpoint folders ``step-<N>`` (:func:`step_dir`)."""
 
 from __future__ import annotations
 
@@ -29,15 +26,8 @@ class Variant:
 
     @classmethod
     def parse(cls, name: str | Variant) -> Variant:
-        """Parse ``tied``, ``untied``, ``tied_in5``, ``tied_out0.2``, ``tied_in5_out0.2``.
-
-        Args:
-            name: a variant name (or a :class:`Variant`, returned as it is); each factor must pass
-                :func:`tiebias.config.training.check_factor`, and an untied name takes none (else ValueError).
-
-        Returns:
-            The variant; factors not named are 1.
-        """
+        """``tied``, ``untied``, ``tied_in5``, ``tied_out0.2``, ``tied_in5_out0.2`` (factors in the allowed range,
+        none for an untied model; factors not named are 1); a :class:`Variant` is returned as it is."""
         if isinstance(name, Variant):
             return name
         m = _VARIANT_RE.match(str(name))
@@ -71,15 +61,7 @@ class Variant:
 
 
 def model_key(variant: str | Variant, seed: int) -> str:
-    """Folder name of one trained model: ``<variant>-s<seed>``.
-
-    Args:
-        variant: a variant or its name (:meth:`Variant.parse`); the canonical name is used.
-        seed: the training seed.
-
-    Returns:
-        The key, e.g. ``tied_in5-s0``; :func:`parse_key` reads it back.
-    """
+    """Folder name of one trained model, e.g. ``tied_in5-s0`` (the variant's canonical name)."""
     return f"{Variant.parse(variant).name}-s{int(seed)}"
 
 
@@ -106,10 +88,7 @@ def parse_variants(values: Any, name: str = "variants") -> list[Variant]:
     """Validate a list of variant names (or one comma-separated string): non-empty, parseable, no repeats."""
     if isinstance(values, (str, Variant)):
         values = [v.strip() for v in str(values).split(",") if v.strip()] if isinstance(values, str) else [values]
-    try:
-        items = list(values)
-    except TypeError:
-        raise ValueError(f"{name}: {values!r} is not a list of variants (e.g. ['tied', 'untied'])") from None
+    items = list(values)
     if not items:
         raise ValueError(f"{name}: empty; give one or more of 'tied', 'untied', 'tied_in<k>', 'tied_out<k>' "
                          "(e.g. ['tied', 'untied'])")
