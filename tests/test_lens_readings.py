@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from tiebias.config import choices, profiles
+from tiebias.config.choices import LENS_PROTOCOLS
 from tiebias.config.lens import LensSettings
-from tiebias.config.params import LENS_PROTOCOLS, PARAMS, coerce
+from tiebias.config.params import PARAMS, coerce
 from tiebias.lens import evaluate as lens_eval
 from tiebias.lens import ladder as lens_ladder
 from tiebias.lens import lenses as tl

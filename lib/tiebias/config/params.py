@@ -13,28 +13,15 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-)
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, ValidationError, field_validator
 from pydantic_core import PydanticUndefined
 
+from tiebias.config import training
 from tiebias.config.choices import INGREDIENTS, LENS_PROTOCOLS, LENS_RECIPES, METHODS
 from tiebias.config.corpus import BYTE_ALPHABET_SIZE, EMBEDDED_CORPUS, SPECIAL_TOKENS, looks_like_hub_name
 from tiebias.config.paths import NOTEBOOKS, check_encodable
 from tiebias.config.presets import FAMILIES, PRESETS
-from tiebias.config.training import (
-    DOSE_RESPONSE_FACTORS,
-    SEED_LIMIT,
-    TrainConfig,
-    factors_problem,
-    lr_problem,
-)
+from tiebias.config.training import SEED_LIMIT, TrainConfig, factors_problem, lr_problem
 from tiebias.config.variants import parse_variants
 
 PATH_PARAMETERS = ("corpus", "tied_source", "untied_source")  # local paths or hub names
@@ -98,7 +85,7 @@ _NONEMPTY = {"min_length": 1}
 class Params(BaseModel):
     """Every name of the vocabulary, its type and rule; text from the command line is parsed by one validator."""
 
-    model_config = ConfigDict(validate_assignment=True, allow_inf_nan=False)
+    model_config = {"validate_assignment": True, "allow_inf_nan": False}
 
     corpus: Annotated[str, _rule(_corpus)] = _p(
         "'shakespeare' (embedded), a local .txt/.jsonl/.parquet file or folder, or a hub dataset", "01 03 04",
@@ -151,7 +138,7 @@ class Params(BaseModel):
     lens_checkpoints: Annotated[list[Annotated[Int, Field(ge=0)]], INCREASING] = _p(
         "training steps whose checkpoints also get a lens ([] = final models only)", "03",
         "03 lens over training (lens.ladder.train_checkpoint_lens_ladders)", [])
-    ablate_factors: Annotated[list[Num], _rule(lambda v: factors_problem(v, DOSE_RESPONSE_FACTORS))] = _p(
+    ablate_factors: Annotated[list[Num], _rule(lambda v: factors_problem(v, training.DOSE_RESPONSE_FACTORS))] = _p(
         "input-gradient factors k (tied_in<k>), 0.001 to 1000; 1 is the plain tied model", "04",
         "ablate.sweep.sweep_variants(factors)")
     ablate_seeds: Annotated[list[Int], SEEDS, UNIQUE] = _p("seeds of the ablation sweep", "04",
