@@ -12,7 +12,11 @@ STUDY_ENV = "TIEBIAS_STUDY"  # 1 in the kernels of ``python -m tiebias study``, 
 
 
 def in_study() -> bool:
-    """Whether this process is a notebook kernel the study command started (not one a person runs in JupyterLab)."""
+    """Whether this process is a notebook kernel the study command started.
+
+    Returns:
+        True when ``TIEBIAS_STUDY`` is ``1`` (not in a kernel a person runs in JupyterLab).
+    """
     return os.environ.get(STUDY_ENV) == "1"
 
 

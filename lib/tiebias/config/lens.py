@@ -118,7 +118,15 @@ class LensSettings:
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> LensSettings:
-        """The settings of resolved notebook parameters; an empty or missing list takes the vocabulary's default."""
+        """The settings of resolved notebook parameters.
+
+        Args:
+            params: resolved parameters: ``lens_steps``, ``lens_tokens_per_step``, ``lens_eval_tokens``, ``seq_len``;
+                an empty or missing ``lens_budgets``, ``lens_recipes`` or ``lens_protocols`` takes its default.
+
+        Returns:
+            The checked settings; the lens ``seq_len`` is the training one capped (:func:`lens_seq_len`).
+        """
         lists = {f: params.get(f"lens_{f}") or PARAMS[f"lens_{f}"].default for f in ("budgets", "recipes", "protocols")}
         return cls(steps=params["lens_steps"], tokens_per_step=params["lens_tokens_per_step"],
                    eval_tokens=params["lens_eval_tokens"], seq_len=lens_seq_len(params["seq_len"]), **lists)

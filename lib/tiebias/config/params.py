@@ -239,7 +239,14 @@ TRAIN_KEYS: tuple[str, ...] = tuple(f.name for f in fields(TrainConfig) if f.nam
 
 
 def notebook_parameters(notebook: str) -> list[str]:
-    """Names a notebook's parameters cell declares, in vocabulary order."""
+    """Names a notebook's parameters cell declares.
+
+    Args:
+        notebook: a kit notebook's name, e.g. ``"03_lens"`` (else ValueError).
+
+    Returns:
+        The names, in vocabulary order.
+    """
     if notebook not in NOTEBOOKS:
         raise ValueError(f"notebook: unknown value {notebook!r}; allowed: {', '.join(NOTEBOOKS)}")
     return [k for k, p in PARAMS.items() if notebook in p.notebooks]

@@ -126,9 +126,17 @@ def check_injected(notebook: str, namespace: Mapping[str, Any]) -> None:
 
 
 def resolve_notebook(notebook: str, namespace: Mapping[str, Any]) -> dict[str, Any]:
-    """Every parameter a notebook declares, read from its namespace (``globals()``), resolved as :func:`resolve` does;
-    then the :data:`RESOLVED` hooks run. A notebook that took :data:`NOTEBOOK_PROFILE` because nothing named a
-    profile says so."""
+    """Every parameter a notebook declares, read from its namespace, resolved as :func:`resolve` does; then the
+    :data:`RESOLVED` hooks run. A notebook that took :data:`NOTEBOOK_PROFILE` because nothing named one says so.
+
+    Args:
+        notebook: the notebook's name, e.g. ``"03_lens"``.
+        namespace: its variables (``globals()``): every parameter it declares; None for a profile key means "the
+            profile's value". A name papermill injected that the notebook does not declare is refused.
+
+    Returns:
+        Every parameter, checked: the profile's values with the notebook's, ``profile`` and ``run_dir`` (absolute).
+    """
     check_injected(notebook, namespace)
     if PROFILE_ENV not in os.environ and namespace.get("profile") == NOTEBOOK_PROFILE:
         print(f"profile: {NOTEBOOK_PROFILE!r}, because TIEBIAS_PROFILE is not set (a notebook opened on its own, outside "
@@ -147,12 +155,27 @@ def resolve_notebook(notebook: str, namespace: Mapping[str, Any]) -> dict[str, A
 
 
 def study_record(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The profile name and every profile key of resolved parameters, as config.json records them."""
+    """The profile name and every profile key of resolved parameters, as config.json records them.
+
+    Args:
+        params: resolved parameters (:func:`resolve` or :func:`resolve_notebook`).
+
+    Returns:
+        ``profile`` and every profile key with its value.
+    """
     return {"profile": params["profile"], **{k: params[k] for k in PROFILE_KEYS}}
 
 
 def train_config(params: Mapping[str, Any], **changes: Any) -> TrainConfig:
-    """The validated TrainConfig of resolved parameters (its fields among them), with ``changes`` on top."""
+    """The training recipe of resolved parameters.
+
+    Args:
+        params: resolved parameters; their TrainConfig fields are used.
+        **changes: recipe fields set on top (e.g. ``preset=...``), before the whole is validated.
+
+    Returns:
+        The validated :class:`tiebias.config.training.TrainConfig`.
+    """
     if unknown := sorted(set(changes) - set(TRAIN_KEYS)):
         raise ValueError(f"{unknown[0]}: not a training recipe key; allowed: {', '.join(TRAIN_KEYS)}")
     return TrainConfig(**{**{k: params[k] for k in TRAIN_KEYS if k in params}, **changes}).validate()

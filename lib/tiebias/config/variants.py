@@ -26,8 +26,15 @@ class Variant:
 
     @classmethod
     def parse(cls, name: str | Variant) -> Variant:
-        """``tied``, ``untied``, ``tied_in5``, ``tied_out0.2``, ``tied_in5_out0.2`` (factors in the allowed range,
-        none for an untied model; factors not named are 1); a :class:`Variant` is returned as it is."""
+        """A variant from its name.
+
+        Args:
+            name: ``tied``, ``untied``, ``tied_in5``, ``tied_out0.2``, ``tied_in5_out0.2`` (factors in the allowed
+                range, none for an untied model), or a :class:`Variant`, returned as it is.
+
+        Returns:
+            The variant; factors not named are 1.
+        """
         if isinstance(name, Variant):
             return name
         m = _VARIANT_RE.match(str(name))
@@ -61,7 +68,15 @@ class Variant:
 
 
 def model_key(variant: str | Variant, seed: int) -> str:
-    """Folder name of one trained model, e.g. ``tied_in5-s0`` (the variant's canonical name)."""
+    """Folder name of one trained model.
+
+    Args:
+        variant: a variant or its name; the canonical name is used.
+        seed: the training seed.
+
+    Returns:
+        The key, e.g. ``tied_in5-s0``; :func:`parse_key` reads it back.
+    """
     return f"{Variant.parse(variant).name}-s{int(seed)}"
 
 
