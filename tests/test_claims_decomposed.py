@@ -117,13 +117,15 @@ def test_a_log_without_the_proxy_gives_nan_for_it_not_an_error() -> None:
     assert t.loc[("warmup", "exact l2"), "mean"] == pytest.approx(0.8)
 
 
-def test_the_sentence_names_the_window_and_metric_that_hold_the_papers_share() -> None:
+def test_the_windows_interval_holds_the_papers_share_where_the_log_puts_it() -> None:
+    """The table 01 reads its sentences from: the paper's 70% lies in the warmup window's interval of the exact
+    split, and the paper's own log stands beside each row."""
     log = _synthetic_log(300, 20, 0.7, 0.62)
     noisy = {f"s{i}": log.assign(output_norm=log.output_norm * (1 + 0.05 * (i - 1))) for i in range(3)}
-    t = windows.with_paper(windows.window_shares(noisy, 300, 20), FIG4_LOG_WINDOWS)
-    text = windows.sentence(t, {"quoted share": 0.70}, 20, 1000)
-    assert "exact l2 over warmup" in text
-    assert t[(t.window == "warmup") & (t.metric == "proxy l2")].paper.iloc[0] == FIG4_LOG_WINDOWS["l2"]["warmup"]
+    t = windows.with_paper(windows.window_shares(noisy, 300, 20), FIG4_LOG_WINDOWS).set_index(["window", "metric"])
+    assert t.loc[("warmup", "exact l2"), "ci_low"] <= 0.70 <= t.loc[("warmup", "exact l2"), "ci_high"]
+    assert not t.loc[("after warmup", "exact l2"), "ci_low"] <= 0.70 <= t.loc[("after warmup", "exact l2"), "ci_high"]
+    assert t.loc[("warmup", "proxy l2"), "paper"] == FIG4_LOG_WINDOWS["l2"]["warmup"]
 
 
 def test_a_log_from_before_the_new_columns_resumes_with_them_empty(tmp_path: Path) -> None:
@@ -257,14 +259,15 @@ def test_the_scale_axis_needs_two_seeds_and_says_so() -> None:
     assert kept == pts[:1] and "two or more ablate_seeds" in note
 
 
-def test_like_for_like_sets_the_papers_metric_beside_its_log() -> None:
+def test_the_papers_metric_stands_beside_its_log_window_by_window() -> None:
     log = _synthetic_log(300, 20, 0.9, 0.6)
     t = windows.with_paper(windows.window_shares({"a": log, "b": log}, 300, 20), FIG4_LOG_WINDOWS)
-    text = windows.like_for_like(t, 20, 1000)
+    t = t.set_index(["window", "metric"])
     r = 9.0 / 2
-    assert f"warmup (ours 20 steps, the paper's 1000) {r / (1 + r):.1%} vs {FIG4_LOG_WINDOWS['l2']['warmup']:.1%}" in text
+    assert t.loc[("warmup", "proxy l2"), "mean"] == pytest.approx(r / (1 + r))
+    assert t.loc[("warmup", "proxy l2"), "paper"] == FIG4_LOG_WINDOWS["l2"]["warmup"]
     after = 0.6 - (0.6 / 0.4) / (2 + 0.6 / 0.4)
-    assert f"gives {100 * after:+.1f} points after warmup" in text
+    assert t.loc[("after warmup", "exact l2"), "mean"] - t.loc[("after warmup", "proxy l2"), "mean"] == pytest.approx(after, abs=5e-4)
 
 
 def test_an_ingredient_trains_its_two_tied_models_and_reads_them_against_the_runs_untied(two_seed_run, tmp_path) -> None:

@@ -126,69 +126,6 @@ def with_paper(table: pd.DataFrame, paper: Mapping[str, Mapping[str, float]]) ->
     return out
 
 
-def matching(table: pd.DataFrame, value: float) -> pd.DataFrame:
-    """Rows whose interval over seeds holds ``value``."""
-    return table[(table.ci_low <= value) & (value <= table.ci_high)]
-
-
-def like_for_like(table: pd.DataFrame, warmup: int, paper_warmup: int) -> str:
-    """Ours beside the paper's log under the paper's metric (proxy, L2) window by window, and what the exact split
-    changes after warmup; computed from a :func:`with_paper` table.
-
-    Args:
-        table: a :func:`with_paper` table.
-        warmup, paper_warmup: our and the paper's warmup steps, named in the warmup window's label.
-
-    Returns:
-        The sentences; or a note when the logs predate the proxy.
-    """
-    p = table[table.metric == "proxy l2"].set_index("window")
-    label = {"warmup": f"warmup (ours {warmup} steps, the paper's {paper_warmup})"}
-    cells = [f"{label.get(w, w)} {r['mean']:.1%} vs {r.paper:.1%}" for w, r in p.iterrows()
-             if math.isfinite(r["mean"]) and math.isfinite(r.paper)]
-    if not cells:
-        return "No window has the paper's metric (proxy, L2 norms) in this run: its logs predate the proxy."
-    text = "Like for like (the paper's metric, proxy with L2 norms), ours vs the paper's log: " + "; ".join(cells) + "."
-    e = table[(table.metric == "exact l2") & (table.window == "after warmup")]
-    if not e.empty and "after warmup" in p.index and math.isfinite(p.loc["after warmup", "mean"]):
-        diff = 100 * (float(e["mean"].iloc[0]) - float(p.loc["after warmup", "mean"]))
-        text += (f" The exact weight-gradient split (the kit's metric) gives {diff:+.1f} points after warmup: the proxy "
-                 "takes each token position's gradient alone, where the weight gradient adds the positions of a "
-                 "repeated token together.")
-    return text
-
-
-def sentence(table: pd.DataFrame, targets: Mapping[str, float], warmup: int, paper_warmup: int) -> str:
-    """Which of our windows and metrics reproduce each of the paper's quoted shares, computed from the table.
-
-    Args:
-        table: the :func:`window_shares` table.
-        targets: label -> a share the paper quotes.
-        warmup, paper_warmup: as in :func:`like_for_like`, named in the closing caveat.
-
-    Returns:
-        One clause per target (up to three windows and metrics whose interval holds it, else the nearest mean), then
-        the warmup caveat. The level named is :data:`tiebias.stats.LEVEL`.
-    """
-    parts = []
-    for label, value in targets.items():
-        hit = matching(table, value)
-        n_hit = len(hit)
-        if hit.empty:
-            near = table.loc[(table["mean"] - value).abs().idxmin()]
-            parts.append(f"no window and metric of ours holds the paper's {label} of {value:.0%} in its {LEVEL:.0%} interval; "
-                         f"the nearest is {near.metric} over {near.window} ({near['mean']:.1%})")
-        else:
-            hit = hit.loc[(hit["mean"] - value).abs().sort_values().index[:3]]  # the three nearest
-            names = "; ".join(f"{r.metric} over {r.window} ({r.mean:.1%} [{r.ci_low:.1%}, {r.ci_high:.1%}])"
-                              for r in hit.itertuples())
-            parts.append(f"the paper's {label} of {value:.0%} lies inside the {LEVEL:.0%} interval of {names}"
-                         + (f" (and {n_hit - 3} more)" if n_hit > 3 else ""))
-    tail = (f" The paper's warmup was {paper_warmup} steps, ours is {warmup}: a window in steps is a different phase "
-            "of training in each.")
-    return "; ".join(p[0].upper() + p[1:] if i == 0 else p for i, p in enumerate(parts)) + "." + tail
-
-
 def record_details(table: pd.DataFrame) -> dict[str, Any]:
     """The per-window shares for the claim-2 record: {metric: {window: mean}}.
 
@@ -233,38 +170,6 @@ def halves(logs: Mapping[str, pd.DataFrame]) -> tuple[float, float]:
     return float(flow[flow.step <= half].output_share.mean()), float(flow[flow.step > half].output_share.mean())
 
 
-def halves_sentence(logs: Mapping[str, pd.DataFrame]) -> str:
-    """:func:`halves` as the sentence 01 prints.
-
-    Args:
-        logs: model key -> its training log, as for :func:`halves`.
-
-    Returns:
-        The sentence, naming the run's last step and the number of models.
-    """
-    first, second = halves(logs)
-    last = int(pd.concat(list(logs.values())).step.max())
-    return (f"Output share over the first half of the {last} steps: {first:.1%}; over the second half: {second:.1%} "
-            f"(mean over {len(logs)} tied model(s)).")
-
-
-def share_path(log: pd.DataFrame, key: str) -> str:
-    """One model's output share at its first logged step, where it peaks and at its last step: how the imbalance of
-    claim 2 builds up during training.
-
-    Args:
-        log: the model's training log (``step``, ``output_share``).
-        key: the model's key, named in the sentence.
-
-    Returns:
-        The sentence.
-    """
-    first, last = log.iloc[0], log.iloc[-1]
-    peak = log.loc[log.output_share.idxmax()]
-    return (f"{key}'s output share: {first.output_share:.2f} at step {int(first.step)}, {peak.output_share:.2f} at step "
-            f"{int(peak.step)} (its highest), {last.output_share:.2f} at step {int(last.step)}.")
-
-
 def shares_at_tokens(model: PreTrainedModel, ids: torch.Tensor, seq_len: int, batch_sizes: Sequence[int], *,
                      batches: int = 4, seed: int = 0) -> pd.DataFrame:
     """A tied model's output share, exact and under the paper's proxy, on the same weights at several batch sizes.
@@ -299,6 +204,6 @@ def shares_at_tokens(model: PreTrainedModel, ids: torch.Tensor, seq_len: int, ba
     return pd.DataFrame(rows)
 
 
-__all__ = ["METRICS", "PAPER_METRIC", "WINDOWS", "halves", "halves_sentence", "share_path", "shown", "like_for_like", "matching", "record_details", "sentence", "shares_at_tokens", "step_shares",
+__all__ = ["METRICS", "PAPER_METRIC", "WINDOWS", "halves", "record_details", "shares_at_tokens", "shown", "step_shares",
            "window_bounds", "window_shares", "with_paper"]
 
