@@ -38,8 +38,22 @@ SAME_SEED = "same-seed untied model"
 
 
 def check(names: Sequence[str], factors: Sequence[float], seeds: Sequence[int]) -> tuple[list[str], str]:
-    """(names, "") when the sweep can measure the ingredients (it needs k = 1 and :data:`K`, and two or more seeds),
-    else ([], why they are skipped); an unknown name is a ValueError."""
+    """The ingredients this sweep can measure, and a note saying why none when it cannot (else "").
+
+    Args:
+        names: the ingredients asked for (``ablate_ingredients``); each must be one of
+            :data:`tiebias.config.choices.INGREDIENTS`, else ValueError naming the parameter.
+        factors: the sweep's gradient factors (``ablate_factors``): the ingredients need k = 1 and k = :data:`K`.
+        seeds: the sweep's seeds (``ablate_seeds``): the ingredients need two or more.
+
+    Returns:
+        ``(names, note)``: the names as a list and ``""`` when they can be measured (also when none are asked for);
+        an empty list and the reason otherwise.
+
+    A sweep without k = 1 and k = 5 has no kit's shift at the paper's k to set beside them, and one seed has no other
+    seed's untied model to compare with: then the ingredients are skipped with the note (a study that changes
+    ``ablate_factors`` or ``ablate_seeds`` still runs).
+    """
     bad = [n for n in names if n not in INGREDIENTS]
     if bad:
         raise ValueError(f"ablate_ingredients: unknown value {bad[0]!r}; allowed: {', '.join(INGREDIENTS)}")
@@ -65,8 +79,19 @@ def recipe(name: str, cfg: TrainConfig) -> TrainConfig:
 
 def train_ingredients(run: Run, names: Sequence[str], seeds: Sequence[int], cfg: TrainConfig, *,
                       progress: bool = True) -> dict[str, Run]:
-    """Train (or reuse) each ingredient's k = 1 and k = 5 tied models in ``<run>/ingredients/<name>/`` (on the run's
-    data, so only the recipe differs); ingredient -> its run folder."""
+    """Train (or reuse) each ingredient's k = 1 and k = 5 tied models in ``<run>/ingredients/<name>/``; their runs.
+
+    Args:
+        run: the sweep's run; each ingredient's folder gets a copy of its data
+            (:func:`tiebias.train.depths.share_data`), so only the recipe differs.
+        names: the ingredients to train (as :func:`check` returns them).
+        seeds: the seeds each ingredient's two models are trained with.
+        cfg: the kit's recipe; each ingredient changes one thing in it (:func:`recipe`).
+        progress: show progress bars.
+
+    Returns:
+        Ingredient name -> the run folder holding its models.
+    """
     out = {}
     for name in names:
         sub = share_data(run, run.path / "ingredients" / name, f"the {name} ingredient's models")
@@ -85,8 +110,17 @@ def _cosines(ref_run: Run, ref_seed: int, tied_run: Run, v: Variant, seed: int) 
 
 
 def shifts_from_sweep(table: pd.DataFrame, label: str, method: str = "orthogonal") -> pd.DataFrame:
-    """Per-seed shifts (cosine at k minus at k = 1) of every k > 1 of a sweep alignment table at its final step, with
-    ``ingredient`` = ``label``."""
+    """Per-seed shifts (k minus k = 1) of every k of a sweep alignment table at its final step, labelled ``label``.
+
+    Args:
+        table: a sweep alignment table (:func:`tiebias.ablate.sweep.alignment_table`); every seed needs a k = 1 row.
+        label: written in the ``ingredient`` column (e.g. :data:`KIT` or :data:`SAME_SEED`, by the reference used).
+        method: the alignment map whose cosines are read.
+
+    Returns:
+        Columns ``ingredient``, ``k``, ``seed``, ``vs_untied_input`` and ``vs_untied_output`` (each the cosine at k
+        minus that at k = 1 of the same seed), one row per seed and k other than 1.
+    """
     d = table[(table.method == method) & (table.step == table.step.max())]
     rows = []
     for seed, g in d.groupby("seed"):
@@ -99,8 +133,19 @@ def shifts_from_sweep(table: pd.DataFrame, label: str, method: str = "orthogonal
 
 
 def shifts_from_ingredients(run: Run, subs: Mapping[str, Run], seeds: Sequence[int]) -> pd.DataFrame:
-    """Per-seed shifts at k = 5 of each trained ingredient against the run's untied model of the next seed, with the
-    k = 5 model's final validation loss (``val_loss_k5``)."""
+    """Per-seed shifts at k = 5 of each trained ingredient, against the run's untied model of the next seed.
+
+    Args:
+        run: the sweep's run, whose untied models are the reference.
+        subs: ingredient name -> its run folder (:func:`train_ingredients`).
+        seeds: the seeds trained; each is compared with the untied model of the next seed in this order (the last
+            with the first).
+
+    Returns:
+        Columns ``ingredient``, ``k`` (:data:`K`), ``seed``, ``val_loss_k5`` (final validation loss of the ingredient's
+        k = 5 model, nats), ``vs_untied_input`` and ``vs_untied_output`` (k = 5 minus k = 1, orthogonal Procrustes
+        cosine), one row per ingredient and seed.
+    """
     rows = []
     for name, sub in subs.items():
         for i, seed in enumerate(seeds):
@@ -114,8 +159,19 @@ def shifts_from_ingredients(run: Run, subs: Mapping[str, Run], seeds: Sequence[i
 
 
 def summary(per_seed: pd.DataFrame, *, level: float = LEVEL) -> pd.DataFrame:
-    """Per (ingredient, k): mean shift and t-interval over seeds per cosine, the paper's at k = 5, and whether both
-    intervals hold it (``matches_paper``; None below two seeds or off k = 5)."""
+    """Mean shift and its t-interval over seeds per (ingredient, k), the paper's shift at k = 5 beside, and whether
+    the paper's shift lies inside the interval (both cosines: ``matches_paper``).
+
+    Args:
+        per_seed: rows of :func:`shifts_from_sweep` and :func:`shifts_from_ingredients` (concatenated).
+        level: confidence level of the t-intervals.
+
+    Returns:
+        One row per (ingredient, k), in order of first appearance: ``ingredient``, ``k``, ``n_seeds``; per cosine
+        (``vs_untied_input``, ``vs_untied_output``) the mean, ``<col>_ci_low``, ``<col>_ci_high`` and ``paper_<col>``
+        (NaN except at k = 5); ``matches_paper`` (True or False at k = 5 with two or more seeds, else None); and
+        ``val_loss_k5`` (mean over seeds) where the rows have it.
+    """
     rows = []
     if per_seed.empty:
         return pd.DataFrame(columns=["ingredient", "k", "n_seeds", "matches_paper"])

@@ -55,13 +55,28 @@ FIGURES = {
 
 
 def quantities(k_top: float) -> dict[str, str]:
-    """Column -> label of every per-seed quantity: :data:`QUANTITIES` and claim 4's two shifts at ``k_top``."""
+    """:data:`QUANTITIES` and claim 4's two shifts at the sweep's largest factor ``k_top``: every trend's label.
+
+    Args:
+        k_top: the sweep's largest gradient factor; it names claim 4's columns (``claim4_in_k<k>``,
+            ``claim4_out_k<k>``).
+
+    Returns:
+        Column name of a per-seed quantity -> its label.
+    """
     return {**QUANTITIES, f"claim4_in_k{k_top:g}": f"claim 4: shift towards the untied input matrix at k={k_top:g}",
             f"claim4_out_k{k_top:g}": f"claim 4: shift from the untied output matrix at k={k_top:g}"}
 
 
 def figure_quantities(k_top: float) -> dict[str, dict[str, str]]:
-    """Per figure of :data:`FIGURES`: {column: label} of the quantities it draws (claim 4's at ``k_top``)."""
+    """Per figure of :data:`FIGURES`, the quantities it draws and their labels (claim 4's at ``k_top``).
+
+    Args:
+        k_top: as in :func:`quantities`.
+
+    Returns:
+        Figure name (``claim1``, ``claim2``, ``claim4``, ``loss``) -> {column name: label} of the quantities it draws.
+    """
     q = quantities(k_top)
     extra = {"claim4": [f"claim4_in_k{k_top:g}", f"claim4_out_k{k_top:g}"]}
     return {name: {n: q[n] for n in qs + extra.get(name, [])} for name, (_, qs) in FIGURES.items()}
@@ -99,7 +114,19 @@ class ScalePoint:
 def points(vocab_size: int, preset: str, vocab_sizes: Sequence[int], presets: Sequence[str],
            step_counts: Sequence[int] = (), steps: int | None = None) -> list[ScalePoint]:
     """The run's point, then every other vocabulary at its preset, every other preset at its vocabulary and every other
-    training length at both (values equal to the run's not repeated; presets checked before anything trains)."""
+    training length at both.
+
+    Args:
+        vocab_size, preset: the run's own vocabulary size and model preset (its point, ``base``).
+        vocab_sizes: the other vocabularies (``scale_vocab_sizes``), each at the run's preset.
+        presets: the other presets (``scale_presets``), each at the run's vocabulary; every preset is checked (an
+            unknown one is refused before anything trains).
+        step_counts: the other training lengths (``scale_steps``), each at the run's vocabulary and preset.
+        steps: the run's own training length (``steps``); needed with ``step_counts`` (ValueError without it).
+
+    Returns:
+        The :class:`ScalePoint` list, the run's own first; values equal to the run's are not repeated.
+    """
     get_preset(preset)
     for p in presets:
         get_preset(p)
@@ -127,8 +154,17 @@ def point_config(cfg: TrainConfig, point: ScalePoint) -> TrainConfig:
 
 
 def usable(pts: Sequence[ScalePoint], seeds: Sequence[int]) -> tuple[list[ScalePoint], str]:
-    """(points, note): with one seed there is no other seed's untied model, so only the run's own point is kept and the
-    note says why; else all the points and ``""``."""
+    """The points to study, and a note when the axis is skipped: with one seed there is no other seed's untied model
+    (claim 1's headline pairing and claim 4's reference), so only the run's own point is kept.
+
+    Args:
+        pts: the points of :func:`points` (the run's own first).
+        seeds: the sweep's seeds (``ablate_seeds``).
+
+    Returns:
+        ``(points, note)``: all the points and ``""``, or with one seed and several points only the first and the
+        reason.
+    """
     if len(pts) > 1 and len(seeds) < 2:
         return list(pts[:1]), (f"scale axis skipped: it needs two or more ablate_seeds (each tied model is compared with "
                                f"another seed's untied model); this sweep has {list(seeds)}")
@@ -150,7 +186,23 @@ def point_run(run: Run, point: ScalePoint) -> Run:
 
 def train_points(run: Run, pts: Sequence[ScalePoint], variants: Sequence[Variant], seeds: Sequence[int],
                  cfg: TrainConfig, *, progress: bool = True) -> dict[str, Run]:
-    """Train (or reuse, or resume) the sweep's models at every scale point; the run folder of each point by label."""
+    """Train (or reuse) the sweep's models at every scale point; the run folder of each point by label.
+
+    Args:
+        run: the run whose profile sets the base point; other points live in ``<run>/scale/<label>/``
+            (:func:`point_run`).
+        pts: the points to train (:func:`usable`).
+        variants: the sweep's tied variants; the untied reference is trained beside them
+            (:func:`tiebias.ablate.sweep.run_sweep`).
+        seeds: the seeds every model is trained with.
+        cfg: the training recipe; its preset (and steps) are replaced by each point's (:func:`point_config`).
+        progress: show progress bars.
+
+    Returns:
+        Point label -> its run folder.
+
+    Finished models are reused and an interrupted one resumes, so an interrupted scale study picks up where it stopped.
+    """
     out = {}
     for p in pts:
         sub = point_run(run, p)
@@ -169,8 +221,23 @@ def _windows(metrics: pd.DataFrame, warmup: int) -> dict[str, float]:
 
 def point_table(sub: Run, point: ScalePoint, variants: Sequence[Variant], seeds: Sequence[int],
                 warmup: int) -> pd.DataFrame:
-    """One row per seed (two or more) at one scale point: its identity, :data:`QUANTITIES`, claim 4's shifts per k,
-    each variant's validation loss and embedding share, and the loss differences (k = 1 is the reference)."""
+    """One row per seed at one scale point: claims 1, 2 and 4, losses and the embedding's share of the parameters.
+
+    Args:
+        sub: the point's run folder (:func:`point_run`), its models trained.
+        point: the point, whose label, vocabulary, preset and width fill the identifying columns.
+        variants: the sweep's tied variants; they must hold the plain tied model (k = 1), the reference of claims 1
+            and 4 and of the loss differences.
+        seeds: two or more seeds (else ValueError): each tied model is compared with the next seed's untied model.
+        warmup: the recipe's warmup steps, splitting claim 2's share into warmup and after it (0: no warmup window).
+
+    Returns:
+        Columns ``point``, ``vocab_size``, ``preset``, ``width``, ``steps``, ``tokens_per_row`` (of the tied model's
+        recipe, :func:`tokens_per_row`), ``seed``, the :data:`QUANTITIES` columns, claim 4's
+        ``claim4_in_k<k>`` and ``claim4_out_k<k>`` per k other than 1, ``val_loss_<variant>`` and
+        ``embedding_share_<variant>`` per variant and the untied model, and ``loss_<variant>_minus_tied`` per scaled
+        variant.
+    """
     if len(seeds) < 2:
         raise ValueError(f"ablate_seeds: {list(seeds)} has one seed; the scale axis compares the tied model with "
                          "another seed's untied model (claim 1's headline pairing), which needs two or more")
@@ -205,7 +272,17 @@ def point_table(sub: Run, point: ScalePoint, variants: Sequence[Variant], seeds:
 
 
 def summary(table: pd.DataFrame, *, level: float = LEVEL) -> pd.DataFrame:
-    """Mean and t-interval over seeds of every quantity at every point of :func:`point_table` rows."""
+    """Mean and t-interval over seeds of every quantity at every point (one row per point and quantity).
+
+    Args:
+        table: rows of :func:`point_table` (several points concatenated).
+        level: confidence level of the t-intervals.
+
+    Returns:
+        Columns ``point``, ``vocab_size``, ``preset``, ``width``, ``steps`` and ``tokens_per_row`` (where the table has
+        them), ``quantity``, ``mean``, ``ci_low``, ``ci_high`` and ``n_seeds``; a quantity with no value at a point
+        has no row.
+    """
     ids = [c for c in ("point", "vocab_size", "preset", "width", "steps", "tokens_per_row") if c in table.columns]
     cols = [c for c in table.columns if c not in (*ids, "seed")]
     rows = []
@@ -274,12 +351,33 @@ def trend(table: pd.DataFrame, quantity: str, axis: str, base: ScalePoint, *, le
 
 
 def trends(table: pd.DataFrame, quantities: Sequence[str], base: ScalePoint, *, level: float = LEVEL) -> pd.DataFrame:
-    """:func:`trend` for every quantity on every measured axis (:func:`measured_axes`), one row each."""
+    """:func:`trend` for every quantity on every measured axis (:func:`measured_axes`).
+
+    Args:
+        table: per-seed rows of :func:`point_table` at several points.
+        quantities: the columns to fit (e.g. the keys of :func:`quantities`).
+        base: the run's own point, fixing the axis that does not vary.
+        level: confidence level of the slope's and the prediction's intervals.
+
+    Returns:
+        One row per quantity and axis, the keys of :func:`trend` as columns: ``quantity``, ``axis``, ``sizes``, ``n``,
+        ``word``, ``slope``, ``ci_low``, ``ci_high``, ``at_paper``, ``at_paper_low``, ``at_paper_high``, ``pred_low``, ``pred_high`` and ``mean``
+        (missing where there were too few points).
+    """
     return pd.DataFrame([trend(table, q, a, base, level=level) for q in quantities for a in measured_axes(table)])
 
 
 def sentence(tr: dict[str, Any], what: str) -> str:
-    """One trend (:func:`trend`) of the quantity ``what`` in words, its value at the paper's scale as an extrapolation."""
+    """One plain sentence on one trend: does the quantity grow with size, and what the line predicts at the paper's.
+
+    Args:
+        tr: one trend (:func:`trend`, or a row of :func:`trends` as a dict).
+        what: how the sentence names the quantity (e.g. its label from :func:`quantities`).
+
+    Returns:
+        The sentence: direction, slope per doubling with its interval (at :data:`tiebias.stats.LEVEL`), and the
+        line's value at :data:`PAPER_SCALE` flagged as an extrapolation; or a note that too few sizes were measured.
+    """
     axis = AXES[tr["axis"]]
     if tr["word"] == "too few points":
         return f"{what} against {axis}: {len(tr['sizes'])} size(s) only, no trend can be fitted."

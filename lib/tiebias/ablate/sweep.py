@@ -29,8 +29,18 @@ from tiebias.train.trainer import TrainConfig
 
 
 def check_factors(factors: Any, name: str = "factors", minimum: int = 1) -> list[float]:
-    """Gradient factors (a number, a comma-separated text or a sequence) as a sorted list of floats, each checked
-    and then the schema's rule (none repeated, at least ``minimum``); errors name ``name``."""
+    """Gradient factors as a sorted list: text or numbers, each checked by :func:`tiebias.config.training.check_factor`,
+    then the schema's rule (:func:`tiebias.config.training.factors_problem`: none repeated, at least ``minimum``).
+
+    Args:
+        factors: one number, a comma-separated text (``"1, 2, 5"``, as from a command line) or a sequence of numbers
+            or numeric texts; anything else is refused (ValueError).
+        name: the parameter named in error messages.
+        minimum: the fewest factors allowed.
+
+    Returns:
+        The factors as floats, ascending.
+    """
     if isinstance(factors, (int, float)) and not isinstance(factors, bool):
         factors = [factors]
     if isinstance(factors, str):
@@ -52,7 +62,16 @@ def check_factors(factors: Any, name: str = "factors", minimum: int = 1) -> list
 
 
 def sweep_variants(factors: Iterable[float], *, inverse_output: bool = False) -> list[Variant]:
-    """One tied variant per input factor k, ascending (k = 1 is the plain tied model); optionally output x 1/k."""
+    """Tied variants for input factors k (k=1 is the plain tied model); optionally output x 1/k.
+
+    Args:
+        factors: the input-gradient factors, checked by :func:`check_factors`.
+        inverse_output: also multiply the output path's gradient by 1/k.
+
+    Returns:
+        One tied :class:`tiebias.config.variants.Variant` per factor, ascending k; the untied reference is not among
+        them.
+    """
     ks = check_factors(list(factors))
     return [Variant(True, k, 1.0 / k if inverse_output else 1.0) for k in ks]
 
@@ -94,8 +113,22 @@ def _probe_tokens_per_second(run: Run, cfg: TrainConfig, steps: int = 3) -> floa
 
 def plan(run: Run, variants: Sequence[Variant], seeds: Sequence[int], cfg: TrainConfig,
          budget_minutes: float | None = None) -> pd.DataFrame:
-    """The sweep's models (tied variants and the untied reference per seed) and whether each is ``trained``;
-    ``attrs["to_train"]`` and ``attrs["estimated_seconds"]``; warns when the estimate exceeds ``budget_minutes``."""
+    """Which (variant, seed) models the sweep needs, which the run already has, and the time estimate.
+
+    Args:
+        run: the run the models are (or will be) trained in.
+        variants: the sweep's tied variants; the untied reference of each seed is added.
+        seeds: the seeds every model is trained with.
+        cfg: the training recipe, for the time estimate (:func:`estimate_seconds`).
+        budget_minutes: warn when the estimate exceeds it (None: never).
+
+    Returns:
+        One row per model: ``variant``, ``seed``, ``input_factor``, ``output_factor``, ``trained`` (already complete
+        in the run). ``attrs["to_train"]`` is the number of models missing, ``attrs["estimated_seconds"]`` the time
+        they would take.
+
+    Warns before anything starts when the estimate exceeds ``budget_minutes``.
+    """
     df = pd.DataFrame([{"variant": v.name, "seed": seed, "input_factor": v.input_factor,
                         "output_factor": v.output_factor, "trained": run.is_complete(v, seed)}
                        for v, seed in _sweep_models(variants, seeds)]).drop_duplicates(["variant", "seed"])
@@ -111,36 +144,97 @@ def plan(run: Run, variants: Sequence[Variant], seeds: Sequence[int], cfg: Train
 
 def run_sweep(run: Run, variants: Sequence[Variant], seeds: Sequence[int], cfg: TrainConfig,
               progress: bool = True, overwrite: bool = False) -> list[dict]:
-    """Train every missing model of the sweep (tied variants and the untied reference per seed); their summaries."""
+    """Train every missing model of the sweep (tied variants and the untied reference per seed).
+
+    Args:
+        run: the run the models are trained in.
+        variants: the sweep's tied variants.
+        seeds: the seeds; each gets every variant and an untied model.
+        cfg: the training recipe shared by all models.
+        progress: show progress bars.
+        overwrite: retrain a model whose folder was made with a different config (else it stops with an error).
+
+    Returns:
+        One training summary per model, as :func:`tiebias.train.sweeps.train_many` returns them.
+
+    ``overwrite=True`` retrains a model whose folder was made with a different config (see ``train``). Two
+    models train at a time on a CPU (:func:`tiebias.train.sweeps.train_many`), the same models as one by one.
+    """
     return train_many(run, _sweep_models(variants, seeds), cfg, progress=progress, overwrite=overwrite)
 
 
 def common_steps(run: Run, variants: Sequence[Variant], seeds: Sequence[int]) -> list[int]:
-    """Checkpoint steps present for every tied variant and the untied reference of every seed, ascending."""
+    """Checkpoint steps present for every tied variant and the untied reference of every seed.
+
+    Args:
+        run: the run holding the models.
+        variants: the sweep's tied variants (the untied reference is added).
+        seeds: the sweep's seeds.
+
+    Returns:
+        The shared checkpoint steps, ascending (empty when there are no models).
+    """
     sets = [{s for s, _ in run.checkpoints(v, seed)} for seed in seeds for v in [*variants, Variant(False)]]
     return sorted(set.intersection(*sets)) if sets else []
 
 
 def compared_steps(steps: Sequence[int], most: int = 4) -> list[int]:
-    """The checkpoints compared: the final step and up to ``most - 1`` earlier ones in its last 7/8 (earlier ones are
-    mostly the shared initialisation)."""
+    """The checkpoints compared: the final step and up to ``most - 1`` earlier ones in its last 7/8.
+
+    Args:
+        steps: the available checkpoint steps (e.g. :func:`common_steps`), in any order.
+        most: the most steps returned.
+
+    Returns:
+        The chosen steps, ascending, ending with the largest (empty when ``steps`` is); step 0 is never chosen.
+
+    The paper compares step 1k and 10k; early checkpoints (before 1/8 of training) are mostly the
+    shared initialisation and say little about the trend.
+    """
     steps = sorted(steps)
     picked = sorted({s for s in steps if s > 0 and s >= steps[-1] // 8}) if steps else []
     return picked[-most:]
 
 
 def reference_for(seeds: Sequence[int]) -> str:
-    """The headline reference: ``"cross"`` (another seed's untied model) with two or more seeds, else ``"same"``
-    (which shares the starting matrix, inflating the input cosine)."""
+    """The headline reference: another seed's untied model when there are two or more seeds.
+
+    Args:
+        seeds: the sweep's seeds.
+
+    Returns:
+        ``"cross"`` with two or more seeds, else ``"same"`` (the ``reference`` of :func:`alignment_table`).
+
+    Same seed shares the starting matrix, which inflates the input cosine; with one seed it is all there is.
+    """
     return "cross" if len(seeds) > 1 else "same"
 
 
 def alignment_table(run: Run, variants: Sequence[Variant], seeds: Sequence[int], *,
                     steps: Sequence[int | None] = (None,), methods: Sequence[str] = ("orthogonal", "linear"),
                     heldout_folds: int = 0, reference: str = "same") -> pd.DataFrame:
-    """Per (k, seed, step, method), as Table 2: mean cosine of the untied input and output matrices mapped onto the
-    tied one (``vs_untied_input``, ``vs_untied_output``), at the tied model's step (None: final), against the untied
-    model of the same seed (``reference="same"``) or of the next seed in ``seeds`` (``"cross"``)."""
+    """Per (k, seed, step, method): cosine of the untied input and untied output matrices mapped onto the tied one.
+
+    Args:
+        run: the run holding the sweep's models; diverged models are refused
+            (:func:`tiebias.train.divergence.check_models`).
+        variants: the sweep's tied variants (an untied one is refused).
+        seeds: the seeds compared; their order sets which seed is the next one for ``reference="cross"``.
+        steps: checkpoint steps to compare at; ``None`` is the final model.
+        methods: the alignment maps (:func:`tiebias.align.maps.align_all`).
+        heldout_folds: 0 scores the map in-sample; k >= 2 scores each token with a map fitted on the other folds
+            (:func:`tiebias.align.maps.align`).
+        reference: ``"same"`` or ``"cross"``, which untied model each tied one is compared with (below).
+
+    Returns:
+        Columns ``variant``, ``k``, ``output_factor``, ``seed``, ``reference_seed``, ``step`` (the final model's
+        step count for ``None``), ``method``, ``vs_untied_input`` and ``vs_untied_output`` (mean cosine).
+
+    Same direction as Table 1's rows ("untied input -> tied"), at the same step as the tied model, as
+    in the paper's Table 2. ``reference="same"`` compares with the untied model of the same seed (which
+    started from the same input matrix, so its input cosine is inflated by the shared start);
+    ``"cross"`` with the untied model of the next seed in ``seeds`` (needs two or more seeds).
+    """
     if reference not in ("same", "cross"):
         raise ValueError(f"reference: unknown value {reference!r}; allowed: 'same', 'cross'")
     seeds = list(seeds)
@@ -179,7 +273,20 @@ def _final_step(run: Run, v: Variant, seed: int) -> int:
 
 def perplexities(run: Run, variants: Sequence[Variant], seeds: Sequence[int], *, seq_len: int,
                  max_tokens: int = 32768, splits: Sequence[str] = ("validation", "test")) -> pd.DataFrame:
-    """Loss and perplexity of every final model of the sweep on held-out ``splits`` (Table 7 analog), one row each."""
+    """Perplexity of every final model (tied variants and untied) on held-out splits (Table 7 analog).
+
+    Args:
+        run: the run holding the sweep's models; diverged models are refused.
+        variants: the sweep's tied variants (the untied model of each seed is added).
+        seeds: the sweep's seeds.
+        seq_len: the evaluation's sequence length.
+        max_tokens: the most tokens of each split evaluated (a cap on the cost).
+        splits: the token splits evaluated.
+
+    Returns:
+        One row per model: ``variant``, ``k`` (NaN for the untied model), ``tied``, ``seed``, and per split
+        ``<split>_loss`` (nats per token) and ``<split>_ppl``.
+    """
     divergence.check_models(run, _sweep_models(variants, seeds), "a perplexity")
     rows = []
     data = {s: run.tokens(s) for s in splits}
@@ -196,8 +303,17 @@ def perplexities(run: Run, variants: Sequence[Variant], seeds: Sequence[int], *,
 
 
 def gradient_shares(run: Run, variants: Sequence[Variant], seeds: Sequence[int]) -> pd.DataFrame:
-    """Per (variant, seed): the mean output share of the applied embedding gradient and the median output / input
-    gradient norm ratio: does scaling rebalance the paths?"""
+    """Mean output share of the applied embedding gradient per (k, seed): does scaling rebalance the paths?
+
+    Args:
+        run: the run holding the models (their training metrics); diverged models are refused.
+        variants: the tied variants read.
+        seeds: the seeds read.
+
+    Returns:
+        One row per (variant, seed): ``variant``, ``k``, ``seed``, ``output_share`` (mean over logged steps) and
+        ``median_out_in_ratio`` (median over steps of the output to input gradient norm).
+    """
     divergence.check_models(run, [(v, seed) for seed in seeds for v in variants], "a gradient share")
     rows = []
     for seed in seeds:
@@ -210,7 +326,17 @@ def gradient_shares(run: Run, variants: Sequence[Variant], seeds: Sequence[int])
 
 
 def dose_sentence(table: pd.DataFrame, shares: pd.DataFrame, method: str) -> str:
-    """The dose-response figure's numbers in words, one sentence per panel (means over seeds, the last step)."""
+    """The dose-response figure's numbers in words: the output path's share of the applied gradient and the tied
+    matrix's cosines to the untied input and output matrices at each k (means over seeds, the table's last step).
+
+    Args:
+        table: the sweep's alignment table (:func:`alignment_table`).
+        shares: :func:`gradient_shares`.
+        method: the map whose cosines are read.
+
+    Returns:
+        Two sentences, one per panel of the figure.
+    """
     final = table[(table.method == method) & (table.step == table.step.max())]
     cos = final.groupby("k")[["vs_untied_input", "vs_untied_output"]].mean()
     share = shares.groupby("k").output_share.mean()

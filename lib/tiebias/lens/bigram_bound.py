@@ -32,8 +32,19 @@ def windows(run: Run) -> tuple[int, int]:
 
 
 def bound_table(run: Run, kl: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per model of the per-layer lens table (None: the run's; package reading, top rung, last step):
-    :data:`COLUMNS`, its layer-0 KL beside ``bigram_gain_bits`` = (CE(bigram) - CE(model)) / ln 2 on the same windows."""
+    """One row per model of the lens table: its layer-0 tuned-lens KL beside how far it is below the bigram baseline.
+
+    Args:
+        run: the run (its training split fits the bigram; its test split is scored).
+        kl: the per-layer lens table (``metrics/lens_per_layer.csv``, :func:`tiebias.lens.tables.per_layer`); None
+            reads it from the run. Its package reading, first recipe and largest budget are used, at each model's
+            last step.
+
+    Returns:
+        :data:`COLUMNS`: ``kl_layer0_bits`` (tuned lens, layer 0), ``bigram_gain_bits`` = (CE(bigram) -
+        CE(model)) / ln 2, the three cross-entropies (nats per predicted token on the same test windows), the
+        layer-0 lens's own cross-entropy, the bigram's ``alpha``, the window length and the tokens scored.
+    """
     if kl is None:
         path = run.table_path("lens_per_layer")
         if not path.exists():
@@ -65,7 +76,14 @@ def bound_table(run: Run, kl: pd.DataFrame | None = None) -> pd.DataFrame:
 
 
 def describe(table: pd.DataFrame) -> str:
-    """One line per variant of :func:`bound_table`: layer-0 KL against the bigram gain, means over seeds."""
+    """One sentence per variant: layer-0 KL against the bigram gain, mean over seeds.
+
+    Args:
+        table: the :func:`bound_table` frame.
+
+    Returns:
+        The sentences, one line each.
+    """
     lines = []
     for variant, g in table.groupby("variant", sort=False):
         kl, gain = float(g.kl_layer0_bits.mean()), float(g.bigram_gain_bits.mean())

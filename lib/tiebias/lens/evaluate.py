@@ -186,8 +186,23 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
 
 
 def trajectory(model: PreTrainedModel, lens: Lens, tokenizer: Any, text: str) -> PredictionTrajectory:
-    """The package's PredictionTrajectory of ``text`` (targets: the next token; the last is eos or itself); logits of a
-    16-bit model are handed over in float32 (the package converts them to numpy, which has no bfloat16)."""
+    """The package's PredictionTrajectory of ``text`` (targets = the next token; the last is eos or itself).
+
+    Args:
+        model: the model (a supported decoder, :func:`tiebias.lens.lenses.check_model`).
+        lens: the lens read at each layer (a ``TunedLens`` must fit ``model``; a ``LogitLens`` also works).
+        tokenizer: the model's tokenizer (an object with ``encode``).
+        text: the prompt; it must give at least two tokens.
+
+    Returns:
+        The ``tuned_lens.plotting.PredictionTrajectory``.
+
+    ``PredictionTrajectory.from_lens_and_model`` indexes correctly (lens i on
+    hidden_states[i], model logits for the last row). Plot with
+    :func:`tiebias.output.plotting.lens.trajectory_figure`.
+    The package converts logits to numpy, which has no bfloat16: logits of 16-bit models
+    (bf16 on a GPU) are handed over in float32.
+    """
     from tuned_lens.plotting import PredictionTrajectory
 
     check_model(model)

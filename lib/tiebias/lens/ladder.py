@@ -68,8 +68,20 @@ def _final_step(run: Run, variant: str | Variant, seed: int) -> int | None:
 
 def ensure_lens(run: Run, variant: str | Variant, seed: int, lens: LensSettings, *, step: int | None = None,
                 progress: bool = True, device: str = "cpu") -> tuple[Any, Any]:
-    """(model, lens at the largest budget of the first recipe) of one model of a run (or its checkpoint at
-    ``step``), the ladder trained on the validation split if not yet saved."""
+    """(model, lens at the largest budget of the first recipe) of one model of a run (or one checkpoint at
+    ``step``), trained if not yet saved.
+
+    Args:
+        run: the run folder; the lens trains on its validation split.
+        variant, seed: the model.
+        lens: the settings; only the first recipe's ladder is trained (or loaded).
+        step: a checkpoint's training step (None: the final model); its lens lives beside the checkpoint.
+        progress: show progress bars.
+        device: where the model is loaded.
+
+    Returns:
+        ``(model, lens)``: the loaded model and the ``TunedLens`` of the ladder's largest rung.
+    """
     lens = check_settings(lens)
     model = run.load_model(variant, seed, step, device=device)
     with run.writing(f"lens of {model_key(variant, seed)}"):
@@ -81,10 +93,27 @@ def ensure_lens(run: Run, variant: str | Variant, seed: int, lens: LensSettings,
 def train_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequence[int], lens: LensSettings, *,
                        step: int | None = None, per_sequence: bool = False, progress: bool = True,
                        device: str = "cpu", workers: int | str = "auto", subdir: str = "") -> pd.DataFrame:
-    """Train (or load) and read the lens ladders of every (variant, seed) of a run, or of its checkpoints at
-    ``step``: ``variant``, ``seed``, ``step``, ``recipe``, ``budget``, ``lens_steps``, ``protocol``, ``layer`` and the
-    evaluation columns. ``workers`` models train side by side on a CPU (the same lenses); ``subdir`` puts the ladders
-    in ``<lens folder>/<subdir>/`` (e.g. :data:`REFERENCE_BUDGET`)."""
+    """Train (or load) the lens ladders of every (variant, seed) of a run (or of its checkpoints at ``step``) and
+    evaluate them on the test split.
+
+    Args:
+        run: the run folder; lenses train on its validation split and are read on its test split.
+        variants, seeds: the models (each must be finished and not diverged).
+        lens: the settings (every lens is read under each of ``lens.protocols``).
+        step: read the checkpoints at this training step instead of the final models (a checkpoint at a model's
+            final step is the final model and shares its lens).
+        per_sequence: one row per layer and evaluation sequence instead of per layer.
+        progress: show progress bars.
+        device: where the models run.
+        workers: on a CPU, how many models' lenses train at a time (see
+            :func:`tiebias.system.parallel.side_by_side`): the same lenses.
+        subdir: put the ladders in ``<lens folder>/<subdir>/`` (e.g. :data:`REFERENCE_BUDGET`, an extra ladder
+            beside the main one).
+
+    Returns:
+        Long format with ``variant``, ``seed``, ``step`` (training step of the model; the final step for final
+        models), ``recipe``, ``budget``, ``lens_steps``, ``protocol``, ``layer`` and the evaluation columns.
+    """
     lens = check_settings(lens)
     val, test = run.tokens("validation"), run.tokens("test")
     jobs = [(seed, v) for seed in seeds for v in variants]
@@ -116,9 +145,22 @@ def train_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequence[int], 
 def train_pair_lens_ladders(models: dict[str, tuple[Any, Any]], corpus: Any, lens: LensSettings, *,
                             folder: str | Path, per_sequence: bool = False, progress: bool = True,
                             subdir: str = "") -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Train (or load) and read the lens ladders of loaded models ``{label: (model, tokenizer)}`` on ``corpus``
-    (None: the embedded one), in ``<folder>/lens/<label>/``: (the long table, ``variant`` = label; the top lens
-    by label). Tokenizers that cannot read the corpus are refused before any lens trains."""
+    """Train (or load) and evaluate the lens ladders of loaded models (e.g. a real tied/untied checkpoint pair),
+    each with its own tokenizer.
+
+    Args:
+        models: {label: (model, tokenizer)}.
+        corpus: the corpus (None: the embedded one); lenses train on its validation split and are evaluated on its
+            test split, as for a run.
+        lens: the settings.
+        folder: the pair's folder; each label's ladder lives in ``<folder>/lens/<label>/``.
+        per_sequence, progress, subdir: as in :func:`train_lens_ladders`.
+
+    Returns:
+        (the long table: ``variant`` = label, ``seed`` = 0, per layer or per sequence; the largest-budget lens of
+        the first recipe by label). Tokenizers that cannot read the corpus, or share no token with the first
+        model's, are refused before any lens trains (:func:`tiebias.align.tokenizers.check_tokenizers`).
+    """
     from tiebias.align.tokenizers import check_tokenizers
     from tiebias.data import corpus as data
     from tiebias.data import tokens
@@ -155,9 +197,25 @@ def _val_loss_at(run: Run, variant: str | Variant, seed: int, step: int) -> tupl
 def train_checkpoint_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequence[int],
                                   checkpoints: Sequence[int], lens: LensSettings, *, progress: bool = True,
                                   device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The early-layer gap (largest budget of the first recipe, first protocol; CI, convergence) at each training
-    checkpoint beside the validation loss there: (one row per checkpoint: ``step``, ``val_loss``,
-    ``val_loss_<variant>``, ``val_step``, ``gap``, CI, ``n_seeds``, ``converged``, ``budget``; the per-layer table)."""
+    """Train (or load) lens ladders at each training checkpoint and return the early-layer gap (largest budget,
+    with CI and convergence) there, against validation loss.
+
+    Args:
+        run: the run folder.
+        variants, seeds: the models, as in :func:`train_lens_ladders`; validation losses are averaged over them.
+        checkpoints: training steps, each a checkpoint every model has (a missing one is named).
+        lens: the settings; only the first recipe and the first protocol are used.
+        progress, device: as in :func:`train_lens_ladders`.
+
+    Returns:
+        (one row per checkpoint: ``step``, ``val_loss`` (mean over the models), ``val_loss_<variant>``,
+        ``val_step`` (the step of the last validation at or before it), ``gap``, ``ci_low``, ``ci_high``,
+        ``half_width``, ``n_seeds``, ``converged``, ``budget``; the per-layer table of all checkpoints and rungs).
+
+    Only the first recipe's ladders are trained, read under the first protocol (the headline's). Lenses of
+    checkpoint models live next to the checkpoint (``checkpoints/step-N/lens/``); a checkpoint at the final step is
+    the final model.
+    """
     steps_list = coerce("lens_checkpoints", list(checkpoints))
     lens = check_settings(lens)
     recipe = lens.recipe

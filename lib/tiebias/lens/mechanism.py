@@ -99,8 +99,20 @@ def penalties(parts: pd.DataFrame) -> pd.DataFrame:
 
 
 def compare(parts: pd.DataFrame, a: str = "tied", b: str = "untied", *, level: float = LEVEL) -> pd.DataFrame:
-    """Per measure of :func:`run_row1_parts` (and ``penalty: <name>``): means of ``a`` and ``b`` over seeds and the
-    paired ``difference`` with its t-interval (NaN with fewer than two paired seeds)."""
+    """Each penalty (and each reading's KL, and the geometry) for ``a`` and ``b``, and the paired ``a - b``
+    difference over seeds with its t-interval.
+
+    Args:
+        parts: :func:`row1_parts` tables of several models stacked, with ``variant`` and ``seed`` columns
+            (:func:`run_row1_parts`).
+        a, b: the two variants compared, paired by seed.
+        level: confidence level of the t-intervals.
+
+    Returns:
+        One row per measure (each of :data:`PARTS`, the geometry, then ``penalty: <name>`` for each of
+        :data:`PENALTIES` and ``penalty: interaction``): ``measure``, ``<a>``, ``<b>`` (means over seeds),
+        ``difference``, ``ci_low``, ``ci_high`` (NaN with fewer than two paired seeds) and ``n_seeds``.
+    """
     wide = parts.pivot_table(index=["variant", "seed"], columns="measure", values="value")
     pen = penalties(parts).set_index(["variant", "seed"])
     wide = wide.join(pen.add_prefix("penalty: "))
@@ -115,7 +127,17 @@ def compare(parts: pd.DataFrame, a: str = "tied", b: str = "untied", *, level: f
 
 
 def sentence(table: pd.DataFrame, a: str = "tied", b: str = "untied") -> str:
-    """Which parts of the :func:`compare` table's penalty carry the ``a - b`` difference (interval above 0)."""
+    """Which explanation the numbers support: the penalty parts whose ``a - b`` interval lies above 0.
+
+    Args:
+        table: the :func:`compare` table.
+        a, b: the variants it compared (as in :func:`compare`).
+
+    Returns:
+        The paper's reading's cost to each model and its difference, then the parts (embedding, update, interaction)
+        whose difference's interval lies above 0, or that none does; with one seed, a note that no interval exists.
+        The level named is :data:`tiebias.stats.LEVEL`.
+    """
     pen = table[table.measure.str.startswith("penalty: ") & (table.measure != "penalty: both")].set_index("measure")
     if pen.n_seeds.max() < 2:
         return "One seed: no interval, so no part can be said to carry the difference."
@@ -133,8 +155,17 @@ def sentence(table: pd.DataFrame, a: str = "tied", b: str = "untied") -> str:
 
 
 def k_trend(penalty_by_k: pd.DataFrame, *, level: float = LEVEL) -> dict[str, Any]:
-    """The :func:`penalty_by_k` penalty against log2 k: ``slope`` per doubling, ``ci_low``, ``ci_high``, ``n`` and
-    ``word`` (falls, rises, no trend, or too few points with fewer than two factors or three values)."""
+    """The row-1 penalty (``penalty`` column, per ``k`` and ``seed``) against log2 k: the fitted slope per doubling,
+    its interval, and whether it falls, rises or shows no trend.
+
+    Args:
+        penalty_by_k: the :func:`penalty_by_k` table.
+        level: confidence level of the slope's interval.
+
+    Returns:
+        A dict: ``slope`` (bits per doubling of k), ``ci_low``, ``ci_high``, ``word`` (``falls``, ``rises``,
+        ``no trend``, or ``too few points`` with fewer than two factors or three values) and ``n``.
+    """
     x = np.log2(penalty_by_k.k.to_numpy(dtype=float))
     y = penalty_by_k.penalty.to_numpy(dtype=float)
     if len(set(x)) < 2 or len(y) < 3:
@@ -145,7 +176,15 @@ def k_trend(penalty_by_k: pd.DataFrame, *, level: float = LEVEL) -> dict[str, An
 
 
 def k_sentence(tr: dict[str, Any]) -> str:
-    """The :func:`k_trend` result in words: does scaling the input path lower the row-1 penalty?"""
+    """The causal check in plain words: does scaling the input path lower the row-1 penalty?
+
+    Args:
+        tr: the dict :func:`k_trend` returns.
+
+    Returns:
+        One sentence: the trend with its slope and interval (level :data:`tiebias.stats.LEVEL`) and what it means for
+        the alignment explanation, or that too few models were read.
+    """
     if tr["word"] == "too few points":
         return "Too few models (two or more factors k and three values) to fit a trend of the penalty against k."
     ci = f"{tr['slope']:+.3g} bits per doubling of k, {LEVEL:.0%} CI [{tr['ci_low']:+.3g}, {tr['ci_high']:+.3g}]"
@@ -161,8 +200,20 @@ def k_sentence(tr: dict[str, Any]) -> str:
 
 def run_row1_parts(run: Any, variants: list[str], seeds: list[int], lens: LensSettings, *,
                    progress: bool = True) -> pd.DataFrame:
-    """:func:`row1_parts` of each finished model of a run with its lens (:func:`tiebias.lens.ladder.ensure_lens`) on
-    ``lens.eval_tokens`` test tokens, stacked with ``variant`` and ``seed`` columns; none finished is a ValueError."""
+    """:func:`row1_parts` for each finished model of a run (``variant``, ``seed`` columns added), read with its lens
+    (``lens``: the first recipe at the largest budget, trained first if not saved yet) on ``lens.eval_tokens``
+    test tokens.
+
+    Args:
+        run: the run folder (:class:`tiebias.run.Run`).
+        variants, seeds: the models; those not finished are skipped, and none finished is a ValueError.
+        lens: the lens settings (:func:`tiebias.lens.ladder.ensure_lens`); its ``seq_len`` and ``eval_tokens`` set
+            the reading.
+        progress: show progress bars while a lens trains.
+
+    Returns:
+        The :func:`row1_parts` rows of every model stacked: ``measure``, ``value``, ``kind``, ``variant``, ``seed``.
+    """
     from tiebias.lens.ladder import ensure_lens
 
     frames = []
@@ -179,8 +230,20 @@ def run_row1_parts(run: Any, variants: list[str], seeds: list[int], lens: LensSe
 
 
 def penalty_by_k(run: Any, variants: Sequence[Variant], seeds: list[int], lens: LensSettings) -> pd.DataFrame:
-    """The row-1 penalties (:func:`penalties`) of a sweep's tied models with an unscaled output path (two or more
-    factors ``k`` needed), sorted by ``k`` and seed; ``penalty`` is the paper's reading's (both parts)."""
+    """The row-1 penalties (:func:`penalties`) of every tied model of a sweep whose output path is unscaled, with its
+    input-path factor ``k``; ``penalty`` is the paper's reading's (both parts). ``lens`` as :func:`run_row1_parts`.
+
+    Args:
+        run: the sweep's run folder.
+        variants: the sweep's variants; the tied ones with an unscaled output path are read, and they need two or more
+            different factors k (else ValueError).
+        seeds: the seeds read (unfinished models are skipped).
+        lens: as in :func:`run_row1_parts`.
+
+    Returns:
+        One row per model, sorted by ``k`` then ``seed``: ``variant``, ``seed``, each of :data:`PENALTIES`,
+        ``interaction``, ``k`` and ``penalty``.
+    """
     tied = [v for v in variants if v.tied and v.output_factor == 1.0]
     if len({v.input_factor for v in tied}) < 2:
         raise ValueError(f"variants: {[v.name for v in variants]} hold fewer than two tied models with different "

@@ -26,8 +26,20 @@ PRECISIONS = ("auto", "bf16", "fp32")
 
 
 def logits_precision(device: torch.device, requested: str | None = None) -> str:
-    """``"bf16"`` or ``"fp32"``: the lens logits' precision in training on ``device`` for ``requested`` (one of
-    :data:`PRECISIONS`; None: ``$TIEBIAS_LENS_PRECISION``, else ``"auto"``: bf16 where bf16 matmuls are supported)."""
+    """The precision of the lens logits in lens training: ``"bf16"`` or ``"fp32"``.
+
+    Args:
+        device: the device the lens trains on (where bf16 support is asked).
+        requested: ``"auto"``, ``"bf16"`` or ``"fp32"`` (None: ``$TIEBIAS_LENS_PRECISION``, else ``"auto"``); any
+            other value is a ValueError naming where it came from.
+
+    Returns:
+        ``"bf16"`` or ``"fp32"``.
+
+    ``requested`` (default: ``$TIEBIAS_LENS_PRECISION``, else ``"auto"``) is one of :data:`PRECISIONS`; ``auto``
+    is bf16 where bf16 matmuls are supported (a CUDA GPU with bf16, a CPU whose oneDNN reports bf16), like the
+    package's autocast, else fp32. It moves the trained lens by a rounding-sized amount (README: "Lens precision").
+    """
     req = requested if requested is not None else os.environ.get(PRECISION_ENV, "auto").strip().lower() or "auto"
     if req not in PRECISIONS:
         where = PRECISION_ENV if requested is None else "precision"

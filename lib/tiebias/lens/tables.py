@@ -23,7 +23,16 @@ ID_COLUMNS = ["variant", "seed", "step", "recipe", "budget", "lens_steps", "prot
 
 
 def per_layer(seq_table: pd.DataFrame) -> pd.DataFrame:
-    """Mean over evaluation sequences of a per-sequence table (``n_tokens`` summed); a per-layer one as it is."""
+    """Mean over evaluation sequences of a per-sequence table: one row per model, lens and layer.
+
+    Args:
+        seq_table: a lens table (:func:`tiebias.lens.ladder.train_lens_ladders` with ``per_sequence=True``); one
+            without a ``sequence`` column is returned as it is.
+
+    Returns:
+        The :data:`ID_COLUMNS` present, ``layer``, the :data:`METRICS` (mean over sequences) and ``n_tokens`` (their
+        sum).
+    """
     if "sequence" not in seq_table:
         return seq_table
     keys = [c for c in ID_COLUMNS if c in seq_table] + ["layer"]
@@ -34,7 +43,15 @@ def per_layer(seq_table: pd.DataFrame) -> pd.DataFrame:
 
 
 def at_protocol(df: pd.DataFrame, protocol: str = "package") -> pd.DataFrame:
-    """The rows of one lens protocol, re-indexed; a table without the column is all package; a missing one is refused."""
+    """The rows of one lens protocol (:data:`tiebias.config.choices.LENS_PROTOCOLS`); a table without the column is all package.
+
+    Args:
+        df: a lens table, per layer or per sequence.
+        protocol: the protocol kept; one the table lacks is refused (ValueError).
+
+    Returns:
+        The rows of that protocol, re-indexed from 0 (the table itself when it has no ``protocol`` column).
+    """
     if "protocol" not in df:
         if protocol != "package":
             raise ValueError(f"protocol: {protocol!r} not in the table; it has no protocol column (package rows only)")
@@ -46,8 +63,16 @@ def at_protocol(df: pd.DataFrame, protocol: str = "package") -> pd.DataFrame:
 
 
 def at_budget(df: pd.DataFrame, budget: int | None = None, recipe: str | None = None) -> pd.DataFrame:
-    """The rows of one recipe (default: the table's first) at one budget (default: its largest), re-indexed; one the
-    table lacks is refused (ValueError)."""
+    """The rows of one recipe (default: the first in the table) and one budget (default: its largest).
+
+    Args:
+        df: a lens table; one without a ``recipe`` column is returned as it is.
+        budget: the ladder rung kept (None: the recipe's largest); one the table lacks is refused (ValueError).
+        recipe: the lens recipe kept (None: the table's first row's); one the table lacks is refused.
+
+    Returns:
+        The rows of that rung, re-indexed from 0.
+    """
     if "recipe" not in df:
         return df
     recipe = recipe if recipe is not None else str(df.recipe.iloc[0])
@@ -97,8 +122,23 @@ def _n_seeds(df: pd.DataFrame, a: str, b: str) -> int:
 
 def gaps(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied", b: str = "untied", *,
          paired: bool = True, level: float = LEVEL, n_boot: int = 2000) -> pd.DataFrame:
-    """Per-layer gap table of one rung (:func:`gap_table`'s columns): over seeds (t) with two or more seeds, else a
-    bootstrap over sequences (``ci_method`` says which); models of different depth are refused (see :func:`early_gap`)."""
+    """Per-layer gap table of one rung with a CI: over seeds (t) with two or more seeds, else a bootstrap over sequences.
+
+    Args:
+        seq_table: one rung's lens table (:func:`at_budget`), per sequence for the one-pair bootstrap.
+        column: the metric compared (one of :data:`METRICS`).
+        a, b: the two variants; the gap is ``a - b``.
+        paired: pair the sequences of the two models in the bootstrap (both read the same evaluation tokens).
+        level: confidence level of the intervals.
+        n_boot: bootstrap resamples (one pair only).
+
+    Returns:
+        One row per layer: ``layer``, ``<a>``, ``<b>`` (means), ``gap``, ``gap_sd``, ``ci_low``, ``ci_high``,
+        ``p_value``, ``n_seeds``, ``significant`` (the CI excludes 0) and ``ci_method``.
+
+    Same columns as :func:`gap_table`; ``ci_method`` says which interval it is. One pair of models of
+    different depth has no per-layer gap (compare :func:`early_gap` on relative depth instead).
+    """
     if _n_seeds(seq_table, a, b) > 1 or "sequence" not in seq_table:
         return gap_table(seq_table, column, a, b, level)
     depth = seq_table.groupby("variant").layer.max()
@@ -162,7 +202,17 @@ def early_gap(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "
 
 def ladder_gaps(seq_table: pd.DataFrame, recipe: str | None = None, column: str = "kl_tuned_bits", *,
                 paired: bool = True, level: float = LEVEL) -> pd.DataFrame:
-    """:func:`early_gap` at every budget of one recipe's ladder (default: the first), one row per budget ascending."""
+    """The early-layer gap with its CI at every budget of one recipe's ladder (default: the first recipe).
+
+    Args:
+        seq_table: a lens table holding every rung (per sequence for the one-pair bootstrap).
+        recipe: the ladder read (None: the table's first row's recipe).
+        column, paired, level: as in :func:`early_gap`: the metric, pairing of sequences, confidence level.
+
+    Returns:
+        One row per budget, ascending: ``recipe``, ``budget``, ``gap``, ``ci_low``, ``ci_high``, ``half_width``,
+        ``n_seeds`` and ``method`` (which interval).
+    """
     recipe = recipe if recipe is not None else str(seq_table.recipe.iloc[0])
     rows = []
     for budget in sorted(set(seq_table[seq_table.recipe == recipe].budget)):
@@ -200,8 +250,22 @@ def kl_convergence(kl: pd.DataFrame, recipe: str | None = None, column: str = "k
 
 
 def convergence(ladder: pd.DataFrame, kl: pd.DataFrame | None = None) -> dict[str, Any]:
-    """Whether the :func:`ladder_gaps` ladder converged (module docstring; the KL part only given the table ``kl``):
-    ``converged`` (None with one budget), ``change``, ``half_width``, ``budgets``, ``gap_converged``, ``kl``."""
+    """Whether the ladder converged: its last rung moved the early-layer gap by less than that gap's CI half-width
+    and, given the per-layer table ``kl``, moved no layer's KL by more than :func:`kl_convergence`'s tolerance.
+
+    Args:
+        ladder: :func:`ladder_gaps` output (one recipe).
+        kl: the lens table of the same ladder (per layer or per sequence), for the per-layer KL part (None: the gap
+            part only).
+
+    Returns:
+        A dict: ``converged``, ``change``, ``half_width``, ``budgets`` (ascending), ``gap_converged`` and ``kl``.
+
+    ``converged`` is None with a single budget (nothing to
+    compare), else a bool; ``change`` is the last rung's change of the gap, ``half_width`` the largest
+    budget's CI half-width (NaN, e.g. with zero spread, counts as not converged); ``gap_converged`` and
+    ``kl`` (:func:`kl_convergence`, or None without ``kl``) give the two parts.
+    """
     lad = ladder.sort_values("budget")
     if len(lad) < 2:
         return {"converged": None, "change": math.nan, "half_width": float(lad.half_width.iloc[-1]),
@@ -267,12 +331,29 @@ def describe_convergence(conv: dict[str, Any]) -> str:
 
 
 def same_depth(table: pd.DataFrame) -> bool:
-    """Whether every model in the table has the same number of layers (per-layer gaps need that)."""
+    """Whether every model in the table has the same number of layers (per-layer gaps need that).
+
+    Args:
+        table: a lens table with ``variant`` and ``layer`` columns.
+
+    Returns:
+        True when every variant's deepest layer is the same.
+    """
     return table.groupby("variant").layer.max().nunique() == 1
 
 
 def ladder_layers(kl: pd.DataFrame, layers: Sequence[int] = (0, 1, 2), column: str = "kl_tuned_bits") -> pd.DataFrame:
-    """Tuned-lens KL of ``layers`` at every rung per variant as "mean ± sd" over seeds (rows recipe, budget)."""
+    """Tuned-lens KL of the given layers at every rung, per variant: "mean ± sd" over seeds (rows recipe, budget).
+
+    Args:
+        kl: a lens table holding every rung (per layer or per sequence).
+        layers: the layers shown.
+        column: the metric shown (one of :data:`METRICS`).
+
+    Returns:
+        A table of text cells, indexed by (``recipe``, ``budget``), columns (``layer``, ``variant``); the sd is 0
+        with one seed.
+    """
     sub = per_layer(kl)
     sub = sub[sub.layer.isin(layers)]
     g = sub.groupby(["recipe", "budget", "layer", "variant"], sort=False)[column]
@@ -281,7 +362,15 @@ def ladder_layers(kl: pd.DataFrame, layers: Sequence[int] = (0, 1, 2), column: s
 
 
 def describe_scale(scale: pd.DataFrame, level: float = LEVEL) -> str:
-    """Per checkpoint of :func:`tiebias.lens.ladder.train_checkpoint_lens_ladders`: loss, gap and where its CI lies."""
+    """One sentence per checkpoint of :func:`train_checkpoint_lens_ladders`: validation loss, early-layer gap and whether its CI is above 0.
+
+    Args:
+        scale: the per-checkpoint table of :func:`tiebias.lens.ladder.train_checkpoint_lens_ladders`.
+        level: the level the table's intervals were computed at, named in the text (it does not recompute them).
+
+    Returns:
+        The sentences joined, ending with the steps whose CI lies above 0 (or that none does).
+    """
     parts = []
     for r in scale.itertuples():
         where = stats.ci_position(r.ci_low, r.ci_high)
@@ -295,7 +384,15 @@ def describe_scale(scale: pd.DataFrame, level: float = LEVEL) -> str:
 
 
 def describe_gaps(gaps: pd.DataFrame) -> str:
-    """One sentence on a :func:`gaps` table: the input-layer and early gap, where tied is larger, where the CI excludes 0."""
+    """One sentence on a per-layer gap table: where tied reads worse, and where the CI excludes 0.
+
+    Args:
+        gaps: a per-layer gap table (:func:`gaps`) of the tied and untied variants.
+
+    Returns:
+        The sentence: the gap at the input layer and over the early layers, the layers where tied is larger, and
+        those whose CI (level :data:`tiebias.stats.LEVEL`) excludes 0.
+    """
     early = early_layers(int(gaps.layer.max()))
     value = float(gaps[gaps.layer.isin(early)].gap.mean())
     return (f"Tied - untied tuned-lens KL: {float(gaps[gaps.layer == 0].gap.iloc[0]):+.3g} bits at the input layer, "
