@@ -1,9 +1,7 @@
 """Command line: ``python -m tiebias study --profile smoke`` runs the notebooks in order.
 
-Exit codes: 0 done; 1 a notebook failed (its error in one line, the executed notebook holding the
-traceback) or the run folder could not be written (made read-only meanwhile: one line naming it); 2 a bad parameter, refused before anything is written; 130 / 143 stopped by SIGINT (Ctrl-C) /
-SIGTERM, finished work kept.
-"""
+Exit codes: 0 done; 1 a notebook failed or the run folder could not be written (one line); 2 a bad parameter,
+refused before anything is written; 130 / 143 stopped by SIGINT / SIGTERM, finished work kept."""
 
 from __future__ import annotations
 
@@ -25,11 +23,8 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 @contextlib.contextmanager
 def _stoppable() -> Iterator[None]:
-    """SIGINT and SIGTERM raise :class:`tiebias.study.Stopped` once; a repeat is ignored while the kernel shuts down.
-
-    Logging is off from the signal until the block ends: the client waiting on the kernel may otherwise log the
-    kernel's shutdown ("Kernel died while waiting for execute reply.") before the one stop line.
-    """
+    """SIGINT and SIGTERM raise :class:`tiebias.study.Stopped` once (a repeat is ignored), and logging stays off
+    from then until the block ends, so the kernel's shutdown logs nothing before the one stop line."""
     from .study import Stopped
 
     def stop(signum: int, frame: Any) -> None:
@@ -52,8 +47,7 @@ def _stoppable() -> Iterator[None]:
 
 
 def _study(args: argparse.Namespace, committed: bool = False) -> int:
-    """Run the study quietly: one line per notebook, one error line (exit 1) or one stop line (128 + signal);
-    ``committed`` runs the notebooks as committed (an exercise), not the files in notebooks/."""
+    """Run the study quietly: one line per notebook, one error line (exit 1) or one stop line (128 + signal)."""
     from .study import FolderUnwritable, NotebookFailed, Stopped, parse_set, run_study
 
     logging.getLogger("papermill").setLevel(logging.WARNING)  # no "Input Notebook: ..." banner
@@ -76,16 +70,12 @@ def _study(args: argparse.Namespace, committed: bool = False) -> int:
 
 
 EXERCISE_ID = re.compile(r"[0-9a-z-]+")
-"""What an exercise id may hold (``02-b``): anything else is refused before it is used in a name or a command."""
+"""What an exercise id may hold (``02-b``)."""
 
 
 def _exercise(exercise_id: str, profile: str | None, run_dir: str | None = None) -> int:
-    """Run an exercise's study command (printed first, so it can be rerun by hand) on the notebooks as committed
-    (:func:`tiebias.study.committed_sources`), or list the exercises.
-
-    The run folder defaults to ``ex-<id>`` in the checkout's runs folder (:func:`tiebias.config.paths.runs_dir`),
-    whatever the working folder.
-    """
+    """Run an exercise's study command (printed first) on the notebooks as committed, into ``runs/ex-<id>`` of the
+    checkout by default; without an id, list the exercises."""
     from tiebias.config.paths import runs_dir
     from tiebias.teach import exercises
 
@@ -125,7 +115,6 @@ def _reproduction(run_dir: str, scale_dir: str | None) -> int:
 
 
 def main_parser() -> argparse.ArgumentParser:
-    """The command line's parser: study, exercise, walkthrough, reproduction, profiles."""
     ap = argparse.ArgumentParser(prog="tiebias", description="Weight-tying bias study kit (Lopardo et al., 2026).")
     sub = ap.add_subparsers(dest="cmd", required=True)
     st = sub.add_parser("study", help="run the notebooks in order with papermill into <run>/notebooks/")
@@ -156,7 +145,7 @@ def main_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse the command line and run it; returns the exit code (see the module's docstring)."""
+    """Parse the command line and run it; returns the exit code."""
     args = main_parser().parse_args(argv)
     try:
         if args.cmd == "profiles":

@@ -1,15 +1,8 @@
-"""The git filter for notebooks: outputs and what JupyterLab writes on save dropped, so git sees only sources.
+"""The git filter for notebooks: nbstripout (cell ids kept) plus the ``kernelspec`` and ``language_info`` blocks
+JupyterLab rewrites on every save, written as committed, so git sees only sources.
 
-nbstripout alone drops outputs and execution counts but keeps the notebook's ``kernelspec`` and
-``language_info``, which JupyterLab rewrites on every save (the running kernel's display name, Python
-version, lexer, ...): an unchanged notebook saved in JupyterLab would show as modified. :func:`clean`
-runs nbstripout (cell ids kept) and writes those two blocks as the committed notebooks hold them.
-``make setup`` installs ``python -m tiebias.nbfilter`` as the clean filter and the diff text
-conversion named in ``.gitattributes``.
-
-    python -m tiebias.nbfilter < executed.ipynb > source.ipynb      (as git's clean filter)
-    python -m tiebias.nbfilter executed.ipynb                        (as git's diff textconv)
-"""
+    python -m tiebias.nbfilter < executed.ipynb > source.ipynb      (git's clean filter)
+    python -m tiebias.nbfilter executed.ipynb                        (git's diff textconv)"""
 
 from __future__ import annotations
 
@@ -44,7 +37,7 @@ def strip(nb: Any) -> Any:
 
 
 def clean(text: str) -> str:
-    """The text git stores for a notebook's text (what the clean filter writes)."""
+    """The text git stores for a notebook's text."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=UserWarning)
         nb = strip(nbformat.reads(text, as_version=nbformat.NO_CONVERT))
@@ -54,13 +47,8 @@ def clean(text: str) -> str:
 
 
 def post_save(model: dict | None = None, os_path: str = "", contents_manager: Any = None, **_: Any) -> None:
-    """Jupyter's post-save hook: a saved notebook whose stored text is unchanged gets its git record refreshed.
-
-    git status compares file sizes before contents, so it lists a notebook whose outputs changed its size
-    even when the filtered text is as committed; ``git add`` of such a file stages nothing and refreshes
-    that record. A notebook with real changes, an untracked one or one outside git is left alone. Enable
-    it with ``jupyter lab --ContentsManager.post_save_hook=tiebias.nbfilter.post_save``.
-    """
+    """Jupyter's post-save hook: a tracked notebook whose filtered text is unchanged is ``git add``-ed, refreshing
+    git's record (it compares sizes first). Enable with ``--ContentsManager.post_save_hook=tiebias.nbfilter.post_save``."""
     path = Path(os_path)
     if path.suffix != ".ipynb" or shutil.which("git") is None:
         return

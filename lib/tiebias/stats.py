@@ -108,8 +108,14 @@ def one_sample_p(x: np.ndarray) -> float:
 
 
 def over_seeds(df: pd.DataFrame, value_cols: Sequence[str], by: Sequence[str], *, sd_name: str = "sd") -> pd.DataFrame:
-    """Mean, sample sd (NaN for one seed) and n of each value column over seeds, grouped by ``by`` in order of
-    appearance; columns (value, stat)."""
+    """Mean, sample sd (NaN for one seed) and n of each value column over seeds.
+
+    Args:
+        df: one row per seed; value_cols: the columns summarised; by: the grouping columns (in order of appearance);
+        sd_name: the sd statistic's name.
+
+    Returns:
+        Indexed by ``by``, columns (value column, ``mean`` / ``sd_name`` / ``n``)."""
     g = df.groupby(list(by), sort=False)
     res = pd.DataFrame({(c, s): getattr(g[c], f)(**kw) for c in value_cols
                         for s, f, kw in (("mean", "mean", {}), (sd_name, "std", {"ddof": 1}), ("n", "count", {}))})

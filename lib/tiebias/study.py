@@ -33,11 +33,8 @@ UTF8_MODE_ENV = "PYTHONUTF8"
 
 
 class NotebookFailed(pm.PapermillExecutionError):
-    """A notebook of the study stopped on an error: which one, the error's one line, the executed notebook.
-
-    A :class:`papermill.PapermillExecutionError` (callers catching that still do), whose text is short:
-    the full traceback is in the executed notebook, not repeated here.
-    """
+    """A notebook of the study stopped on an error (still a :class:`papermill.PapermillExecutionError`): its
+    text is the notebook, the error's one line and where the executed notebook with the traceback is."""
 
     def __init__(self, notebook: str, executed: Path, ename: str, evalue: str, traceback: list[str] | None = None,
                  cell_index: int | None = None, exec_count: int | None = None, source: str | None = None) -> None:
@@ -46,22 +43,19 @@ class NotebookFailed(pm.PapermillExecutionError):
 
     @property
     def line(self) -> str:
-        """The error as the notebook raised it: ``ValueError: lr: ...``."""
         return f"{self.ename}: {self.evalue}"
 
     def __str__(self) -> str:
-        """Notebook, error line and where the full traceback is."""
         cell = f", cell In [{self.exec_count}]" if self.exec_count is not None else ""
         return f"{self.notebook} failed: {self.line}\nfull traceback: {path_text(self.executed, 'replace')}{cell}"
 
 
 class FolderUnwritable(RuntimeError):
-    """The run folder could not be written while a notebook ran (made read-only or immutable, or the disk full):
-    the executed notebook could not be saved either, so the message names the folder and what to do."""
+    """The run folder could not be written while a notebook ran (read-only, immutable, disk full): the
+    message names the folder and what to do."""
 
     @classmethod
     def of(cls, folder: Path, err: OSError, what: str) -> FolderUnwritable:
-        """The error for ``err`` met writing into ``folder``; ``what`` says what stopped."""
         where = f" ({err.filename})" if err.filename else ""
         return cls(f"{what}: the run folder {path_text(folder, 'replace')} cannot be written{where}: {err.strerror}. "
                    "Make it writable again (chmod -R u+w, or chattr -R -i for an immutable folder; free space if the "
@@ -72,7 +66,7 @@ _UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUO
 
 
 class Stopped(KeyboardInterrupt):
-    """The study was stopped by a signal (SIGINT or SIGTERM); ``notebook`` is the one that was running, if any."""
+    """The study was stopped by SIGINT or SIGTERM; ``notebook`` is the one that was running, if any."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
@@ -98,21 +92,17 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
 
 
 Source = Path | nbformat.NotebookNode
-"""A notebook a study executes: the file in ``notebooks/``, or the notebook as committed (:func:`committed_sources`)."""
+"""A notebook a study executes: the file in ``notebooks/``, or the notebook as committed."""
 
 
 def declared_parameters(name: str, source: Source | None = None) -> set[str]:
-    """The names a notebook's papermill parameters cell declares (in ``source``, default the file in notebooks/)."""
+    """The names a notebook's papermill parameters cell declares (``source``: default its file)."""
     return set(pm.inspect_notebook(source if source is not None else str(notebooks_dir() / f"{name}.ipynb")))
 
 
 def committed_sources(names: list[str]) -> tuple[dict[str, Source], str]:
-    """The notebooks as the checkout's last commit holds them (``git show HEAD:``), and one line saying so.
-
-    An exercise runs these, never the files in ``notebooks/``: a student's half-written edit there (a syntax error, a
-    cell that starts an exercise) must not break or repeat it. Outside a git checkout (or without git) there is no
-    committed copy: the files on disk are returned, and the line says that edits to them take effect.
-    """
+    """The notebooks as the checkout's last commit holds them, and one line saying so: an exercise runs
+    these, so a student's half-written edit in ``notebooks/`` cannot break or repeat it (outside git: the files on disk)."""
     folder = notebooks_dir()
     try:
         head = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -135,8 +125,7 @@ def committed_sources(names: list[str]) -> tuple[dict[str, Source], str]:
 
 
 def refuse_inside_study() -> None:
-    """Refuse a study in a notebook that a study runs (a cell that starts an exercise, saved into the notebook): it
-    would start the notebooks again, and each level the next."""
+    """Refuse a study inside a notebook a study runs: it would run the notebooks again, level after level."""
     if environment.in_study():
         raise ValueError(f"study: refused inside a notebook that a study runs ({environment.STUDY_ENV}=1): it would "
                          "run the notebooks again, level after level; start studies and exercises in a terminal")
@@ -145,14 +134,9 @@ def refuse_inside_study() -> None:
 def check_study(profile: str | Path | None = None, run_dir: str | Path | None = None,
                 overrides: dict[str, Any] | None = None, only: list[str] | None = None,
                 sources: dict[str, Source] | None = None) -> tuple[dict[str, Any], list[str]]:
-    """Check everything a study would run with, writing nothing: the resolved parameters and the notebooks.
-
-    Every override must be a parameter of at least one notebook that will run; otherwise it would be
-    accepted and then silently dropped. The run folder must be new, empty or the kit's, and apart from a
-    local corpus (:mod:`tiebias.run.guard`). A study is refused inside a notebook a study runs: a cell that
-    starts one (an exercise pasted into a notebook) would otherwise start the notebooks again, level after level.
-    ``sources`` replaces the files in ``notebooks/`` (an exercise's committed notebooks).
-    """
+    """Check everything a study would run with, writing nothing; returns the resolved parameters and the
+    notebooks. Every override must be a parameter of a notebook that runs (else it would be silently dropped); the run
+    folder must pass :mod:`tiebias.run.guard`; ``sources`` replaces the files in ``notebooks/``."""
     refuse_inside_study()
     overrides = dict(overrides or {})
     for k in ("profile", "run_dir"):
@@ -179,12 +163,8 @@ def check_study(profile: str | Path | None = None, run_dir: str | Path | None = 
 
 
 def notebook_values(params: dict[str, Any]) -> dict[str, Any]:
-    """Parameters as a notebook holds them: file names as UTF-8 text (:func:`tiebias.config.paths.path_text`).
-
-    Under an ASCII locale a non-ASCII folder name is held as surrogate escapes, which a notebook file cannot
-    store; the kernel, started in UTF-8 mode (:func:`_kernel_values`), reads the text as the same folder. A name
-    whose bytes are not UTF-8 is refused, naming the parameter.
-    """
+    """Parameters as a notebook holds them: file names as UTF-8 text (a name held as surrogate escapes under an
+    ASCII locale; the kernel runs in UTF-8 mode). A name whose bytes are not UTF-8 is refused, naming the parameter."""
     out = dict(params)
     for k in ("profile", "run_dir", *PATH_PARAMETERS):
         if isinstance(out.get(k), str):
@@ -204,12 +184,8 @@ def folder_kind_of(params: dict[str, Any], names: list[str]) -> Kind:
 
 @contextlib.contextmanager
 def _writable(out: Path) -> Iterator[Path]:
-    """Where papermill may write ``out``: ``out`` itself, unless its name is held as surrogate escapes.
-
-    Papermill records the output path inside the notebook, and a notebook file cannot hold surrogate escapes
-    (an ASCII locale's non-ASCII folder name): then the notebook is executed in a temporary folder and moved to
-    ``out`` when it stops, its recorded path rewritten as text (:func:`tiebias.config.paths.path_text`).
-    """
+    """Where papermill may write ``out``: ``out`` itself, unless its name is held as surrogate escapes (a notebook
+    cannot store them): then a temporary file moved to ``out`` when it stops, its recorded path rewritten as text."""
     if out.is_symlink():
         out.unlink()  # papermill writes the file by name: a link there is removed, never written through
     if path_text(out, "surrogateescape") == str(out):
@@ -229,7 +205,7 @@ def _writable(out: Path) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def _kernel_env(values: dict[str, str]) -> Iterator[None]:
-    """Environment variables set while a notebook's kernel starts (it reads them then), restored afterwards."""
+    """Environment variables set while a notebook's kernel starts, restored afterwards."""
     before = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
     try:
@@ -243,10 +219,8 @@ def _kernel_env(values: dict[str, str]) -> Iterator[None]:
 
 
 def _kernel_values(profile: str | None) -> dict[str, str]:
-    """What a study's kernel is told: $TIEBIAS_PROFILE as ``make lab`` sets it (a notebook then knows its profile was
-    named), $TIEBIAS_STUDY (04 leaves the run's pages to the study), and Python's UTF-8 mode when this process's file
-    names are not UTF-8 (under an ASCII locale the kernel could not otherwise name a non-ASCII run folder given as
-    text; in UTF-8 mode Python and the Rust libraries, tokenizers and safetensors, name it alike)."""
+    """What a study's kernel is told: $TIEBIAS_PROFILE when named, $TIEBIAS_STUDY, and Python's UTF-8 mode when
+    this process's file names are not UTF-8 (so the kernel can name a non-ASCII run folder)."""
     from tiebias.config.environment import STUDY_ENV
 
     values = {STUDY_ENV: "1"}
@@ -258,8 +232,7 @@ def _kernel_values(profile: str | None) -> dict[str, str]:
 
 
 def _execute(name: str, src: Source, out: Path, parameters: dict[str, Any], progress: bool) -> None:
-    """Execute one notebook into ``out``, in the folder of ``src`` (of notebooks/ for a notebook given as its
-    content); an error in it becomes :class:`NotebookFailed`, a stop names it."""
+    """Execute one notebook into ``out``; an error becomes :class:`NotebookFailed`, a stop names the notebook."""
     from nbclient.exceptions import DeadKernelError
 
     try:
@@ -285,8 +258,7 @@ def _execute(name: str, src: Source, out: Path, parameters: dict[str, Any], prog
 
 
 def peak_child_mib() -> float:
-    """The largest resident memory of any finished child process so far (a notebook's kernel), in MiB: after each
-    notebook, the peak of the largest kernel up to then (the operating system keeps only the maximum)."""
+    """The largest resident memory of any finished child process so far (a notebook's kernel), MiB."""
     import resource
 
     kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux, bytes on macOS
@@ -296,13 +268,9 @@ def peak_child_mib() -> float:
 def run_study(profile: str | Path | None = None, run_dir: str | Path | None = None,
               overrides: dict[str, Any] | None = None, only: list[str] | None = None,
               progress: bool = True, committed: bool = False) -> dict[str, float]:
-    """Execute the notebooks in order into ``<run>/notebooks/``, then write summary.json and report.html.
-
-    All parameters are checked before anything is written; each override reaches every notebook that
-    declares it, as the checked (typed) value. A notebook that raises stops the study with
-    :class:`NotebookFailed` (its executed copy holds the traceback). ``committed`` (an exercise) runs the
-    notebooks as committed (:func:`committed_sources`) instead of the files in ``notebooks/``.
-    """
+    """Execute the notebooks in order into ``<run>/notebooks/``, then write summary.json, the reproduction report and
+    report.html. Everything is checked before anything is written; ``committed`` (an exercise) runs the notebooks as
+    committed."""
     overrides = dict(overrides or {})
     sources: dict[str, Source] = {}
     if committed:

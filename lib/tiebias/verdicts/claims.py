@@ -1,20 +1,12 @@
 """The four claims: each one's rule, threshold and verdict text, defined once.
 
-A notebook computes the numbers (tables from ``comparisons``, ``gradients``, ``lens.tables``,
-``ablate``), asks this module for a :class:`Verdict`, prints its ``text`` and stores it with
-:func:`record`. The rules:
-
-1. alignment: gap (untied output -> tied) - (untied input -> tied) above ``NOISE_SDS`` seed sd (one
-   pair: its bootstrap CI over tokens above 0);
+1. alignment: gap (untied output -> tied) - (untied input -> tied) above ``NOISE_SDS`` seed sd (one pair: its
+   bootstrap CI over tokens above 0);
 2. gradient flow: the output path's share of the tied matrix's gradient above ``CLAIM2_SHARE``;
 3. tuned lens: the CI of the early-layer KL gap (tied - untied) above 0, at a converged lens budget;
-4. causality: with k, the input cosine rises and the output cosine falls by more than ``NOISE_SDS``
-   seed sd each.
+4. causality: with k, the input cosine rises and the output cosine falls by more than ``NOISE_SDS`` seed sd each.
 
-Above all four: a run that is not evidence (:func:`tiebias.verdicts.evidence.not_meaningful`: the smoke profile, models not
-below the unigram baseline; for claim 3, models not below the bigram baseline) records the claim as "not meaningful", and
-:func:`record` puts the reason first.
-"""
+A run that is not evidence (:func:`tiebias.verdicts.evidence.not_meaningful`) records "not meaningful" (:func:`record`)."""
 
 from __future__ import annotations
 
@@ -45,7 +37,7 @@ from tiebias.verdicts import evidence, records
 from tiebias.verdicts.status import DOES_NOT_HOLD, HOLDS, NOT_MEANINGFUL, printed, status_of
 
 CLAIM3_KEYS = {"package": "claim3_tuned_lens", "reference": "claim3_tuned_lens_reference"}
-"""Claim 3's record under each lens protocol (:data:`tiebias.config.choices.LENS_PROTOCOLS`): one rule, two readings."""
+"""Claim 3's record under each lens protocol: one rule, two readings."""
 NOISE_SDS = 2  # "beyond noise": a change larger than this many seed standard deviations
 CLAIM2_SHARE = 0.5  # claim 2 holds when the output path carries more than half of the gradient
 CLAIM4_RATIO = 1.0  # claim 4 holds when both changes, in units of NOISE_SDS seed sd, are above this
@@ -53,12 +45,8 @@ CLAIM4_RATIO = 1.0  # claim 4 holds when both changes, in units of NOISE_SDS see
 
 @dataclass
 class Verdict(records.Headline):
-    """One claim's headline (the :class:`tiebias.verdicts.records.Headline` its record stores) and ``text``, what the
-    notebook prints; ``holds`` is ``value > threshold``.
-
-    :func:`record` rewrites ``status`` and ``text`` of a verdict from a run that is not evidence. ``models`` are the
-    keys of the models the numbers come from (read from the claim's table), which the record keeps with their identity.
-    """
+    """One claim's headline (what its record stores), ``text`` (what the notebook prints) and ``models`` (the keys
+    of the models behind the numbers); ``holds`` is ``value > threshold``."""
 
     details: dict = field(default_factory=dict)
     models: list[str] = field(default_factory=list)
@@ -70,19 +58,14 @@ class Verdict(records.Headline):
 
 
 def record(dest: Run, v: Verdict) -> dict:
-    """Store a verdict as the run's (or an external pair's folder's) headline for its claim.
+    """Store a verdict as the record of its claim; from a run that is not evidence the status is "not meaningful"
+    (the rule's reading kept in ``details["reading"]``) and ``v`` changes to match: the banner first, the same status.
 
     Args:
-        dest: the run (or an external pair's folder) whose ``results/`` holds the record.
-        v: the verdict (:class:`Verdict`); changed in place when the run is not evidence (below).
+        dest: the run (or an external pair's folder) whose ``results/`` holds the record; v: the verdict.
 
     Returns:
-        The stored entry, as :func:`tiebias.verdicts.records.record` returns it.
-
-    From a run that is not evidence (:func:`tiebias.verdicts.evidence.not_meaningful`) the record's status is "not
-    meaningful" with the reason (the rule's own reading kept in ``details["reading"]``), and ``v`` says so too:
-    the banner first in its text, the same status, so what the notebook prints next matches the record.
-    """
+        The stored entry (:func:`tiebias.verdicts.records.record`)."""
     why = evidence.not_meaningful(dest, v.claim)
     if why and v.status != NOT_MEANINGFUL:
         v.details["reading"] = v.status or status_of(v.holds)
@@ -92,8 +75,8 @@ def record(dest: Run, v: Verdict) -> dict:
 
 
 def models_of(table: pd.DataFrame, variants: Sequence[str] = ()) -> list[str]:
-    """The keys of the models behind an analysis table: its ``variant`` and ``seed`` columns (and the untied model of
-    each ``reference_seed``), or each of ``variants`` for every seed in ``seed``, ``seed_source`` or ``seed_target``."""
+    """The model keys behind an analysis table: its ``variant`` / ``seed`` columns (and the untied model of each
+    ``reference_seed``), or each of ``variants`` for every seed in ``seed``, ``seed_source`` or ``seed_target``."""
     pairs: set[tuple[str, int]] = set()
     if "variant" in table and "seed" in table:
         pairs |= {(str(v), int(s)) for v, s in zip(table.variant, table.seed, strict=True)}
@@ -114,14 +97,9 @@ def beyond_noise(change: float, sd: float) -> bool | None:
 
 def alignment_gap(df: pd.DataFrame, method: str = "orthogonal", *, n_boot: int = 2000, level: float = LEVEL,
                   seed: int = 0) -> dict[str, Any]:
-    """Claim 1's numbers: gap = (untied output -> tied) - (untied input -> tied) on the headline pairing.
-
-    Headline pairing is ``cross seed`` when present, else ``same seed``; the gap is computed per tied
-    model (target seed) so its spread over seeds is meaningful. Two or more tied models: threshold =
-    ``NOISE_SDS`` sd over seeds. One pair: no seed noise floor; the CI is a paired bootstrap over tokens
-    (:func:`tiebias.align.comparisons.token_gap`, needs ``table1(..., keep_scores=True)``) and the threshold is
-    its lower half-width, so gap > threshold exactly when the whole CI lies above 0.
-    """
+    """Claim 1's numbers on the headline pairing (``cross seed`` when present): the gap per tied model, its
+    threshold ``NOISE_SDS`` sd over seeds; with one pair a paired bootstrap CI over tokens
+    (:func:`tiebias.align.comparisons.token_gap`), the threshold its lower half-width (gap > threshold: CI above 0)."""
     pairing = "cross seed" if (df.pairing == "cross seed").any() else "same seed"
     d = df[df.pairing == pairing]
     out_t = d[d.comparison == "untied output -> tied"].groupby("seed_target")[method].mean()
@@ -172,19 +150,14 @@ def _claim1_lines(c1: dict[str, Any]) -> list[str]:
 
 
 def claim1(table1: pd.DataFrame, method: str, n_seeds: int, *, where: str = "in this run") -> Verdict:
-    """Claim 1 from a Table-1 frame (``comparisons.table1``): the tied matrix sits nearer the output space.
+    """Claim 1: the tied matrix sits nearer the output space (:func:`alignment_gap`'s rule).
 
     Args:
-        table1: the :func:`tiebias.align.comparisons.table1` frame (with ``keep_scores=True`` for one pair: the
-            token bootstrap of :func:`alignment_gap`).
-        method: the alignment map whose scores decide.
-        n_seeds: the number of seeds, recorded with the verdict.
-        where: how the closing line names the models (e.g. "in this run", or an external pair's names).
+        table1: :func:`tiebias.align.comparisons.table1` (``keep_scores=True`` for one pair); method: the map that decides;
+        n_seeds: recorded with the verdict; where: how the closing line names the models.
 
     Returns:
-        The :class:`Verdict` (``claim1_alignment``): value the gap (untied output -> tied minus untied input -> tied),
-        threshold by :func:`alignment_gap`'s rule, the paper's OLMo-1B values and the noise floor beside.
-    """
+        The :class:`Verdict` ``claim1_alignment``, the paper's OLMo-1B values and the noise floor beside."""
     c1 = alignment_gap(table1, method)
     lines = _claim1_lines(c1)
     holds = c1["gap"] > c1["threshold"]
@@ -205,21 +178,14 @@ def claim1(table1: pd.DataFrame, method: str, n_seeds: int, *, where: str = "in 
 
 
 def claim2(flow: pd.DataFrame, first_n: int, windows: dict[str, dict[str, float]] | None = None) -> Verdict:
-    """Claim 2 from per-model flow summaries (``gradients.summarise_flow`` rows): output share > ``CLAIM2_SHARE``.
+    """Claim 2: the output path's share of the tied matrix's gradient above ``CLAIM2_SHARE``.
 
     Args:
-        flow: one :func:`tiebias.train.gradients.summarise_flow` row per tied model, indexed by model key
-            (``mean_output_share``, ``median_out_in_ratio``).
-        first_n: the steps the summaries were read over, named in the text and details.
-        windows: :func:`tiebias.train.windows.record_details` (None: none recorded).
+        flow: one :func:`tiebias.train.gradients.summarise_flow` row per tied model, indexed by model key;
+        first_n: the steps read; windows: :func:`tiebias.train.windows.record_details` for the details (None: none).
 
     Returns:
-        The :class:`Verdict` (``claim2_gradient_flow``): value the mean output share over the models, threshold
-        :data:`CLAIM2_SHARE`, spread the sd over seeds, the paper's quoted and logged shares beside.
-
-    ``windows`` (:func:`tiebias.train.windows.record_details`: the mean share per metric and window) goes into the
-    record's details beside the headline, which stays the exact split over the first ``first_n`` steps.
-    """
+        The :class:`Verdict` ``claim2_gradient_flow``, spread the sd over seeds, the paper's shares beside."""
     share, ratio = flow.mean_output_share, flow.median_out_in_ratio
     spread = f" ± {share.std(ddof=1):.1%} (sd over {len(share)} seeds)" if len(share) > 1 else " (one seed)"
     value = float(share.mean())
@@ -251,7 +217,7 @@ def claim2(flow: pd.DataFrame, first_n: int, windows: dict[str, dict[str, float]
 
 
 def _keys_in(labels: Any) -> list[str]:
-    """The labels that are model keys (claim 2's flow table is indexed by them)."""
+    """The labels that are model keys."""
     out = []
     for label in labels:
         try:
@@ -263,21 +229,14 @@ def _keys_in(labels: Any) -> list[str]:
 
 
 def below_unigram(summaries: pd.DataFrame, unigram: float, bigram: float | None = None) -> str:
-    """One line per model: did training get below the unigram baseline (the sanity check before any claim), and
-    below the bigram baseline (the check before a layer-wise claim, :data:`tiebias.verdicts.evidence.LAYERWISE`)?
+    """One line per model: below the unigram (and bigram) baseline or not; a diverged model says so instead,
+    and with several models per variant a last line gives each variant's mean.
 
     Args:
-        summaries: training summaries, one row per model indexed by model key (``final_val_loss`` and the
-            divergence fields of :func:`tiebias.train.divergence.reason`).
-        unigram: the unigram baseline's validation loss, nats (:func:`tiebias.data.tokens.unigram_loss`).
-        bigram: the bigram baseline's, nats (:func:`tiebias.verdicts.evidence.validation_bigram`); None: not shown.
+        summaries: training summaries indexed by model key; unigram, bigram: the baselines, nats (bigram None: not shown).
 
     Returns:
-        The lines joined by newlines.
-
-    A model whose training diverged says so instead, with what to do (its loss says nothing about learning). With
-    more than one model per variant, a last line gives each variant's mean over its models that did not diverge.
-    """
+        The lines joined by newlines."""
     lines = "\n".join(f"{k}: {why}; not compared with the unigram baseline, and no claim is taken from it: "
                      f"{divergence.ADVICE}." if (why := divergence.reason(s)) else
                      f"{k}: validation loss {s.final_val_loss:.3f} nats vs unigram baseline {unigram:.3f} "
@@ -300,16 +259,14 @@ def below_unigram(summaries: pd.DataFrame, unigram: float, bigram: float | None 
 
 
 READING_NAMES = {"package": "package reading", "reference": "the paper's reading"}
-"""One name per lens protocol, the same in 03, summary.json and the report: protocol ``reference`` is "the paper's
-reading" (its public code's indexing), protocol ``package`` the "package reading"."""
+"""One name per lens protocol, the same in 03, summary.json and the report."""
 REFERENCE_READING = ("the paper's public code: hidden state i through translator i - 1, the last, already normed, "
                      "state through the last translator and the final norm again")
 
 
 def claim3_rule(converged: bool | None, ci_low: float) -> str:
-    """Claim 3's one rule, as a status: "not converged" (the lens ladder's last rung moved the gap by its CI half-width
-    or more, or some layer's KL beyond its tolerance: ``lens.tables.convergence``),
-    "undetermined" (no CI, e.g. one seed without per-sequence rows), else "holds" when the CI's low end is above 0."""
+    """Claim 3's one rule as a status: "not converged" (``lens.tables.convergence``), "undetermined" without a CI,
+    else "holds" when the CI's low end is above 0."""
     if converged is False:
         return "not converged"
     if not math.isfinite(ci_low):
@@ -339,26 +296,15 @@ def _claim3_closing(status: str) -> str:
 
 def claim3(seq_table: pd.DataFrame, *, paired: bool = True, level: float = LEVEL,
            paper: Any = None, protocol: str = "package") -> Verdict:
-    """Claim 3 at the largest budget of the first recipe of a lens-ladder table (``lens.ladder.train_lens_ladders``).
+    """Claim 3 (:func:`claim3_rule`) at the largest budget of the first recipe, under ``protocol``; ``threshold`` is the
+    distance from the value to the CI's low end, so ``value > threshold`` is "CI above 0".
 
     Args:
-        seq_table: the lens-ladder table, per sequence (for the one-pair bootstrap), every rung.
-        paired, level: as in :func:`tiebias.lens.tables.early_gap`.
-        paper: the paper's value, stored beside ours.
-        protocol: the lens protocol read (a key of :data:`CLAIM3_KEYS`, else ValueError).
+        seq_table: the lens-ladder table, per sequence, every rung; paired, level: as in
+        :func:`tiebias.lens.tables.early_gap`; paper: the paper's value; protocol: a key of :data:`CLAIM3_KEYS`.
 
     Returns:
-        The :class:`Verdict`: value the early-layer gap (bits), ``status`` and ``details`` (CI, method, budget, recipe,
-        convergence, the ladder's gaps, early layers).
-
-    Only the rows of ``protocol`` are used; the verdict is recorded as ``CLAIM3_KEYS[protocol]`` (the
-    package reading is ``claim3_tuned_lens``, the paper's reading a second record, same rule).
-
-    ``status`` is "holds" (the CI of the early-layer gap lies above 0), "does not hold", or "not
-    converged" (the last rung moved the gap by its CI half-width or more, or a layer's KL beyond its tolerance). ``threshold`` is the
-    distance from the value down to the CI's lower end, so ``value > threshold`` is "CI above 0".
-    Other recipes are summarised in the text for comparison only.
-    """
+        The :class:`Verdict` recorded as ``CLAIM3_KEYS[protocol]``, other recipes named in its text."""
     if protocol not in CLAIM3_KEYS:
         raise ValueError(f"protocol: {protocol!r} is not allowed; allowed: {', '.join(CLAIM3_KEYS)}")
     seq_table = at_protocol(seq_table, protocol)
@@ -388,15 +334,13 @@ def claim3(seq_table: pd.DataFrame, *, paired: bool = True, level: float = LEVEL
 
 
 def claim3_side_by_side(verdicts: dict[str, Verdict]) -> str:
-    """One plain sentence comparing claim 3's verdicts under each lens protocol (same lenses, same rule).
+    """One sentence comparing claim 3 under each lens reading of the same lenses.
 
     Args:
         verdicts: protocol -> its :func:`claim3` verdict.
 
     Returns:
-        The sentence: each reading's gap, CI and status, and what differs between the readings. The level named is
-        :data:`tiebias.stats.LEVEL`.
-    """
+        The sentence."""
     parts = [f"{READING_NAMES.get(p, p + ' reading')} {v.value:+.3g} bits [{v.details['ci_low']:+.3g}, {v.details['ci_high']:+.3g}], {v.status}"
              for p, v in verdicts.items()]
     return (f"Claim 3 under each reading of the same lenses (early-layer gap, {LEVEL:.0%} CI, verdict): {'; '.join(parts)}. "
@@ -412,13 +356,9 @@ ONE_SEED_STATUS = "cannot be judged (one seed: no seed noise to compare the chan
 
 
 def claim4_rule(head: dict[str, Any]) -> tuple[float, str]:
-    """Claim 4's one rule, used by the printed text and the record: ``(value, status)``.
-
-    The value is the smaller of the two claimed changes in units of ``NOISE_SDS`` pooled seed sd (input
-    cosine's rise, output cosine's fall; a change against the claim is negative); the claim holds when it is
-    above 1, i.e. both moved the claimed way by more than the noise. With one seed there is no seed sd: the
-    value is NaN and the status says the claim cannot be judged (never "holds", never "does not hold").
-    """
+    """Claim 4's one rule: ``(value, status)``, the value the smaller of the two claimed changes in units of
+    ``NOISE_SDS`` pooled seed sd (a change against the claim negative), holding above ``CLAIM4_RATIO``; with one seed the
+    value is NaN and the status says the claim cannot be judged."""
     r_in, r_out = head["vs_untied_input"], head["vs_untied_output"]
     if head["seeds"] < 2:
         return math.nan, ONE_SEED_STATUS
@@ -431,13 +371,8 @@ def claim4_rule(head: dict[str, Any]) -> tuple[float, str]:
 
 
 def dose_response(table: pd.DataFrame, method: str = "orthogonal", step: int | None = None) -> dict:
-    """Claim 4's numbers for one method: trend of both cosines in k, and the k_max - k_min change vs seed noise.
-
-    The trend is the Spearman rank correlation between k and the per-seed cosine; "exceeds noise" means
-    the change of the seed-mean from the smallest to the largest k is larger than ``NOISE_SDS`` pooled
-    seed standard deviations (and, with one seed, cannot be judged). ``claim4_status`` and ``claim4_holds``
-    come from :func:`claim4_rule`.
-    """
+    """Claim 4's numbers for one map: each cosine's change from the smallest to the largest k against
+    ``NOISE_SDS`` pooled seed sd, its Spearman trend, and :func:`claim4_rule`'s value and status."""
     from scipy.stats import spearmanr
 
     d = table[table.method == method]
@@ -465,7 +400,7 @@ def dose_response(table: pd.DataFrame, method: str = "orthogonal", step: int | N
 
 
 def _claim4_word(status: str) -> str:
-    """The printed verdict for a claim-4 status (the same status the record stores)."""
+    """The printed verdict for a claim-4 status."""
     return printed(status) + (" in this run" if status in (HOLDS, DOES_NOT_HOLD) else "")
 
 
@@ -473,15 +408,14 @@ _LABELS = (("vs_untied_input", "untied input -> tied"), ("vs_untied_output", "un
 
 
 def _trend(v: dict[str, Any], r: dict[str, Any]) -> str:
-    """The trend words of one change: Spearman and monotone with three or more doses; two doses have no trend beyond
-    the change itself (any two points are "monotone", and their rank correlation only counts the seeds)."""
+    """The trend words of one change (two doses have no trend beyond the change itself)."""
     if len(v["k"]) < 3:
         return "two doses: no trend to test beyond this change"
     return f"Spearman {r['spearman']:+.2f}, monotone in the claimed direction: {r['monotone']}"
 
 
 def _short_of(v: dict[str, Any]) -> str:
-    """Why one map's reading is not "holds": each change that went the wrong way or stayed within the seed noise."""
+    """Why one map's reading is not "holds": each change that went the wrong way or stayed within the noise."""
     parts = []
     for col, label in _LABELS:
         r = v[col]
@@ -494,17 +428,8 @@ def _short_of(v: dict[str, Any]) -> str:
 
 
 def claim4_sentence(verdicts: dict[str, dict], head: str | None = None) -> str:
-    """Claim 4 stated once: the verdict under the first map, every other map's reading beside it with what fell
-    short. The notebook prints it and the lesson plan quotes it.
-
-    Args:
-        verdicts: map -> its :func:`dose_response` (as stored in the record's ``details["verdicts"]``).
-        head: the verdict's map (None: the first of ``verdicts``).
-
-    Returns:
-        One sentence, e.g. "Claim 4 (...), judged under the orthogonal map: HOLDS in this run; under the linear map it
-        does NOT hold in this run (untied input -> tied changed by +0.0120, within 2 seed sd (0.0146))."
-    """
+    """Claim 4 stated once: the verdict under ``head`` (None: the first map), every other map's reading beside
+    it with what fell short (``verdicts``: map -> :func:`dose_response`)."""
     head = head if head is not None else next(iter(verdicts))
     others = [m for m in verdicts if m != head]
     beside = "".join(f"; under the {m} map it {_claim4_word(verdicts[m]['claim4_status'])}"
@@ -516,7 +441,7 @@ def claim4_sentence(verdicts: dict[str, dict], head: str | None = None) -> str:
 
 
 def _claim4_lines(verdicts: dict[str, dict], reference: str) -> list[str]:
-    """Each map's two changes, then the verdict once (:func:`claim4_sentence`)."""
+    """Each map's two changes, then the verdict once."""
     lines = []
     for m, v in verdicts.items():
         for col, label in _LABELS:
@@ -536,8 +461,7 @@ def _other_readings(verdicts: dict[str, dict]) -> str:
 
 
 def ingredient_details(summary: pd.DataFrame) -> dict[str, dict[str, dict[str, float | None]]]:
-    """Claim 4's ingredients for the record (:func:`tiebias.ablate.ingredients.summary` rows): per ingredient and k,
-    both shifts with their intervals (None where there is no interval, e.g. one seed)."""
+    """Claim 4's ingredients for the record: per ingredient and k, both shifts with their intervals."""
     cols = ("vs_untied_input", "vs_untied_input_ci_low", "vs_untied_input_ci_high", "vs_untied_output",
             "vs_untied_output_ci_low", "vs_untied_output_ci_high")
     out: dict[str, dict[str, dict[str, float | None]]] = {}
@@ -549,24 +473,15 @@ def ingredient_details(summary: pd.DataFrame) -> dict[str, dict[str, dict[str, f
 
 def claim4(table: pd.DataFrame, methods: Sequence[str], reference: str,
            ingredients: pd.DataFrame | None = None) -> Verdict:
-    """Claim 4 from an ablation alignment table: the first method's dose response carries the verdict.
+    """Claim 4 from the sweep's alignment table at its final step: the first map's :func:`claim4_rule` decides.
 
     Args:
-        table: the sweep's alignment table (:func:`tiebias.ablate.sweep.alignment_table`), read at its final step.
-        methods: the maps read (each must be in the table); the first carries the verdict.
-        reference: ``"same"`` or ``"cross"``, the reference the table used, named in the text.
-        ingredients: :func:`tiebias.ablate.ingredients.summary` (None or empty: not recorded).
+        table: :func:`tiebias.ablate.sweep.alignment_table`; methods: the maps read (the first carries the verdict);
+        reference: "same" or "cross", named in the text; ingredients: :func:`tiebias.ablate.ingredients.summary` for the
+        details (None or empty: not recorded).
 
     Returns:
-        The :class:`Verdict` (``claim4_causality``), every map's :func:`dose_response` in its details.
-
-    ``ingredients`` (:func:`tiebias.ablate.ingredients.summary`) goes into the record's details as it is measured; it
-    does not change the verdict.
-
-    Value and status come from :func:`claim4_rule` (the rule the printed lines use too): the smaller of
-    the two claimed changes in units of ``NOISE_SDS`` seed sd, above 1 when it holds; with one seed the
-    value is NaN (recorded as null) and the status says the claim cannot be judged.
-    """
+        The :class:`Verdict` ``claim4_causality``, every map's :func:`dose_response` in its details."""
     verdicts = {m: dose_response(table, m) for m in methods}
     head = verdicts[methods[0]]
     r_in, r_out = head["vs_untied_input"], head["vs_untied_output"]
@@ -584,21 +499,16 @@ def claim4(table: pd.DataFrame, methods: Sequence[str], reference: str,
 
 
 def claim4_cost(ppl: pd.DataFrame) -> str:
-    """What scaling costs: validation perplexity of the plain tied model vs the largest k (paper: Table 7).
+    """What scaling costs, beside the paper's Table 7.
 
     Args:
-        ppl: the :func:`tiebias.ablate.sweep.perplexities` table (``variant``, ``k``, ``validation_ppl``).
+        ppl: :func:`tiebias.ablate.sweep.perplexities` (``variant``, ``k``, ``validation_ppl``).
 
     Returns:
-        One sentence: the mean validation perplexity over seeds at k = 1 and at the largest k, the paper's beside.
-    """
+        One sentence: mean validation perplexity at k = 1 and at the largest k."""
     base = ppl[ppl.variant == "tied"].validation_ppl.mean()
     k_max = ppl.k.max()
     top = ppl[ppl.k == k_max].validation_ppl.mean()
     return (f"Cost: validation perplexity {base:.2f} (k=1) -> {top:.2f} (k={k_max:g}); paper {TABLE7_PPL[1.0]:.2f} -> "
             f"{TABLE7_PPL[5.0]:.2f} at k=5.")
 
-
-__all__ = ["CLAIM2_SHARE", "CLAIM3_KEYS", "CLAIM4_RATIO", "NOISE_SDS", "ONE_SEED_STATUS", "Verdict", "alignment_gap", "below_unigram",
-           "beyond_noise", "claim1", "claim2", "claim3", "claim3_rule", "claim3_side_by_side", "claim4", "claim4_cost",
-           "claim4_rule", "claim4_sentence", "dose_response", "ingredient_details", "models_of", "record"]

@@ -1,10 +1,4 @@
-"""Claim 3 at several model depths (notebook 03, the ``depth`` profile): the verdict per depth and on the trend.
-
-:func:`depth_table` applies claim 3's rule (:func:`tiebias.verdicts.claims.claim3`) to each depth under each lens
-protocol; :func:`describe_depth` says in one sentence per protocol whether the gap grows with depth (the slope's
-interval from :func:`tiebias.lens.depth.depth_trend` above 0) and :func:`final_point` puts a depth's final models on
-the scale axis.
-"""
+"""Claim 3 at several model depths (notebook 03): the verdict per depth and whether the gap grows with depth."""
 
 from __future__ import annotations
 
@@ -27,19 +21,14 @@ TREND_WORDS = {"above 0": "the gap grows with depth", "below 0": "the gap shrink
 
 
 def depth_table(tables: Mapping[str, pd.DataFrame], protocols: Sequence[str], *, level: float = LEVEL) -> pd.DataFrame:
-    """Claim 3 per depth and lens protocol: one row each, from each depth's lens-ladder table (``train_lens_ladders``).
+    """Claim 3 per depth and lens protocol, with the gap at layer 1 alone and the per-seed gaps
+    :func:`tiebias.lens.depth.depth_trend` fits.
 
     Args:
-        tables: preset -> that depth's per-sequence lens-ladder table (at least one).
-        protocols: the lens protocols read.
-        level: confidence level of the intervals.
+        tables: preset -> that depth's per-sequence lens-ladder table; protocols: the lens protocols; level: of the CIs.
 
     Returns:
-        Sorted by protocol then depth. Columns: preset, n_layers, protocol, gap (early-layer tied - untied KL, bits),
-        ci_low, ci_high, n_seeds, budget, converged, verdict, row1_gap with row1_ci_low / row1_ci_high (the gap at
-        layer 1 alone: the early window grows with depth, while the paper's reading's penalty sits at row 1), per_seed
-        (the per-seed gaps :func:`depth_trend` fits).
-    """
+        One row per depth and protocol, sorted by protocol then depth."""
     if not tables:
         raise ValueError("tables: need at least one depth")
     rows = []
@@ -56,11 +45,11 @@ def depth_table(tables: Mapping[str, pd.DataFrame], protocols: Sequence[str], *,
 
 
 MIN_DEPTHS_FOR_SLOPE = 4
-"""Fewer depths than this: the fitted line is shown but not read as a trend (three points fit almost any line)."""
+"""Fewer depths than this: the fitted line is not read as a trend."""
 
 
 def _against_first(rows: pd.DataFrame, col: str) -> str:
-    """How each deeper depth's interval of ``col`` lies against the shallowest depth's: below, above or overlapping."""
+    """How each deeper depth's interval of ``col`` lies against the shallowest depth's."""
     lo, hi = f"{col}_ci_low" if col != "gap" else "ci_low", f"{col}_ci_high" if col != "gap" else "ci_high"
     first = rows.iloc[0]
     words = []
@@ -72,17 +61,14 @@ def _against_first(rows: pd.DataFrame, col: str) -> str:
 
 
 def describe_depth(table: pd.DataFrame, *, per: int = 10, level: float = LEVEL) -> str:
-    """One plain sentence per protocol: the early-layer gap and the row-1 gap at each depth, how the deeper depths'
-    intervals lie against the shallowest's, and the fitted slope, read as a trend only with enough depths.
+    """One sentence per protocol: the gaps at each depth, their intervals against the shallowest's, and the
+    slope, read as a trend only with :data:`MIN_DEPTHS_FOR_SLOPE` depths.
 
     Args:
-        table: the :func:`depth_table` table.
-        per: the slope is stated per this many layers.
-        level: confidence level of the slope's interval (:func:`tiebias.lens.depth.depth_trend`).
+        table: :func:`depth_table`; per: the slope is stated per this many layers; level: of the slope's interval.
 
     Returns:
-        The sentences joined; the slope is read as a trend only with :data:`MIN_DEPTHS_FOR_SLOPE` depths or more.
-    """
+        The sentences joined."""
     out = []
     for protocol in dict.fromkeys(table.protocol):
         rows = table[table.protocol == protocol].sort_values("n_layers")
@@ -111,20 +97,14 @@ def describe_depth(table: pd.DataFrame, *, per: int = 10, level: float = LEVEL) 
 
 
 def final_point(run: Run, variants: Sequence[str], seeds: Sequence[int], verdict: Verdict) -> dict[str, float]:
-    """A run's final models as one scale-axis point: mean final validation loss and the claim-3 gap and CI.
+    """A run's final models as one scale-axis point.
 
     Args:
-        run: the run (or depth sub-run) holding the models.
-        variants, seeds: the models whose final validation losses are averaged.
-        verdict: the models' claim-3 verdict (:func:`tiebias.verdicts.claims.claim3`).
+        run: the run holding the models; variants, seeds: the models averaged; verdict: their :func:`claims.claim3`.
 
     Returns:
-        ``{"val_loss", "gap", "ci_low", "ci_high"}``, the shape of an ``extra`` point of
-        :func:`tiebias.output.plotting.lens.gap_vs_loss`.
-    """
+        ``{"val_loss", "gap", "ci_low", "ci_high"}``, an ``extra`` point of :func:`tiebias.output.plotting.lens.gap_vs_loss`."""
     losses = [run.summary(v, s).get("final_val_loss", math.nan) for v in variants for s in seeds]
     return {"val_loss": float(np.mean(losses)), "gap": verdict.value, "ci_low": verdict.details["ci_low"],
             "ci_high": verdict.details["ci_high"]}
 
-
-__all__ = ["MIN_DEPTHS_FOR_SLOPE", "TREND_WORDS", "depth_table", "describe_depth", "final_point"]

@@ -25,8 +25,14 @@ _WHY = {"unigram": "they learned too little for their matrices to mean anything"
 
 
 def not_meaningful(run: Run, claim: str | None = None) -> str | None:
-    """Why a run's numbers cannot be evidence for ``claim`` (None: the unigram rule only), a clause to follow
-    "because"; None when they can, for a run without finished models, or a folder without a study (a pair's)."""
+    """Why a run's numbers cannot be evidence, or None (they can; no finished model; a folder without a
+    study record, an external pair's).
+
+    Args:
+        run: the run folder; claim: the claim asked about (None: the unigram rule only).
+
+    Returns:
+        The reason, a clause to follow "because", or None."""
     if not run.config_path.exists():
         return None
     profile = run.profile
@@ -63,6 +69,12 @@ def short_of(losses: Mapping[str, float | None], baseline: float, kind: str) -> 
 
 
 def banner(reason: str) -> str:
-    """The first line of every verdict of a run that is not evidence (``reason`` from :func:`not_meaningful`)."""
+    """The first line of every verdict of a run that is not evidence.
+
+    Args:
+        reason: what :func:`not_meaningful` returned.
+
+    Returns:
+        The banner line."""
     return (f"NOT MEANINGFUL: these numbers cannot be read as evidence for or against the claim, because {reason}. "
             "The lines below only show that the analysis runs.")

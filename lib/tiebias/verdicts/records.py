@@ -1,16 +1,8 @@
-"""A claim's record: ``<run>/results/<claim>.json`` with its value, threshold, verdict and reasons, checked before it
-is written.
+"""A claim's record, ``<run>/results/<claim>.json``: checked before it is written and when it is read back.
 
-The status is *computed* from the value and a threshold ("holds" when ``value > threshold``), never typed in; a
-rule's own outcome (claim 3's "not converged") or, for a run that is not evidence, "not meaningful" replaces the
-words. ``verdict`` follows the status, so a record never contradicts itself: true for "holds", false for "does not
-hold", null for any other status (the status says why); the bare comparison is kept as ``above_threshold``. The
-record lives below the report (:mod:`tiebias.output.report` gathers the records into ``summary.json``).
-
-A record belongs to the models it was computed from: it keeps each one's identity (the sha256 of its weights,
-:meth:`tiebias.run.folder.Run.model_id`), and :func:`current_results` marks it stale once one of them is retrained
-or deleted, until its notebook records it again.
-"""
+The status is computed from value and threshold ("holds" when ``value > threshold``), or a rule's own outcome, or
+"not meaningful"; ``verdict`` follows the status (null for any other than holds / does not hold). A record keeps its
+models' identities (:meth:`tiebias.run.folder.Run.model_id`) and reads "stale" once one of them changes."""
 
 from __future__ import annotations
 
@@ -36,10 +28,9 @@ CLAIMS = {
 }
 NOTEBOOK_OF = {"claim1_alignment": "02_align", "claim2_gradient_flow": "01_train", "claim3_tuned_lens": "03_lens",
                "claim3_tuned_lens_reference": "03_lens", "claim4_causality": "04_ablate"}
-"""The notebook that records each claim (named when its record is damaged)."""
+"""The notebook that records each claim."""
 VALUE_RANGES = {"claim1_alignment": (-2.0, 2.0), "claim2_gradient_flow": (0.0, 1.0)}
-"""The values a claim's number can take at all: claim 1's is a difference of two cosines, claim 2's a share. The
-others (a KL gap in bits, a change in units of seed sd) are any finite number."""
+"""The values a claim's number can take at all (a cosine difference, a share); the others any finite number."""
 
 
 def _finite(x: Any) -> Any:
@@ -63,13 +54,8 @@ def _number(name: str, x: Any) -> float:
 
 @dataclass
 class Headline:
-    """What a claim's record states: the claim, our value against its threshold and the evidence beside it.
-
-    ``status`` is the verdict in words; by default "holds" / "does not hold" from ``value > threshold``, or a rule's
-    own outcome when the comparison is not enough (e.g. claim 3's "not converged"). A value that cannot exist (NaN,
-    e.g. claim 4 with one seed) is accepted only with a ``status`` saying why. ``models`` are the keys of the run's
-    models the numbers were computed from (``tied-s0``, ...).
-    """
+    """What a claim's record states. ``status`` defaults to the comparison ``value > threshold``; a NaN value needs a
+    ``status`` saying why; ``models`` are the run's model keys the numbers come from."""
 
     claim: str
     value: float
@@ -86,25 +72,9 @@ class Headline:
 
 
 def record(run: Run, headline: Headline, not_meaningful: str | None = None) -> dict:
-    """Store one claim's headline: value, threshold, status and the verdict that follows from the status.
-
-    Args:
-        run: the run (or an external pair's folder) whose ``results/`` holds the record.
-        headline: what is stated (:class:`Headline`).
-        not_meaningful: a reason the run is not evidence: the status becomes ``NOT_MEANINGFUL`` whatever the
-            comparison, the reason stored beside it.
-
-    Returns:
-        The stored entry (non-finite numbers as NaN rather than the file's ``null``).
-
-    ``verdict`` follows the status (:func:`~tiebias.verdicts.status.verdict_of`: null unless it holds or does not
-    hold); ``above_threshold`` keeps the bare comparison. A NaN value with a status is stored as ``null`` with that
-    reason, and so are its verdict and comparison. Each finished model among ``headline.models`` is stored under
-    ``models`` with its identity, so the report can tell when one changed since (:func:`current_results`); keys of
-    models the folder does not hold (an external pair's) are left out. Everything is checked before the file is
-    written (under the run's writer lock); a spread or noise floor that is not a number is stored as ``null`` with
-    its reason under ``null_reasons``.
-    """
+    """Store one claim's record (under the run's writer lock, everything checked first); ``not_meaningful`` makes the
+    status "not meaningful" with its reason. Returns the entry, non-finite numbers as NaN; finished models among
+    ``headline.models`` are stored with their identity, others (an external pair's) left out."""
     if not isinstance(headline, Headline):
         raise ValueError(f"headline: expected a tiebias.verdicts.records.Headline, got {type(headline).__name__}")
     h = headline
@@ -144,7 +114,7 @@ def record(run: Run, headline: Headline, not_meaningful: str | None = None) -> d
 
 
 def _identities(run: Run, models: Sequence[str] | None) -> dict[str, str]:
-    """{key: identity} of the finished models among ``models`` (keys checked: a bad one is named)."""
+    """{key: identity} of the finished models among ``models`` (a bad key is named)."""
     if models is None:
         return {}
     if isinstance(models, str) or not isinstance(models, Sequence):
@@ -162,8 +132,7 @@ def _identities(run: Run, models: Sequence[str] | None) -> dict[str, str]:
 
 
 def results(run: Run) -> dict[str, dict]:
-    """The claims recorded so far in a run, each checked by :func:`check_record` (a damaged or self-contradicting
-    file is named with the notebook that rewrites it)."""
+    """The claims recorded in a run, each checked (:func:`check_record`)."""
     out = {}
     for p in sorted(run.results_dir.glob("*.json")):
         nb = NOTEBOOK_OF.get(p.stem)
@@ -184,13 +153,8 @@ def _optional_number(path: Path, entry: dict, key: str, todo: str) -> None:
 
 
 def check_record(path: Path, entry: Any, todo: str) -> dict:
-    """A claim's record as read back, refused (:class:`~tiebias.run.files.DamagedFileError` naming the file, the
-    field and ``todo``) when it is not what :func:`record` writes: not an object, a field missing or of the wrong kind,
-    a value the claim's number cannot take (:data:`VALUE_RANGES`), or a record that contradicts itself (a "holds" /
-    "does not hold" that the value and threshold do not give, a ``verdict`` or ``above_threshold`` that does not
-    follow, a claim other than the file's). Pages that read records (report.html, summary.json, the reproduction
-    report) so never show a verdict typed in by hand: the status they show is the one the value and threshold give.
-    """
+    """A record as read back, refused (:class:`~tiebias.run.files.DamagedFileError` naming file, field and
+    ``todo``) unless it is what :func:`record` writes and does not contradict itself."""
     if not isinstance(entry, dict):
         raise _refused(path, f"a claim's record is a JSON object, this file holds a {type(entry).__name__}", todo)
     for key, kind in (("claim", str), ("statement", str), ("status", str), ("threshold", (int, float))):
@@ -236,11 +200,8 @@ def check_record(path: Path, entry: Any, todo: str) -> dict:
 
 
 def stale(run: Run, entry: dict, known: dict[str, str | None] | None = None) -> str | None:
-    """Why a record no longer describes the run's models (one it was computed from was retrained, deleted or left
-    unfinished since), with the notebook to rerun; None while they are as recorded, or when the record names none.
-
-    ``known`` caches the models' identities over several records.
-    """
+    """Why a record no longer describes the run's models (one retrained, deleted or unfinished since), with the
+    notebook to rerun; None while they are as recorded. ``known`` caches identities."""
     used = entry.get("models")
     if not isinstance(used, dict) or not used:
         return None  # recorded before records named their models, or from no model of the run
@@ -271,8 +232,8 @@ def stale(run: Run, entry: dict, known: dict[str, str | None] | None = None) -> 
 
 
 def current_results(run: Run) -> dict[str, dict]:
-    """The claims recorded so far, each whose models changed since (:func:`stale`) marked: status "stale", verdict null
-    (a stale record holds no verdict), and under ``stale`` the reason, the notebook to rerun and the status it was recorded with."""
+    """The claims recorded so far, each whose models changed since marked "stale" (verdict null) with the
+    reason, the notebook to rerun and the status it was recorded with."""
     known: dict[str, str | None] = {}
     out = {}
     for claim, entry in results(run).items():
@@ -282,5 +243,3 @@ def current_results(run: Run) -> dict[str, dict]:
             "stale": {"reason": why, "rerun": NOTEBOOK_OF.get(claim), "recorded_status": entry.get("status")}}
     return out
 
-
-__all__ = ["CLAIMS", "NOTEBOOK_OF", "VALUE_RANGES", "check_record", "current_results", "record", "results", "stale"]

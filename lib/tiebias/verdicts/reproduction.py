@@ -1,12 +1,8 @@
 """Every number the paper reports beside ours, and the computed cause of each difference.
 
-A row holds one number from :mod:`tiebias.paper`, ours under the kit's protocol and (where the kit computes it) under
-the paper's with the 95% confidence interval of our mean over seeds, and a cause from :data:`CAUSES` given by one rule
-set (:func:`judge`, stated for readers in :data:`RULES`): agreement only by equivalence within a margin fixed per kind
-of quantity (:data:`MARGINS`); a difference only when the interval lies beyond that margin; a cause only from a
-decomposition of the run (claim 2's windows, claim 4's ingredients, claim 3's readings, a reference point, a scale
-axis) whose paired change from ours is clear of 0 and brings ours to the paper's value. Nothing here is typed per row.
-"""
+One rule set (:func:`judge`, stated for readers in :data:`RULES`) gives each row's cause from :data:`CAUSES`:
+agreement only by equivalence within a margin per kind of quantity (:data:`MARGINS`), a cause only from a
+decomposition of the run whose paired change from ours is clear of 0 and brings ours to the paper's value."""
 
 from __future__ import annotations
 
@@ -45,15 +41,13 @@ CAUSES = ("agrees", "inconclusive at n seeds", "undetectable at our noise", "pro
           "reference point", "paper inconsistency", "not measured here", "unexplained")
 """The fixed vocabulary of a row's cause."""
 EXPLAINED = ("protocol", "window", "scale", "reference point", "paper inconsistency")
-"""The causes that explain a difference (``agrees`` has none to explain; ``inconclusive at n seeds`` and
-``undetectable at our noise`` say that our seeds cannot tell)."""
+"""The causes that explain a difference."""
 MOST = 0.5
-"""A candidate that closes at least this share of the distance between ours and the paper's value names the cause."""
+"""A candidate that closes at least this share of the distance to the paper's value names the cause."""
 MIN_SIZES = 4
-"""A scale axis names the cause only from a line fitted to at least this many sizes (two parameters and an interval
-need more than three points to say anything at the paper's size, far outside the fitted range)."""
+"""A scale axis names the cause only from a line fitted to at least this many sizes."""
 SETTINGS = {("FIG4_LOG_RUN",), ("FIG4_OLD_LOG", "steps"), ("FIG4_OLD_LOG", "warmup_steps"), ("FIG2_LENS",)}
-"""Keys of :mod:`tiebias.paper` that hold the paper's settings (steps, warmup, lens budget), not results."""
+"""Keys of :mod:`tiebias.paper` that hold the paper's settings, not results."""
 
 _OLMO1, _OLMO5 = paper.TABLE1["OLMo-1B"], paper.TABLE5["OLMo-1B"]
 _SHIFTS = [v[w] - paper.TABLE2_STEP10K[1.0][w] for v in paper.TABLE2_STEP10K.values() for w in v]
@@ -74,9 +68,7 @@ MARGINS: dict[str, tuple[float, str]] = {
     "nats": (abs(math.log(paper.TABLE7_PPL[5.0] / paper.TABLE7_PPL[1.0])) / 4,
              "a quarter of the paper's Table 7 change (log perplexity ratio, k = 5 vs 1)"),
 }
-"""Equivalence margin per kind of quantity, fixed here before any run is read: (margin, why this size). Each is a
-quarter of the effect the paper reports for that kind of quantity, so a difference inside it could not turn the
-paper's claim around."""
+"""Equivalence margin per kind of quantity, fixed before any run is read: (margin, why this size)."""
 
 RULES = (
     f"Each row is one number the paper reports (or a difference of two, marked derived). \"Ours\" is the mean over "
@@ -104,13 +96,12 @@ RULES = (
     "and in the rarest and most frequent tokens; for the cosine levels, whether ours still moved over the last "
     "doubling of training. Table 6 (the paper's step 1,000 of 10,000) has ours at a tenth of our training as a "
     "window candidate.")
-"""The rule set as the report's header states it (:mod:`tiebias.output.reproduction_page`)."""
+"""The rule set as the report's header states it."""
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """Our value for one quantity and the 95% confidence interval of its mean over seeds (NaN bounds: fewer than 2
-    seeds)."""
+    """Our value for one quantity and the confidence interval of its mean over seeds (NaN bounds: one seed)."""
 
     value: float
     low: float
@@ -120,7 +111,7 @@ class Estimate:
 
     @classmethod
     def of(cls, values: Any, label: str, level: float = LEVEL) -> Estimate:
-        """From per-seed values: mean +- t(n - 1) sd / sqrt(n), the t confidence interval of the mean."""
+        """From per-seed values: mean +- t(n - 1) sd / sqrt(n)."""
         x = np.asarray(values, dtype=float)
         x = x[np.isfinite(x)]
         if not len(x):
@@ -141,7 +132,6 @@ class Estimate:
 
     @property
     def half(self) -> float:
-        """Half the interval's width (NaN without an interval)."""
         return (self.high - self.low) / 2
 
     def contains(self, x: float) -> bool:
@@ -155,7 +145,7 @@ class Estimate:
 
 
 def paired_change(candidate: Any, ours: Any, label: str = "paired over seeds") -> Estimate:
-    """The per-seed change candidate minus ours (same seeds, same order) and its t confidence interval."""
+    """The per-seed change candidate minus ours (same seeds, same order) and its t-interval."""
     return Estimate.of(np.asarray(candidate, dtype=float) - np.asarray(ours, dtype=float), label)
 
 
@@ -168,8 +158,7 @@ def _unpaired_change(c: Estimate, kit: Estimate) -> Estimate:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A decomposition's reading of the quantity, the cause it stands for, and (when the seeds pair) its per-seed
-    change from ours (:func:`paired_change`; None: compared unpaired)."""
+    """A decomposition's reading, the cause it stands for, and its paired change from ours (None: unpaired)."""
 
     estimate: Estimate
     cause: str
@@ -179,8 +168,7 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Trend:
-    """A scale axis's fitted trend of the quantity (per doubling, 95% interval), its value at the paper's size and
-    the prediction interval of one run there, from ``n_sizes`` sizes."""
+    """A scale axis's trend (per doubling), its value at the paper's size and the prediction interval there."""
 
     axis: str
     word: str
@@ -195,8 +183,7 @@ class Trend:
 
 @dataclass
 class Row:
-    """One number the paper reports, ours beside it and the computed cause. ``group`` names our number: rows that
-    set one number of ours beside several of the paper's share it and count as one comparison."""
+    """One number the paper reports, ours beside it and the cause; rows sharing ``group`` count as one comparison."""
 
     key: str
     source: str
@@ -219,8 +206,7 @@ class Row:
 
 
 def _qualified(pv: float, kit: Estimate, candidates: Sequence[Candidate]) -> tuple[list[tuple], list[str]]:
-    """The candidates that count under the rules of :func:`judge`, closest to the paper first, and why each other
-    one did not."""
+    """The candidates that count under :func:`judge`'s rules, closest to the paper first, and why each other did not."""
     d = pv - kit.value
     ok, not_ok = [], []
     for c in candidates:
@@ -254,18 +240,8 @@ def _direction(t: Trend, pv: float, kit: Estimate) -> str:
 def judge(paper_value: float, kit: Estimate | None, candidates: Sequence[Candidate] = (),
           trends: Sequence[Trend] = (), spread: tuple[float, float] | None = None,
           noise: bool = False, kind: str = "cosine", paper_other: tuple[float, str] | None = None) -> tuple[str, str]:
-    """The cause of the difference between ``paper_value`` and ours, and a sentence saying how it was found.
-
-    In order: the paper's own other value for the quantity (``paper_other``: value, where) further than the margin
-    from this one (paper inconsistency); no interval of ours (inconclusive); the interval of ours minus the paper's
-    within +- :data:`MARGINS` [``kind``] (agrees); reaching beyond it, for a change the paper reports (``noise``)
-    smaller than our half-width (undetectable at our noise), else (inconclusive at n seeds). Only an interval wholly
-    beyond the margin is a difference: the candidate closest to the paper among those whose change from ours is
-    clear of 0, points towards the paper and holds its value or leaves at most 1 - :data:`MOST` of the distance on
-    either side (its cause);
-    a trend from :data:`MIN_SIZES` sizes whose prediction interval holds the paper's value (scale); else unexplained.
-    ``spread`` (the paper's values across its model pairs) is shown as context only.
-    """
+    """The cause of the difference between ``paper_value`` and ours, and how it was found (the order of
+    :data:`RULES`); ``spread``, the paper's values across its model pairs, is context only."""
     if kind not in MARGINS:
         raise ValueError(f"kind: unknown value {kind!r}; allowed: {', '.join(MARGINS)}")
     margin = MARGINS[kind][0]
@@ -312,8 +288,7 @@ def judge(paper_value: float, kit: Estimate | None, candidates: Sequence[Candida
 
 @dataclass
 class Evidence:
-    """What a run folder holds for the report: its metrics tables, claim records, study settings and scale trends
-    (its own ``scale_trends`` table, or another run's given as ``scale``)."""
+    """What a run folder holds for the report: metrics tables, claim records, study settings, scale trends."""
 
     run: Run
     claims: dict[str, dict]
@@ -324,9 +299,8 @@ class Evidence:
 
     @classmethod
     def load(cls, run: Run, scale: Run | None = None) -> Evidence:
-        """The run's evidence; its own scale trends, and those of ``scale`` (a scale run of the same corpus and
-        recipe, :func:`check_scale_run`, else ValueError), each trend labelled with its run. A ``scale`` run without
-        trends is named in ``scale_source``, the run's own trends kept."""
+        """The run's evidence with its own scale trends and those of ``scale`` (a scale run of the same corpus and
+        recipe, :func:`check_scale_run`), each labelled with its run."""
         study = run.config.get("study", {})
         ev = cls(run, current_results(run), study)
         if scale is not None:
@@ -347,7 +321,7 @@ class Evidence:
         return ev
 
     def table(self, name: str) -> pd.DataFrame | None:
-        """``metrics/<name>.csv`` of the run, or None when the notebook that writes it has not run."""
+        """``metrics/<name>.csv`` of the run, or None when its notebook has not run (or measured nothing)."""
         if name not in self._tables:
             path = self.run.table_path(name)
             table = _read(path, name) if path.exists() else None
@@ -355,7 +329,7 @@ class Evidence:
         return self._tables[name]
 
     def trends(self, quantity: str) -> list[Trend]:
-        """The scale axis's trends of one quantity (:mod:`tiebias.ablate.scale`), those with a fitted line."""
+        """The scale axis's fitted trends of one quantity."""
         t = self.scale_trends
         if t is None:
             return []
@@ -377,12 +351,11 @@ class Evidence:
 
 RECIPE = ("corpus_fingerprint", "family", "steps", "batch_size", "seq_len", "lr", "warmup_steps", "weight_decay",
           "beta1", "beta2", "grad_clip", "min_lr_ratio")
-"""What a scale run must share with the run it explains: the corpus and the training recipe (its models' sizes,
-vocabulary and width, are what it varies)."""
+"""What a scale run must share with the run it explains (its models' sizes are what it varies)."""
 
 
 def _recipe(run: Run, name: str) -> dict[str, Any]:
-    """The training recipe of a run's tied models (the first tied model's train_config.json), else ValueError."""
+    """The training recipe of a run's first tied model, else ValueError."""
     paths = sorted(run.models_dir.glob("tied-s*/train_config.json")) if run.models_dir.is_dir() else []
     if not paths:
         raise ValueError(f"{name}: {run.path} has no trained tied model (models/tied-s<seed>/train_config.json) to "
@@ -394,9 +367,8 @@ def _recipe(run: Run, name: str) -> dict[str, Any]:
 
 
 def check_scale_run(run: Run, scale: Run) -> None:
-    """Refuse (ValueError naming both folders and what differs) a ``--scale`` run that is not a scale run of the same
-    corpus and training recipe as ``run``: another preset's smoke run, another corpus or another training length
-    would turn differences into "scale" from trends of another study."""
+    """Refuse (ValueError) a ``--scale`` run of another corpus or training recipe than ``run``: its trends
+    would turn differences into "scale" from another study."""
     ours, theirs = _recipe(run, "run"), _recipe(scale, "--scale")
     diff = [f"{k} {theirs[k]!r} there, {ours[k]!r} here" for k in RECIPE if theirs[k] != ours[k]]
     if diff:
@@ -449,7 +421,7 @@ be (:func:`tiebias.run.files.read_table` refuses a table outside them, naming th
 
 
 def _read(path: Any, name: str) -> pd.DataFrame:
-    """One of :data:`TABLES`, read and checked (another name: read and checked for being a table)."""
+    """One of :data:`TABLES`, read and checked (another name: checked for being a table)."""
     nb, columns, bounds = TABLES.get(name, ("", (), {}))
     todo = (f"delete it and rerun notebook {nb} (python -m tiebias study --only {nb}, with this run's --profile and "
             "--run-dir)" if nb else "delete it and rerun the notebook that writes it")
@@ -457,12 +429,11 @@ def _read(path: Any, name: str) -> pd.DataFrame:
 
 
 MAY_BE_EMPTY = {"claim4_ingredients", "claim4_ingredients_per_seed"}
-"""Tables 04 writes with their header only when it measures nothing (no ingredient runs: one seed, or factors without
-the paper's k): read as not measured, not as damaged."""
+"""Tables 04 writes with their header only when it measures nothing: not measured, not damaged."""
 
 
 def _n_sizes(sizes: Any) -> int:
-    """How many sizes a trend was fitted to, from the table's ``sizes`` cell (a JSON list as written)."""
+    """How many sizes a trend was fitted to (its ``sizes`` cell, a JSON list)."""
     try:
         return len(json.loads(str(sizes)))
     except (ValueError, TypeError):
@@ -506,8 +477,7 @@ _NOT_RUN = "its notebook has not run in this folder ({})"
 
 
 def _alignment(ev: Evidence, comparison: str, column: str) -> tuple[Estimate | None, list[Candidate]]:
-    """Ours for one Table 1 or 5 cell: cross-seed pairs (the paper compares two separately trained models), and the
-    same-seed pairing as the reference-point candidate."""
+    """Ours for one Table 1 or 5 cell (cross-seed pairs), and the same-seed pairing as the reference-point candidate."""
     t = ev.table("alignment_table1")
     if t is None:
         return None, []
@@ -582,8 +552,7 @@ def _lens_kl(ev: Evidence, variant: str, layer: int) -> Estimate | None:
 
 
 def _reading_gaps(ev: Evidence, layer: int) -> dict[str, Estimate]:
-    """The tied - untied gap at one layer under each of claim 3's four readings (a: the kit's; b-d: the paper's
-    reading, its budget, both)."""
+    """The tied - untied gap at one layer under each of claim 3's readings (a: the kit's; b-d: the paper's)."""
     t = ev.table("lens_readings_per_layer")
     if t is None:
         return {}
@@ -593,7 +562,7 @@ def _reading_gaps(ev: Evidence, layer: int) -> dict[str, Estimate]:
 
 _FIG2_PAIRS = {"OLMo-1B": ("FIG2_OLMO_KL_BITS", "Figure 2"), "GPT-Neo / Pythia": ("FIG6_INPUT_LAYER_KL_BITS", "Figure 6"),
                "Qwen3": ("FIG7_INPUT_LAYER_KL_BITS", "Figure 7")}
-"""Where each model pair's input-layer KL is held in :mod:`tiebias.paper` and the paper's figure that shows it."""
+"""Where each model pair's input-layer KL is held in :mod:`tiebias.paper`, and its figure."""
 
 
 def figure2_rows(ev: Evidence) -> list[Row]:
@@ -630,7 +599,7 @@ def figure2_rows(ev: Evidence) -> list[Row]:
 
 
 def figure3_rows(ev: Evidence) -> list[Row]:
-    """Figure 3: how far an untied model's matrices moved from their initialisation (cosine to step 0)."""
+    """Figure 3: an untied model's matrices' cosine to their initialisation."""
     rows = []
     t = ev.table("alignment_evolution")
     for which, pv in paper.FIG3_COS_TO_INIT.items():
@@ -646,14 +615,13 @@ def figure3_rows(ev: Evidence) -> list[Row]:
 
 _BY_PLACE = {"first 100 steps": "warmup", "warmup": "warmup", "after warmup": "after warmup",
              "whole run": "whole run", "first 1000 steps": "warmup"}
-"""Our window at the same place relative to warmup as each of the paper's (its first 100 and first 1000 steps lie in
-its 1,000-step warmup)."""
+"""Our window at the same place relative to warmup as each of the paper's."""
 _SCALE_SHARE = {"whole run": "claim2_share", "warmup": "claim2_share_warmup", "after warmup": "claim2_share_after_warmup"}
 
 
 def _per_seed_share(ev: Evidence, metric: str, window: str) -> np.ndarray | None:
-    """Our output share in one window under one metric (:mod:`tiebias.train.windows`), one value per seed; ``whole
-    run`` is the ``first 1000 steps`` window when the run is no longer."""
+    """Our output share in one window under one metric, per seed; ``whole run`` is the ``first 1000 steps``
+    window when the run is no longer."""
     t = ev.table("claim2_windows")
     if window == "whole run":
         window = "first 1000 steps" if 0 < ev.steps <= 1000 else ""
@@ -671,9 +639,8 @@ def _share(ev: Evidence, metric: str, window: str) -> Estimate | None:
 
 def _share_row(ev: Evidence, key: tuple[str, ...], what: str, pv: float, norm: str, window: str,
                paper_warmup: int, paper_other: tuple[float, str] | None = None) -> Row:
-    """A claim-2 number: ours under the exact split over the same steps (or the same place relative to warmup when
-    our run has no such steps); candidates, each paired with ours seed by seed: the paper's proxy over the same
-    steps, then both metrics over the window at the same place relative to warmup."""
+    """A claim-2 number: ours under the exact split over the same steps (else the same place relative to warmup);
+    candidates paired with ours: the paper's proxy over the same steps, both metrics at the same place."""
     name = {"l2": "l2", "squared_l2": "squared l2", "l1": "l1"}[norm]
     same = {"warmup": f"first {paper_warmup} steps"}.get(window, window)  # after warmup, whole run: not our steps
     steps_window = same if same.startswith("first ") and _share(ev, f"exact {name}", same) is not None else None
@@ -730,9 +697,8 @@ def figure4_rows(ev: Evidence) -> list[Row]:
 
 
 def _ratio_row(ev: Evidence, pv: float) -> Row:
-    """The median output / input norm ratio: ours per tied model of claim 2's record (the exact l2 norms of its log
-    over the record's steps), so the seeds give an interval, and the paper's proxy input norm as the candidate; the
-    record's pooled value when the logs are missing."""
+    """The median output / input norm ratio per tied model of claim 2's record (its logs), the paper's proxy input
+    norm as the candidate; the record's pooled value when the logs are missing."""
     key, what = ("FIG4_OUTPUT_SHARE", "median_out_in_ratio"), "median output / input gradient norm ratio"
     rec = ev.claims.get("claim2_gradient_flow", {})
     if "median_out_in_ratio" not in rec.get("details", {}):
@@ -764,11 +730,11 @@ def _ratio_row(ev: Evidence, pv: float) -> Row:
 _COLUMN = {"vs untied input": "vs_untied_input", "vs untied output": "vs_untied_output"}
 _SHORT = {"vs untied input": "in", "vs untied output": "out"}
 _INGREDIENT_CAUSE = {"warmup10": "window", "no_embedding_decay": "protocol", "sgd": "protocol"}
-"""The cause each of claim 4's recipe ingredients stands for (:data:`tiebias.config.choices.INGREDIENTS`)."""
+"""The cause each of claim 4's recipe ingredients stands for."""
 
 
 def _cosines(ev: Evidence, k: float, which: str, table: str) -> Estimate | None:
-    """The tied model's orthogonal Procrustes cosine to an untied matrix at the sweep's last step, per seed."""
+    """The tied model's orthogonal cosine to an untied matrix at the sweep's last step, per seed."""
     t = ev.table(table)
     if t is None:
         return None
@@ -778,8 +744,7 @@ def _cosines(ev: Evidence, k: float, which: str, table: str) -> Estimate | None:
 
 
 def _shift(ev: Evidence, k: float, which: str) -> tuple[Estimate | None, list[Candidate]]:
-    """Our shift from k = 1 to ``k`` (claim 4's ingredients table) and each other ingredient's as a candidate, paired
-    with ours seed by seed where the per-seed table has both."""
+    """Our shift from k = 1 to ``k`` and each other ingredient's as a candidate, paired seed by seed where possible."""
     t = ev.table("claim4_ingredients")
     if t is None:
         return None, []
@@ -836,8 +801,7 @@ def claim4_rows(ev: Evidence) -> list[Row]:
 
 
 def table7_rows(ev: Evidence) -> list[Row]:
-    """Table 7: perplexity at k = 1 and 5. The levels are another corpus and tokenizer's; their ratio is comparable,
-    as our test-loss difference (the log of the perplexity ratio, nats)."""
+    """Table 7: perplexity at k = 1 and 5; only their ratio is comparable (our test-loss difference, nats)."""
     rows = [_missing(("TABLE7_PPL", str(k)), "Table 7", f"WikiText-2 perplexity, k = {k:g}", pv,
                      "a perplexity level depends on the corpus and the tokenizer (WikiText-2 with OLMo's 50k-token "
                      "vocabulary there, our corpus and vocabulary here): the row below compares the change")
@@ -856,7 +820,7 @@ def table7_rows(ev: Evidence) -> list[Row]:
 
 
 def setting_rows(ev: Evidence) -> list[Row]:
-    """The paper's settings (training length, warmup, lens budget) beside this run's: the scope of every comparison."""
+    """The paper's settings (training length, warmup, lens budget) beside this run's."""
     lens = int(ev.study.get("lens_steps", 0)) * max(ev.study.get("lens_budgets") or [1])
     ours = {"steps": ev.steps, "warmup_steps": ev.warmup, "olmo_script_steps": lens,
             "olmo_script_tokens_per_step": int(ev.study.get("lens_tokens_per_step", 0))}
@@ -873,8 +837,7 @@ def setting_rows(ev: Evidence) -> list[Row]:
 
 
 def inconsistency_rows(ev: Evidence) -> list[Row]:
-    """The paper's own inconsistencies (:data:`tiebias.paper.INCONSISTENCIES`): a value one of its sources states
-    beside the value its own log holds for the same quantity, judged by the same margin."""
+    """The paper's own inconsistencies: a stated value beside its own log's, judged by the same margin."""
     held = dict(paper_numbers())
     rows = []
     for i, inc in enumerate(paper.INCONSISTENCIES):
@@ -887,13 +850,11 @@ def inconsistency_rows(ev: Evidence) -> list[Row]:
 
 
 PAPER_RUN_STEPS = 10_000
-"""The length of the paper's OLMo-1B training runs behind Tables 2 and 6 (Table 2 reads their step 10,000; Table 6's
-step 1,000 is taken as a tenth of the same runs)."""
+"""The length of the paper's OLMo-1B runs behind Tables 2 and 6."""
 
 
 def _pair_values(ev: Evidence, row: pd.Series) -> np.ndarray:
-    """A levels row's per-pair cosines (:func:`tiebias.ablate.checkpoint_levels.values`), refused with the file named
-    when they are not a JSON list of cosines."""
+    """A levels row's per-pair cosines, refused with the file named when they are not a JSON list of cosines."""
     try:
         x = checkpoint_levels.values(row)
     except (ValueError, TypeError):
@@ -906,9 +867,8 @@ def _pair_values(ev: Evidence, row: pd.Series) -> np.ndarray:
 
 
 def _clock_candidate(ev: Evidence, k: float, which: str, early: bool) -> Candidate | None:
-    """For a Table 6 cell (step 1,000: a tenth of the paper's runs) at k = 1, ours at the checkpoint nearest the same
-    place in our training (``metrics/levels_at_checkpoints.csv``), its change from our last step paired over the same
-    seed pairs: a ``window`` candidate."""
+    """For a Table 6 cell at k = 1 (step 1,000, a tenth of the paper's runs): ours at our checkpoint nearest a
+    tenth of training, paired with our last step: a ``window`` candidate."""
     t = ev.table(checkpoint_levels.TABLE)
     quantity = {"vs untied input": "untied input -> tied", "vs untied output": "untied output -> tied"}[which]
     if t is None or not early or k != 1.0 or not (t.quantity == quantity).any():
@@ -925,14 +885,13 @@ def _clock_candidate(ev: Evidence, k: float, which: str, early: bool) -> Candida
 
 
 def _context(row: Row, name: str, data: dict[str, Any], sentence: str) -> None:
-    """Add a computed analysis to a row: its numbers under ``extra[name]``, its sentence after the cause's reason."""
+    """Add a computed analysis to a row: its numbers under ``extra[name]``, its sentence after the reason."""
     row.extra[name] = data
     row.why = f"{row.why}; context ({name}): {sentence}"
 
 
 def _bigram_context(ev: Evidence, rows: list[Row]) -> None:
-    """Figures 2, 6 and 7's layer-0 KL beside how far our models beat the bigram baseline
-    (:mod:`tiebias.lens.bigram_bound`): a layer-0 lens is at best a bigram predictor."""
+    """Figures 2, 6 and 7's layer-0 KL beside how far our models beat the bigram baseline."""
     t = ev.table(bigram_bound.TABLE)
     if t is None:
         return
@@ -956,8 +915,7 @@ def _bigram_context(ev: Evidence, rows: list[Row]) -> None:
 
 
 def _knn_context(ev: Evidence, rows: list[Row]) -> None:
-    """Table 5's overlap against chance and the tied-vs-tied ceiling, and in the rarest and most frequent bins
-    (:mod:`tiebias.align.knn_bins`)."""
+    """Table 5's overlap against chance and the tied-vs-tied ceiling, overall and in the extreme frequency bins."""
     t = ev.table(knn_bins.TABLE)
     if t is None:
         return
@@ -991,8 +949,7 @@ _LEVEL_OF = {("TABLE1", "OLMo-1B", "untied output -> tied", "orthogonal"): "unti
 
 
 def _clock_context(ev: Evidence, rows: list[Row]) -> None:
-    """Whether our level of a Table 1, 2, 6 or Figure 3 number still moved over the last doubling of our training
-    (:mod:`tiebias.ablate.checkpoint_levels`): a level still moving differs from the paper's partly by training time."""
+    """Whether our level of a Table 1, 2, 6 or Figure 3 number still moved over the last doubling of training."""
     t = ev.table(checkpoint_levels.TABLE)
     if t is None:
         return
@@ -1016,17 +973,15 @@ def _clock_context(ev: Evidence, rows: list[Row]) -> None:
 
 
 CONTEXT = (_bigram_context, _knn_context, _clock_context)
-"""The computed analyses set beside the rows they explain without being a cause of their own (a cause needs a
-reading of the same quantity that brings ours to the paper's: :func:`judge`)."""
+"""Analyses set beside the rows they explain without being a cause of their own."""
 
 BUILDERS = (table1_rows, table5_rows, figure2_rows, figure3_rows, figure4_rows, claim4_rows, table7_rows,
             inconsistency_rows, setting_rows)
-"""Each source of the paper's numbers, in the paper's order; together they give a row for every number."""
+"""Each source of the paper's numbers, in the paper's order."""
 
 
 CANNOT_BE_JUDGED = "cannot be judged"
-"""A claim line's words when the interval its rule compares cannot be computed (one seed, a seed's value not a
-number): never [Re] nor [¬Re]."""
+"""A claim line's words when the interval its rule compares cannot be computed."""
 
 
 def _re(status: str | None) -> str:
@@ -1034,8 +989,7 @@ def _re(status: str | None) -> str:
 
 
 def _claim2_paper(proxy: np.ndarray | None) -> str | None:
-    """Claim 2 under the paper's protocol: its proxy share over the warmup, the CI's low end above 0.5; "cannot be
-    judged" when a seed's share is not a number or there is one seed (no interval)."""
+    """Claim 2 under the paper's protocol: its proxy share over the warmup, the CI's low end above 0.5."""
     if proxy is None:
         return None
     bad = [i for i, x in enumerate(proxy) if not math.isfinite(x)]
@@ -1047,8 +1001,7 @@ def _claim2_paper(proxy: np.ndarray | None) -> str | None:
 
 
 def _claim4_paper(kit5: pd.DataFrame | None) -> str | None:
-    """Claim 4 under the paper's protocol: the k = 5 shift towards input and away from output with both CIs clear
-    of 0; "cannot be judged" when an interval is missing (one seed, or not a number)."""
+    """Claim 4 under the paper's protocol: the k = 5 shift towards input and away from output, both CIs clear of 0."""
     if kit5 is None or not len(kit5):
         return None
     ends = [float(kit5[c].iloc[0]) for c in ("vs_untied_input_ci_low", "vs_untied_output_ci_high")]
@@ -1058,8 +1011,7 @@ def _claim4_paper(kit5: pd.DataFrame | None) -> str | None:
 
 
 def claim_lines(ev: Evidence) -> list[dict[str, str]]:
-    """Per claim: [Re] or [¬Re] at our scale under the kit's protocol and under the paper's, and why; "cannot be
-    judged" where the interval the rule compares cannot be computed."""
+    """Per claim: [Re] or [¬Re] at our scale under the kit's protocol and under the paper's, and why."""
     c = ev.claims
     shift = ev.table("claim4_ingredients")
     kit5 = None if shift is None else shift[(shift.ingredient == KIT) & (shift.k == 5.0)]
@@ -1083,13 +1035,12 @@ def claim_lines(ev: Evidence) -> list[dict[str, str]]:
 
 CLAIM_SOURCES = {"1. alignment": ("Table 1",), "2. gradient imbalance": ("Figure 4",),
                  "3. early layers pay": ("Figure 2",), "4. causality": ("Table 2", "Table 6")}
-"""Where each claim's headline numbers are in the paper: the rows :func:`which_part` reads."""
+"""Where each claim's headline numbers are in the paper."""
 
 
 def which_part(line: dict[str, str], rows: Sequence[Row]) -> str:
-    """For a claim marked [Re] whose headline numbers differ from ours without a cause: what reproduced (the claim's
-    rule, i.e. the sign and the ordering it compares) and what did not (the size), with the first such number;
-    empty otherwise (a [Re] whose numbers agree or have a cause needs no note, and [¬Re] says it all)."""
+    """For a [Re] claim whose headline numbers differ from ours without a cause: what reproduced (the sign and
+    ordering the rule compares) and what did not (the size); empty otherwise."""
     if line["kit"] != "[Re]":
         return ""
     mine = [r for r in rows if not r.setting and r.kit is not None and r.source.startswith(CLAIM_SOURCES.get(
@@ -1113,13 +1064,12 @@ class Reproduction:
     scale_source: str | None
 
     def causes(self) -> dict[str, int]:
-        """How many comparisons each cause names: rows that set one number of ours (``group``) beside several of the
-        paper's count once per cause."""
+        """How many comparisons each cause names (rows of one ``group`` count once per cause)."""
         seen = {(r.group or r.key, r.cause) for r in self.rows if not r.setting}
         return {c: sum(cause == c for _, cause in seen) for c in CAUSES}
 
     def comparisons(self) -> int:
-        """How many distinct comparisons the rows make (one number of ours counts once)."""
+        """How many distinct comparisons the rows make."""
         return len({r.group or r.key for r in self.rows if not r.setting})
 
 
