@@ -186,22 +186,15 @@ def point_run(run: Run, point: ScalePoint) -> Run:
 
 def train_points(run: Run, pts: Sequence[ScalePoint], variants: Sequence[Variant], seeds: Sequence[int],
                  cfg: TrainConfig, *, progress: bool = True) -> dict[str, Run]:
-    """Train (or reuse) the sweep's models at every scale point; the run folder of each point by label.
+    """Train (or reuse, or resume) the sweep's models at every scale point.
 
     Args:
-        run: the run whose profile sets the base point; other points live in ``<run>/scale/<label>/``
-            (:func:`point_run`).
-        pts: the points to train (:func:`usable`).
-        variants: the sweep's tied variants; the untied reference is trained beside them
-            (:func:`tiebias.ablate.sweep.run_sweep`).
-        seeds: the seeds every model is trained with.
-        cfg: the training recipe; its preset (and steps) are replaced by each point's (:func:`point_config`).
+        run: the run of the base point (others in ``<run>/scale/<label>/``); pts: the points (:func:`usable`).
+        variants, seeds, cfg: the sweep's tied variants, seeds and recipe (preset and steps per point).
         progress: show progress bars.
 
     Returns:
         Point label -> its run folder.
-
-    Finished models are reused and an interrupted one resumes, so an interrupted scale study picks up where it stopped.
     """
     out = {}
     for p in pts:

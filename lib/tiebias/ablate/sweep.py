@@ -113,21 +113,15 @@ def _probe_tokens_per_second(run: Run, cfg: TrainConfig, steps: int = 3) -> floa
 
 def plan(run: Run, variants: Sequence[Variant], seeds: Sequence[int], cfg: TrainConfig,
          budget_minutes: float | None = None) -> pd.DataFrame:
-    """Which (variant, seed) models the sweep needs, which the run already has, and the time estimate.
+    """Which models the sweep needs, which the run has, and the time estimate (warns when over ``budget_minutes``).
 
     Args:
-        run: the run the models are (or will be) trained in.
-        variants: the sweep's tied variants; the untied reference of each seed is added.
-        seeds: the seeds every model is trained with.
-        cfg: the training recipe, for the time estimate (:func:`estimate_seconds`).
-        budget_minutes: warn when the estimate exceeds it (None: never).
+        run, variants, seeds, cfg: the run, the tied variants (the untied reference is added), seeds and recipe.
+        budget_minutes: the budget warned about (None: never).
 
     Returns:
-        One row per model: ``variant``, ``seed``, ``input_factor``, ``output_factor``, ``trained`` (already complete
-        in the run). ``attrs["to_train"]`` is the number of models missing, ``attrs["estimated_seconds"]`` the time
-        they would take.
-
-    Warns before anything starts when the estimate exceeds ``budget_minutes``.
+        ``variant``, ``seed``, ``input_factor``, ``output_factor``, ``trained``; ``attrs["to_train"]`` and
+        ``attrs["estimated_seconds"]``.
     """
     df = pd.DataFrame([{"variant": v.name, "seed": seed, "input_factor": v.input_factor,
                         "output_factor": v.output_factor, "trained": run.is_complete(v, seed)}
@@ -144,21 +138,14 @@ def plan(run: Run, variants: Sequence[Variant], seeds: Sequence[int], cfg: Train
 
 def run_sweep(run: Run, variants: Sequence[Variant], seeds: Sequence[int], cfg: TrainConfig,
               progress: bool = True, overwrite: bool = False) -> list[dict]:
-    """Train every missing model of the sweep (tied variants and the untied reference per seed).
+    """Train every missing model of the sweep, two at a time on a CPU (the same models as one by one).
 
     Args:
-        run: the run the models are trained in.
-        variants: the sweep's tied variants.
-        seeds: the seeds; each gets every variant and an untied model.
-        cfg: the training recipe shared by all models.
-        progress: show progress bars.
-        overwrite: retrain a model whose folder was made with a different config (else it stops with an error).
+        run, variants, seeds, cfg: the run, the tied variants (the untied reference is added per seed), the seeds
+            and the recipe. progress: progress bars; overwrite: retrain a model made with another config.
 
     Returns:
-        One training summary per model, as :func:`tiebias.train.sweeps.train_many` returns them.
-
-    ``overwrite=True`` retrains a model whose folder was made with a different config (see ``train``). Two
-    models train at a time on a CPU (:func:`tiebias.train.sweeps.train_many`), the same models as one by one.
+        One training summary per model (:func:`tiebias.train.sweeps.train_many`).
     """
     return train_many(run, _sweep_models(variants, seeds), cfg, progress=progress, overwrite=overwrite)
 
@@ -213,27 +200,18 @@ def reference_for(seeds: Sequence[int]) -> str:
 def alignment_table(run: Run, variants: Sequence[Variant], seeds: Sequence[int], *,
                     steps: Sequence[int | None] = (None,), methods: Sequence[str] = ("orthogonal", "linear"),
                     heldout_folds: int = 0, reference: str = "same") -> pd.DataFrame:
-    """Per (k, seed, step, method): cosine of the untied input and untied output matrices mapped onto the tied one.
+    """Per (k, seed, step, method), as Table 2: cosine of the untied input and output matrices mapped onto the tied one.
 
     Args:
-        run: the run holding the sweep's models; diverged models are refused
-            (:func:`tiebias.train.divergence.check_models`).
-        variants: the sweep's tied variants (an untied one is refused).
-        seeds: the seeds compared; their order sets which seed is the next one for ``reference="cross"``.
-        steps: checkpoint steps to compare at; ``None`` is the final model.
-        methods: the alignment maps (:func:`tiebias.align.maps.align_all`).
-        heldout_folds: 0 scores the map in-sample; k >= 2 scores each token with a map fitted on the other folds
-            (:func:`tiebias.align.maps.align`).
-        reference: ``"same"`` or ``"cross"``, which untied model each tied one is compared with (below).
+        run, variants, seeds: the sweep's run (diverged models refused), tied variants and seeds (their order sets
+            the next seed for ``reference="cross"``).
+        steps, methods, heldout_folds: checkpoint steps (None: final), alignment maps, 0 (in-sample) or k >= 2 folds.
+        reference: ``"same"`` (the same seed's untied model, whose shared start inflates the input cosine) or
+            ``"cross"`` (the next seed's; needs two or more seeds).
 
     Returns:
-        Columns ``variant``, ``k``, ``output_factor``, ``seed``, ``reference_seed``, ``step`` (the final model's
-        step count for ``None``), ``method``, ``vs_untied_input`` and ``vs_untied_output`` (mean cosine).
-
-    Same direction as Table 1's rows ("untied input -> tied"), at the same step as the tied model, as
-    in the paper's Table 2. ``reference="same"`` compares with the untied model of the same seed (which
-    started from the same input matrix, so its input cosine is inflated by the shared start);
-    ``"cross"`` with the untied model of the next seed in ``seeds`` (needs two or more seeds).
+        ``variant``, ``k``, ``output_factor``, ``seed``, ``reference_seed``, ``step``, ``method``,
+        ``vs_untied_input``, ``vs_untied_output``.
     """
     if reference not in ("same", "cross"):
         raise ValueError(f"reference: unknown value {reference!r}; allowed: 'same', 'cross'")

@@ -93,26 +93,17 @@ def ensure_lens(run: Run, variant: str | Variant, seed: int, lens: LensSettings,
 def train_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequence[int], lens: LensSettings, *,
                        step: int | None = None, per_sequence: bool = False, progress: bool = True,
                        device: str = "cpu", workers: int | str = "auto", subdir: str = "") -> pd.DataFrame:
-    """Train (or load) the lens ladders of every (variant, seed) of a run (or of its checkpoints at ``step``) and
-    evaluate them on the test split.
+    """Train (or load) and read the lens ladders of every (variant, seed) of a run, or of its checkpoints at ``step``.
 
     Args:
-        run: the run folder; lenses train on its validation split and are read on its test split.
-        variants, seeds: the models (each must be finished and not diverged).
-        lens: the settings (every lens is read under each of ``lens.protocols``).
-        step: read the checkpoints at this training step instead of the final models (a checkpoint at a model's
-            final step is the final model and shares its lens).
-        per_sequence: one row per layer and evaluation sequence instead of per layer.
-        progress: show progress bars.
-        device: where the models run.
-        workers: on a CPU, how many models' lenses train at a time (see
-            :func:`tiebias.system.parallel.side_by_side`): the same lenses.
-        subdir: put the ladders in ``<lens folder>/<subdir>/`` (e.g. :data:`REFERENCE_BUDGET`, an extra ladder
-            beside the main one).
+        run, variants, seeds: the run (lenses train on validation, are read on test) and its finished models.
+        lens: the settings; step: a checkpoint's step (None: final models); per_sequence: rows per sequence.
+        progress, device: progress bars; where the models run. workers: models trained side by side on a CPU (the
+            same lenses). subdir: ladders in ``<lens folder>/<subdir>/`` (e.g. :data:`REFERENCE_BUDGET`).
 
     Returns:
-        Long format with ``variant``, ``seed``, ``step`` (training step of the model; the final step for final
-        models), ``recipe``, ``budget``, ``lens_steps``, ``protocol``, ``layer`` and the evaluation columns.
+        ``variant``, ``seed``, ``step``, ``recipe``, ``budget``, ``lens_steps``, ``protocol``, ``layer`` and the
+        evaluation columns.
     """
     lens = check_settings(lens)
     val, test = run.tokens("validation"), run.tokens("test")
@@ -145,21 +136,16 @@ def train_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequence[int], 
 def train_pair_lens_ladders(models: dict[str, tuple[Any, Any]], corpus: Any, lens: LensSettings, *,
                             folder: str | Path, per_sequence: bool = False, progress: bool = True,
                             subdir: str = "") -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Train (or load) and evaluate the lens ladders of loaded models (e.g. a real tied/untied checkpoint pair),
-    each with its own tokenizer.
+    """Train (or load) and read the lens ladders of loaded models, each with its own tokenizer.
 
     Args:
-        models: {label: (model, tokenizer)}.
-        corpus: the corpus (None: the embedded one); lenses train on its validation split and are evaluated on its
-            test split, as for a run.
-        lens: the settings.
-        folder: the pair's folder; each label's ladder lives in ``<folder>/lens/<label>/``.
-        per_sequence, progress, subdir: as in :func:`train_lens_ladders`.
+        models: {label: (model, tokenizer)}; corpus: None for the embedded one (validation trains, test reads).
+        lens: the settings; folder: the pair's folder (``<folder>/lens/<label>/``); per_sequence, progress, subdir: as
+            in :func:`train_lens_ladders`.
 
     Returns:
-        (the long table: ``variant`` = label, ``seed`` = 0, per layer or per sequence; the largest-budget lens of
-        the first recipe by label). Tokenizers that cannot read the corpus, or share no token with the first
-        model's, are refused before any lens trains (:func:`tiebias.align.tokenizers.check_tokenizers`).
+        (the long table, ``variant`` = label, ``seed`` = 0; the top lens by label). Tokenizers that cannot read the
+        corpus are refused before any lens trains.
     """
     from tiebias.align.tokenizers import check_tokenizers
     from tiebias.data import corpus as data
@@ -197,24 +183,16 @@ def _val_loss_at(run: Run, variant: str | Variant, seed: int, step: int) -> tupl
 def train_checkpoint_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequence[int],
                                   checkpoints: Sequence[int], lens: LensSettings, *, progress: bool = True,
                                   device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Train (or load) lens ladders at each training checkpoint and return the early-layer gap (largest budget,
-    with CI and convergence) there, against validation loss.
+    """The early-layer gap (largest budget of the first recipe, first protocol) at each training checkpoint, beside the
+    validation loss there; a checkpoint at the final step is the final model.
 
     Args:
-        run: the run folder.
-        variants, seeds: the models, as in :func:`train_lens_ladders`; validation losses are averaged over them.
-        checkpoints: training steps, each a checkpoint every model has (a missing one is named).
-        lens: the settings; only the first recipe and the first protocol are used.
-        progress, device: as in :func:`train_lens_ladders`.
+        run, variants, seeds: as in :func:`train_lens_ladders`; checkpoints: steps every model has (else named).
+        lens, progress, device: as in :func:`train_lens_ladders`.
 
     Returns:
-        (one row per checkpoint: ``step``, ``val_loss`` (mean over the models), ``val_loss_<variant>``,
-        ``val_step`` (the step of the last validation at or before it), ``gap``, ``ci_low``, ``ci_high``,
-        ``half_width``, ``n_seeds``, ``converged``, ``budget``; the per-layer table of all checkpoints and rungs).
-
-    Only the first recipe's ladders are trained, read under the first protocol (the headline's). Lenses of
-    checkpoint models live next to the checkpoint (``checkpoints/step-N/lens/``); a checkpoint at the final step is
-    the final model.
+        (one row per checkpoint: ``step``, ``val_loss``, ``val_loss_<variant>``, ``val_step``, ``gap``, ``ci_low``,
+        ``ci_high``, ``half_width``, ``n_seeds``, ``converged``, ``budget``; the per-layer table of all of them).
     """
     steps_list = coerce("lens_checkpoints", list(checkpoints))
     lens = check_settings(lens)
