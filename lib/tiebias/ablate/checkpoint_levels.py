@@ -68,21 +68,16 @@ def _summarise(df: pd.DataFrame, source: str, quantity: str, column: str, final:
 
 def levels(run: Run, seeds: Sequence[int] | None = None, *, evolution: pd.DataFrame | None = None,
            scaled: bool = True) -> pd.DataFrame:
-    """Our levels at every checkpoint shared by the tied and untied models of ``seeds``, and the paper's.
+    """Our levels at every checkpoint shared by the tied and untied models of ``seeds``, then the paper's.
 
     Args:
-        run: the run; its ``tied``/``untied`` models of every seed, and any ``tied_in<k>`` models 04 trained.
-        seeds: the seeds read (None: every seed with both a complete tied and untied model).
-        evolution: the Figure 3 table (:func:`tiebias.align.comparisons.evolution_table`, 02's
-            ``alignment_evolution``); None computes it.
-        scaled: also read the run's ``tied_in<k>`` models (k != 1) present for every seed; False: k = 1 only
-            (notebook 02, which runs before 04 trains them, so its table does not depend on what a rerun finds).
+        run: the run; seeds: None for every seed with complete tied and untied models.
+        evolution: 02's Figure 3 table (None: computed); scaled: also the ``tied_in<k>`` models 04 trained (False in
+            02, so its table does not depend on what a rerun finds).
 
     Returns:
-        :data:`COLUMNS`, long: per quantity and step our mean and sd over seed pairs (cross seed with two seeds or
-        more, as Table 1's headline; the untied model's own two matrices for "untied input -> untied output") and
-        the per-pair ``values`` (JSON, the same order at every step), then the paper's rows (:func:`paper_levels`).
-        ``fraction`` is the step over our final step.
+        :data:`COLUMNS`: per quantity and step our mean, sd and per-pair ``values`` (JSON, one order at every
+        step), ``fraction`` = step / our final step; then :func:`paper_levels`.
     """
     if seeds is None:
         seeds = inventory.require_complete(run, ("tied", "untied"))

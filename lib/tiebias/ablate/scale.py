@@ -217,19 +217,14 @@ def point_table(sub: Run, point: ScalePoint, variants: Sequence[Variant], seeds:
     """One row per seed at one scale point: claims 1, 2 and 4, losses and the embedding's share of the parameters.
 
     Args:
-        sub: the point's run folder (:func:`point_run`), its models trained.
-        point: the point, whose label, vocabulary, preset and width fill the identifying columns.
-        variants: the sweep's tied variants; they must hold the plain tied model (k = 1), the reference of claims 1
-            and 4 and of the loss differences.
-        seeds: two or more seeds (else ValueError): each tied model is compared with the next seed's untied model.
-        warmup: the recipe's warmup steps, splitting claim 2's share into warmup and after it (0: no warmup window).
+        sub, point: the point's run folder (models trained) and the point.
+        variants: the tied variants, holding k = 1 (the reference); seeds: two or more (else ValueError), each tied
+            model compared with the next seed's untied model; warmup: steps splitting claim 2's share (0: none).
 
     Returns:
-        Columns ``point``, ``vocab_size``, ``preset``, ``width``, ``steps``, ``tokens_per_row`` (of the tied model's
-        recipe, :func:`tokens_per_row`), ``seed``, the :data:`QUANTITIES` columns, claim 4's
-        ``claim4_in_k<k>`` and ``claim4_out_k<k>`` per k other than 1, ``val_loss_<variant>`` and
-        ``embedding_share_<variant>`` per variant and the untied model, and ``loss_<variant>_minus_tied`` per scaled
-        variant.
+        ``point``, ``vocab_size``, ``preset``, ``width``, ``steps``, ``tokens_per_row``, ``seed``, the
+        :data:`QUANTITIES`, ``claim4_in_k<k>`` / ``claim4_out_k<k>``, ``val_loss_<variant>``,
+        ``embedding_share_<variant>`` and ``loss_<variant>_minus_tied``.
     """
     if len(seeds) < 2:
         raise ValueError(f"ablate_seeds: {list(seeds)} has one seed; the scale axis compares the tied model with "

@@ -186,22 +186,15 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
 
 
 def trajectory(model: PreTrainedModel, lens: Lens, tokenizer: Any, text: str) -> PredictionTrajectory:
-    """The package's PredictionTrajectory of ``text`` (targets = the next token; the last is eos or itself).
+    """The package's PredictionTrajectory of ``text``, targets the next token (the last: eos or itself).
 
     Args:
-        model: the model (a supported decoder, :func:`tiebias.lens.lenses.check_model`).
-        lens: the lens read at each layer (a ``TunedLens`` must fit ``model``; a ``LogitLens`` also works).
-        tokenizer: the model's tokenizer (an object with ``encode``).
-        text: the prompt; it must give at least two tokens.
+        model, lens: a supported decoder and a lens for it (a TunedLens or LogitLens); tokenizer: one with
+            ``encode``; text: a prompt of two tokens or more.
 
     Returns:
-        The ``tuned_lens.plotting.PredictionTrajectory``.
-
-    ``PredictionTrajectory.from_lens_and_model`` indexes correctly (lens i on
-    hidden_states[i], model logits for the last row). Plot with
-    :func:`tiebias.output.plotting.lens.trajectory_figure`.
-    The package converts logits to numpy, which has no bfloat16: logits of 16-bit models
-    (bf16 on a GPU) are handed over in float32.
+        The ``tuned_lens.plotting.PredictionTrajectory``; a 16-bit model's logits are handed over in float32 (the
+        package converts them to numpy, which has no bfloat16).
     """
     from tuned_lens.plotting import PredictionTrajectory
 

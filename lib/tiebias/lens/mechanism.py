@@ -99,19 +99,15 @@ def penalties(parts: pd.DataFrame) -> pd.DataFrame:
 
 
 def compare(parts: pd.DataFrame, a: str = "tied", b: str = "untied", *, level: float = LEVEL) -> pd.DataFrame:
-    """Each penalty (and each reading's KL, and the geometry) for ``a`` and ``b``, and the paired ``a - b``
-    difference over seeds with its t-interval.
+    """Each measure of stacked :func:`run_row1_parts` tables and each penalty for ``a`` and ``b``, and the paired
+    ``a - b`` difference over seeds with its t-interval.
 
     Args:
-        parts: :func:`row1_parts` tables of several models stacked, with ``variant`` and ``seed`` columns
-            (:func:`run_row1_parts`).
-        a, b: the two variants compared, paired by seed.
-        level: confidence level of the t-intervals.
+        parts: the stacked tables; a, b: the variants, paired by seed; level: the intervals' confidence level.
 
     Returns:
-        One row per measure (each of :data:`PARTS`, the geometry, then ``penalty: <name>`` for each of
-        :data:`PENALTIES` and ``penalty: interaction``): ``measure``, ``<a>``, ``<b>`` (means over seeds),
-        ``difference``, ``ci_low``, ``ci_high`` (NaN with fewer than two paired seeds) and ``n_seeds``.
+        Per measure (``penalty: <name>`` for the penalties): ``measure``, ``<a>``, ``<b>``, ``difference``,
+        ``ci_low``, ``ci_high`` (NaN below two paired seeds) and ``n_seeds``.
     """
     wide = parts.pivot_table(index=["variant", "seed"], columns="measure", values="value")
     pen = penalties(parts).set_index(["variant", "seed"])

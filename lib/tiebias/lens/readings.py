@@ -63,22 +63,16 @@ def _per_layer(sub: pd.DataFrame, paired: bool, level: float, a: str, b: str) ->
 
 def decomposition(verdict_table: pd.DataFrame, reference_table: pd.DataFrame, *, paired: bool = True,
                   level: float = LEVEL, a: str = "tied", b: str = "untied") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The early-layer gap under the four :data:`READINGS`: (one row per reading, the per-layer table of each).
+    """The early-layer gap under the four :data:`READINGS`, beside the paper's layer-0 and layer-1 gaps (Figure 2).
 
     Args:
-        verdict_table: the per-sequence ladder table with both protocols (its first recipe at its largest budget
-            is the verdict's lens).
-        reference_table: the reference-budget ladder (:data:`REFERENCE_BUDGET_LADDER`) with both protocols.
-        paired, level: as in :func:`tiebias.lens.tables.early_gap`: pair sequences in the one-pair bootstrap; the
-            intervals' confidence level.
-        a, b: the two variants; every gap is ``a - b``.
+        verdict_table, reference_table: the per-sequence ladder and reference-budget tables, both protocols.
+        paired, level: as in :func:`tiebias.lens.tables.early_gap`; a, b: the variants (gaps are ``a - b``).
 
     Returns:
-        (rows: ``reading``, ``label``, ``protocol``, ``recipe``, ``lens_steps``, the early gap ``gap`` with
-        ``ci_low``/``ci_high``/``method``/``n_seeds``, layer-0 and layer-1 KL of each variant (``<variant>_l0``,
-        ``<variant>_l1``), their gaps ``gap_l0``/``gap_l1``, and the paper's ``paper_gap_l0``/``paper_gap_l1``
-        (Figure 2, OLMo-1B); the per-layer gap table of each reading with ``reading`` and ``label`` columns, means
-        only with NaN gaps where the two models differ in depth).
+        (one row per reading: ``reading``, ``label``, ``protocol``, ``recipe``, ``lens_steps``, ``gap`` with its CI,
+        ``method``, ``n_seeds``, ``<variant>_l0``/``_l1``, ``gap_l0``/``gap_l1``, ``paper_gap_l0``/``paper_gap_l1``;
+        the per-layer table of each reading, NaN gaps where the models differ in depth).
     """
     rows, layers = [], []
     paper0 = FIG2_OLMO_KL_BITS[0]["tied"] - FIG2_OLMO_KL_BITS[0]["untied"]

@@ -122,22 +122,16 @@ def _n_seeds(df: pd.DataFrame, a: str, b: str) -> int:
 
 def gaps(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied", b: str = "untied", *,
          paired: bool = True, level: float = LEVEL, n_boot: int = 2000) -> pd.DataFrame:
-    """Per-layer gap table of one rung with a CI: over seeds (t) with two or more seeds, else a bootstrap over sequences.
+    """Per-layer gap ``a - b`` of one rung with a CI: over seeds (t) with two or more seeds, else a bootstrap over
+    sequences; one pair of different depth has no per-layer gap (see :func:`early_gap`).
 
     Args:
-        seq_table: one rung's lens table (:func:`at_budget`), per sequence for the one-pair bootstrap.
-        column: the metric compared (one of :data:`METRICS`).
-        a, b: the two variants; the gap is ``a - b``.
-        paired: pair the sequences of the two models in the bootstrap (both read the same evaluation tokens).
-        level: confidence level of the intervals.
-        n_boot: bootstrap resamples (one pair only).
+        seq_table: one rung (:func:`at_budget`), per sequence for the bootstrap; column: the metric; a, b: variants.
+        paired, level, n_boot: pair the two models' sequences; confidence level; bootstrap resamples.
 
     Returns:
-        One row per layer: ``layer``, ``<a>``, ``<b>`` (means), ``gap``, ``gap_sd``, ``ci_low``, ``ci_high``,
-        ``p_value``, ``n_seeds``, ``significant`` (the CI excludes 0) and ``ci_method``.
-
-    Same columns as :func:`gap_table`; ``ci_method`` says which interval it is. One pair of models of
-    different depth has no per-layer gap (compare :func:`early_gap` on relative depth instead).
+        Per layer: ``layer``, ``<a>``, ``<b>``, ``gap``, ``gap_sd``, ``ci_low``, ``ci_high``, ``p_value``, ``n_seeds``,
+        ``significant`` (the CI excludes 0) and ``ci_method`` (which interval).
     """
     if _n_seeds(seq_table, a, b) > 1 or "sequence" not in seq_table:
         return gap_table(seq_table, column, a, b, level)
@@ -250,21 +244,15 @@ def kl_convergence(kl: pd.DataFrame, recipe: str | None = None, column: str = "k
 
 
 def convergence(ladder: pd.DataFrame, kl: pd.DataFrame | None = None) -> dict[str, Any]:
-    """Whether the ladder converged: its last rung moved the early-layer gap by less than that gap's CI half-width
-    and, given the per-layer table ``kl``, moved no layer's KL by more than :func:`kl_convergence`'s tolerance.
+    """Whether the ladder converged: its last rung moved the early-layer gap by less than the gap's CI half-width and,
+    given ``kl``, no layer's KL by more than :func:`kl_convergence`'s tolerance.
 
     Args:
-        ladder: :func:`ladder_gaps` output (one recipe).
-        kl: the lens table of the same ladder (per layer or per sequence), for the per-layer KL part (None: the gap
-            part only).
+        ladder: :func:`ladder_gaps` of one recipe; kl: its lens table for the per-layer part (None: the gap only).
 
     Returns:
-        A dict: ``converged``, ``change``, ``half_width``, ``budgets`` (ascending), ``gap_converged`` and ``kl``.
-
-    ``converged`` is None with a single budget (nothing to
-    compare), else a bool; ``change`` is the last rung's change of the gap, ``half_width`` the largest
-    budget's CI half-width (NaN, e.g. with zero spread, counts as not converged); ``gap_converged`` and
-    ``kl`` (:func:`kl_convergence`, or None without ``kl``) give the two parts.
+        ``converged`` (None with one budget; a NaN half-width counts as not converged), ``change``, ``half_width``,
+        ``budgets``, ``gap_converged`` and ``kl`` (:func:`kl_convergence` or None).
     """
     lad = ladder.sort_values("budget")
     if len(lad) < 2:
