@@ -12,13 +12,12 @@ from typing import Any
 
 import pandas as pd
 
-from tiebias import stats
 from tiebias.config.lens import LensSettings
 from tiebias.lens.tables import at_budget, at_protocol, early_gap, gaps, per_layer, same_depth
 from tiebias.paper import FIG2_LENS, FIG2_OLMO_KL_BITS
 from tiebias.stats import LEVEL
 
-__all__ = ["READINGS", "REFERENCE_BUDGET_LADDER", "decomposition", "describe", "reference_budget"]
+__all__ = ["READINGS", "REFERENCE_BUDGET_LADDER", "decomposition", "reference_budget"]
 
 READINGS: dict[str, tuple[str, str, str]] = {
     "a": ("package", "verdict", "package reading, verdict budget (neither ingredient)"),
@@ -88,47 +87,3 @@ def decomposition(verdict_table: pd.DataFrame, reference_table: pd.DataFrame, *,
                      "paper_gap_l0": paper0, "paper_gap_l1": paper1})
         layers.append(_per_layer(sub, paired, level, a, b).assign(reading=key, label=label))
     return pd.DataFrame(rows), pd.concat(layers, ignore_index=True)
-
-
-def describe(table: pd.DataFrame) -> str:
-    """One sentence from :func:`decomposition`'s rows: which readings give a gap of the paper's kind, and its size.
-
-    Args:
-        table: the first table :func:`decomposition` returns.
-
-    Returns:
-        The sentence: the readings whose gap's CI lies above 0 with their size against the paper's (or every
-        reading's gap when none does), then a caveat when fewer than three seeds give t-intervals.
-
-    "Of the paper's kind" means tied early layers read worse with a 95% CI above 0; its size is compared with
-    the paper's layer-0 and layer-1 gaps (Figure 2, OLMo-1B).
-    """
-    return _headline(table) + _size_caveat(table)
-
-
-def _size_caveat(table: pd.DataFrame) -> str:
-    """What a small run's sentence is worth: two seeds give a t-interval with one degree of freedom."""
-    n = int(table.n_seeds.min())
-    if str(table.method.iloc[0]).startswith("t-interval") and n < 3:
-        return (f" With {n} seed{'s' if n != 1 else ''} per variant these intervals are very wide and the lenses of a "
-                "small run are close to noise: read this as a check that the readings run, not as evidence.")
-    return ""
-
-
-def _headline(table: pd.DataFrame) -> str:
-    """Which readings give a gap of the paper's kind, and how large it is against the paper's."""
-    r0 = table.iloc[0]
-    paper = (f"the paper's +{r0.paper_gap_l0:.2f} bits at the input layer and +{r0.paper_gap_l1:.2f} at layer 1 "
-             "(Figure 2, OLMo-1B)")
-    positive = table[table.ci_low.map(stats.lies_above_zero)]
-    if positive.empty:
-        gaps_text = ", ".join(f"({r.reading}) {r.gap:+.3g} [{r.ci_low:+.3g}, {r.ci_high:+.3g}]"
-                              for r in table.itertuples())
-        return (f"No reading gives a positive early-layer gap of the paper's kind ({LEVEL:.0%} CI above 0): {gaps_text} "
-                f"bits, against {paper}.")
-    which = "; ".join(f"({r.reading}) {r.label}: {r.gap:+.3g} bits [{r.ci_low:+.3g}, {r.ci_high:+.3g}], input layer "
-                      f"{r.gap_l0:+.3g} ({r.gap_l0 / r.paper_gap_l0:.1%} of the paper's), layer 1 {r.gap_l1:+.3g} "
-                      f"({r.gap_l1 / r.paper_gap_l1:.1%})" for r in positive.itertuples())
-    rest = ", ".join(f"({r.reading})" for r in table.itertuples() if not stats.lies_above_zero(r.ci_low))
-    return (f"A positive early-layer gap of the paper's kind ({LEVEL:.0%} CI above 0) appears under {which}"
-            f"{'; not under ' + rest if rest else ''}; compare {paper}.")
