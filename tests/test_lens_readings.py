@@ -178,7 +178,7 @@ def test_report_lists_both_readings_and_says_which_the_paper_uses(fresh_run: Run
     records.record(fresh_run, records.Headline("claim3_tuned_lens_reference", value=0.3, threshold=0.1, statement="s",
                                                unit="bits"))
     page = report.write_report(fresh_run).read_text()
-    assert "(Figure 2) come from the paper&#x27;s reading" in page  # escaped, as all text the report writes
+    assert "(Figure 2) come from the paper's reading" in page
     assert "hidden state i through translator i - 1" in page and "not run" in page  # the other claims: not yet
 
 

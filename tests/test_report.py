@@ -87,7 +87,7 @@ def test_claim4_is_stated_once_with_its_map_and_the_other_maps_reading(fresh_run
     assert "under the linear map it" in v.text
     claims.record(fresh_run, v)
     page = report.write_report(fresh_run).read_text()
-    assert "linear map&#x27;s reading: does not hold" in page
+    assert "linear map&#39;s reading: does not hold" in page
 
 
 def test_a_notebook_that_does_not_convert_leaves_no_scratch_folder(fresh_run, tmp_path, monkeypatch) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tiebias.output.report import CLAIMS
 from tiebias.study import NOTEBOOKS, run_study
+from tiebias.verdicts.records import CLAIMS
 
 
 @pytest.mark.slow

@@ -4,12 +4,17 @@ A run folder is untrusted: its name, the profile, preset and corpus names in its
 a notebook's HTML output may hold backticks, HTML tags or Markdown links. Renderers that pass raw HTML through
 (markdown-it and mistune as configured by many sites, a local preview) would run their scripts. Every piece of such
 text goes through one of these before it reaches a page: :func:`md_text` (inside a line or a table cell),
-:func:`md_code` (an inline code span), :func:`md_fence` (a code block), :func:`safe_html` (an HTML output).
+:func:`md_code` (an inline code span), :func:`md_fence` (a code block), :func:`safe_html` (an HTML output), or a
+page's template through :func:`render` (jinja2: HTML autoescaped, Markdown through :func:`md_text`).
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
+
+import jinja2
+from markupsafe import Markup
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]+")
 _ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "|": "&#124;"}
@@ -18,9 +23,7 @@ _LEADING = re.compile(r"^([-+=]|\d{1,9}(?=[.)]))")
 HTML_TAGS = frozenset({"table", "thead", "tbody", "tfoot", "tr", "th", "td", "caption", "colgroup", "col", "div",
                        "span", "p", "br", "hr", "b", "i", "em", "strong", "code", "pre", "sub", "sup", "small",
                        "ul", "ol", "li", "details", "summary", "h1", "h2", "h3", "h4", "h5", "h6"})
-"""The tags :func:`safe_html` keeps (what pandas tables and the explorers' text use); others are dropped."""
 HTML_ATTRIBUTES = frozenset({"colspan", "rowspan", "border", "class", "align", "valign", "open"})
-"""The attributes :func:`safe_html` keeps: none can load or run anything."""
 
 
 def _one_line(value: object) -> str:
@@ -66,23 +69,33 @@ def md_fence(text: str, lang: str = "") -> str:
 def safe_html(fragment: str) -> str:
     """An HTML fragment with only harmless tags and attributes left (tables, text markup), every text escaped.
 
-    ``bleach`` (the sanitiser nbconvert's stack already installs) does the work: scripts, styles, comments, links,
-    images, frames and event attributes are dropped; the text of a dropped tag stays, escaped, so it shows as
-    text and runs nothing. What a page never shows as text, the content of ``<style>``, ``<script>``, ``<template>``
-    and ``<noscript>`` (a pandas table's CSS), goes with its tag (BeautifulSoup, before bleach).
+    ``bleach`` drops scripts, styles, comments, links, images, frames and event attributes, keeping a dropped tag's
+    text, escaped; what a page never shows as text (a ``<style>``'s or ``<script>``'s content) goes with its tag.
     """
     import bleach
     from bs4 import BeautifulSoup
 
     soup = BeautifulSoup(fragment, "html.parser")
-    for hidden in soup(list(HIDDEN_TAGS)):
+    for hidden in soup(["script", "style", "template", "noscript"]):
         hidden.decompose()
     return bleach.clean(str(soup), tags=HTML_TAGS, attributes=sorted(HTML_ATTRIBUTES), protocols=[], strip=True,
                         strip_comments=True)
 
 
-HIDDEN_TAGS = frozenset({"script", "style", "template", "noscript"})
-"""Elements whose content a browser does not show as text: :func:`safe_html` drops them whole."""
+def _md_value(value: object) -> object:
+    return value if isinstance(value, Markup) else md_text(value)
 
 
-__all__ = ["HIDDEN_TAGS", "HTML_ATTRIBUTES", "HTML_TAGS", "md_code", "md_fence", "md_text", "safe_html"]
+_PAGES = Path(__file__).with_name("templates")
+_OPTIONS = dict(loader=jinja2.FileSystemLoader(_PAGES), undefined=jinja2.StrictUndefined, trim_blocks=True,
+                lstrip_blocks=True, keep_trailing_newline=True)
+_HTML = jinja2.Environment(autoescape=True, **_OPTIONS)
+_MARKDOWN = jinja2.Environment(autoescape=False, finalize=_md_value, **_OPTIONS)
+_MARKDOWN.filters["code"] = lambda v: Markup(md_code(v))
+
+
+def render(template: str, **values: object) -> str:
+    """A page from ``templates/<template>``: in HTML every value escaped (autoescape); in Markdown (``*.md.j2``) every
+    value through :func:`md_text`, or :func:`md_code` with ``|code`` (a :class:`~markupsafe.Markup` value is written
+    as it is: the kit's own text or a table already escaped)."""
+    return (_MARKDOWN if template.endswith(".md.j2") else _HTML).get_template(template).render(**values)
