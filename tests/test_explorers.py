@@ -26,7 +26,7 @@ from tiebias.data import tokens
 from tiebias.lens import evaluate as lens_eval
 from tiebias.lens import lenses as tl
 from tiebias.models import build as tm
-from tiebias.output import explorers, notebook, token_text
+from tiebias.output import explorers, static_pages, token_text
 from tiebias.output.plotting import lens as lplot
 
 TEXT_A = ["the king and the queen rode to the kingdom of the king", "love is sweet, said the king to the queen"] * 40
@@ -206,7 +206,7 @@ def test_executed_notebook_has_figures_without_the_plotly_bundle_and_html_export
     assert size < 50_000, f"executed notebook is {size} bytes: plotly.js embedded?"
     path = tmp_path / "nb.ipynb"
     nbformat.write(nb, path)
-    page = notebook.export_html(path, tmp_path / "html" / "nb.html")
+    page = static_pages.export_offline_html(path, tmp_path / "html" / "nb.html")
     text = page.read_text()
     assert text.count('class="plotly-graph-div"') == 2
     assert text.count('src="plotly.min.js"') == 1

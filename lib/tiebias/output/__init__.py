@@ -1,9 +1,6 @@
-"""What a person sees: plotly figures, notebook setup, ipywidgets explorers, summary.json / report.html, PNG export.
-
-``plotting`` (one module per analysis), ``notebook`` (setup and HTML export), ``explorers``, ``token_text`` (the
-whitespace notation), ``report``, ``reproduction_page`` (the run's reproduction report), ``static_pages`` (offline pages), ``figure_png``
-(PNGs through headless Chromium) and ``markup`` (run-folder text made safe for Markdown and HTML pages).
-"""
+"""What a person sees: plotly figures (``plotting``), notebook setup (``notebook``), explorers, ``summary.json`` and
+``report.html`` (``report``), ``reproduction.md`` / ``.html`` (``reproduction_page``), offline notebook pages
+(``static_pages``), PNGs (``figure_png``) and run-folder text escaped for Markdown and HTML (``markup``)."""
 
 from tiebias.output import (
                             explorers,

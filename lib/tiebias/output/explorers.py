@@ -1,12 +1,6 @@
-"""The notebooks' interactive explorers: what a reader types becomes a message and a table, never a traceback.
-
-Two explorers: nearest neighbours of a word in each embedding space (02_align) and the top next tokens by
-layer for a prompt (03_lens). The logic is pure (:func:`resolve_token`, :func:`neighbour_view`,
-:func:`prompt_view` return a :class:`View`); :func:`explorer` wraps any such function in a small
-ipywidgets UI (a text box that updates on Enter, a message line and an output area).
-Typed text is stripped and cut to :data:`MAX_WORD_CHARS` / :data:`MAX_PROMPT_CHARS` characters (the
-message says so in one line); tokens are shown in :mod:`tiebias.output.token_text`'s notation (``␣king``).
-"""
+"""The notebooks' explorers: nearest neighbours of a word in each embedding space (02) and the top next tokens by
+layer after a prompt (03). What a reader types becomes a one-line message and a table, never a traceback; typed text is
+stripped and cut (the message says so); tokens show in :mod:`tiebias.output.token_text`'s notation (``␣king``)."""
 
 from __future__ import annotations
 
@@ -50,7 +44,7 @@ class Resolved(NamedTuple):
 
 @dataclass(eq=False)
 class Space:
-    """One embedding matrix to search (``which`` of ``emb``) with the tokenizer of its vocabulary."""
+    """One embedding matrix to search (``which``: "input" or "output" of ``emb``) with its vocabulary's tokenizer."""
 
     emb: Embeddings
     which: str
@@ -58,12 +52,11 @@ class Space:
     index: dict[str, int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        """Check ``which`` and index the token strings once, for exact-token lookups."""
         self.emb.matrix(self.which)  # raises ValueError naming `which` unless 'input' or 'output'
         self.index = {t: i for i, t in enumerate(self.emb.tokens)}
 
 
-def clean(text: Any, limit: int) -> tuple[str, str]:
+def _clean(text: Any, limit: int) -> tuple[str, str]:
     """``text`` stripped and cut to ``limit`` characters, and a note saying what was cut ("" when nothing was)."""
     if not isinstance(text, str):
         return "", ""
@@ -73,15 +66,14 @@ def clean(text: Any, limit: int) -> tuple[str, str]:
     return text[:limit].rstrip(), f"input cut to its first {limit} characters (it had {len(text):,})"
 
 
-def quote(text: str, limit: int = QUOTE_CHARS) -> str:
-    """Typed text for a message: quoted, and shortened with "…" in the middle when longer than ``limit``."""
+def _quote(text: str, limit: int = QUOTE_CHARS) -> str:
+    """Typed text for a message: quoted, shortened with "…" in the middle when longer than ``limit``."""
     if len(text) > limit:
         text = text[: limit // 2] + "…" + text[-(limit // 2 - 1):]
     return repr(text)
 
 
-def pieces_text(pieces: list[str]) -> str:
-    """Token strings in the readable notation, joined by " + ", at most ``MAX_PIECES`` then a count."""
+def _pieces(pieces: list[str]) -> str:
     shown = " + ".join(show(p) for p in pieces[:MAX_PIECES])
     return shown + (f" + … ({len(pieces) - MAX_PIECES} more)" if len(pieces) > MAX_PIECES else "")
 
@@ -92,20 +84,19 @@ def fixed(x: float, digits: int = 2) -> str:
 
 
 def _encode(tokenizer: Any, text: str) -> list[int]:
-    """Token ids of ``text`` without special tokens (bos/eos) around it."""
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
-def resolve_token(text: str, space: Space) -> Resolved:
-    """Map typed text onto a token of ``space``: a plain word, or a token string as the tables show it or as stored.
+def _check_k(k: Any) -> None:
+    if not is_int(k) or k < 1:
+        raise ValueError(f"k: must be an int >= 1, got {k!r}")
 
-    The text is stripped (a leading space would otherwise pick the space token) and cut to
-    ``MAX_WORD_CHARS``. A word is tokenized as it reads in running text (with a leading space) and as
-    typed, whichever gives fewer pieces; text that names a token (``␣king`` or ``Ġking``) is taken as
-    that token when tokenizing it does not give a single token. The message says which token(s) it
-    became and which one is shown.
-    """
-    text, cut = clean(text, MAX_WORD_CHARS)
+
+def resolve_token(text: str, space: Space) -> Resolved:
+    """Typed text as a token of ``space``: a word, tokenized as in running text (leading space) or as typed, whichever
+    gives fewer pieces, or a token string as the tables show it or as stored (``␣king``, ``Ġking``) when tokenizing
+    does not give one token. The message says which token(s) it became and which is shown."""
+    text, cut = _clean(text, MAX_WORD_CHARS)
     if not text:
         return Resolved([], None, EMPTY_WORD)
     r = _resolve(text, space)
@@ -113,103 +104,67 @@ def resolve_token(text: str, space: Space) -> Resolved:
 
 
 def _resolve(text: str, space: Space) -> Resolved:
-    """:func:`resolve_token` on stripped, capped, non-empty text."""
     tok = space.tokenizer
     encoded = min((_encode(tok, f) for f in (" " + text, text)), key=len)  # stable: the leading-space form wins ties
     exact = next((space.index[t] for t in token_text.spellings(text) if t in space.index), None)
     if exact is not None and len(encoded) != 1:
         name = space.emb.tokens[exact]
-        return Resolved([name], exact, f"{quote(text)} is a token: showing {show(name)}")
+        return Resolved([name], exact, f"{_quote(text)} is a token: showing {show(name)}")
     n = len(space.emb.tokens)
     unk = getattr(tok, "unk_token_id", None)
     literal_unk = text == getattr(tok, "unk_token", None)
     known = [i for i in encoded if 0 <= i < n and (i != unk or literal_unk)]
     pieces = [space.emb.tokens[i] if 0 <= i < n else str(getattr(tok, "unk_token", "?")) for i in encoded]
     if not encoded:
-        return Resolved([], None, f"{quote(text)} gives no token in this vocabulary")
+        return Resolved([], None, f"{_quote(text)} gives no token in this vocabulary")
     if len(known) < len(encoded):
-        return Resolved(pieces, None, f"{quote(text)} is not in this vocabulary (it became {pieces_text(pieces)})")
-    msg = f"{quote(text)} -> {pieces_text(pieces)}: showing {show(pieces[0])}"
+        return Resolved(pieces, None, f"{_quote(text)} is not in this vocabulary (it became {_pieces(pieces)})")
+    msg = f"{_quote(text)} -> {_pieces(pieces)}: showing {show(pieces[0])}"
     if len(pieces) > 1:
         msg += f", the first of {len(pieces)} tokens (type another piece, e.g. {show(pieces[1])}, to see it)"
     return Resolved(pieces, encoded[0], msg)
 
 
-def _check_k(k: Any) -> int:
-    """``k`` must be a positive int."""
-    if not is_int(k) or k < 1:
-        raise ValueError(f"k: must be an int >= 1, got {k!r}")
-    return k
-
-
 def neighbour_view(text: str, spaces: Mapping[str, Space], k: int = 10) -> View:
-    """Nearest neighbours (cosine) of the typed word's token in every space, one column per space.
-
-    Args:
-        text: what the reader typed: a word or a token string (:func:`resolve_token`); empty text gives a prompt
-            message and no table.
-        spaces: name -> :class:`Space` (e.g. :func:`neighbour_spaces`); at least one.
-        k: neighbours listed per space (a positive int; at most the vocabulary size minus one).
-
-    Returns:
-        A :class:`View`: the message (which token each space shows, grouped when the spaces agree) and a table indexed
-        by ``rank`` with one column per space whose token could be named (``token cosine`` text cells), or None.
-
-    Each space resolves the text with its own tokenizer, so a tied / untied pair with two vocabularies
-    works; spaces whose token cannot be named are left out and the message says why.
-    """
+    """The ``k`` nearest neighbours (cosine) of the typed word's token in each space, a ``token cosine`` column per
+    space whose token could be named (each space resolves the text with its own tokenizer); the message groups
+    spaces that agree."""
     _check_k(k)
     if not spaces:
         raise ValueError("spaces: give at least one embedding space to search")
     if not isinstance(text, str) or not text.strip():
         return View(EMPTY_WORD, None)
-    resolved = {name: resolve_token(text, sp) for name, sp in spaces.items()}  # each strips and caps the text
+    resolved = {name: resolve_token(text, sp) for name, sp in spaces.items()}
     groups: dict[str, list[str]] = {}
     for name, r in resolved.items():
         groups.setdefault(r.message, []).append(name)
-    if len(groups) == 1:
-        message = next(iter(groups))
-    else:
-        message = " · ".join(f"{', '.join(names)}: {m}" for m, names in groups.items())
+    message = next(iter(groups)) if len(groups) == 1 else " · ".join(f"{', '.join(names)}: {m}"
+                                                                       for m, names in groups.items())
     cols = {}
     for name, r in resolved.items():
-        if r.shown is None:
-            continue
-        sp = spaces[name]
-        nb = comparisons.neighbour_table(sp.emb, sp.which, r.shown, min(k, len(sp.emb.tokens) - 1))
-        cols[name] = pd.Series([f"{show(t)} {fixed(c)}" for t, c in zip(nb.token, nb.cosine, strict=True)],
-                               index=pd.RangeIndex(1, len(nb) + 1, name="rank"))
+        if r.shown is not None:
+            sp = spaces[name]
+            nb = comparisons.neighbour_table(sp.emb, sp.which, r.shown, min(k, len(sp.emb.tokens) - 1))
+            cols[name] = pd.Series([f"{show(t)} {fixed(c)}" for t, c in zip(nb.token, nb.cosine, strict=True)],
+                                   index=pd.RangeIndex(1, len(nb) + 1, name="rank"))
     return View(message, pd.DataFrame(cols) if cols else None)
 
 
 def _tokenizer(source: Any, label: str) -> Any:
-    """A tokenizer object from a tokenizer, a model or tokenizer folder, or a hub id (as ``embeddings.extract`` finds it)."""
+    """A tokenizer object from a tokenizer, a model or tokenizer folder, or a hub id."""
     if source is None:
         raise ValueError(f"{label}: give a tokenizer, a folder holding one, or a hub id; got None")
-    if not isinstance(source, (str, Path)):
-        if not hasattr(source, "convert_ids_to_tokens"):
-            raise ValueError(f"{label}: expected a transformers tokenizer, a folder or a hub id, "
-                             f"got {type(source).__name__}")
-        return source
-    return load_tokenizer(source)
+    if isinstance(source, (str, Path)):
+        return load_tokenizer(source)
+    if not hasattr(source, "convert_ids_to_tokens"):
+        raise ValueError(f"{label}: expected a transformers tokenizer, a folder or a hub id, got {type(source).__name__}")
+    return source
 
 
 def neighbour_spaces(pair: Mapping[str, Embeddings], tied_tokenizer: Any,
                      untied_tokenizer: Any = None) -> dict[str, Space]:
-    """The three spaces of 02's explorer (tied, untied input, untied output) of one tied / untied pair.
-
-    Args:
-        pair: ``{"tied": Embeddings, "untied": Embeddings}`` (one seed of
-            :func:`tiebias.align.comparisons.load_models`).
-        tied_tokenizer: the tied model's tokenizer.
-        untied_tokenizer: the untied model's (None: the tied one's).
-
-    Returns:
-        ``{"tied": ..., "untied input": ..., "untied output": ...}``, each a :class:`Space`.
-
-    ``untied_tokenizer`` defaults to the tied one (a run's models share one); give it when the untied
-    model has its own vocabulary. Tokenizers may be objects, folders or hub ids.
-    """
+    """02's three spaces of a ``{"tied", "untied"}`` embeddings pair: tied, untied input, untied output
+    (``untied_tokenizer`` None: the tied one's; tokenizers may be objects, folders or hub ids)."""
     missing = [k for k in ("tied", "untied") if k not in pair]
     if missing:
         raise ValueError(f"pair: needs 'tied' and 'untied' embeddings, missing {missing}; got {sorted(pair)}")
@@ -220,30 +175,18 @@ def neighbour_spaces(pair: Mapping[str, Embeddings], tied_tokenizer: Any,
 
 
 def prompt_view(text: str, loaded: Mapping[str, tuple[Any, Any, Any]], k: int = 3) -> View:
-    """Top-k next tokens by layer (tuned lens) after a prompt, one column per model of ``loaded``.
-
-    Args:
-        text: the typed prompt, stripped and cut to :data:`MAX_PROMPT_CHARS` characters.
-        loaded: label -> ``(model, lens, tokenizer)``.
-        k: next tokens listed per layer (a positive int).
-
-    Returns:
-        A :class:`View`: the message (with a note per model that gave no reading) and a table indexed by ``layer``,
-        one column per model (``token probability`` pairs as text), or None when no model gave a reading.
-
-    ``loaded`` maps a label to ``(model, lens, tokenizer)``. An empty prompt, or one a model's tokenizer
-    turns into no token, gives a message instead of an error.
-    """
+    """Top-``k`` next tokens by layer (tuned lens) after the typed prompt, a column per label of ``loaded`` (label ->
+    ``(model, lens, tokenizer)``); a model that gives no reading is named in the message."""
     from tiebias.lens import evaluate
 
     _check_k(k)
-    text, cut = clean(text, MAX_PROMPT_CHARS)
+    text, cut = _clean(text, MAX_PROMPT_CHARS)
     if not text:
         return View(EMPTY_PROMPT, None)
     cols, notes = {}, [cut] if cut else []
     for label, (model, lens, tok) in loaded.items():
         if not _encode(tok, text):
-            notes.append(f"{label}: {quote(text)} gives no token in its vocabulary")
+            notes.append(f"{label}: {_quote(text)} gives no token in its vocabulary")
             continue
         try:
             t = evaluate.top_tokens_by_layer(model, lens, tok, text, k=k)
@@ -253,41 +196,24 @@ def prompt_view(text: str, loaded: Mapping[str, tuple[Any, Any, Any]], k: int = 
         t = t[t.lens == "tuned"]
         cols[label] = {int(layer): "  ".join(f"{show(x)} {fixed(p)}" for x, p in zip(g.token, g.prob, strict=True))
                        for layer, g in t.groupby("layer")}
-    message = f"top-{k} next tokens by layer after {quote(text, 2 * QUOTE_CHARS)} (tuned lens)"
-    if notes:
-        message += "; " + "; ".join(notes)
-    table = pd.DataFrame(cols).rename_axis("layer") if cols else None
-    return View(message, table)
+    message = f"top-{k} next tokens by layer after {_quote(text, 2 * QUOTE_CHARS)} (tuned lens)"
+    message += "; " + "; ".join(notes) if notes else ""
+    return View(message, pd.DataFrame(cols).rename_axis("layer") if cols else None)
 
 
 def explorer(view: Callable[[str], View], *, value: str = "", description: str = "",
              placeholder: str = "", width: str = "80%") -> Any:
-    """A text box (updates on Enter), a message line and an output area showing ``view(text)``.
-
-    Args:
-        view: turns the typed text into a :class:`View` (e.g. a :func:`neighbour_view` or :func:`prompt_view` with its
-            other arguments bound).
-        value: the text the box starts with (shown at once).
-        description: the box's label.
-        placeholder: grey hint text in the empty box.
-        width: the box's CSS width.
-
-    Returns:
-        The ``ipywidgets.VBox``; its children are the box, the message (HTML) and the output.
-
-    Prints the token notation's legend once (as text, so it also reads in a saved notebook).
-    """
+    """An ``ipywidgets.VBox``: a text box (updates on Enter, starts with ``value``), a message line and an output area
+    showing ``view(text)``; prints the token notation's legend once, as text a saved notebook keeps."""
     import ipywidgets as widgets
     from IPython.display import display
 
     print(f"Tokens are shown with {token_text.LEGEND}.")
     box = widgets.Text(value=value, description=description, placeholder=placeholder, continuous_update=False,
                        layout=widgets.Layout(width=width))
-    msg = widgets.HTML()
-    out = widgets.Output()
+    msg, out = widgets.HTML(), widgets.Output()
 
-    def show(change: Any = None) -> None:
-        """Recompute the view for the box's text and redraw the message and the table."""
+    def redraw(change: Any = None) -> None:
         v = view(box.value)
         out.clear_output()
         if v.table is not None:
@@ -295,8 +221,8 @@ def explorer(view: Callable[[str], View], *, value: str = "", description: str =
                 display(v.table)
         msg.value = f"<span class='tiebias-explorer-message'>{html.escape(v.message)}</span>"
 
-    box.observe(show, names="value")
-    show()
+    box.observe(redraw, names="value")
+    redraw()
     ui = widgets.VBox([box, msg, out])
     ui.add_class("tiebias-explorer")
     return ui

@@ -1,9 +1,5 @@
-"""Plotly figures as PNG images, drawn by plotly.js itself in headless Chromium (no toolbar, no blank margin).
-
-Repository browsers show images, not plotly figures. :func:`figures_to_png` puts the figures in one
-local page that calls ``Plotly.toImage`` for each (what kaleido does, without a second browser
-download), lets headless Chromium run it, and reads the images back from the page.
-"""
+"""Plotly figures as PNG images drawn by plotly.js itself (``Plotly.toImage``, what kaleido does) in one headless
+Chromium start: no toolbar, no blank margin, no second browser download."""
 
 from __future__ import annotations
 

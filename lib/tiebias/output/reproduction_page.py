@@ -1,9 +1,6 @@
-"""``reproduction.md``, ``reproduction.json`` and ``reproduction.html`` of a run: the paper's numbers beside ours.
-
-The content is :func:`tiebias.verdicts.reproduction.build`'s; this module adds what a reproduction report also
-states (ReScience C, the ML Reproducibility Challenge): the compute, the environment, the seeds and the command that
-reproduces the run, and writes it as Markdown (escaped), JSON and an offline HTML page linked from ``report.html``.
-"""
+"""``reproduction.md``, ``.json`` and ``.html`` of a run: the paper's numbers beside ours
+(:func:`tiebias.verdicts.reproduction.build`) with what a reproduction report also states (ReScience C, the ML
+Reproducibility Challenge): the compute, the environment, the seeds and the command that reproduces the run."""
 
 from __future__ import annotations
 
@@ -71,9 +68,8 @@ def compute(run: Run) -> dict[str, Any]:
 
 
 def command(run: Run) -> str:
-    """The commands that rerun this study into the same folder, each shell-quoted, joined by ``&&``: the study
-    commands run on it as recorded (profile, ``--only``, ``--set``: :func:`tiebias.run.commands.study_commands`); without a
-    record, the profile the run recorded; without either, a sentence saying so."""
+    """The study commands run on this folder as recorded (:func:`tiebias.run.commands.study_commands`), shell-quoted
+    and joined by ``&&``; else the profile the run recorded; else a sentence saying so."""
     argvs = study_commands(run)
     if not argvs and run.profile is not None:
         argvs = [["study", "--profile", run.profile, "--run-dir", path_text(run.path, "replace")]]

@@ -1,11 +1,6 @@
-"""Executed notebooks as pages that need no network: widgets drawn from their saved state, no CDN scripts.
-
-nbconvert's HTML pages load require.js, MathJax, mermaid and the widget manager from CDNs; offline
-the widgets (training progress bars, the explorers) collapse to nothing. :func:`expand_widgets`
-replaces each widget output with ordinary outputs made from the widget's last saved state (a
-progress bar as one text line, an explorer's text box, message and output area), so any renderer
-shows them; :func:`export_offline_html` writes a page with plotly.js beside it and no remote script.
-"""
+"""Executed notebooks as pages that need no network: nbconvert's page without its CDN scripts, each widget output
+replaced by what its last saved state showed (a progress bar as a text line, an explorer's box, message and output),
+each plotly figure drawn with the ``plotly.min.js`` written beside the page."""
 
 from __future__ import annotations
 
@@ -16,34 +11,23 @@ from typing import Any
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-# the lab template's blocks that load scripts from CDNs, emptied (math stays as its TeX source)
-OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
-{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
-{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
-{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
-{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
-"""
+
 
 def _plain(value: str) -> str:
     """A widget's HTML value as one line of text (tags dropped, entities and figure spaces undone)."""
     return html.unescape(re.sub(r"<[^>]+>", "", value)).replace("\u2007", " ").replace("\u200b", "").strip()
 
 
-def _bar(state: dict, width: int = 20) -> str:
-    """A progress widget's last value as a text bar."""
-    lo, hi, v = state.get("min", 0) or 0, state.get("max", 1) or 1, state.get("value", 0) or 0
-    filled = round(width * min(max((v - lo) / (hi - lo), 0.0), 1.0)) if hi > lo else width
-    return "|" + "█" * filled + " " * (width - filled) + "|"
-
-
 def _line(mid: str, models: dict) -> str:
-    """A widget (and its children) as one line of text: how a tqdm bar's HBox reads."""
+    """A widget (and its children) as one line of text, as a tqdm bar's HBox reads; a progress bar 20 cells wide."""
     m = models.get(mid, {})
     name, st = m.get("model_name", ""), m.get("state", {})
     if name in ("HBoxModel", "VBoxModel", "BoxModel"):
         return " ".join(t for t in (_line(c.removeprefix("IPY_MODEL_"), models) for c in st.get("children", [])) if t)
     if name in ("FloatProgressModel", "IntProgressModel"):
-        return _bar(st)
+        lo, hi, v = st.get("min", 0) or 0, st.get("max", 1) or 1, st.get("value", 0) or 0
+        filled = round(20 * min(max((v - lo) / (hi - lo), 0.0), 1.0)) if hi > lo else 20
+        return "|" + "█" * filled + " " * (20 - filled) + "|"
     if name in ("HTMLModel", "LabelModel"):
         return _plain(str(st.get("value", "")))
     return ""
@@ -77,40 +61,47 @@ def expand_widgets(nb: Any) -> Any:
     """Replace every widget output of a notebook by the outputs of its saved state; drop the widget state."""
     models = nb.get("metadata", {}).pop("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     for cell in nb.get("cells", []):
-        if "outputs" not in cell:
-            continue
-        new = []
-        for out in cell["outputs"]:
-            view = out.get("data", {}).get(WIDGET_VIEW)
-            new.extend(widget_outputs(view["model_id"], models) if view else [out])
-        cell["outputs"] = new
+        if "outputs" in cell:
+            cell["outputs"] = [o for out in cell["outputs"] for o in (
+                widget_outputs(out["data"][WIDGET_VIEW]["model_id"], models)
+                if WIDGET_VIEW in out.get("data", {}) else [out])]
     return nb
+
+
+def _offline(nb: Any, resources: dict) -> tuple[Any, dict]:
+    """nbconvert preprocessor: widgets expanded; each plotly output given an HTML rendering (nbconvert does not know
+    the plotly mimetype), the first with the ``<script>`` of ``plotly.min.js``."""
+    import nbformat
+    import plotly.io as pio
+
+    from tiebias.output.notebook import PLOTLY_MIME
+
+    nb = nbformat.from_dict(expand_widgets(nb))
+    first = True
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            bundle = out.get("data", {})
+            if PLOTLY_MIME in bundle and "text/html" not in bundle:
+                bundle["text/html"] = pio.to_html(bundle[PLOTLY_MIME], full_html=False, validate=False,
+                                                  include_plotlyjs="directory" if first else False)
+                first = False
+    return nb, resources
 
 
 def export_offline_html(notebook_path: str | Path, out_path: str | Path) -> Path:
     """An executed notebook as an HTML page that works offline; plotly.js is written once beside it."""
     import jinja2
-    import nbformat
     from nbconvert import HTMLExporter
-    from nbconvert.preprocessors import Preprocessor
 
-    from tiebias.output.notebook import _plotly_html_preprocessor, write_plotlyjs
+    from tiebias.output.notebook import write_plotlyjs
     from tiebias.run.files import write_text_atomic
-
-    class StaticWidgets(Preprocessor):  # type: ignore[misc]
-        """Widget outputs as the outputs of their saved state (see :func:`expand_widgets`)."""
-
-        def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
-            """Expand the widgets before the page is rendered."""
-            return nbformat.from_dict(expand_widgets(nb)), resources
 
     notebook_path, out_path = Path(notebook_path), Path(out_path)
     if not notebook_path.is_file():
         raise ValueError(f"notebook_path: {str(notebook_path)!r} is not a file")
-    exporter = HTMLExporter(extra_loaders=[jinja2.DictLoader({"offline.html.j2": OFFLINE_TEMPLATE})],
+    exporter = HTMLExporter(extra_loaders=[jinja2.FileSystemLoader(Path(__file__).with_name("templates"))],
                             template_file="offline.html.j2")
-    exporter.register_preprocessor(StaticWidgets(), enabled=True)
-    exporter.register_preprocessor(_plotly_html_preprocessor("directory"), enabled=True)
+    exporter.register_preprocessor(_offline, enabled=True)
     body, _ = exporter.from_filename(str(notebook_path))
     out_path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out_path, body)
