@@ -1,6 +1,7 @@
 """Claims 1 and 4's geometry: embedding matrices from any HF model (``embeddings``), vocabulary matching
-(``tokenizers``), the identity / orthogonal / linear maps (``maps``), nearest-neighbour overlap (by token frequency: ``knn_bins``), per-token statistics
-and the Table 1 / 5 rows with seed pairs and noise floors (``comparisons``)."""
+(``tokenizers``), the identity / orthogonal / linear maps (``maps``), nearest-neighbour overlap (``neighbours``, by
+token frequency: ``knn_bins``), per-token statistics and the Table 1 / 5 rows with seed pairs and noise floors
+(``comparisons``)."""
 
 from tiebias.align import (
     comparisons,

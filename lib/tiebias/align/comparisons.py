@@ -1,11 +1,6 @@
-"""Table-level alignment comparisons for notebook 02: Table 1 and 5 analogs with seeds and noise floors.
-
-Built on :mod:`tiebias.align.maps` (scores), :mod:`tiebias.align.embeddings` (loading) and
-:mod:`tiebias.align.token_stats` (drift). Tied and untied models of one seed start from the same input
-matrix (by design, see :mod:`tiebias.models.build`), so a same-seed "untied input -> tied" score is inflated by
-that shared start; cross-seed pairs (tied of seed i against untied of seed j != i) are the headline.
-The noise floor is how alike two independently trained matrices *of the same kind* are.
-"""
+"""Notebook 02's tables: Table 1 and 5 analogs with seeds and noise floors (how alike two independently trained
+matrices of the same kind are). A tied and an untied model of one seed share their initial input matrix, so the
+cross-seed pairs are the headline."""
 
 from __future__ import annotations
 
@@ -43,21 +38,8 @@ NOISE_FLOOR = [
 
 
 def load_models(run: Run, seeds: Sequence[int] | None = None, step: int | None = None) -> dict[int, dict[str, Embeddings]]:
-    """Embeddings of the tied and untied model of every seed (both complete) in a run.
-
-    Args:
-        run: the run holding the models; its tokenizer must be readable, and diverged models are refused
-            (:func:`tiebias.train.divergence.check_models`).
-        seeds: the seeds to load, each with a complete tied and untied model (else ValueError).
-        step: the checkpoint to read (None: the final model).
-
-    Returns:
-        Seed -> ``{"tied": Embeddings, "untied": Embeddings}`` (:class:`tiebias.align.embeddings.Embeddings`), the
-        shape :func:`table1` takes.
-
-    ``seeds`` None: every seed of the run, which must all be finished (a half-made run is refused,
-    :func:`tiebias.run.inventory.require_complete`), so no seed is left out without a word.
-    """
+    """Seed -> ``{"tied": Embeddings, "untied": Embeddings}`` of a run (the final models, or checkpoint ``step``);
+    ``seeds`` None: every seed, all of which must be finished. Diverged models are refused."""
     if seeds is None:
         seeds = inventory.require_complete(run, ("tied", "untied"))
     if not seeds:
@@ -76,23 +58,8 @@ def load_models(run: Run, seeds: Sequence[int] | None = None, step: int | None =
 
 def load_sources(tied_source: Any, untied_source: Any, *, tied_tokenizer: Any = None,
                  untied_tokenizer: Any = None) -> dict[int, dict[str, Embeddings]]:
-    """One tied / untied pair from any two HF models (local folders or hub ids), as a one-'seed' set.
-
-    Args:
-        tied_source: the tied model: a local folder, a hub id or a loaded ``PreTrainedModel``; an untied model here is
-            refused.
-        untied_source: the untied model, in the same forms; a tied model here is refused.
-        tied_tokenizer, untied_tokenizer: each side's tokenizer, an object or a folder (None: found beside the
-            model, see :func:`tiebias.align.embeddings.extract`); its token strings match the two vocabularies.
-
-    Returns:
-        ``{0: {"tied": Embeddings, "untied": Embeddings}}``, the shape of :func:`load_models`.
-
-    Folders and hub ids are checked from their configs first (:func:`tiebias.models.sources.check_sources`: the
-    tied side tied, the untied side untied, a causal-LM head, the embeddings fit in free memory), so a
-    swapped pair is refused before any weights are read. Loaded models skip that check. Unlike
-    :func:`tiebias.models.sources.load_models` (whole models for the lens), only the two embedding matrices are read.
-    """
+    """One tied / untied pair from any two HF models (folders, hub ids or loaded models) as ``{0: {...}}``, only their
+    embeddings read; folders and hub ids are checked from their configs first, so a swapped pair is refused early."""
     from transformers import PreTrainedModel
 
     from tiebias.models import sources
@@ -107,16 +74,10 @@ def load_sources(tied_source: Any, untied_source: Any, *, tied_tokenizer: Any = 
             got[label] = embeddings.extract(source, tokenizer)
         except TyingError as exc:
             raise sources.not_as_configured(exc, f"{sources.param_name(label)}: {exc.where!r}") from None
-    tied = _require(got["tied"], True)
-    untied = embeddings.require_untied(got["untied"], "untied_source")
-    return {0: {"tied": tied, "untied": untied}}
-
-
-def _require(emb: Embeddings, tied: bool) -> Embeddings:
-    """Return ``emb``, or refuse an untied model offered as the tied side."""
-    if tied and not emb.tied:
-        raise ValueError(f"tied_source: {emb.source!r} is an untied model; the tied side needs one shared matrix")
-    return emb
+    if not got["tied"].tied:
+        raise ValueError(f"tied_source: {got['tied'].source!r} is an untied model; the tied side needs one shared "
+                         "matrix")
+    return {0: {"tied": got["tied"], "untied": embeddings.require_untied(got["untied"], "untied_source")}}
 
 
 def _pairs(seeds: list[int], same_kind: bool, within: bool) -> list[tuple[int, int, str]]:
@@ -133,25 +94,9 @@ def _pairs(seeds: list[int], same_kind: bool, within: bool) -> list[tuple[int, i
 def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = maps.METHODS, *,
            heldout_folds: int = 0, knn_k: int | None = 10, noise_floor: bool = True,
            keep_scores: bool = False) -> pd.DataFrame:
-    """One row per (comparison, pairing, seeds): mean cosine per method (+ held-out, + KNN@k).
-
-    Args:
-        models: seed -> tied and untied embeddings (:func:`load_models` or :func:`load_sources`); at least one seed.
-        methods: the alignment maps scored (:data:`tiebias.align.maps.METHODS`).
-        heldout_folds: 0: no held-out columns; k >= 2 adds a ``<method> (held-out)`` column per method other than
-            ``identity`` (k-fold, :func:`tiebias.align.maps.align`).
-        knn_k: adds a ``knn@<k>`` column, the overlap of each token's k nearest neighbours (Table 5); None: none.
-        noise_floor: add the noise-floor rows (two seeds of the same kind; needs two or more seeds to give any).
-        keep_scores: add ``per_token`` ({method: per-token cosines}) and ``token_ids`` (the source rows scored), for
-            histograms and :func:`tiebias.align.token_stats.by_frequency`.
-
-    Returns:
-        Columns ``comparison``, ``pairing``, ``seed_source``, ``seed_target``, ``n_tokens``, one per method (mean
-        cosine), then the optional columns above.
-
-    Pairings: ``within model`` (untied input -> its own output), ``same seed`` and ``cross seed``
-    (different seeds, the headline), and noise-floor rows between two seeds of the same kind.
-    """
+    """One row per (comparison, pairing, seeds): mean cosine per method, plus ``<method> (held-out)`` (k-fold,
+    ``heldout_folds`` >= 2), ``knn@<k>`` (Table 5), noise-floor rows and (``keep_scores``) ``per_token``/``token_ids``.
+    Pairings: ``within model``, ``same seed``, ``cross seed`` (the headline)."""
     check_knn_k(knn_k)
     seeds = sorted(models)
     if not seeds:
@@ -181,15 +126,7 @@ def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = ma
 
 
 def score_columns(df: pd.DataFrame) -> list[str]:
-    """The score columns of a Table-1 frame (every column that is not an identifier or per-token data).
-
-    Args:
-        df: a :func:`table1` frame (or one derived from it with the same columns).
-
-    Returns:
-        The column names, in the frame's order: the methods, ``knn@<k>`` and held-out columns, and any other column
-        added to the frame.
-    """
+    """The score columns of a Table-1 frame (every column that is not an identifier or per-token data), in order."""
     skip = {"comparison", "pairing", "seed_source", "seed_target", "n_tokens", "per_token", "token_ids"}
     return [c for c in df.columns if c not in skip]
 
@@ -223,20 +160,12 @@ def token_gap(df: pd.DataFrame, method: str = "orthogonal", *, pairing: str = "s
 
 
 def evolution_table(run: Run, seeds: Sequence[int]) -> pd.DataFrame:
-    """Figure 3 analog: untied input and output (and tied) matrices through the checkpoints, per seed.
-
-    Args:
-        run: the run holding the models.
-        seeds: the seeds whose tied and untied models are read; each must have been trained on this run's data.
-
-    Returns:
-        Columns ``matrix`` (``untied input``, ``untied output`` or ``tied``), ``seed`` and the
-        :func:`tiebias.align.token_stats.evolution` columns (``step``, ``cos_to_init``, ``cos_to_prev``,
-        ``norm_change``, ``dist_to_init``), one row per matrix, seed and checkpoint.
-
-    Drift is measured from the step-0 checkpoint (the initial weights), which every model must still have.
-    """
-    _require_initial(run, seeds)
+    """Figure 3 analog: drift of the untied input and output (and tied) matrices through the checkpoints, per seed,
+    from the step-0 checkpoint every model must still have (and trained on this run's data)."""
+    for s in seeds:
+        for variant in ("tied", "untied"):
+            require_initial(run.checkpoints_dir(variant, s))
+            run.check_model_origin(variant, s)
     frames = []
     for s in seeds:
         for variant, which in (("untied", "input"), ("untied", "output"), ("tied", "input")):
@@ -246,15 +175,6 @@ def evolution_table(run: Run, seeds: Sequence[int]) -> pd.DataFrame:
             ev.insert(1, "seed", s)
             frames.append(ev)
     return pd.concat(frames, ignore_index=True)
-
-
-def _require_initial(run: Run, seeds: Sequence[int]) -> None:
-    """Every tied and untied model of ``seeds`` still has its step-0 checkpoint (else the earliest left would pose as it)
-    and was trained on this run's data (:meth:`tiebias.run.folder.Run.check_model_origin`)."""
-    for s in seeds:
-        for variant in ("tied", "untied"):
-            require_initial(run.checkpoints_dir(variant, s))
-            run.check_model_origin(variant, s)
 
 
 def neighbour_table(emb: Embeddings, which: str, token_id: int, k: int = 10) -> pd.DataFrame:

@@ -1,12 +1,5 @@
-"""Input and output embedding matrices of a model, and matching two models' rows by token string.
-
-``extract`` pulls the two matrices and their token strings out of a saved model folder, a hub id or a
-loaded model (reading only the embedding tensors from safetensors when it can, so a large model's other
-weights never load); ``checkpoint_matrices`` does it for every checkpoint of a run; ``match_vocab``
-lines up the rows of two models that name the same token (the tokenizer side is
-:mod:`tiebias.align.tokenizers`).  The metrics live in ``tiebias.align.maps``,
-``tiebias.align.neighbours`` and ``tiebias.align.token_stats``.
-"""
+"""A model's input and output embedding matrices with their token strings, from a folder (only the two tensors read
+from safetensors when possible), a hub id or a loaded model, tying checked on the weights; rows matched by token."""
 
 from __future__ import annotations
 
@@ -39,10 +32,7 @@ def check_which(which: str, name: str) -> None:
 
 @dataclass(eq=False, repr=False)
 class Embeddings:
-    """Input and output embedding matrices of one model, rows indexed by token id.
-
-    ``tied`` means one shared matrix: ``input`` and ``output`` are then the same tensor.
-    """
+    """Input and output embedding matrices of one model, rows indexed by token id (one tensor when ``tied``)."""
 
     input: Tensor
     output: Tensor
@@ -72,14 +62,8 @@ class Embeddings:
 
 def extract(source: Any, tokenizer: Any = None, *, revision: str | None = None,
             dtype: torch.dtype = torch.float32) -> Embeddings:
-    """Input/output embedding matrices and token strings of a model.
-
-    ``source`` is a local model folder (only the two embedding tensors are read from its safetensors
-    files when possible), a hub id, or a loaded ``PreTrainedModel`` (its weights are copied).  Token
-    strings come from ``tokenizer`` (object or folder), else from the model folder, else from the nearest
-    ancestor folder (up to 4 levels) holding a ``tokenizer/`` subfolder or tokenizer files, so a
-    ``checkpoints/step-N`` folder of a run works.  Rows beyond ``len(tokenizer)`` (padding) are dropped.
-    """
+    """Input/output embedding matrices and token strings of a model folder, hub id or loaded model. The tokenizer is
+    ``tokenizer``, else the folder's or its nearest ancestor's (so a run's checkpoint works); padding rows are dropped."""
     from transformers import PreTrainedModel
 
     local: Path | None = None
@@ -112,8 +96,7 @@ def extract(source: Any, tokenizer: Any = None, *, revision: str | None = None,
     elif local is not None:
         inp, out, tied = _weights_from_folder(local, dtype, label)
     else:
-        assert hub_id is not None
-        inp, out, tied = _weights_from_hub(hub_id, revision, dtype)
+        inp, out, tied = _load_whole(str(hub_id), dtype, label, revision)
     n_tok = len(tok)
     n_rows = int(inp.shape[0])
     if n_rows > n_tok:
@@ -128,11 +111,7 @@ def extract(source: Any, tokenizer: Any = None, *, revision: str | None = None,
 
 
 def from_run(run: Run, variant: str | Variant, seed: int, step: int | None = None) -> Embeddings:
-    """A run's model's embeddings (the final model, or its checkpoint at ``step``), tied as the run's variant says.
-
-    A model folder whose config.json or weights were edited or replaced is refused (RunFolderError naming the
-    folder, the variant and what to do), whether its config and weights disagree on tying or agree on the wrong one.
-    """
+    """A run's model's embeddings (final, or checkpoint ``step``), refused unless tied as the run's variant says."""
     v = Variant.parse(variant)
     try:
         emb = extract(run.model_path(v, seed, step), run.tokenizer_dir)
@@ -154,21 +133,14 @@ def require_untied(emb: Embeddings, role: str = "this comparison") -> Embeddings
 
 def checkpoint_matrices(model_dir: str | Path, which: Which = "input", *,
                         dtype: torch.dtype = torch.float32) -> list[tuple[int, Tensor]]:
-    """``(step, matrix)`` for every ``checkpoints/step-<N>/`` of a model folder, sorted by step.
-
-    Feeds ``evolution``; ``model_dir`` may also be the ``checkpoints`` folder itself.
-    """
+    """``(step, matrix)`` for every ``checkpoints/step-<N>/`` of a model folder (or of the checkpoints folder)."""
     check_which(which, "which")
     root = Path(model_dir)
     ck = root / CHECKPOINTS_SUBDIR if (root / CHECKPOINTS_SUBDIR).is_dir() else root
     found = [(step_of(p), p) for p in (ck.iterdir() if ck.is_dir() else []) if p.is_dir() and step_of(p) is not None]
     if not found:
         raise ValueError(f"model_dir: no checkpoints/step-<N> folders under {str(root)!r}")
-    out: list[tuple[int, Tensor]] = []
-    for step, p in sorted(found):
-        emb = extract(p, dtype=dtype)
-        out.append((step, emb.matrix(which)))
-    return out
+    return [(step, extract(p, dtype=dtype).matrix(which)) for step, p in sorted(found)]
 
 
 def _looks_like_path(s: str) -> bool:
@@ -180,18 +152,13 @@ def _looks_like_path(s: str) -> bool:
 
 def _weights_from_model(model: Any, dtype: torch.dtype, label: str,
                         missing_keys: Any = ()) -> tuple[Tensor, Tensor, bool]:
-    """Copies of a loaded model's embedding weights (one tensor when tied), on the CPU in ``dtype``.
-
-    Tied is what the loaded weights say; :class:`tiebias.models.anatomy.TyingError` when the config disagrees
-    (``missing_keys``: what transformers reported missing on load)."""
-    inp_mod = model.get_input_embeddings()
-    out_mod = model.get_output_embeddings()
+    """Copies of a loaded model's embedding weights on the CPU in ``dtype`` (one when tied, as the weights say)."""
+    inp_mod, out_mod = model.get_input_embeddings(), model.get_output_embeddings()
     if inp_mod is None or out_mod is None:
         raise ValueError(f"{label}: model has no {'input' if inp_mod is None else 'output'} embedding")
-    w_in, w_out = inp_mod.weight, out_mod.weight
     tied = check_loaded_tying(model, label, missing_keys)
-    inp = w_in.detach().to(device="cpu", dtype=dtype, copy=True)
-    out = inp if tied else w_out.detach().to(device="cpu", dtype=dtype, copy=True)
+    inp = inp_mod.weight.detach().to(device="cpu", dtype=dtype, copy=True)
+    out = inp if tied else out_mod.weight.detach().to(device="cpu", dtype=dtype, copy=True)
     _check_shapes(inp, out, label)
     return inp, out, tied
 
@@ -207,7 +174,7 @@ def _weights_from_folder(path: Path, dtype: torch.dtype, label: str) -> tuple[Te
     """Read only the embedding tensors when the folder has safetensors; else load the model."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from tiebias.run.files import check_safetensors, pickles_refused, read_json
+    from tiebias.run.files import check_safetensors, read_json
 
     todo = ("an external model: download or copy it again; a checkpoint of a run: use another step or retrain the "
             "model; a final model: delete its complete.json and train it again (it resumes from its newest good "
@@ -231,21 +198,29 @@ def _weights_from_folder(path: Path, dtype: torch.dtype, label: str) -> tuple[Te
         out = inp if tied else out.to(dtype)
         _check_shapes(inp, out, label)
         return inp, out, tied
-    with pickles_refused(path, label):
-        model, loading = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, low_cpu_mem_usage=True,
-                                                              output_loading_info=True)
+    return _load_whole(str(path), dtype, label)
+
+
+def _load_whole(src: str, dtype: torch.dtype, label: str, revision: str | None = None) -> tuple[Tensor, Tensor, bool]:
+    """Embedding weights of the whole model loaded from a folder or hub id (pickled weights refused)."""
+    from transformers import AutoModelForCausalLM
+
+    from tiebias.run.files import pickles_refused
+
     try:
-        return _weights_from_model(model, dtype, label, loading.get("missing_keys", ()))
-    finally:
-        del model
+        with pickles_refused(src, label):
+            model, loading = AutoModelForCausalLM.from_pretrained(src, revision=revision, dtype=dtype,
+                                                                  low_cpu_mem_usage=True, output_loading_info=True)
+    except OSError as exc:
+        if Path(src).is_dir():
+            raise
+        raise ValueError(f"source: {src!r} is neither a local model folder nor a loadable hub id ({exc})") from exc
+    return _weights_from_model(model, dtype, label, loading.get("missing_keys", ()))
 
 
 def _read_embeddings(path: Path, skeleton: Any, config: Any) -> tuple[Tensor, Tensor, bool] | None:
-    """Embedding tensors straight from safetensors, named after the (meta-device) model skeleton.
-
-    None when they cannot be found this way (the caller loads the whole model); :class:`TyingError` when the
-    config's tying disagrees with the tensors (a tied config over a checkpoint with an output matrix of its own
-    that differs from the input embedding, or an untied one whose two matrices are equal)."""
+    """Embedding tensors straight from safetensors, named after the meta-device skeleton; None when not found this way;
+    :class:`TyingError` when the config's tying disagrees with the tensors."""
     from safetensors import safe_open
 
     inp_mod, out_mod = skeleton.get_input_embeddings(), skeleton.get_output_embeddings()
@@ -255,8 +230,7 @@ def _read_embeddings(path: Path, skeleton: Any, config: Any) -> tuple[Tensor, Te
     params = list(skeleton.named_parameters(remove_duplicate=False))
     in_names = [n for n, p in params if p is inp_mod.weight]
     out_names = [n for n, p in params if p is out_mod.weight]
-    index = path / WEIGHTS_INDEX_NAME
-    single = path / WEIGHTS_NAME
+    index, single = path / WEIGHTS_INDEX_NAME, path / WEIGHTS_NAME
     if single.is_file():
         with safe_open(str(single), "pt") as f:
             weight_map = {k: single for k in f.keys()}
@@ -269,9 +243,8 @@ def _read_embeddings(path: Path, skeleton: Any, config: Any) -> tuple[Tensor, Te
 
     def read(names: list[str]) -> list[Tensor]:
         """Every distinct checkpoint tensor named by ``names``, read from its file."""
-        found = sorted({keys[n] for n in names if n in keys})
         out = []
-        for k in found:
+        for k in sorted({keys[n] for n in names if n in keys}):
             with safe_open(str(weight_map[k]), "pt") as f:
                 out.append(f.get_tensor(k))
         return out
@@ -286,12 +259,8 @@ def _read_embeddings(path: Path, skeleton: Any, config: Any) -> tuple[Tensor, Te
 
 
 def _checkpoint_keys(skeleton: Any, keys: list[str]) -> dict[str, str]:
-    """Model parameter name -> checkpoint key, applying the library's load-time key renames.
-
-    Some architectures store weights under legacy names (GPT-NeoX saves ``lm_head`` as ``embed_out``).
-    The renaming helpers are internal to transformers, so this is best effort: when they are missing or
-    fail, only exact names match and the caller falls back to loading the whole model.
-    """
+    """Model parameter name -> checkpoint key under transformers' load-time renames (GPT-NeoX's ``embed_out``); best
+    effort, as the helpers are internal: without them only exact names match and the whole model is loaded."""
     out = {k: k for k in keys}
     try:
         from transformers.conversion_mapping import get_model_conversion_mapping
@@ -307,28 +276,8 @@ def _checkpoint_keys(skeleton: Any, keys: list[str]) -> dict[str, str]:
     return out
 
 
-def _weights_from_hub(hub_id: str, revision: str | None, dtype: torch.dtype) -> tuple[Tensor, Tensor, bool]:
-    """Embedding weights of a hub model (loads the whole model; a failed load names the id)."""
-    from transformers import AutoModelForCausalLM
-
-    try:
-        model, loading = AutoModelForCausalLM.from_pretrained(hub_id, revision=revision, dtype=dtype,
-                                                              low_cpu_mem_usage=True, output_loading_info=True)
-    except OSError as exc:
-        raise ValueError(f"source: {hub_id!r} is neither a local model folder nor a loadable hub id "
-                         f"({exc})") from exc
-    try:
-        return _weights_from_model(model, dtype, hub_id, loading.get("missing_keys", ()))
-    finally:
-        del model
-
-
 def match_vocab(a: Embeddings, b: Embeddings, *, allow: bool = True) -> VocabMatch:
-    """Tokens shared by ``a`` and ``b`` (by string).
-
-    Identical vocabularies give the identity matching.  With ``allow=False`` differing vocabularies are
-    an error rather than silently intersected.
-    """
+    """Tokens shared by ``a`` and ``b`` (by string); ``allow=False`` refuses differing vocabularies."""
     if a.tokens == b.tokens:
         idx = torch.arange(len(a.tokens))
         return VocabMatch(idx, idx.clone(), list(a.tokens))
@@ -337,6 +286,3 @@ def match_vocab(a: Embeddings, b: Embeddings, *, allow: bool = True) -> VocabMat
                          f"{len(b.tokens)}; pass allow=True to compare on the shared tokens")
     return match_tokens(a.tokens, b.tokens, a.source, b.source)
 
-
-__all__ = ["WHICH", "Embeddings", "VocabMatch", "Which", "check_which", "checkpoint_matrices", "extract", "from_run",
-           "match_tokens", "match_vocab", "require_untied", "token_strings"]

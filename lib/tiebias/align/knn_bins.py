@@ -1,12 +1,5 @@
-"""Table 5's KNN@k overlap by token frequency, beside chance and the tied-vs-tied ceiling.
-
-The mean overlap of Table 5 mixes tokens seen thousands of times with tokens seen a few times. Per frequency bin
-(:func:`tiebias.align.token_stats.by_frequency`'s quantile bins, rarest first, never-seen tokens apart) this module
-gives each comparison's overlap, beside two reference points: **chance**, k / (V - 1), what two unrelated matrices
-share (each of one list's k neighbours is among the other list's k of the V - 1 other tokens with that probability),
-and the **ceiling**, the overlap of two tied matrices of different seeds in the same bin, how alike two matrices of
-the same kind get at all. The table is written to ``metrics/knn_by_frequency.csv``.
-"""
+"""Table 5's KNN@k overlap per token-frequency bin, beside chance (k / (V - 1), what two unrelated matrices share) and
+the ceiling (two tied matrices of different seeds in the same bin)."""
 
 from __future__ import annotations
 
@@ -48,20 +41,8 @@ def _pairs(seeds: list[int], label: str) -> tuple[str, list[tuple[int, int]]]:
 
 def knn_by_frequency(models: dict[int, dict[str, Embeddings]], counts: Any, k: int = 10,
                      bins: int = 5) -> pd.DataFrame:
-    """KNN@k overlap per frequency bin for Table 5's comparisons and the tied-vs-tied ceiling.
-
-    Args:
-        models: seed -> tied and untied embeddings of one run (:func:`tiebias.align.comparisons.load_models`); every
-            matrix has one row per token id of the run's vocabulary.
-        counts: training count per token id (:meth:`tiebias.run.folder.Run.frequencies`), one per row.
-        k: the neighbourhood size (Table 5: 10).
-        bins: frequency quantile bins of the seen tokens (:func:`tiebias.align.token_stats.by_frequency`).
-
-    Returns:
-        :data:`COLUMNS`, one row per comparison and bin: ``overlap`` is the mean over pairs of models of the bin's
-        mean per-token overlap (``sd`` over pairs), ``chance`` k / (V - 1), ``ceiling`` the tied -> tied overlap of
-        the same bin (NaN with one seed), ``over_chance`` the overlap divided by chance.
-    """
+    """:data:`COLUMNS` per comparison and frequency bin of one run's models (one vocabulary, ``counts`` per id):
+    ``overlap`` is the mean over pairs of models of the bin's mean overlap, ``ceiling`` NaN with one seed."""
     seeds = sorted(models)
     if not seeds:
         raise ValueError("models: empty; give at least one seed's {'tied': ..., 'untied': ...} (see load_models)")
@@ -103,17 +84,7 @@ def knn_by_frequency(models: dict[int, dict[str, Embeddings]], counts: Any, k: i
 
 
 def cell(table: pd.DataFrame, comparison: str, bin_label: str | None = None) -> dict[str, float]:
-    """One comparison's overlap with its chance and ceiling, the judge's input for a Table 5 row.
-
-    Args:
-        table: the :func:`knn_by_frequency` frame.
-        comparison: one of :data:`COMPARISONS`.
-        bin_label: one bin (``unseen``, ``q1``...), or None: all tokens, each bin weighted by its tokens (equal to
-            Table 1's ``knn@k`` of the same pairs).
-
-    Returns:
-        ``overlap``, ``chance``, ``ceiling`` (NaN with one seed) and ``n_tokens``.
-    """
+    """One comparison's overlap, chance, ceiling and tokens in one bin, or over all (bins weighted by their tokens)."""
     t = table[table.comparison == comparison]
     if bin_label is not None:
         t = t[t.bin == bin_label]
@@ -127,15 +98,7 @@ def cell(table: pd.DataFrame, comparison: str, bin_label: str | None = None) -> 
 
 
 def rarest_and_commonest(table: pd.DataFrame, bins: Sequence[str] | None = None) -> str:
-    """A sentence per Table 5 comparison: its overlap in the rarest and the most frequent seen bin.
-
-    Args:
-        table: the :func:`knn_by_frequency` frame.
-        bins: the bins considered (None: every seen bin).
-
-    Returns:
-        The sentences, one line each, with chance multiples and the ceiling.
-    """
+    """A line per Table 5 comparison: its overlap in the rarest and the most frequent seen bin (of ``bins``)."""
     lines = []
     for label in [c for c in COMPARISONS if c != CEILING]:
         t = table[(table.comparison == label) & (table.bin != "unseen")]
@@ -150,5 +113,3 @@ def rarest_and_commonest(table: pd.DataFrame, bins: Sequence[str] | None = None)
                      f"{hi.count_min}-{hi.count_max}) {hi.overlap:.3f} ({hi.over_chance:.1f}x chance, {ceil(hi)}).")
     return "\n".join(lines)
 
-
-__all__ = ["CEILING", "COLUMNS", "COMPARISONS", "TABLE", "cell", "knn_by_frequency", "rarest_and_commonest"]

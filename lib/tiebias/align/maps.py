@@ -1,14 +1,6 @@
-"""The paper's alignment score: how well one embedding matrix maps onto another (Table 1, Figure 1).
-
-``align``/``align_all`` centre two matrices, map the source onto the target with an identity, orthogonal
-(Procrustes) or linear (least squares) map, in-sample or k-fold held-out, and score each token by
-cosine; ``compare`` builds one Table-1 row from two models' ``Embeddings`` (vocabularies matched first,
-KNN overlap from ``tiebias.align.neighbours`` on request).
-
-Numerics: the statistics a map is fitted from (column means, Gram and cross-covariance matrices) are
-accumulated in float64 over row chunks, so a 50k x 2048 float32 pair never needs a full float64 copy;
-the fitted map is applied at the precision of the inputs (float32 inputs: float32 products).
-"""
+"""The paper's alignment score (Table 1, Figure 1): centre two matrices, map the source onto the target (identity,
+orthogonal or linear; in-sample or k-fold held-out) and score each token by cosine. The fitting sums are accumulated
+in float64 over row chunks (no full float64 copy); the map is applied at the inputs' precision."""
 
 from __future__ import annotations
 
@@ -50,15 +42,9 @@ class AlignResult:
 
 def align(source: Matrix, target: Matrix, method: str, *, heldout_folds: int = 0,
           seed: int = 0) -> AlignResult:
-    """Mean cosine between the mapped source rows and the target rows (the paper's alignment score).
-
-    Both matrices are centred (column means removed), the source is mapped onto the target with
-    ``identity`` (no map; equal widths only), ``orthogonal`` (Procrustes: semi-orthogonal W = U V^T from
-    the SVD U S V^T of S_c^T T_c, so S_c W ~ T_c; the paper writes the transposed SVD of T_c^T S_c,
-    which is the same map) or ``linear`` (least squares S_c M ~ T_c), and each token's mapped row is
-    compared with its target row by cosine.  ``heldout_folds=k >= 2`` fits the map and the centring on
-    k-1 folds of tokens (seeded shuffle) and scores the remaining fold, for every fold.
-    """
+    """Mean cosine between the mapped, centred source rows and the target rows: ``identity`` (equal widths),
+    ``orthogonal`` (Procrustes W = U V^T of S_c^T T_c = U S V^T) or ``linear`` (least squares S_c M ~ T_c).
+    ``heldout_folds=k >= 2`` fits map and centring on k-1 folds of tokens (seeded) and scores the other, per fold."""
     _check_method(method)
     return align_all(source, target, (method,), heldout_folds=heldout_folds, seed=seed)[method]
 
@@ -205,12 +191,8 @@ def _fit(st: _Stats, methods: Sequence[str], ref_s: Tensor,
 
 @contextmanager
 def _one_thread() -> Iterator[None]:
-    """Run small dense decompositions single-threaded.
-
-    Threaded LAPACK eigh/svd on a d x d matrix is latency-bound; on a 2-core machine with other work
-    running it measured 10-20x slower than one thread (27 s vs 1.4 s for d=2048).  torch's thread count
-    is process-wide, so it is restored right after.
-    """
+    """Run small dense decompositions single-threaded (threaded LAPACK on a d x d matrix is latency-bound and far
+    slower on a busy machine); torch's thread count is process-wide, so it is restored right after."""
     old = torch.get_num_threads()
     if old == 1:
         yield
@@ -223,11 +205,8 @@ def _one_thread() -> Iterator[None]:
 
 
 def _procrustes(C: Tensor) -> Tensor:
-    """Semi-orthogonal W maximising trace(W^T C): the polar factor U V^T of C = U S V^T.
-
-    Computed as C (C^T C)^(-1/2) by an eigendecomposition of the smaller Gram matrix (several times
-    faster than an SVD on CPU); falls back to the SVD when C is (nearly) rank-deficient.
-    """
+    """Semi-orthogonal W maximising trace(W^T C): the polar factor U V^T of C = U S V^T, as C (C^T C)^(-1/2) from an
+    eigendecomposition of the smaller Gram matrix (faster than an SVD), the SVD when C is (nearly) rank-deficient."""
     ds, dt = C.shape
     if ds < dt:
         return _procrustes(C.T).T
@@ -244,12 +223,8 @@ def _procrustes(C: Tensor) -> Tensor:
 
 
 def _least_squares(G: Tensor, C: Tensor, n: int) -> Tensor:
-    """Minimum-norm M solving G M = C (normal equations of S_c M ~ T_c).
-
-    Cholesky when G is comfortably positive definite; otherwise an eigendecomposition pseudo-inverse
-    that drops directions with eigenvalue below max(n, d) * eps * 16 of the largest (numerically zero
-    in a float64 Gram matrix), which reproduces ``numpy.linalg.lstsq`` on rank-deficient data.
-    """
+    """Minimum-norm M solving G M = C (normal equations of S_c M ~ T_c): Cholesky when G is comfortably positive
+    definite, else an eigh pseudo-inverse dropping numerically zero directions (as ``numpy.linalg.lstsq`` does)."""
     d = G.shape[0]
     scale = float(G.diagonal().max())
     if scale <= 0:
@@ -266,11 +241,7 @@ def _least_squares(G: Tensor, C: Tensor, n: int) -> Tensor:
 
 def _score(S: Tensor, T: Tensor, rows: Tensor | None, mean_s: Tensor, mean_t: Tensor,
            maps: dict[str, Tensor | None], cdt: torch.dtype, chunk: int, out: dict[str, Tensor]) -> None:
-    """Per-token cosine of mapped source and target rows, written into ``out[method][rows]``.
-
-    Works at the compute precision ``cdt`` (float32 unless an input is float64): centring and mapping a
-    float32 row in float32 loses nothing the row itself had.
-    """
+    """Per-token cosine of mapped source and target rows at precision ``cdt``, written into ``out[method][rows]``."""
     maps_c = {m: (None if w is None else w.to(cdt)) for m, w in maps.items()}
     ms, mt = mean_s.to(cdt), mean_t.to(cdt)
     start = 0
@@ -289,13 +260,8 @@ def _score(S: Tensor, T: Tensor, rows: Tensor | None, mean_s: Tensor, mean_t: Te
 def compare(a: Embeddings, b: Embeddings, which_a: Which, which_b: Which, methods: Sequence[str] = METHODS,
             heldout_folds: int = 0, *, seed: int = 0, allow_vocab_mismatch: bool = True,
             knn_k: int | None = None, return_scores: bool = False) -> dict[str, Any]:
-    """One Table-1 row: ``a.<which_a>`` mapped onto ``b.<which_b>`` on their shared tokens.
-
-    Method columns hold the mean cosine; ``identity`` is NaN (not an error) when the widths differ, so a
-    row for a pair like Qwen3-4B/8B still fills.  ``knn_k`` adds a ``knn@k`` column (Table 5).
-    ``return_scores`` adds ``per_token`` ({method: Tensor}) and ``token_ids`` (rows of ``a``) for
-    histograms and ``by_frequency(row["per_token"][m], counts[row["token_ids"]])``.
-    """
+    """One Table-1 row: ``a.<which_a>`` mapped onto ``b.<which_b>`` on their shared tokens (``identity`` NaN when the
+    widths differ); ``knn_k`` adds ``knn@k``, ``return_scores`` adds ``per_token`` and ``token_ids`` (rows of ``a``)."""
     check_which(which_a, "which_a")
     check_which(which_b, "which_b")
     methods = tuple(dict.fromkeys(methods))
@@ -325,5 +291,3 @@ def compare(a: Embeddings, b: Embeddings, which_a: Which, which_b: Which, method
         row["token_ids"] = ia
     return row
 
-
-__all__ = ["METHODS", "AlignResult", "align", "align_all", "compare"]

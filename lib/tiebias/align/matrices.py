@@ -1,8 +1,5 @@
-"""Matrix arguments and their row blocks, shared by alignment, neighbours and token statistics.
-
-One place for what every metric does first (check a ``[tokens, width]`` argument, stream its rows in
-float64-sized chunks, row-wise cosine), so the metric modules agree on validation and precision.
-"""
+"""What every metric does first (check a ``[tokens, width]`` argument, stream its rows in chunks, row-wise cosine), in
+one place so alignment, neighbours and token statistics agree on validation and precision."""
 
 from __future__ import annotations
 
@@ -68,5 +65,3 @@ def cosine_rows(a: Tensor, b: Tensor) -> Tensor:
     den = torch.linalg.vector_norm(a, dim=1).to(F64) * torch.linalg.vector_norm(b, dim=1).to(F64)
     return torch.where(den > 0, dot / den.clamp_min(torch.finfo(F64).tiny), torch.zeros_like(dot))
 
-
-__all__ = ["CHUNK_BYTES", "F64", "Matrix", "as_matrix", "chunk_rows", "cosine_rows", "row_blocks", "row_blocks_f64"]

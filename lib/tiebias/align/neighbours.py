@@ -1,9 +1,5 @@
-"""Cosine nearest neighbours of every token in one matrix, and how much two matrices' neighbourhoods agree.
-
-``nearest`` finds each row's k most similar other rows in blocks (memory O(V k)), ``neighbour_overlap``
-compares two such lists, and ``knn_overlap`` does both for a pair of matrices (the paper's Table 5).
-For the neighbours of one token, shown as a table, see ``tiebias.align.comparisons.neighbour_table``.
-"""
+"""Cosine nearest neighbours of every token of a matrix (in blocks, memory O(V k)), and how much two matrices'
+neighbourhoods agree (the paper's Table 5)."""
 
 from __future__ import annotations
 
@@ -30,11 +26,8 @@ def check_knn_k(knn_k: Any, n_tokens: int | None = None, name: str = "knn_k") ->
 
 
 def knn_overlap(a: Matrix, b: Matrix, k: int = 10, *, chunk: int = 4096) -> tuple[float, Tensor]:
-    """Mean and per-token overlap |N_k^A(i) & N_k^B(i)| / k of cosine nearest neighbours (self excluded).
-
-    Rows of ``a`` and ``b`` must be the same tokens; widths may differ.  When one matrix takes part in
-    several comparisons (Table 5), compute its ``nearest`` once and use ``neighbour_overlap``.
-    """
+    """Mean and per-token overlap |N_k^A(i) & N_k^B(i)| / k of cosine nearest neighbours (self excluded) of two
+    matrices whose rows are the same tokens."""
     A = as_matrix(a, "a")
     B = as_matrix(b, "b")
     if B.shape[0] != A.shape[0]:
@@ -72,12 +65,8 @@ def _fold_candidates(vals: Tensor, idx: Tensor, rows: Tensor, ids: Tensor, v: Te
 
 
 def _fold_block(vals: Tensor, idx: Tensor, i0: int, j0: int, sims: Tensor) -> None:
-    """Fold one block of similarities into the top-k of its rows (and, off the diagonal, of its columns).
-
-    Once rows have k neighbours, only entries above a row's current k-th best can enter: those few are
-    picked with one comparison pass instead of a top-k over the whole block (ties at the k-th value keep
-    the earlier neighbour). Rows still short of k neighbours take the dense path.
-    """
+    """Fold one block of similarities into the top-k of its rows (and, off the diagonal, of its columns): once rows
+    have k neighbours only the few entries above their k-th best are folded (ties keep the earlier neighbour)."""
     ri, rj = slice(i0, i0 + sims.shape[0]), slice(j0, j0 + sims.shape[1])
     thr_r = vals[ri, -1]
     if bool(torch.isfinite(thr_r).all()):
@@ -98,12 +87,8 @@ def _fold_block(vals: Tensor, idx: Tensor, i0: int, j0: int, sims: Tensor) -> No
 
 
 def nearest(m: Matrix, k: int = 10, *, chunk: int = 4096) -> Tensor:
-    """Ids of each row's k most cosine-similar other rows, [V, k] (order within a row not meaningful).
-
-    Similarities are computed in ``chunk x chunk`` blocks of the upper triangle, each block serving its
-    rows and its columns: half the work of the full V x V product, memory O(V k + chunk^2) beyond the
-    input (rows are normalised block by block, not copied whole).
-    """
+    """Ids of each row's k most cosine-similar other rows, [V, k] (order within a row not meaningful), from
+    ``chunk x chunk`` blocks of the upper triangle, each serving its rows and its columns."""
     x = as_matrix(m, "m")
     n = x.shape[0]
     if not is_int(k, numpy_ok=True) or not 1 <= k <= n - 1:
@@ -143,5 +128,3 @@ def neighbour_overlap(idx_a: Tensor, idx_b: Tensor) -> tuple[float, Tensor]:
         per[i:i + step] = (x.unsqueeze(2) == y.unsqueeze(1)).any(2).sum(1).to(F64) / k
     return float(per.mean()), per
 
-
-__all__ = ["check_knn_k", "knn_overlap", "nearest", "neighbour_overlap"]

@@ -1,9 +1,5 @@
-"""Per-token statistics of one embedding matrix: row norms against corpus frequency, and drift over training.
-
-``norm_frequency`` is the paper's Figure 5 (row norm against log10 count, with a rank correlation),
-``by_frequency`` summarises any per-token score in frequency bins, ``evolution`` is Figure 3 (how far a
-matrix moves from its initialisation over checkpoints); ``load_counts`` reads a run's token counts.
-"""
+"""Per-token statistics of one embedding matrix: row norm against corpus frequency (Figure 5), any per-token score in
+frequency bins, and drift over training (Figure 3)."""
 
 from __future__ import annotations
 
@@ -30,11 +26,8 @@ def row_norms(m: Matrix) -> Tensor:
 
 
 def load_counts(counts: Any, vocab_size: int) -> np.ndarray:
-    """Token counts as an int64 array of length ``vocab_size`` indexed by token id.
-
-    Accepts an array-like of that length, a DataFrame with ``id`` and ``count`` columns, or the path of
-    a run's ``token_frequencies.csv``; ids missing from a table count 0.
-    """
+    """Token counts (an array-like, a table with ``id`` and ``count`` columns, or a run's ``token_frequencies.csv``)
+    as an int64 array of length ``vocab_size``; ids missing from a table count 0."""
     if isinstance(counts, (str, Path)):
         p = Path(counts)
         if not p.is_file():
@@ -64,11 +57,8 @@ def load_counts(counts: Any, vocab_size: int) -> np.ndarray:
 
 @dataclass(repr=False)
 class NormFrequency:
-    """Per-token norm against log10 count (``table``) and their Spearman rank correlation.
-
-    ``spearman`` uses the tokens seen at least once (log10 of 0 is undefined); ``spearman_all`` also
-    ranks the unseen tokens (tied, lowest).
-    """
+    """Per-token norm against log10 count (``table``) and their Spearman correlation over the seen tokens
+    (``spearman_all``: the unseen ones ranked too, tied and lowest)."""
 
     table: pd.DataFrame
     spearman: float
@@ -83,19 +73,8 @@ class NormFrequency:
 
 
 def norm_frequency(emb_matrix: Matrix, counts: Any, *, tokens: Sequence[str] | None = None) -> NormFrequency:
-    """Row norm and log10 corpus count of every token (Figure 5), with the rank correlation.
-
-    Args:
-        emb_matrix: the embedding matrix, one row per token.
-        counts: corpus count per token id, as :func:`load_counts` reads it (one per row, a table with ``id`` and
-            ``count`` columns, or a run's ``token_frequencies.csv``); finite and non-negative.
-        tokens: token strings, one per row, added as a ``token`` column (None: no column).
-
-    Returns:
-        A :class:`NormFrequency`: ``table`` with columns ``id`` (``token``), ``count``, ``log10_freq`` (NaN for unseen
-        tokens), ``norm`` and ``seen``; ``spearman`` and its ``pvalue`` over the seen tokens (NaN with fewer than
-        three), ``spearman_all`` over all tokens, and ``n_seen`` / ``n_unseen``.
-    """
+    """Row norm and log10 corpus count of every token (Figure 5), with the rank correlation (``tokens``: a column of
+    token strings)."""
     from scipy.stats import spearmanr
 
     norms = row_norms(emb_matrix).numpy()
@@ -115,21 +94,8 @@ def norm_frequency(emb_matrix: Matrix, counts: Any, *, tokens: Sequence[str] | N
 
 
 def by_frequency(per_token_scores: Any, counts: Any, bins: int = 5) -> pd.DataFrame:
-    """Mean/std/count of a per-token score in frequency-quantile bins, rarest first.
-
-    Args:
-        per_token_scores: one score per token (tensor or array-like), e.g. a :func:`tiebias.align.maps.compare`
-            row's ``per_token[method]``.
-        counts: corpus count per token, aligned with the scores (as in :func:`norm_frequency`).
-        bins: the number of quantile bins of the seen tokens (a positive int).
-
-    Returns:
-        One row per bin, ``unseen`` first then ``q1`` (rarest) upwards: ``bin``, ``count_min``, ``count_max``, ``n``
-        (non-NaN scores), ``mean``, ``std`` and ``sem``.
-
-    Seen tokens are split into ``bins`` quantile bins of their count (ties stay together, so bins may be
-    fewer or uneven); tokens never seen form their own ``unseen`` bin.  NaN scores are ignored.
-    """
+    """Count, mean, std and sem of a per-token score (NaN ignored) per bin: ``unseen``, then ``q1`` (rarest) upwards,
+    quantile bins of the seen tokens' counts (ties together, so bins may be fewer or uneven)."""
     s = per_token_scores.detach().cpu().numpy() if isinstance(per_token_scores, Tensor) \
         else np.asarray(per_token_scores)
     s = s.astype(np.float64).reshape(-1)
@@ -161,12 +127,8 @@ def by_frequency(per_token_scores: Any, counts: Any, bins: int = 5) -> pd.DataFr
 
 
 def evolution(checkpoints: Sequence[tuple[int, Matrix]]) -> pd.DataFrame:
-    """Drift of one matrix over training (Figure 3), one row per checkpoint sorted by step.
-
-    ``cos_to_init``: mean per-token cosine to the earliest checkpoint (step 0 when the run saved its
-    initialisation); ``cos_to_prev``: to the previous checkpoint; ``norm_change``: relative change of
-    the Frobenius norm, ||W_t|| / ||W_0|| - 1; ``dist_to_init``: ||W_t - W_0|| / ||W_0||.
-    """
+    """Drift of one matrix over training (Figure 3), per checkpoint: mean per-token cosine to the earliest
+    (``cos_to_init``) and previous one, ||W_t|| / ||W_0|| - 1 (``norm_change``) and ||W_t - W_0|| / ||W_0||."""
     if len(checkpoints) == 0:
         raise ValueError("checkpoints is empty")
     items = sorted(((int(s), as_matrix(m, f"checkpoints[step={s}]")) for s, m in checkpoints),
@@ -206,5 +168,3 @@ def evolution(checkpoints: Sequence[tuple[int, Matrix]]) -> pd.DataFrame:
         prev = m
     return pd.DataFrame(rows)
 
-
-__all__ = ["NormFrequency", "by_frequency", "evolution", "load_counts", "norm_frequency", "row_norms"]

@@ -14,9 +14,6 @@ from tiebias.data import tokens
 from tiebias.models.sources import param_name
 from tiebias.run.layout import TOKENIZER_FILE, TOKENIZER_SUBDIR
 
-__all__ = ["MAX_UNKNOWN_SHARE", "VocabMatch", "check_tokenizers", "load_tokenizer", "match_tokens", "resolve_tokenizer",
-           "token_strings"]
-
 log = logging.getLogger(__name__)
 
 _TOKENIZER_FILES = (TOKENIZER_FILE, "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -105,11 +102,8 @@ class VocabMatch(NamedTuple):
 
 
 def match_tokens(a: list[str], b: list[str], a_name: str = "a", b_name: str = "b") -> VocabMatch:
-    """Ids of the token strings ``a`` and ``b`` share; ValueError naming both when they share none.
-
-    The one check that a pair's vocabularies are comparable: 02 (via :func:`tiebias.align.embeddings.match_vocab`)
-    and 03 (on the pair's tokenizers, :func:`check_tokenizers`) both refuse a pair that shares no token.
-    """
+    """Ids of the token strings ``a`` and ``b`` share; ValueError naming both when they share none (02 and 03's check
+    that a pair is comparable)."""
     pos_b: dict[str, int] = {}
     for i, t in enumerate(b):
         if not t.startswith(_MISSING_TOKEN):
@@ -130,17 +124,12 @@ def match_tokens(a: list[str], b: list[str], a_name: str = "a", b_name: str = "b
 
 
 MAX_UNKNOWN_SHARE = 0.01
-"""Most of a corpus a tokenizer may write as its unknown token. Byte-level BPE and byte-fallback tokenizers (every
-family the kit names) write none; above 1% the tokenizer cannot read the corpus, and a lens measured there would
-read the unknown token rather than the text."""
+"""Most of a corpus a tokenizer may write as its unknown token (byte-level tokenizers write none)."""
 
 
 def check_tokenizers(models: dict[str, tuple[Any, Any]], texts: list[str], corpus: str) -> None:
-    """Refuse, before any lens trains, models whose tokenizers 03 cannot compare on ``texts`` (label -> (model, tokenizer)).
-
-    Each tokenizer must read the text (at most :data:`MAX_UNKNOWN_SHARE` unknown tokens) and share tokens with the
-    first one (:func:`match_tokens`, the check 02 makes on the pair's vocabularies). Errors name ``<label>_source``.
-    """
+    """Refuse, before any lens trains, tokenizers that cannot read ``texts`` (over :data:`MAX_UNKNOWN_SHARE` unknown) or
+    share no token with the first one (label -> (model, tokenizer)); errors name ``<label>_source``."""
     labels = list(models)
     for label, (model, tok) in models.items():
         share = tokens.unknown_share(tok, texts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -112,60 +113,31 @@ def _fingerprint(path: str | os.PathLike[str], *, whole: bool) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _backend(tokenizer: PreTrainedTokenizerFast | Tokenizer) -> Tokenizer:
-    """The ``tokenizers.Tokenizer`` behind a transformers fast tokenizer (or the tokenizer itself)."""
-    if isinstance(tokenizer, Tokenizer):
-        return tokenizer
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if not isinstance(backend, Tokenizer):
-        raise TypeError(f"tokenizer: {type(tokenizer).__name__} has no fast (tokenizers) backend")
-    return backend
-
-
-def _vocab_len(tokenizer: PreTrainedTokenizerFast | Tokenizer) -> int:
-    """Number of token ids, added tokens included."""
-    if isinstance(tokenizer, Tokenizer):
-        return tokenizer.get_vocab_size(with_added_tokens=True)
-    return len(tokenizer)
-
-
-def _id_batches(tokenizer: PreTrainedTokenizerFast | Tokenizer, texts: Iterable[str]) -> Iterator[list[np.ndarray]]:
-    """Token ids per document (no special tokens added), in batched calls to the Rust tokenizer."""
-    backend = _backend(tokenizer)
+def _ids(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str]) -> Iterator[np.ndarray]:
+    """Token ids of each document (no special tokens added), in batched calls to the Rust tokenizer."""
     if isinstance(texts, str):
         raise TypeError("texts: got a single string; give an iterable of documents, e.g. [text]")
-    batch: list[str] = []
-
-    def run(items: list[str]) -> list[np.ndarray]:
-        """One batched call: the ids of each item."""
-        encodings = backend.encode_batch_fast(items, add_special_tokens=False)
-        return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
-
-    for text in texts:
-        if not isinstance(text, str):
-            raise TypeError(f"texts: items must be str, got {type(text).__name__}")
-        batch.append(text)
-        if len(batch) == _ENCODE_BATCH:
-            yield run(batch)
-            batch = []
-    if batch:
-        yield run(batch)
+    backend, items = tokenizer.backend_tokenizer, iter(texts)
+    while batch := list(itertools.islice(items, _ENCODE_BATCH)):
+        for text in batch:
+            if not isinstance(text, str):
+                raise TypeError(f"texts: items must be str, got {type(text).__name__}")
+        yield from (np.asarray(e.ids, dtype=np.int64) for e in backend.encode_batch_fast(batch, add_special_tokens=False))
 
 
-def token_frequencies(tokenizer: PreTrainedTokenizerFast | Tokenizer, texts: Iterable[str]) -> np.ndarray:
+def token_frequencies(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str]) -> np.ndarray:
     """Count every token id over ``texts`` (the documents' own tokens, no separators): int64, ``len(tokenizer)`` long."""
-    size = _vocab_len(tokenizer)
+    size = len(tokenizer)
     counts = np.zeros(size, dtype=np.int64)
-    for batch in _id_batches(tokenizer, texts):
-        for ids in batch:
-            if ids.size:
-                counts += np.bincount(ids, minlength=size)[:size]
+    for ids in _ids(tokenizer, texts):
+        if ids.size:
+            counts += np.bincount(ids, minlength=size)[:size]
     return counts
 
 
-def unknown_id(tokenizer: PreTrainedTokenizerFast | Tokenizer) -> int | None:
+def unknown_id(tokenizer: PreTrainedTokenizerFast) -> int | None:
     """Id of the token a tokenizer writes for text it cannot spell; None when it has none (byte-level BPE)."""
-    backend = _backend(tokenizer)
+    backend = tokenizer.backend_tokenizer
     model = json.loads(backend.to_str())["model"]
     if "unk_id" in model:  # Unigram (sentencepiece) models name it by id
         return model["unk_id"]
@@ -173,48 +145,38 @@ def unknown_id(tokenizer: PreTrainedTokenizerFast | Tokenizer) -> int | None:
     return None if unk is None else backend.token_to_id(unk)
 
 
-def unknown_share(tokenizer: PreTrainedTokenizerFast | Tokenizer, texts: Iterable[str]) -> float:
+def unknown_share(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str]) -> float:
     """Share of the documents' tokens that are the unknown token: how much of the text the tokenizer cannot read."""
     counts = token_frequencies(tokenizer, texts)
     unk, total = unknown_id(tokenizer), int(counts.sum())
     return float(counts[unk] / total) if unk is not None and 0 <= unk < len(counts) and total else 0.0
 
 
-def encode(tokenizer: PreTrainedTokenizerFast | Tokenizer, texts: Iterable[str]) -> torch.Tensor:
+def encode(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str]) -> torch.Tensor:
     """Tokenize documents into one 1-D ``torch.long`` stream, the eos id between documents (not before or after)."""
-    eos = _eos_id(tokenizer)
-    sep = np.array([eos], dtype=np.int64)
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise ValueError(f"tokenizer: has no eos token (expected '{EOS_TOKEN}') to separate documents")
+    sep = np.array([int(eos)], dtype=np.int64)
     pieces: list[np.ndarray] = []
-    for batch in _id_batches(tokenizer, texts):
-        for ids in batch:
-            if pieces:
-                pieces.append(sep)
-            pieces.append(ids)
+    for ids in _ids(tokenizer, texts):
+        if pieces:
+            pieces.append(sep)
+        pieces.append(ids)
     if not pieces:
         return torch.zeros(0, dtype=torch.long)
     return torch.from_numpy(np.concatenate(pieces))
 
 
-def _eos_id(tokenizer: PreTrainedTokenizerFast | Tokenizer) -> int:
-    """Id of the end-of-text token used as document separator."""
-    if isinstance(tokenizer, Tokenizer):
-        found = tokenizer.token_to_id(EOS_TOKEN)
-    else:
-        found = tokenizer.eos_token_id
-    if found is None:
-        raise ValueError(f"tokenizer: has no eos token (expected '{EOS_TOKEN}') to separate documents")
-    return int(found)
-
-
-def save_frequencies(path: str | os.PathLike[str], tokenizer: PreTrainedTokenizerFast | Tokenizer,
+def save_frequencies(path: str | os.PathLike[str], tokenizer: PreTrainedTokenizerFast,
                      counts: np.ndarray) -> Path:
     """Write counts as CSV with columns id, token, count (token in the tokenizer's string form), through
     :func:`tiebias.system.atomic.atomic_path` (never through a link)."""
     counts = np.asarray(counts)
-    size = _vocab_len(tokenizer)
+    size = len(tokenizer)
     if counts.ndim != 1 or len(counts) != size:
         raise ValueError(f"counts: shape {counts.shape} does not match the tokenizer's {size} ids")
-    backend = _backend(tokenizer)
+    backend = tokenizer.backend_tokenizer
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as tmp, tmp.open("w", encoding="utf-8", newline="") as handle:

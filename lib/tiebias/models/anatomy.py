@@ -127,10 +127,8 @@ def _linear_head(model: Any, what: str) -> torch.nn.Linear:
     """The model's head, refused unless it is a linear unembedding whose output the model does not transform."""
     head = model.get_output_embeddings()
     if head is None:
-        raise ValueError(
-            f"model: {what} has no causal-LM head (get_output_embeddings() is None); "
-            f"load it with AutoModelForCausalLM"
-        )
+        raise ValueError(f"model: {what} has no causal-LM head (get_output_embeddings() is None); "
+                         f"load it with AutoModelForCausalLM")
     if not isinstance(head, torch.nn.Linear):
         raise ValueError(
             f"model: {what} has a {type(head).__name__} head; the lens needs a linear unembedding (nn.Linear)"
@@ -139,20 +137,16 @@ def _linear_head(model: Any, what: str) -> torch.nn.Linear:
     for key, off in _LOGIT_POSTPROCESSING.items():
         value = getattr(text, key, off)
         if value is not None and value != off:
-            raise ValueError(
-                f"model: {what} transforms its logits after the head ({key}={value!r}), so final norm + "
-                f"head would not reproduce its output distribution; allowed: {key}={off!r}"
-            )
+            raise ValueError(f"model: {what} transforms its logits after the head ({key}={value!r}), so final norm + "
+                             f"head would not reproduce its output distribution; allowed: {key}={off!r}")
     return head
 
 
 def find_layout(model: Any) -> Layout:
     """Find the final norm and the head by layout (no forward pass, so a meta-device skeleton works too)."""
     if not isinstance(model, PreTrainedModel):
-        raise ValueError(
-            f"model: expected a transformers PreTrainedModel (e.g. LlamaForCausalLM, "
-            f"OlmoForCausalLM), got {type(model).__name__}"
-        )
+        raise ValueError(f"model: expected a transformers PreTrainedModel (e.g. LlamaForCausalLM, "
+                         f"OlmoForCausalLM), got {type(model).__name__}")
     what = describe_model(model)
     model_type = str(getattr(model.config, "model_type", "?"))
     head = _linear_head(model, what)
@@ -168,10 +162,8 @@ def find_layout(model: Any) -> Layout:
                 continue
             path = f"{label}.{name}"
             if norm is None:
-                raise ValueError(
-                    f"model: {what} has no final norm ({path} is None, e.g. a post-norm model such as "
-                    f"OPT-350m); the lens needs a final norm before the head"
-                )
+                raise ValueError(f"model: {what} has no final norm ({path} is None, e.g. a post-norm model such as "
+                                 f"OPT-350m); the lens needs a final norm before the head")
             if not isinstance(norm, torch.nn.Module):
                 continue
             owner = _attr_path(root, name.rsplit(".", 1)[0])[1] if "." in name else root
@@ -179,10 +171,8 @@ def find_layout(model: Any) -> Layout:
             if not isinstance(project_out, torch.nn.Module):
                 project_out = None
             return Layout(model_type, path, norm, head, project_out)
-    raise ValueError(
-        f"model: {what} has no recognisable final norm: none of {', '.join(FINAL_NORM_NAMES)} on "
-        f"{' or '.join(label for label, _ in roots) or 'the model (no base_model)'}"
-    )
+    raise ValueError(f"model: {what} has no recognisable final norm: none of {', '.join(FINAL_NORM_NAMES)} on "
+                     f"{' or '.join(label for label, _ in roots) or 'the model (no base_model)'}")
 
 
 _VERIFIED: weakref.WeakKeyDictionary[torch.nn.Module, Layout] = weakref.WeakKeyDictionary()
@@ -207,10 +197,8 @@ def checked_layout(model: Any) -> Layout:
             out = model(input_ids=ids, output_hidden_states=True)
             n_states = len(out.hidden_states) if out.hidden_states is not None else 0
             if n_states != n_layers + 1:
-                raise ValueError(
-                    f"model: {what} returns {n_states} hidden states for num_hidden_layers={n_layers}; "
-                    f"the lens needs L + 1 (embedding output, then one per block)"
-                )
+                raise ValueError(f"model: {what} returns {n_states} hidden states for num_hidden_layers={n_layers}; "
+                                 f"the lens needs L + 1 (embedding output, then one per block)")
             if len(store) != 1:
                 raise ValueError(
                     f"model: {what}: its final norm {layout.norm_path} ran {len(store)} times in one forward "

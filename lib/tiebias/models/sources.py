@@ -229,11 +229,10 @@ def not_as_configured(exc: TyingError, where: str | None = None) -> TyingError:
 
 def pair_slug(tied_source: Any, untied_source: Any) -> str:
     """A folder name for an external pair: both model names plus a short hash of the full sources."""
-    paths = [Path(str(s)).expanduser() for s in (tied_source, untied_source)]
-    names = [p.name if p.is_dir() else str(s).replace("/", "--") for p, s in zip(paths, (tied_source, untied_source),
-                                                                                 strict=True)]
-    full = [str(p.resolve()) if p.is_dir() else str(s) for p, s in zip(paths, (tied_source, untied_source),
-                                                                       strict=True)]
+    srcs = (tied_source, untied_source)
+    paths = [Path(str(s)).expanduser() for s in srcs]
+    names = [p.name if p.is_dir() else str(s).replace("/", "--") for p, s in zip(paths, srcs, strict=True)]
+    full = [str(p.resolve()) if p.is_dir() else str(s) for p, s in zip(paths, srcs, strict=True)]
     digest = hashlib.sha1("\n".join(full).encode()).hexdigest()[:8]
     return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{names[0]}__{names[1]}__{digest}")
 

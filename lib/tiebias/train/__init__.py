@@ -1,8 +1,7 @@
-"""Training the kit's models: per-path gradient provenance and scaling (``gradients``), one model's training as
-named steps (``trainer``, ``job``, ``steploop``), atomic checkpoints and exact resume (``checkpoints``), diverged
-trainings (``divergence``), the memory check before allocating (``memory``), and several models two at a time
-(``sweeps``), the models of other depths (``depths``) and claim 2's shares per window and metric
-(``windows``)."""
+"""Training the kit's models: per-path gradient provenance and scaling (``gradients``), one model's training as named
+steps (``trainer``, ``job``, ``steploop``), atomic checkpoints and exact resume (``checkpoints``), diverged trainings
+(``divergence``), the memory check (``memory``), several models at once (``sweeps``), other depths (``depths``) and
+claim 2's shares per window and metric (``windows``)."""
 
 from tiebias.train import (
            checkpoints,

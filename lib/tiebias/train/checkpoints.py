@@ -1,10 +1,5 @@
-"""Checkpoints and metrics logs of one model's training: writing, pruning, resuming, rewriting.
-
-Every checkpoint is a Hugging Face model folder ``step-<N>`` written to a temporary name and renamed,
-so an interruption never leaves a half-written checkpoint; the two newest keep the optimiser state so
-that training can resume from the newest one that loads. On resume the metrics logs are cut back to
-the resume point, verbatim, and rows that cannot be recomputed stop training with an error.
-"""
+"""Checkpoints (HF model folders ``step-<N>``, written whole or not at all; the two newest keep the optimiser state)
+and metrics logs (cut back verbatim to the resume point) of one model's training."""
 
 from __future__ import annotations
 
@@ -49,13 +44,8 @@ def _step_key(d: Path) -> int:
 
 
 def require_initial(ckpt_root: Path) -> Path:
-    """The step-0 checkpoint (a model's initial weights) under ``ckpt_root``; RunFolderError naming it if missing.
-
-    Training asks before every later checkpoint and before marking the model complete: a model folder
-    deleted or moved mid-training would otherwise be recreated by the next save, without its initial
-    weights. Analyses ask before measuring drift from initialisation, instead of taking the earliest
-    checkpoint left.
-    """
+    """The step-0 checkpoint (the initial weights) under ``ckpt_root``; RunFolderError if missing, so a model folder
+    moved mid-training is never recreated without it, nor drift measured from a later checkpoint."""
     path = ckpt_root / step_dir(0)
     if not (path / CONFIG_NAME).is_file():
         mdir = ckpt_root.parent
@@ -68,13 +58,8 @@ def require_initial(ckpt_root: Path) -> Path:
 
 
 def save_checkpoint(model: PreTrainedModel, ckpt_root: Path, step: int, state: dict | None) -> None:
-    """Write ``step-N`` atomically; the two newest checkpoints keep the optimiser state.
-
-    The older of the two is the fallback when the newest turns out damaged; :func:`train` drops it
-    once the model is finished (:func:`prune_states` with ``keep=1``). Any step after 0 first checks
-    that the step-0 checkpoint is still there (:func:`require_initial`), so a vanished model folder
-    stops training instead of being recreated without its initial weights.
-    """
+    """Write ``step-N`` atomically (after step 0, only while step 0 is there); the two newest keep the optimiser state
+    (the older is the fallback when the newest is damaged)."""
     if step > 0:
         require_initial(ckpt_root)
     with atomic_folder(ckpt_root / step_dir(step), f"{_TMP_PREFIX}{step}.") as tmp:
@@ -93,19 +78,10 @@ def prune_states(ckpt_root: Path, keep: int) -> None:
         (d / TRAINER_STATE_NAME).unlink()
 
 
-TRAINER_STATE_HOLDS = "a checkpoint's optimiser state, step and elapsed time"
-
-
 def load_resume_point(model: PreTrainedModel, opt: torch.optim.Optimizer, ckpt_root: Path, dev: torch.device,
                        tied: bool, key: str) -> tuple[int, float] | None:
-    """Load the newest checkpoint whose weights and optimiser state both load; (step, elapsed) or None.
-
-    A checkpoint that does not load is skipped for the previous one with a warning naming the file.
-    Refuses (ValueError naming the folder) when checkpoints past step 0 exist but none can be resumed:
-    restarting from step 0 is never done silently; so does a missing step-0 checkpoint (:func:`require_initial`).
-    The optimiser state is read with ``weights_only=True``: one that refers to Python objects (which could
-    run code) is refused outright (:class:`tiebias.run.files.UnsafeFileError`), not skipped.
-    """
+    """Load the newest checkpoint whose weights and optimiser state both load (the others skipped with a warning);
+    (step, elapsed) or None. Never restarts from step 0 silently; an unsafe optimiser state is refused, not skipped."""
     dirs = sorted((d for d in ckpt_root.glob(f"{STEP_PREFIX}*") if _step_key(d) >= 0), key=_step_key,
                   reverse=True)
     if dirs and _step_key(dirs[0]) > 0:
@@ -120,7 +96,8 @@ def load_resume_point(model: PreTrainedModel, opt: torch.optim.Optimizer, ckpt_r
             continue
         try:
             check_model_folder(d, "")
-            state = load_torch_file(state_file, TRAINER_STATE_HOLDS, todo, map_location=dev)
+            state = load_torch_file(state_file, "a checkpoint's optimiser state, step and elapsed time", todo,
+                                    map_location=dev)
             if not isinstance(state, dict) or "optimizer" not in state:
                 raise damaged(state_file, "not a trainer state (no 'optimizer' entry)", todo)
         except UnsafeFileError:
@@ -161,11 +138,8 @@ def _load_weights(model: PreTrainedModel, sd: dict[str, torch.Tensor], tied: boo
 
 
 def kept_log(path: Path, header: list[str], upto: int, expected: list[int], key: str) -> tuple[list[str], list[str]]:
-    """Rows of a metrics log to keep when resuming at ``upto`` (verbatim lines), plus notes on what was dropped.
-
-    Rows after ``upto`` are recomputed, so they (and a row cut mid-write) are dropped; repeated steps
-    keep their first row. Rows missing before ``upto`` cannot be recomputed: that stops with an error.
-    """
+    """Rows of a metrics log to keep when resuming at ``upto`` (verbatim), plus notes on what was dropped: later rows,
+    a row cut mid-write and repeats go; a missing row before ``upto`` cannot be recomputed and stops with an error."""
     todo = (f"remove the bad lines (rows after step {upto} are recomputed), or {OVERWRITE_HINT} to retrain {key} "
             "from scratch")
     if not path.exists():
@@ -227,8 +201,7 @@ def clear_after(ckpt_root: Path, start: int) -> None:
 
 
 def save_final(model: PreTrainedModel, tok: Any, mdir: Path) -> None:
-    """The final model and tokenizer: written to a private temporary folder, then moved into ``mdir``
-    (:func:`tiebias.run.files.files_into`: a link planted in ``mdir`` is replaced, never written through)."""
+    """The final model and tokenizer, moved into ``mdir`` from a private folder (a link planted there is replaced)."""
     with files_into(mdir) as tmp:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)

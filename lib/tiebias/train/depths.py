@@ -1,7 +1,5 @@
-"""Models of other depths for notebook 03 (the ``depth`` profile): tied and untied models of another shape in
-``<run>/depth/<preset>/``, sharing the run's data, tokenizer, recipe and seeds, so two depths differ only in their
-number of layers. The lens numbers against depth are :mod:`tiebias.lens.depth`'s, the verdicts
-:mod:`tiebias.verdicts.depth`'s."""
+"""Models of other depths for notebook 03: tied and untied models of another preset in ``<run>/depth/<preset>/``,
+sharing the run's data, tokenizer, recipe and seeds, so two depths differ only in their layers."""
 
 from __future__ import annotations
 
@@ -17,26 +15,10 @@ from tiebias.run.folder import Run
 from tiebias.run.guard import mark
 from tiebias.train.sweeps import train_many
 
-__all__ = ["share_data", "train_depth_models"]
-
 
 def train_depth_models(run: Run, preset: str, seeds: Sequence[int], config: Any, progress: bool = True) -> Run:
-    """Train (or reuse) tied and untied models of ``preset`` in ``<run>/depth/<preset>/``; returns that sub-run.
-
-    Args:
-        run: the run whose data, tokenizer and recipe the models share (:func:`share_data`).
-        preset: the other depth's model preset (an unknown one is refused before anything is written).
-        seeds: the seeds; each gets a tied and an untied model.
-        config: the run's training recipe (:class:`tiebias.config.training.TrainConfig`); only its preset is
-            replaced.
-        progress: show progress bars.
-
-    Returns:
-        The sub-run (:class:`tiebias.run.folder.Run`) holding the models.
-
-    Everything but the preset (data, tokenizer, steps, batch, learning rate, seeds) is the run's, so the
-    depths differ only in shape. Finished models are reused; an interrupted one resumes from its checkpoint.
-    """
+    """Train (or reuse, or resume) tied and untied models of ``preset`` for each seed in ``<run>/depth/<preset>/``
+    with the run's recipe but its preset; returns that sub-run."""
     get_preset(preset)
     sub = share_data(run, run.depth_dir(preset), f"the {preset} models")
     train_many(sub, [(v, seed) for seed in seeds for v in ("tied", "untied")], replace(config, preset=preset),
@@ -45,12 +27,8 @@ def train_depth_models(run: Run, preset: str, seeds: Sequence[int], config: Any,
 
 
 def share_data(run: Run, path: Path, what: str) -> Run:
-    """A run folder at ``path`` with a copy of ``run``'s data (tokenizer, tokens, frequencies, config), made on first use.
-
-    The copy is built whole (:func:`tiebias.run.files.atomic_folder`, under the run's writer lock), so an interrupted
-    copy leaves nothing half-made (a leftover without config.json is rebuilt). Models trained there differ from the
-    run's only in what their recipe changes.
-    """
+    """A run folder at ``path`` with a copy of ``run``'s data (tokenizer, tokens, frequencies, config), built whole
+    under the run's writer lock on first use."""
     sub = Run(path)
     if sub.config_path.exists():
         return sub

@@ -1,12 +1,5 @@
-"""Diverged trainings: the step that ends one, its record, and the refusal every analysis makes.
-
-A loss or gradient norm that is not a finite number means the weights can no longer learn: NaN spreads
-to every weight at the next update, and an overflowing gradient norm makes clipping scale every update
-to zero. :class:`tiebias.train.steploop.StepLoop` stops at the first such step and the model's completion
-record carries ``diverged`` (:func:`at_step`), so the same config is not trained again in vain, 01 reports
-the model, and 02, 03 and 04 refuse it by name (:func:`check_models`) instead of deriving a claim from
-meaningless weights.
-"""
+"""Diverged trainings (a loss or gradient norm that is not finite: the weights can no longer learn): the step that
+ends one, its ``diverged`` record, and the refusal 02, 03 and 04 make of such a model by name."""
 
 from __future__ import annotations
 
@@ -42,11 +35,8 @@ def _finite(x: Any) -> bool:
 
 
 def reason(summary: Mapping[str, Any]) -> str | None:
-    """Why a finished model's weights mean nothing (its training diverged), or None.
-
-    Reads the ``diverged`` record, and for models finished before it existed a final loss that is not a
-    finite number. ``summary`` is a completion record or a row of a table of them.
-    """
+    """Why a finished model's weights mean nothing (its ``diverged`` record, or for older ones a final loss that is
+    not finite), or None."""
     d = summary.get(KEY)
     if isinstance(d, Mapping):
         return f"training diverged at step {d['step']} (loss {d['loss']}, gradient norm {d['grad_norm']})"
@@ -55,15 +45,7 @@ def reason(summary: Mapping[str, Any]) -> str | None:
 
 
 def reasons(summaries: pd.DataFrame) -> dict[str, str]:
-    """``{key: reason}`` of the diverged models in a table of completion records indexed by model key.
-
-    Args:
-        summaries: completion records (the training summaries of :func:`tiebias.train.train_many`), one row per
-            model, indexed by model key.
-
-    Returns:
-        Model key -> why it counts as diverged (:func:`reason`), for the diverged models only.
-    """
+    """``{key: reason}`` of the diverged models in a table of completion records indexed by model key."""
     out = {str(k): reason(row) for k, row in summaries.iterrows()}
     return {k: v for k, v in out.items() if v is not None}
 
@@ -80,10 +62,8 @@ def _lr(run: Run, variant: str | Variant, seed: int) -> str:
 
 
 def check_models(run: Run, models: Iterable[tuple[str | Variant, int]], what: str) -> None:
-    """Refuse a diverged model among ``models`` of ``run`` before ``what`` is computed from it (ValueError naming it).
-
-    Models that have not finished are left to the caller, which names them as missing.
-    """
+    """Refuse a diverged model among ``models`` of ``run`` before ``what`` is computed from it (unfinished ones are
+    left to the caller)."""
     for variant, seed in models:
         if not run.is_complete(variant, seed):
             continue

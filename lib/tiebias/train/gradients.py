@@ -1,18 +1,9 @@
-"""Exact gradient provenance and per-path gradient scaling for the (shared) embedding matrix.
+"""Exact per-path gradient provenance and scaling for the (shared) embedding matrix.
 
-In a tied model one matrix W is used twice: as the input lookup ``E = W[ids]`` and as the output
-projection ``logits = h W^T``. Autograd sums the two contributions into ``W.grad``. Inside
-:class:`GradientProvenance` each use reads W through its own identity alias; the alias's backward
-sees exactly the gradient of its path *on the weight* (the scattered token rows for the input path,
-the dense softmax gradient for the output path), records its norm, and can multiply it by a factor.
-No extra vocabulary-sized matmul is computed: the per-path gradients are the ones autograd builds
-anyway, and the statistics are elementwise reductions over them.
-
-The paper's code measures the input path on the embedding *activations* (a backward hook on the embedding
-module's output: one gradient per token position, before repeated tokens' rows are summed); this module
-measures it on the weight rows, which is what the optimiser actually applies, and records the paper's proxy
-beside it (``proxy_input_norm``), so the two can be compared step by step.
-"""
+A tied model uses one matrix W twice, as the input lookup ``W[ids]`` and the output projection ``h W^T``; autograd
+sums both into ``W.grad``. Here each use reads W through its own identity alias, whose backward sees exactly its
+path's gradient on the weight, records it and can scale it (no extra matmul). The paper's proxy (the gradient on the
+lookup's output, one vector per token position) is recorded beside it (``proxy_input_norm``)."""
 
 from __future__ import annotations
 
@@ -26,8 +17,6 @@ from transformers import PreTrainedModel
 
 from tiebias.config.training import check_factor
 from tiebias.models.anatomy import is_tied
-
-PATHS = ("input", "output")
 
 
 def _world_size() -> int:
@@ -86,25 +75,14 @@ class PathStats:
 
 
 class GradientProvenance:
-    """Context manager that splits, records and optionally scales the embedding gradient by path.
-
-    Usage::
+    """Context manager that splits, records and optionally scales the embedding gradient by path::
 
         with GradientProvenance(model, input_factor=5.0) as prov:
-            loss = model(ids, labels=ids).loss
-            loss.backward()
-            stats = prov.pop()   # PathStats for this backward
+            model(ids, labels=ids).loss.backward()
+            stats = prov.pop()   # PathStats of the gradients applied (after scaling)
 
-    ``input_factor`` multiplies the gradient that flows back through the input lookup (the paper's
-    intervention); ``output_factor`` the one through the output projection. Recorded norms are those
-    of the gradients actually applied (after scaling). Works for untied models too (then the two
-    paths land on two different matrices; scaling is refused unless ``allow_untied_scaling``).
-    Several backward passes before :meth:`pop` (gradient accumulation) are summed per path.
-
-    Besides the exact per-path weight gradients (L2 and L1 norms), it records the paper's proxy for the input
-    path: the gradient on the embedding lookup's *output* (one d-vector per token position, so a token seen
-    twice contributes two vectors instead of their sum), times ``input_factor`` like the applied gradient. Under
-    data parallelism the proxy is this process's own slice of the batch (the paper logs one micro-batch).
+    Backward passes before :meth:`pop` are summed per path. Untied models work too (scaling refused unless
+    ``allow_untied_scaling``). Under data parallelism the proxy is this process's slice of the batch.
     """
 
     def __init__(self, model: PreTrainedModel, *, input_factor: float = 1.0, output_factor: float = 1.0,
@@ -130,7 +108,6 @@ class GradientProvenance:
         self._proxy: list[float] = [0.0, 0.0]  # squared L2 and L1 of the activation gradient (summed over backwards)
         self._active = False
 
-    # -- patching -------------------------------------------------------------------------------
     def __enter__(self) -> GradientProvenance:
         emb, out = self.emb, self.out
 
@@ -156,7 +133,6 @@ class GradientProvenance:
         self._active = False
         self.reset()
 
-    # -- recording ------------------------------------------------------------------------------
     def _on_grad(self, path: str, grad: Tensor) -> Tensor:
         factor = self.input_factor if path == "input" else self.output_factor
         if factor != 1.0:
@@ -214,12 +190,8 @@ class GradientProvenance:
         return stats
 
     def _reduced(self, g_in: Tensor | None) -> tuple[Tensor, Tensor]:
-        """Per-path gradients after data-parallel averaging: what the optimiser applies on every process.
-
-        DDP has already averaged ``weight.grad`` when backward returns; the input path's share of it is
-        the average of the local input-path gradients (one extra all-reduce of a V x d tensor), and
-        the output path's share is the remainder. Call once per step, after backward.
-        """
+        """Per-path gradients after DDP averaging: the input path's is the all-reduced mean of the local ones, the
+        output path's the rest of the (already averaged) ``weight.grad``. Once per step, after backward."""
         import torch.distributed as dist
 
         if self.tied:
@@ -239,21 +211,8 @@ class GradientProvenance:
 
 
 def summarise_flow(metrics: list[dict] | object, first_n: int | None = None) -> dict[str, float]:
-    """Headline numbers of a provenance log (a DataFrame with the training metrics' columns).
-
-    Args:
-        metrics: a tied model's training log (a DataFrame, or a list of per-step dicts) with ``step``,
-            ``output_share``, ``output_norm``, ``input_norm``, ``cosine`` and ``input_rows``; steps without a share
-            are skipped, and a log with none is refused (ValueError).
-        first_n: read only steps up to this one (None: all; else > 0).
-
-    Returns:
-        A dict: ``steps`` (the last step read), ``mean_output_share``, ``median_output_share``,
-        ``median_out_in_ratio``, ``mean_cosine`` and ``mean_input_rows``.
-
-    Over the first ``first_n`` steps (all when None): mean and median output share, median output/input norm
-    ratio, mean cosine between the path gradients and mean rows touched.
-    """
+    """Headline numbers of a tied model's training log (steps up to ``first_n``; steps without a share skipped): last
+    step, mean and median output share, median output/input norm ratio, mean cosine and mean rows touched."""
     import pandas as pd
 
     df = metrics if isinstance(metrics, pd.DataFrame) else pd.DataFrame(metrics)

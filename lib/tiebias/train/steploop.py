@@ -1,9 +1,5 @@
-"""The optimiser steps of one model: learning-rate schedule, batches, validation loss and the step loop.
-
-Deterministic by construction: the batch of step ``s`` is drawn from a generator seeded by
-``(seed, s)``, so a run resumed from any checkpoint sees the same batches as an uninterrupted one.
-:func:`tiebias.train.trainer.train` prepares the folder and the model, then hands them to :class:`StepLoop`.
-"""
+"""The optimiser steps of one model: learning-rate schedule, batches (step ``s`` drawn from a generator seeded by
+``(seed, s)``, so a resumed run sees the same batches), validation loss and the step loop."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Training several models of a run (notebooks 01 and 04), two at a time on a CPU where that is faster.
-
-:func:`train_many` takes the run's writer lock once, then trains its (variant, seed) jobs side by side
-(:func:`tiebias.system.parallel.side_by_side`, one thread each on a 2-core machine) or one after the other
-(on a GPU, under ``accelerate launch``, with ``TIEBIAS_WORKERS=1`` or one CPU thread). Every model is
-the same bit for bit either way: its batches, initialisation and arithmetic do not depend on which
-other model trains next to it or on the thread count (``tests/test_sweeps.py``).
-"""
+"""Several models of a run, side by side on a CPU where that is faster (one after the other on a GPU or under
+``accelerate launch``); every model is the same bit for bit either way."""
 
 from __future__ import annotations
 
@@ -22,27 +16,8 @@ from tiebias.train.trainer import TrainConfig, _checked_args, pick_device, train
 def train_many(run: Run | str | Path, jobs: Sequence[tuple[str | Variant, int]], config: TrainConfig | None = None,
                *, workers: int | str = "auto", resume: bool = True, overwrite: bool = False, progress: bool = True,
                device: str | None = None) -> list[dict]:
-    """Train every ``(variant, seed)`` of ``jobs`` in ``run``; their summaries in job order.
-
-    Args:
-        run: the run folder (or its path).
-        jobs: ``(variant, seed)`` pairs, a variant as a :class:`tiebias.config.variants.Variant` or its name.
-        config: the recipe shared by all jobs (None: :class:`tiebias.config.training.TrainConfig`'s defaults).
-        workers: how many train at once on a CPU (below).
-        resume: reuse a finished model with the same config and continue an unfinished one from its newest
-            checkpoint (False: train again from scratch).
-        overwrite: retrain a model whose folder was made with a different config (else it stops with an error).
-        progress: show progress bars.
-        device: where to train (None: :func:`tiebias.train.trainer.pick_device` chooses).
-
-    Returns:
-        One summary dict per job (the model's completion record), in job order.
-
-    Finished models are returned as they are (as :func:`tiebias.train.trainer.train` does). ``workers``: how many
-    train at once (``"auto"``: see :func:`tiebias.system.parallel.workers_for`; always one on a GPU or with
-    several processes). Interrupting stops every model at its next step; each resumes from its newest
-    checkpoint on the next call. Bad jobs or settings stop before anything is trained.
-    """
+    """Train every ``(variant, seed)`` of ``jobs`` in ``run`` (as :func:`.trainer.train` does, ``workers`` at once on
+    a CPU, under one writer lock); their summaries in job order. Bad jobs or settings stop before any training."""
     run = run if isinstance(run, Run) else Run(run)
     checked = [(_checked_args(v, s, config, None), s) for v, s in _pairs(jobs)]
     parsed = [(v, s) for (v, _), s in checked]
@@ -70,5 +45,3 @@ def _pairs(jobs: object) -> list[tuple[object, object]]:
         raise ValueError(f"jobs: expected a non-empty list of (variant, seed) pairs, got {jobs!r}")
     return out
 
-
-__all__ = ["train_many"]

@@ -1,14 +1,6 @@
-"""Training of one model variant inside a run folder: AdamW, warmup + cosine, clipping, checkpoints.
-
-Deterministic by construction: the batch of step ``s`` is drawn from a generator seeded by
-``(seed, s)``, so a run resumed from any checkpoint sees the same batches as an uninterrupted one and
-ends with the same weights (bit for bit on CPU). Every checkpoint is a Hugging Face model folder
-written to a temporary name and renamed, so an interruption never leaves a half-written checkpoint.
-
-:func:`train` runs named steps: check the arguments, decide from the model folder (finished, resume
-or start over), build the model, load the resume point, prepare the folder, run the optimiser steps
-(:mod:`tiebias.train.steploop`), finalise. Checkpoints and logs are written by :mod:`tiebias.train.checkpoints`.
-"""
+"""One model's training in a run folder, as named steps: check the arguments, decide from the model folder (finished,
+resume or start over), build, load the resume point, prepare the folder, run the steps (:mod:`.steploop`), finalise.
+A resumed run ends with the same weights as an uninterrupted one (bit for bit on CPU)."""
 
 from __future__ import annotations
 
@@ -64,14 +56,7 @@ _SETUP_LOCK = threading.Lock()
 
 
 def pick_device(device: str | torch.device | None = None) -> torch.device:
-    """The device to train on: the one asked for, else CUDA when available, else CPU.
-
-    Args:
-        device: the device asked for (None: choose).
-
-    Returns:
-        The ``torch.device``.
-    """
+    """The device to train on: the one asked for, else CUDA when available, else CPU."""
     if device is not None:
         return torch.device(device)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -129,25 +114,15 @@ def train(run: Run | str | Path, variant: str | Variant, seed: int, config: Trai
           resume: bool = True, overwrite: bool = False, progress: bool = True, stop_at: int | None = None,
           device: str | torch.device | None = None, num_threads: int | str | None = "auto",
           should_stop: Callable[[], bool] | None = None) -> dict:
-    """Train one model (variant, seed) in a run folder and return its summary.
+    """Train one model (variant, seed) in a run folder under its writer lock and return its summary.
 
-    A finished model with the same config is not trained again. An unfinished one resumes from its
-    newest checkpoint that loads (a damaged one is skipped for the previous one, with a warning). A
-    model folder made with a different config stops with an error unless ``overwrite=True``.
-    ``stop_at`` ends this call after that many optimiser steps (as an interruption would); calling
-    again resumes; so does ``should_stop`` returning True (asked before every step: how
-    :func:`tiebias.train.sweeps.train_many` stops models trained side by side). ``num_threads``: the steps'
-    intra-op CPU threads (``"auto"`` tunes them, see :mod:`tiebias.system.threads`; an int fixes them; None
-    keeps the caller's). Everything is validated before the folder is written, and the writing happens
-    under the run's writer lock.
+    A finished model with the same config is returned as it is; an unfinished one resumes from its newest checkpoint
+    that loads; a folder made with another config stops unless ``overwrite``. ``stop_at`` or ``should_stop`` end the
+    call early, as an interruption would. Under ``accelerate launch`` each process takes an equal slice of the batch,
+    provenance is measured on the averaged gradient, and only the main process writes.
 
-    Under ``accelerate launch`` (or torchrun) each process takes an equal slice of the same global
-    batch, DDP averages the gradients, provenance is measured on the averaged gradient, and only the
-    main process writes.
-
-    Why so many parameters: the recipe is one object already (``config``); the others say how this one call runs
-    (resume or start over, progress, where to stop, device, threads), and each caller sets a different few of them
-    (notebook 01, models trained side by side, ``accelerate launch``).
+    Why so many parameters: the recipe is one object already (``config``); the others say how this one call runs,
+    and each caller (notebook 01, models side by side, ``accelerate launch``) sets a different few of them.
     """
     run = run if isinstance(run, Run) else Run(run)
     hf_logging.disable_progress_bar()  # one bar per checkpoint write would drown the training bar
@@ -191,12 +166,8 @@ def _train_locked(job: TrainJob, *, resume: bool, overwrite: bool, progress: boo
 
 
 def _check_folder(job: TrainJob, *, resume: bool, overwrite: bool) -> tuple[bool, dict | None]:
-    """Decide from the model folder, writing nothing: (train from scratch?, summary of a finished model).
-
-    A folder trained with another config or on another run's data (:meth:`Run.check_model_origin`), or
-    checkpoints without their config, stop here unless ``overwrite``; a finished model with the same config
-    is returned as it is when ``resume``.
-    """
+    """Decide from the model folder, writing nothing: (train from scratch?, summary of a finished model). Another
+    config, another run's data or checkpoints without their config stop here unless ``overwrite``."""
     run, key, cfg_file = job.run, job.key, job.cfg_file
     fresh = True
     if cfg_file.exists():
@@ -285,13 +256,8 @@ def _prepare_folder(job: TrainJob, fresh: bool, start: int, train_rows: list[str
 
 
 def _finalise(job: TrainJob, loop: StepLoop, total_s: float) -> None:
-    """Main process: the final model, then the completion marker with the summary (last, atomically).
-
-    Every number comes from the logs, so a rerun that finds all steps done (killed just before the
-    completion marker) reports the same losses; throughput is over the whole (resumed) training time.
-    A training that diverged (:mod:`tiebias.train.divergence`) is recorded with ``diverged``, never as a clean one.
-    The marker keeps the sha256 of the final weights: the identity a claim's record keeps of the models it used.
-    """
+    """Main process: the final model, then (last, atomically) the completion marker with the summary read from the
+    logs, ``diverged`` when it did, and the sha256 of the final weights (the identity a claim's record keeps)."""
     cfg, key = job.cfg, job.key
     todo = f"{OVERWRITE_HINT} to retrain {key}"
     logged = read_log(job.metrics_path, TRAIN_FIELDS, todo=todo)
@@ -312,10 +278,8 @@ def _finalise(job: TrainJob, loop: StepLoop, total_s: float) -> None:
 
 
 def make_accelerator(precision: str = "auto", device: str | torch.device | None = None) -> tuple[Accelerator, str]:
-    """The accelerate engine for this process (DDP over torch.distributed when launched with N processes).
-
-    ``precision`` is ``auto`` (bf16 autocast on a GPU that supports it, else fp32), ``fp32`` or ``bf16``.
-    """
+    """The accelerate engine for this process (DDP when launched with N processes); ``precision`` ``auto`` is bf16
+    autocast on a GPU that supports it, else fp32."""
     dev = pick_device(device)
     cuda = dev.type == "cuda"
     bf16_ok = cuda and torch.cuda.is_bf16_supported()
@@ -331,12 +295,8 @@ def make_accelerator(precision: str = "auto", device: str | torch.device | None 
 
 @functools.cache
 def _destroy_group_at_exit() -> None:
-    """Destroy the process group when the interpreter exits, while it is still whole (registered once).
-
-    A process that exits with its gloo group alive can abort in teardown (``terminate called without an active
-    exception``, SIGABRT) after its training succeeded: torch leaves the call to the program, and a script that
-    calls :func:`train` under ``accelerate launch`` should not have to know.
-    """
+    """Destroy the process group at exit, while it is still whole (registered once): a gloo group left alive can
+    abort in teardown (SIGABRT) after a successful training."""
     atexit.register(_destroy_group)
 
 
