@@ -39,7 +39,16 @@ NOISE_FLOOR = [
 
 def load_models(run: Run, seeds: Sequence[int] | None = None, step: int | None = None) -> dict[int, dict[str, Embeddings]]:
     """Seed -> ``{"tied": Embeddings, "untied": Embeddings}`` of a run (the final models, or checkpoint ``step``);
-    ``seeds`` None: every seed, all of which must be finished. Diverged models are refused."""
+    ``seeds`` None: every seed, all of which must be finished. Diverged models are refused.
+
+    Args:
+        run: the run holding the models.
+        seeds: the seeds (None: every seed, all finished).
+        step: the checkpoint to read (None: the final models).
+
+    Returns:
+        Seed -> {"tied": Embeddings, "untied": Embeddings}, the shape :func:`table1` takes.
+    """
     if seeds is None:
         seeds = inventory.require_complete(run, ("tied", "untied"))
     if not seeds:
@@ -59,7 +68,15 @@ def load_models(run: Run, seeds: Sequence[int] | None = None, step: int | None =
 def load_sources(tied_source: Any, untied_source: Any, *, tied_tokenizer: Any = None,
                  untied_tokenizer: Any = None) -> dict[int, dict[str, Embeddings]]:
     """One tied / untied pair from any two HF models (folders, hub ids or loaded models) as ``{0: {...}}``, only their
-    embeddings read; folders and hub ids are checked from their configs first, so a swapped pair is refused early."""
+    embeddings read; folders and hub ids are checked from their configs first, so a swapped pair is refused early.
+
+    Args:
+        tied_source, untied_source: each side's folder, hub id or loaded model.
+        tied_tokenizer, untied_tokenizer: each side's tokenizer (None: found beside the model).
+
+    Returns:
+        ``{0: {"tied": Embeddings, "untied": Embeddings}}``.
+    """
     from transformers import PreTrainedModel
 
     from tiebias.models import sources
@@ -96,7 +113,19 @@ def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = ma
            keep_scores: bool = False) -> pd.DataFrame:
     """One row per (comparison, pairing, seeds): mean cosine per method, plus ``<method> (held-out)`` (k-fold,
     ``heldout_folds`` >= 2), ``knn@<k>`` (Table 5), noise-floor rows and (``keep_scores``) ``per_token``/``token_ids``.
-    Pairings: ``within model``, ``same seed``, ``cross seed`` (the headline)."""
+    Pairings: ``within model``, ``same seed``, ``cross seed`` (the headline).
+
+    Args:
+        models: seed -> tied and untied embeddings.
+        methods: the maps scored.
+        heldout_folds: 0, or k >= 2 for held-out columns.
+        knn_k: the KNN@k column's k (None: none).
+        noise_floor: add the noise-floor rows.
+        keep_scores: add per-token scores.
+
+    Returns:
+        The table, one row per comparison, pairing and seeds.
+    """
     check_knn_k(knn_k)
     seeds = sorted(models)
     if not seeds:
@@ -126,7 +155,14 @@ def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = ma
 
 
 def score_columns(df: pd.DataFrame) -> list[str]:
-    """The score columns of a Table-1 frame (every column that is not an identifier or per-token data), in order."""
+    """The score columns of a Table-1 frame (every column that is not an identifier or per-token data), in order.
+
+    Args:
+        df: a :func:`table1` frame.
+
+    Returns:
+        The column names.
+    """
     skip = {"comparison", "pairing", "seed_source", "seed_target", "n_tokens", "per_token", "token_ids"}
     return [c for c in df.columns if c not in skip]
 
@@ -161,7 +197,15 @@ def token_gap(df: pd.DataFrame, method: str = "orthogonal", *, pairing: str = "s
 
 def evolution_table(run: Run, seeds: Sequence[int]) -> pd.DataFrame:
     """Figure 3 analog: drift of the untied input and output (and tied) matrices through the checkpoints, per seed,
-    from the step-0 checkpoint every model must still have (and trained on this run's data)."""
+    from the step-0 checkpoint every model must still have (and trained on this run's data).
+
+    Args:
+        run: the run holding the models.
+        seeds: the seeds read.
+
+    Returns:
+        Columns ``matrix``, ``seed`` and :func:`tiebias.align.token_stats.evolution`'s, per checkpoint.
+    """
     for s in seeds:
         for variant in ("tied", "untied"):
             require_initial(run.checkpoints_dir(variant, s))

@@ -42,7 +42,17 @@ def _pairs(seeds: list[int], label: str) -> tuple[str, list[tuple[int, int]]]:
 def knn_by_frequency(models: dict[int, dict[str, Embeddings]], counts: Any, k: int = 10,
                      bins: int = 5) -> pd.DataFrame:
     """:data:`COLUMNS` per comparison and frequency bin of one run's models (one vocabulary, ``counts`` per id):
-    ``overlap`` is the mean over pairs of models of the bin's mean overlap, ``ceiling`` NaN with one seed."""
+    ``overlap`` is the mean over pairs of models of the bin's mean overlap, ``ceiling`` NaN with one seed.
+
+    Args:
+        models: seed -> tied and untied embeddings of one run.
+        counts: training count per token id.
+        k: the neighbourhood size.
+        bins: frequency quantile bins of the seen tokens.
+
+    Returns:
+        The :data:`COLUMNS` frame.
+    """
     seeds = sorted(models)
     if not seeds:
         raise ValueError("models: empty; give at least one seed's {'tied': ..., 'untied': ...} (see load_models)")
@@ -98,7 +108,15 @@ def cell(table: pd.DataFrame, comparison: str, bin_label: str | None = None) -> 
 
 
 def rarest_and_commonest(table: pd.DataFrame, bins: Sequence[str] | None = None) -> str:
-    """A line per Table 5 comparison: its overlap in the rarest and the most frequent seen bin (of ``bins``)."""
+    """A line per Table 5 comparison: its overlap in the rarest and the most frequent seen bin (of ``bins``).
+
+    Args:
+        table: the :func:`knn_by_frequency` frame.
+        bins: the bins considered (None: every seen bin).
+
+    Returns:
+        The lines.
+    """
     lines = []
     for label in [c for c in COMPARISONS if c != CEILING]:
         t = table[(table.comparison == label) & (table.bin != "unseen")]

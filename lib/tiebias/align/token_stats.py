@@ -74,7 +74,16 @@ class NormFrequency:
 
 def norm_frequency(emb_matrix: Matrix, counts: Any, *, tokens: Sequence[str] | None = None) -> NormFrequency:
     """Row norm and log10 corpus count of every token (Figure 5), with the rank correlation (``tokens``: a column of
-    token strings)."""
+    token strings).
+
+    Args:
+        emb_matrix: the matrix, one row per token.
+        counts: corpus count per token (:func:`load_counts`).
+        tokens: token strings, one per row (None: no column).
+
+    Returns:
+        A :class:`NormFrequency`.
+    """
     from scipy.stats import spearmanr
 
     norms = row_norms(emb_matrix).numpy()
@@ -95,7 +104,16 @@ def norm_frequency(emb_matrix: Matrix, counts: Any, *, tokens: Sequence[str] | N
 
 def by_frequency(per_token_scores: Any, counts: Any, bins: int = 5) -> pd.DataFrame:
     """Count, mean, std and sem of a per-token score (NaN ignored) per bin: ``unseen``, then ``q1`` (rarest) upwards,
-    quantile bins of the seen tokens' counts (ties together, so bins may be fewer or uneven)."""
+    quantile bins of the seen tokens' counts (ties together, so bins may be fewer or uneven).
+
+    Args:
+        per_token_scores: one score per token.
+        counts: corpus count per token.
+        bins: quantile bins of the seen tokens.
+
+    Returns:
+        One row per bin: ``bin``, ``count_min``, ``count_max``, ``n``, ``mean``, ``std``, ``sem``.
+    """
     s = per_token_scores.detach().cpu().numpy() if isinstance(per_token_scores, Tensor) \
         else np.asarray(per_token_scores)
     s = s.astype(np.float64).reshape(-1)

@@ -129,6 +129,13 @@ def fit(train_ids: IdStream, vocab_size: int, alpha: float | None = None,
 
 
 def for_run(run: RunTokens) -> Bigram:
-    """The bigram model of a run's training split, ``alpha`` chosen on its last tenth."""
+    """The bigram model of a run's training split, ``alpha`` chosen on its last tenth.
+
+    Args:
+        run: the run folder (its training tokens and frequencies).
+
+    Returns:
+        The fitted :class:`Bigram`.
+    """
     return fit(run.tokens("train"), len(run.frequencies()))
 

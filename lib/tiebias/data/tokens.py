@@ -207,7 +207,15 @@ def load_frequencies(path: str | os.PathLike[str]) -> np.ndarray:
 
 def unigram_loss(train_counts: np.ndarray | Sequence[int], val_ids: torch.Tensor | np.ndarray | Sequence[int]) -> float:
     """Cross-entropy (nats per token) on ``val_ids`` of the add-one unigram ``p(t) = (count(t) + 1) / (N + V)``: a
-    model that learned anything from context must beat it."""
+    model that learned anything from context must beat it.
+
+    Args:
+        train_counts: per-token training counts, one per id (V of them).
+        val_ids: the validation token ids, each in [0, V).
+
+    Returns:
+        Nats per token.
+    """
     counts = np.asarray(train_counts, dtype=np.float64)
     if counts.ndim != 1 or counts.size == 0:
         raise ValueError(f"train_counts: need a 1-D array of per-token counts, got shape {counts.shape}")

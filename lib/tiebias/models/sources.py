@@ -187,6 +187,14 @@ def load_models(sources: dict[str, Any], *, device: str | torch.device = "cpu",
 
     Every refusal comes before the first weight is read (config checks, tokenizers no larger than the head, local
     safetensors files checked); each loaded model must be tied as its config and role say and pass ``check_model``.
+
+    Args:
+        sources: role label -> model folder or hub id.
+        device: where the models go.
+        dtype: the weights' dtype.
+
+    Returns:
+        Label -> ``(model, tokenizer)``.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -240,7 +248,17 @@ def pair_slug(tied_source: Any, untied_source: Any) -> str:
 def external_path(tied_source: Any, untied_source: Any, run_dir: Any = None, *, root: Any = RUNS,
                   corpus: Any = None) -> Path:
     """Where an external pair's outputs go (``run_dir``, else ``<root>/external/<slug>``), checked, creating nothing:
-    never a run's folder, the corpus's or a folder of the user's (:func:`tiebias.run.guard.check_folder`)."""
+    never a run's folder, the corpus's or a folder of the user's (:func:`tiebias.run.guard.check_folder`).
+
+    Args:
+        tied_source, untied_source: the pair, which names the default folder.
+        run_dir: the folder to use instead (None: the default).
+        root: the runs folder the default lives under.
+        corpus: the study's corpus, whose folder is refused.
+
+    Returns:
+        The resolved folder.
+    """
     if run_dir is not None:
         return check_folder(run_dir, "pair", corpus=corpus)
     path = Path(root).expanduser().resolve() / "external" / pair_slug(tied_source, untied_source)
@@ -250,7 +268,14 @@ def external_path(tied_source: Any, untied_source: Any, run_dir: Any = None, *, 
 def external_dir(tied_source: Any, untied_source: Any, run_dir: Any = None, *, root: Any = RUNS,
                  corpus: Any = None) -> Run:
     """The external pair's folder (:func:`external_path`), created and marked, as a ``Run`` with figures/ and
-    metrics/."""
+    metrics/.
+
+    Args:
+        tied_source, untied_source, run_dir, root, corpus: as in :func:`external_path`.
+
+    Returns:
+        A :class:`tiebias.run.folder.Run` on the folder.
+    """
     path = external_path(tied_source, untied_source, run_dir, root=root, corpus=corpus)
     mark(path, "pair")
     out = Run(path)

@@ -18,7 +18,18 @@ from tiebias.train.sweeps import train_many
 
 def train_depth_models(run: Run, preset: str, seeds: Sequence[int], config: Any, progress: bool = True) -> Run:
     """Train (or reuse, or resume) tied and untied models of ``preset`` for each seed in ``<run>/depth/<preset>/``
-    with the run's recipe but its preset; returns that sub-run."""
+    with the run's recipe but its preset; returns that sub-run.
+
+    Args:
+        run: the run whose data and recipe are shared.
+        preset: the other depth's preset.
+        seeds: the seeds.
+        config: the run's recipe.
+        progress: show progress bars.
+
+    Returns:
+        The sub-run holding the models.
+    """
     get_preset(preset)
     sub = share_data(run, run.depth_dir(preset), f"the {preset} models")
     train_many(sub, [(v, seed) for seed in seeds for v in ("tied", "untied")], replace(config, preset=preset),

@@ -45,7 +45,14 @@ def reason(summary: Mapping[str, Any]) -> str | None:
 
 
 def reasons(summaries: pd.DataFrame) -> dict[str, str]:
-    """``{key: reason}`` of the diverged models in a table of completion records indexed by model key."""
+    """``{key: reason}`` of the diverged models in a table of completion records indexed by model key.
+
+    Args:
+        summaries: completion records indexed by model key.
+
+    Returns:
+        Model key -> why it diverged, for the diverged models only.
+    """
     out = {str(k): reason(row) for k, row in summaries.iterrows()}
     return {k: v for k, v in out.items() if v is not None}
 

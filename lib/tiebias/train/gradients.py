@@ -212,7 +212,15 @@ class GradientProvenance:
 
 def summarise_flow(metrics: list[dict] | object, first_n: int | None = None) -> dict[str, float]:
     """Headline numbers of a tied model's training log (steps up to ``first_n``; steps without a share skipped): last
-    step, mean and median output share, median output/input norm ratio, mean cosine and mean rows touched."""
+    step, mean and median output share, median output/input norm ratio, mean cosine and mean rows touched.
+
+    Args:
+        metrics: the training log (a DataFrame or per-step dicts).
+        first_n: read steps up to this one (None: all).
+
+    Returns:
+        The headline numbers, by name.
+    """
     import pandas as pd
 
     df = metrics if isinstance(metrics, pd.DataFrame) else pd.DataFrame(metrics)

@@ -17,7 +17,18 @@ def train_many(run: Run | str | Path, jobs: Sequence[tuple[str | Variant, int]],
                *, workers: int | str = "auto", resume: bool = True, overwrite: bool = False, progress: bool = True,
                device: str | None = None) -> list[dict]:
     """Train every ``(variant, seed)`` of ``jobs`` in ``run`` (as :func:`.trainer.train` does, ``workers`` at once on
-    a CPU, under one writer lock); their summaries in job order. Bad jobs or settings stop before any training."""
+    a CPU, under one writer lock); their summaries in job order. Bad jobs or settings stop before any training.
+
+    Args:
+        run: the run folder.
+        jobs: ``(variant, seed)`` pairs.
+        config: the shared recipe (None: defaults).
+        workers: how many train at once on a CPU.
+        resume, overwrite, progress, device: as in :func:`tiebias.train.trainer.train`.
+
+    Returns:
+        One summary per job, in job order.
+    """
     run = run if isinstance(run, Run) else Run(run)
     checked = [(_checked_args(v, s, config, None), s) for v, s in _pairs(jobs)]
     parsed = [(v, s) for (v, _), s in checked]

@@ -56,7 +56,14 @@ _SETUP_LOCK = threading.Lock()
 
 
 def pick_device(device: str | torch.device | None = None) -> torch.device:
-    """The device to train on: the one asked for, else CUDA when available, else CPU."""
+    """The device to train on: the one asked for, else CUDA when available, else CPU.
+
+    Args:
+        device: the device asked for (None: choose).
+
+    Returns:
+        The ``torch.device``.
+    """
     if device is not None:
         return torch.device(device)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -58,7 +58,16 @@ def step_shares(metrics: pd.DataFrame) -> pd.DataFrame:
 
 def window_shares(logs: Mapping[str, pd.DataFrame], steps: int, warmup: int, *, level: float = LEVEL) -> pd.DataFrame:
     """Per window and metric: each model's mean share over the window's steps (``share_<key>``) and a t-interval over
-    the models (``mean``, ``ci_low``, ``ci_high``, ``n_seeds``)."""
+    the models (``mean``, ``ci_low``, ``ci_high``, ``n_seeds``).
+
+    Args:
+        logs: model key -> its training log.
+        steps, warmup: the recipe's steps, which place the windows.
+        level: the intervals' confidence level.
+
+    Returns:
+        One row per window and metric.
+    """
     if not logs:
         raise ValueError("logs: no model's metrics given")
     bounds = window_bounds(steps, warmup)
@@ -81,7 +90,15 @@ def window_shares(logs: Mapping[str, pd.DataFrame], steps: int, warmup: int, *, 
 
 def with_paper(table: pd.DataFrame, paper: Mapping[str, Mapping[str, float]]) -> pd.DataFrame:
     """The window table with a ``paper`` column from the paper's log (norm -> {window: share}; its "first 1000 steps"
-    are its warmup)."""
+    are its warmup).
+
+    Args:
+        table: the :func:`window_shares` table.
+        paper: the paper's log, norm -> {window: share}.
+
+    Returns:
+        A copy with a ``paper`` column.
+    """
     same = {"first 1000 steps": "warmup"}
     out = table.copy()
     out["paper"] = [paper[PAPER_METRIC[m]].get(same.get(w, w), math.nan) for w, m in zip(out.window, out.metric,
@@ -90,13 +107,28 @@ def with_paper(table: pd.DataFrame, paper: Mapping[str, Mapping[str, float]]) ->
 
 
 def record_details(table: pd.DataFrame) -> dict[str, Any]:
-    """The per-window shares for the claim-2 record: {metric: {window: mean}}, rounded, non-finite ones left out."""
+    """The per-window shares for the claim-2 record: {metric: {window: mean}}, rounded, non-finite ones left out.
+
+    Args:
+        table: the :func:`window_shares` table.
+
+    Returns:
+        ``{metric: {window: mean}}``.
+    """
     return {m: {r.window: round(float(r.mean), 4) for r in g.itertuples() if math.isfinite(r.mean)}
             for m, g in table.groupby("metric", sort=False)}
 
 
 def shown(table: pd.DataFrame, steps: int) -> pd.DataFrame:
-    """A window table for display: in a run under 1000 steps, ``first 1000 steps`` is labelled as the whole run."""
+    """A window table for display: in a run under 1000 steps, ``first 1000 steps`` is labelled as the whole run.
+
+    Args:
+        table: a window table.
+        steps: the run's training steps.
+
+    Returns:
+        The table to display.
+    """
     if steps >= 1000:
         return table
     return table.assign(window=table.window.replace("first 1000 steps", f"whole run ({steps} steps; the paper's first 1000)"))
