@@ -50,7 +50,19 @@ def build(preset: str = "small", *, family: str = "llama", tied: bool = True, vo
     """A freshly initialised decoder: the untied model of the seed first, which the tied one copies where they overlap.
 
     Initialisation draws from torch's global generator, so builds take ``CONSTRUCTION`` (threads building at once get
-    the same models as one after the other)."""
+    the same models as one after the other).
+
+    Args:
+        preset: the model shape (:mod:`tiebias.config.presets`).
+        family: ``llama`` or ``neox``.
+        tied: one matrix for the input and output embeddings.
+        vocab_size: the vocabulary size.
+        seed: the initialisation seed.
+        eos_token_id: the bos/eos id in the config.
+
+    Returns:
+        The model, in training mode.
+    """
     with CONSTRUCTION:
         return _init(preset, family, tied, vocab_size, seed, eos_token_id)
 

@@ -34,7 +34,18 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 
 def batch_for_step(ids: torch.Tensor, step: int, seed: int, batch_size: int, seq_len: int) -> torch.Tensor:
-    """The training batch of a step: random windows drawn from a generator seeded by (seed, step)."""
+    """The training batch of a step: random windows drawn from a generator seeded by (seed, step).
+
+    Args:
+        ids: the training token stream.
+        step: the optimiser step (0-based).
+        seed: the model's seed.
+        batch_size: windows in the batch.
+        seq_len: tokens per window.
+
+    Returns:
+        A ``[batch_size, seq_len]`` tensor of token ids.
+    """
     if ids.numel() <= seq_len:
         raise ValueError(f"seq_len: {seq_len} is not shorter than the training split ({ids.numel()} tokens)")
     g = torch.Generator().manual_seed(seed * 1_000_003 + step)
