@@ -190,39 +190,5 @@ def summary(per_seed: pd.DataFrame, *, level: float = LEVEL) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def sentence(summ: pd.DataFrame) -> str:
-    """Which ingredient(s) bring the shift at k = 5 to the paper's size, computed from :func:`summary`.
-
-    Args:
-        summ: the :func:`summary` table.
-
-    Returns:
-        One or two sentences: the paper's and the kit's shifts, and which ingredients' intervals hold the paper's
-        shift on both cosines, or (none) the ingredient with the smallest shift; a note when nothing was measured at
-        k = 5. The interval's level named is :data:`tiebias.stats.LEVEL`.
-    """
-    at = summ[summ.k == K] if "k" in summ else summ
-    if at.empty:
-        return (f"No shift at k = {K:g} was measured (it needs k = 1 and {K:g} in ablate_factors and the orthogonal "
-                "map, the paper's, in methods).")
-    paper = (f"the paper's shift is {PAPER_SHIFT['vs_untied_input']:+.3f} (towards the untied input "
-             f"matrix) and {PAPER_SHIFT['vs_untied_output']:+.3f} (from the untied output matrix)")
-    ok = at[at.matches_paper.fillna(False).astype(bool)]
-    size = (at.vs_untied_input.abs() + at.vs_untied_output.abs())
-    closest = at.loc[size.idxmin()]
-    kit = at[at.ingredient == KIT]
-    kit_text = (f"the kit's own is {kit.vs_untied_input.iloc[0]:+.3f} and {kit.vs_untied_output.iloc[0]:+.3f}; "
-                if not kit.empty else "")
-    if not ok.empty:
-        names = ", ".join(repr(n) for n in ok.ingredient)
-        which = "that ingredient brings" if len(ok) == 1 else "each of these brings"
-        return (f"At k = {K:g}, {paper}; {kit_text}the {LEVEL:.0%} intervals over seeds hold the paper's shift on both cosines "
-                f"under {names}: {which} our shift to the paper's size (an interval over few seeds is wide: "
-                "holding the paper's value is not the same as matching it).")
-    return (f"At k = {K:g}, {paper}; {kit_text}no ingredient alone brings our shift to the paper's size (no {LEVEL:.0%} "
-            f"interval holds the paper's shift on both cosines). The smallest shift is under {closest.ingredient!r}: "
-            f"{closest.vs_untied_input:+.3f} and {closest.vs_untied_output:+.3f}.")
-
-
-__all__ = ["K", "KIT", "PAPER_SHIFT", "SAME_SEED", "SGD_LR", "check", "recipe", "sentence", "shifts_from_ingredients",
+__all__ = ["K", "KIT", "PAPER_SHIFT", "SAME_SEED", "SGD_LR", "check", "recipe", "shifts_from_ingredients",
            "shifts_from_sweep", "summary", "train_ingredients"]
