@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,14 +21,6 @@ HOLDOUT = 0.1
 """The share of the training stream (its end) that chooses ``alpha``."""
 
 IdStream = torch.Tensor | np.ndarray | Sequence[int]
-
-
-class RunTokens(Protocol):
-    """What :func:`for_run` reads of a run folder (:class:`tiebias.run.folder.Run`, a layer above this one)."""
-
-    def tokens(self, split: str) -> torch.Tensor: ...
-
-    def frequencies(self) -> np.ndarray: ...
 
 
 def as_ids(ids: IdStream, vocab_size: int, name: str) -> np.ndarray:
@@ -128,7 +120,7 @@ def fit(train_ids: IdStream, vocab_size: int, alpha: float | None = None,
                   at_edge=edge)
 
 
-def for_run(run: RunTokens) -> Bigram:
+def for_run(run: Any) -> Bigram:
     """The bigram model of a run's training split, ``alpha`` chosen on its last tenth.
 
     Args:
