@@ -64,7 +64,14 @@ def half_width(low: float, high: float) -> float:
 
 
 def lies_above_zero(low: float) -> bool:
-    """Whether an interval with low end ``low`` lies wholly above 0 (a NaN end does not): "the CI is above 0"."""
+    """Whether an interval with low end ``low`` lies wholly above 0 (a NaN end does not): "the CI is above 0".
+
+    Args:
+        low: the interval's low end.
+
+    Returns:
+        True when it is above 0.
+    """
     return bool(low > 0)
 
 

@@ -220,6 +220,12 @@ class Run(RunLayout):
         another vocabulary size; a folder that is not the kit's (or is the corpus's) is refused. Everything is
         checked (a ``vocab_size`` the corpus cannot reach included) before the folder is touched, and written under
         the writer lock.
+
+        Args:
+            path: the run folder. corpus, vocab_size: the data. overwrite: empty it first. extra: config.json keys.
+
+        Returns:
+            The run, ready to read and write.
         """
         from tiebias.data import corpus as data  # local import: data pulls in `datasets`, slow to import
 

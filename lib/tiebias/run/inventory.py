@@ -37,6 +37,12 @@ def require_complete(run: Run, variants: Sequence[str | Variant], seeds: Sequenc
 
     An unfinished or missing model stops with a ValueError naming each and saying to run ``trained_by`` again (with
     the variants and seeds a missing one needs) or to choose the finished seeds.
+
+    Args:
+        run: the run. variants, seeds: the models needed. trained_by: the notebook named in the error.
+
+    Returns:
+        The seeds whose models are all finished and belong to the run.
     """
     status = model_status(run, variants, seeds)
     bad = status[status.status != "complete"]
@@ -59,7 +65,11 @@ def require_complete(run: Run, variants: Sequence[str | Variant], seeds: Sequenc
 def check_profile(run: Run, profile: str, notebook: str) -> None:
     """Refuse (:class:`ParameterChangedError`) to read a run with another profile than the one its work was done with
     (:attr:`Run.profile`; none recorded yet passes): the notebook would read its models with that profile's settings
-    and record claims the run's profile judges."""
+    and record claims the run's profile judges.
+
+    Args:
+        run: the run. profile: the profile the notebook runs with. notebook: its name, for the message.
+    """
     have = run.profile
     if have is not None and profile != have:
         raise ParameterChangedError(
