@@ -353,7 +353,7 @@ def test_teaching_first_coding_exercise_runs_its_checker_in_jupyterlab(page, lab
     name = coding.CHECKERS[exercise_id][0]
     notebook = next(p.stem for p in NB.glob(f"{exercise_id[:2]}_*.ipynb"))
     sources = {c["id"]: "".join(c["source"]) for c in json.loads((NB / f"{notebook}.ipynb").read_text())["cells"]}
-    solution = sources[f"exercise-{exercise_id}-solution"].split("from tiebias.teach")[0]
+    solution = sources[f"exercise-{exercise_id}-solution"].split("from tiebias.teach")[0].rstrip() + "\n"
     wrong = "\n".join(solution.splitlines()[:-1]) + "\n    return -" + solution.splitlines()[-1].split("return ")[1]
     url, _ = lab
     page.goto(url.format(name=notebook))
