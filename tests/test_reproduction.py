@@ -148,6 +148,18 @@ def test_counts_group_rows_that_repeat_one_of_our_numbers() -> None:
     rows.append(R.Row("TABLE1/a/x", "Table 1", "q", 0.5, e, e, "agrees", "", group="other"))
     rep = R.Reproduction(rows, [], None, None)
     assert rep.comparisons() == 2 and rep.causes()["unexplained"] == 1 and rep.causes()["agrees"] == 1
+    assert rep.with_two_causes() == 0
+
+
+def test_a_comparison_with_two_causes_is_counted_under_each_and_said_so() -> None:
+    """One number of ours that agrees with one model pair and differs from another counts under both causes; the
+    report says how many such comparisons there are, so that counts adding up to more than the comparisons add up."""
+    e = R.Estimate(0.544, 0.541, 0.548, 3, "ours")
+    rows = [R.Row("TABLE1/a/x", "Table 1", "q", 0.507, e, e, "agrees", "", group="ours 0.544"),
+            R.Row("TABLE1/b/x", "Table 1", "q", 0.669, e, e, "reference point", "", group="ours 0.544"),
+            R.Row("TABLE5/a/x", "Table 5", "q", 0.5, e, e, "unexplained", "", group="other")]
+    rep = R.Reproduction(rows, [], None, None)
+    assert rep.comparisons() == 2 and rep.with_two_causes() == 1 and sum(rep.causes().values()) == 3
 
 
 def test_a_windows_table_with_a_known_disagreement_gets_its_computed_cause(fresh_run: Run) -> None:

@@ -124,6 +124,7 @@ def _page(template: str, run: Run, rep: Reproduction, env: dict[str, Any], comp:
                   study={k: study.get(k) for k in ("profile", "preset", "vocab_size", "steps", "seeds")},
                   tables={k: table(*v) for k, v in _tables(rep, comp).items()}, counts=counts,
                   how_to_read=Markup(RULES) if md else RULES, comparisons=rep.comparisons(),
+                  two_causes=rep.with_two_causes(), total=sum(causes.values()),
                   numbers=sum(not r.setting for r in rep.rows), lock_file=LOCK_FILE, command=command(run),
                   packages=", ".join(f"{k} {v}" for k, v in env["packages"].items()))
 
@@ -134,7 +135,8 @@ def write_reproduction(run: Run, scale: Run | None = None) -> Path:
     rep = build(run, scale)
     env, comp = environment(), compute(run)
     data = {"run": path_text(run.path, "replace"), "causes_vocabulary": list(CAUSES), "causes": rep.causes(),
-            "comparisons": rep.comparisons(), "not_meaningful": rep.not_meaningful,
+            "comparisons": rep.comparisons(), "comparisons_with_two_causes": rep.with_two_causes(),
+            "not_meaningful": rep.not_meaningful,
             "scale_source": rep.scale_source, "claims": rep.claims, "rows": [r.as_dict() for r in rep.rows],
             "environment": env, "compute": comp, "command": command(run)}
     md = run.path / "reproduction.md"

@@ -1072,6 +1072,15 @@ class Reproduction:
         """How many distinct comparisons the rows make."""
         return len({r.group or r.key for r in self.rows if not r.setting})
 
+    def with_two_causes(self) -> int:
+        """How many comparisons get more than one cause (against different model pairs): they count under each, so
+        the counts add up to more than :meth:`comparisons` by this much or more."""
+        by: dict[str, set[str]] = {}
+        for r in self.rows:
+            if not r.setting:
+                by.setdefault(r.group or r.key, set()).add(r.cause)
+        return sum(len(c) > 1 for c in by.values())
+
 
 def build(run: Run, scale: Run | None = None) -> Reproduction:
     """Every number of :mod:`tiebias.paper` beside this run's, each with its computed cause."""
