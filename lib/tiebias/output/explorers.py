@@ -128,7 +128,15 @@ def _resolve(text: str, space: Space) -> Resolved:
 def neighbour_view(text: str, spaces: Mapping[str, Space], k: int = 10) -> View:
     """The ``k`` nearest neighbours (cosine) of the typed word's token in each space, a ``token cosine`` column per
     space whose token could be named (each space resolves the text with its own tokenizer); the message groups
-    spaces that agree."""
+    spaces that agree.
+
+    Args:
+        text: the typed word. spaces: name -> embedding space (:func:`neighbour_spaces`). k: neighbours per
+            space.
+
+    Returns:
+        A :class:`View`: the message and the table (None when no space names the token).
+    """
     _check_k(k)
     if not spaces:
         raise ValueError("spaces: give at least one embedding space to search")
@@ -164,7 +172,15 @@ def _tokenizer(source: Any, label: str) -> Any:
 def neighbour_spaces(pair: Mapping[str, Embeddings], tied_tokenizer: Any,
                      untied_tokenizer: Any = None) -> dict[str, Space]:
     """02's three spaces of a ``{"tied", "untied"}`` embeddings pair: tied, untied input, untied output
-    (``untied_tokenizer`` None: the tied one's; tokenizers may be objects, folders or hub ids)."""
+    (``untied_tokenizer`` None: the tied one's; tokenizers may be objects, folders or hub ids).
+
+    Args:
+        pair: ``{"tied", "untied"}`` -> embeddings. tied_tokenizer, untied_tokenizer: the two models'
+            tokenizers.
+
+    Returns:
+        The three spaces by name (``tied``, ``untied input``, ``untied output``).
+    """
     missing = [k for k in ("tied", "untied") if k not in pair]
     if missing:
         raise ValueError(f"pair: needs 'tied' and 'untied' embeddings, missing {missing}; got {sorted(pair)}")
@@ -176,7 +192,14 @@ def neighbour_spaces(pair: Mapping[str, Embeddings], tied_tokenizer: Any,
 
 def prompt_view(text: str, loaded: Mapping[str, tuple[Any, Any, Any]], k: int = 3) -> View:
     """Top-``k`` next tokens by layer (tuned lens) after the typed prompt, a column per label of ``loaded`` (label ->
-    ``(model, lens, tokenizer)``); a model that gives no reading is named in the message."""
+    ``(model, lens, tokenizer)``); a model that gives no reading is named in the message.
+
+    Args:
+        text: the typed prompt. loaded: label -> ``(model, lens, tokenizer)``. k: tokens per layer.
+
+    Returns:
+        A :class:`View`: the message and the table (None when no model gives a reading).
+    """
     from tiebias.lens import evaluate
 
     _check_k(k)
@@ -204,7 +227,14 @@ def prompt_view(text: str, loaded: Mapping[str, tuple[Any, Any, Any]], k: int = 
 def explorer(view: Callable[[str], View], *, value: str = "", description: str = "",
              placeholder: str = "", width: str = "80%") -> Any:
     """An ``ipywidgets.VBox``: a text box (updates on Enter, starts with ``value``), a message line and an output area
-    showing ``view(text)``; prints the token notation's legend once, as text a saved notebook keeps."""
+    showing ``view(text)``; prints the token notation's legend once, as text a saved notebook keeps.
+
+    Args:
+        view: text -> :class:`View`. value, description, placeholder, width: the text box's settings.
+
+    Returns:
+        The ``ipywidgets.VBox``.
+    """
     import ipywidgets as widgets
     from IPython.display import display
 

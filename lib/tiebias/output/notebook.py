@@ -39,7 +39,14 @@ def setup() -> None:
 
 def save_figure(fig: go.Figure, folder: str | Path, name: str) -> Path:
     """``<folder>/<name>.html`` (offline, ``plotly.min.js`` once per folder) and ``<name>.json``; returns the HTML's
-    path. A folder that is a symbolic link is refused: the kit never writes through a link."""
+    path. A folder that is a symbolic link is refused: the kit never writes through a link.
+
+    Args:
+        fig: the figure. folder: where it goes. name: the file name without suffix.
+
+    Returns:
+        The path of ``<name>.html``.
+    """
     folder = Path(folder)
     if folder.is_symlink():
         raise RunFolderError(f"{folder}: is a symbolic link (to {os.readlink(folder)}); the kit never writes through a "

@@ -34,7 +34,14 @@ def _finite(t: Any) -> bool:
 def write_summary(run: Run, timings: dict[str, float] | None = None, memory: dict[str, float] | None = None) -> Path:
     """``<run>/summary.json``: the claims' records, the models, and each notebook's wall time (s) and peak memory (MiB)
     merged over the file's earlier ones, those JupyterLab kernels recorded and ``timings`` / ``memory``. A damaged
-    earlier file is rewritten with a warning (its timings are lost)."""
+    earlier file is rewritten with a warning (its timings are lost).
+
+    Args:
+        run: the run. timings, memory: notebook -> wall time (s) / peak memory (MiB) to merge in.
+
+    Returns:
+        The path of ``summary.json``.
+    """
     for what, unit, values in (("timings", "seconds", timings), ("memory", "MiB", memory)):
         for k, t in (values or {}).items():
             if not _finite(t) or t < 0:
@@ -72,7 +79,14 @@ def fmt(x: Any) -> str:
 
 def write_report(run: Run) -> Path:
     """``<run>/report.html``: the claims table, the key figures, and the executed notebooks as offline pages in
-    ``report/``; a notebook that does not convert stops the call, named, before anything is written."""
+    ``report/``; a notebook that does not convert stops the call, named, before anything is written.
+
+    Args:
+        run: the run.
+
+    Returns:
+        The path of ``report.html``.
+    """
     from tiebias.output.notebook import PLOTLY_JS
     from tiebias.output.static_pages import export_offline_html
 

@@ -131,7 +131,14 @@ def _page(template: str, run: Run, rep: Reproduction, env: dict[str, Any], comp:
 
 def write_reproduction(run: Run, scale: Run | None = None) -> Path:
     """Write ``reproduction.md``, ``.json`` and ``.html`` into the run folder (the scale axis's trends from ``scale``,
-    None: the run's own); returns the Markdown's path."""
+    None: the run's own); returns the Markdown's path.
+
+    Args:
+        run: the run. scale: the run whose scale axis gives the trends (None: ``run``).
+
+    Returns:
+        The path of ``reproduction.md``.
+    """
     rep = build(run, scale)
     env, comp = environment(), compute(run)
     data = {"run": path_text(run.path, "replace"), "causes_vocabulary": list(CAUSES), "causes": rep.causes(),

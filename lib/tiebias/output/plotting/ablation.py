@@ -36,7 +36,15 @@ def _k_axis(fig: go.Figure, k: pd.Series, col: int, ytitle: str) -> None:
 def dose_response(table: pd.DataFrame, shares: pd.DataFrame | None = None, *, step: int | None = None) -> go.Figure:
     """Both untied matrices' cosine to the tied one against k (:func:`tiebias.ablate.sweep.alignment_table` at
     ``step``, None: the last), a panel per method, mean ± sd over seeds; ``shares`` adds the output path's gradient
-    share per k (:func:`tiebias.ablate.sweep.gradient_shares`) with claim 2's threshold."""
+    share per k (:func:`tiebias.ablate.sweep.gradient_shares`) with claim 2's threshold.
+
+    Args:
+        table: the alignment table. shares: the gradient shares (None: no share panel). step: the step shown
+            (None: the last).
+
+    Returns:
+        The figure (plotly).
+    """
     d = table if step is None else table[table.step == step]
     if step is None:
         d = d[d.step == d.step.max()]
@@ -59,7 +67,14 @@ def dose_response(table: pd.DataFrame, shares: pd.DataFrame | None = None, *, st
 
 
 def over_steps(table: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
-    """Both cosines against training step, a line per k (mean over seeds), one panel per cosine."""
+    """Both cosines against training step, a line per k (mean over seeds), one panel per cosine.
+
+    Args:
+        table: the alignment table. method: the alignment method shown.
+
+    Returns:
+        The figure (plotly).
+    """
     d = table[table.method == method]
     fig = make_subplots(rows=1, cols=2, subplot_titles=[v[0] for v in SERIES.values()], shared_yaxes=False)
     colors = ["#444444", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
@@ -76,7 +91,14 @@ def over_steps(table: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
 
 def ingredients(summary: pd.DataFrame, k: float) -> go.Figure:
     """The shift at ``k`` of both cosines under each ingredient (:func:`tiebias.ablate.ingredients.summary`), mean
-    with its interval over seeds, the paper's shift as a dashed line where the table has it."""
+    with its interval over seeds, the paper's shift as a dashed line where the table has it.
+
+    Args:
+        summary: the ingredients summary. k: the k whose shift is shown.
+
+    Returns:
+        The figure (plotly).
+    """
     d = summary[summary.k == k]
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, subplot_titles=[f"towards the untied input matrix (k={k:g} - k=1)",
                                                         f"from the untied output matrix (k={k:g} - k=1)"])
@@ -97,7 +119,15 @@ def scale_axes(summary: pd.DataFrame, quantities: dict[str, str], title: str, ba
                base_width: int, base_steps: int | None = None) -> go.Figure:
     """Each quantity (a row; ``quantities``: column -> label) of :func:`tiebias.ablate.scale.summary` against
     vocabulary size (at ``base_width``), width (at ``base_vocab``) and, where the summary holds several lengths, tokens
-    seen per row; the size axes held at ``base_steps`` (None: no ``steps`` column). Mean and interval, log axes."""
+    seen per row; the size axes held at ``base_steps`` (None: no ``steps`` column). Mean and interval, log axes.
+
+    Args:
+        summary: the scale summary. quantities: column -> label. title: the figure's title. base_vocab,
+            base_width, base_steps: the values held fixed on the other axes.
+
+    Returns:
+        The figure (plotly).
+    """
     has_steps = base_steps is not None and "steps" in summary.columns
     panels = [("vocab_size", {"width": base_width}, f"against vocabulary (width {base_width})"),
               ("width", {"vocab_size": base_vocab}, f"against width (vocabulary {base_vocab})")]

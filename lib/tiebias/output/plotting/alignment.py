@@ -21,7 +21,14 @@ STEP_AT_HALF = "training step (log; step 0 shown at 0.5)"
 
 def table1_bars(df: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
     """Table 1 (:func:`tiebias.align.comparisons.table1`): bars per comparison and pairing, mean ± sd over seed
-    pairs of the ``method`` column, the paper's values as diamonds."""
+    pairs of the ``method`` column, the paper's values as diamonds.
+
+    Args:
+        df: the Table 1 table. method: the alignment column shown.
+
+    Returns:
+        The figure (plotly).
+    """
     fig = go.Figure()
     comps = list(dict.fromkeys(df.comparison))
     for pairing, color in PAIRING_COLORS.items():
@@ -42,7 +49,14 @@ def table1_bars(df: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
 
 
 def cosine_histograms(scores: dict[str, np.ndarray], method: str = "linear") -> go.Figure:
-    """Figure 1: overlaid histograms of per-token cosines after the ``method`` map, one per comparison, with its mean."""
+    """Figure 1: overlaid histograms of per-token cosines after the ``method`` map, one per comparison, with its mean.
+
+    Args:
+        scores: comparison -> per-token cosines. method: the map's name, for the axis title.
+
+    Returns:
+        The figure (plotly).
+    """
     fig = go.Figure()
     for (label, s), c in zip(scores.items(), palette(len(scores), ["#d62728", "#1f77b4", "#7f7f7f"]), strict=True):
         s = np.asarray(s)
@@ -53,7 +67,14 @@ def cosine_histograms(scores: dict[str, np.ndarray], method: str = "linear") -> 
 
 def evolution(ev: pd.DataFrame) -> go.Figure:
     """Figure 3 (:func:`tiebias.align.comparisons.evolution_table`): cosine to initialisation and to the previous
-    checkpoint per matrix, mean ± sd over seeds against step (log axis, step 0 at 0.5)."""
+    checkpoint per matrix, mean ± sd over seeds against step (log axis, step 0 at 0.5).
+
+    Args:
+        ev: the evolution table.
+
+    Returns:
+        The figure (plotly).
+    """
     fig = make_subplots(rows=1, cols=2, subplot_titles=("cosine to initialisation", "cosine to previous checkpoint"))
     for m, color in MATRIX_COLORS.items():
         d = ev[ev.matrix == m]
@@ -74,7 +95,14 @@ def evolution(ev: pd.DataFrame) -> go.Figure:
 
 def norm_frequency(tables: dict[str, pd.DataFrame], rhos: dict[str, float]) -> go.Figure:
     """Figure 5: row norm against log10 training frequency of seen tokens
-    (:func:`tiebias.align.token_stats.norm_frequency`), a panel per matrix titled with its Spearman ``rhos``."""
+    (:func:`tiebias.align.token_stats.norm_frequency`), a panel per matrix titled with its Spearman ``rhos``.
+
+    Args:
+        tables: matrix -> norm/frequency table. rhos: matrix -> Spearman rho.
+
+    Returns:
+        The figure (plotly).
+    """
     names = list(tables)
     fig = make_subplots(rows=1, cols=len(names), shared_yaxes=False,
                         subplot_titles=[f"{n} (Spearman {rhos[n]:+.2f})" for n in names])
@@ -90,7 +118,14 @@ def norm_frequency(tables: dict[str, pd.DataFrame], rhos: dict[str, float]) -> g
 
 def by_frequency(tables: dict[str, pd.DataFrame]) -> go.Figure:
     """Mean per-token cosine per frequency bin (:func:`tiebias.align.token_stats.by_frequency`), grouped bars per
-    comparison; error bars ± the per-token sd in the bin (the spread of tokens), clipped to [-1, 1]."""
+    comparison; error bars ± the per-token sd in the bin (the spread of tokens), clipped to [-1, 1].
+
+    Args:
+        tables: comparison -> per-bin table.
+
+    Returns:
+        The figure (plotly).
+    """
     fig = go.Figure()
     for (label, t), c in zip(tables.items(), palette(len(tables), ["#d62728", "#1f77b4", "#7f7f7f"]), strict=True):
         mean, sd = t["mean"].to_numpy(dtype=float), t["std"].fillna(0).to_numpy(dtype=float)
@@ -108,7 +143,14 @@ def by_frequency(tables: dict[str, pd.DataFrame]) -> go.Figure:
 
 def knn_by_frequency(table: pd.DataFrame) -> go.Figure:
     """Table 5 by frequency (:func:`tiebias.align.knn_bins.knn_by_frequency`): KNN overlap per bin, a line per
-    comparison ± sd over pairs; tied -> tied is the ceiling, the dashed line chance, k / (V - 1)."""
+    comparison ± sd over pairs; tied -> tied is the ceiling, the dashed line chance, k / (V - 1).
+
+    Args:
+        table: the KNN overlap table per bin.
+
+    Returns:
+        The figure (plotly).
+    """
     fig = go.Figure()
     for comp, color in KNN_COLORS.items():
         d = table[table.comparison == comp]
@@ -126,7 +168,14 @@ def knn_by_frequency(table: pd.DataFrame) -> go.Figure:
 
 def levels_at_checkpoints(table: pd.DataFrame) -> go.Figure:
     """Tables 1, 2, 6 and Figure 3 at every checkpoint (:func:`tiebias.ablate.checkpoint_levels.levels`): ours mean ±
-    sd against step (log, step 0 at 0.5), the paper's levels as dashed lines labelled with their table and step."""
+    sd against step (log, step 0 at 0.5), the paper's levels as dashed lines labelled with their table and step.
+
+    Args:
+        table: the levels table (ours and the paper's).
+
+    Returns:
+        The figure (plotly).
+    """
     fig = make_subplots(rows=1, cols=2, subplot_titles=("alignment to the tied matrix (orthogonal map)",
                                                         "untied matrices: cosine to initialisation"))
     ours, theirs = table[table.who == "this run"], table[table.who == "paper"]

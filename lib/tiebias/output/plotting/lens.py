@@ -36,7 +36,15 @@ def _gap_errors(g: pd.DataFrame) -> dict:
 
 def per_layer(df: pd.DataFrame, columns: dict[str, str], title: str, yaxis: str) -> go.Figure:
     """One panel per column (panel title: ``columns``' value) of a per-layer lens table; a line per variant, mean ± sd
-    over seeds."""
+    over seeds.
+
+    Args:
+        df: a per-layer lens table. columns: column -> panel title. title: the figure's title. yaxis: the y
+            axis title.
+
+    Returns:
+        The figure (plotly).
+    """
     fig = make_subplots(rows=1, cols=len(columns), subplot_titles=list(columns.values()), shared_yaxes=True)
     for j, col in enumerate(columns, start=1):
         for v in dict.fromkeys(df.variant):
@@ -48,7 +56,14 @@ def per_layer(df: pd.DataFrame, columns: dict[str, str], title: str, yaxis: str)
 
 
 def gap(gaps: pd.DataFrame, title: str = f"tied - untied tuned-lens KL per layer (mean, {stats.LEVEL:.0%} CI over seeds)") -> go.Figure:
-    """The per-layer gap (:func:`tiebias.lens.tables.gaps`) with its CI, one bar per layer, red where significant."""
+    """The per-layer gap (:func:`tiebias.lens.tables.gaps`) with its CI, one bar per layer, red where significant.
+
+    Args:
+        gaps: the per-layer gap table. title: the figure's title.
+
+    Returns:
+        The figure (plotly).
+    """
     fig = go.Figure(go.Bar(x=gaps.layer, y=gaps.gap, marker_color=["#d62728" if s else "#aaaaaa" for s in gaps.significant],
                            error_y=_gap_errors(gaps)))
     fig.add_hline(y=0, line=dict(color="black", width=1))
@@ -57,7 +72,14 @@ def gap(gaps: pd.DataFrame, title: str = f"tied - untied tuned-lens KL per layer
 
 
 def gap_by_depth(gaps: dict[str, pd.DataFrame]) -> go.Figure:
-    """The gap against relative depth (layer / layers), one line with CIs per gap table (one model depth each)."""
+    """The gap against relative depth (layer / layers), one line with CIs per gap table (one model depth each).
+
+    Args:
+        gaps: name -> gap table.
+
+    Returns:
+        The figure (plotly).
+    """
     fig = go.Figure()
     for (name, g), color in zip(gaps.items(), palette(len(gaps), ["#d62728", "#1f77b4", "#2ca02c"]), strict=True):
         fig.add_scatter(x=g.layer / g.layer.max(), y=g.gap, mode="lines+markers", line=dict(color=color),
@@ -69,7 +91,14 @@ def gap_by_depth(gaps: dict[str, pd.DataFrame]) -> go.Figure:
 
 def ladder(df: pd.DataFrame, column: str = "kl_tuned_bits", title: str = "") -> go.Figure:
     """KL against lens budget (steps), one panel per layer but the model output's (0 bits by construction), a line
-    per variant (mean ± sd over seeds); recipes after the first dashed."""
+    per variant (mean ± sd over seeds); recipes after the first dashed.
+
+    Args:
+        df: a ladder lens table. column: the KL column shown. title: the figure's title (empty: a default).
+
+    Returns:
+        The figure (plotly).
+    """
     layers = sorted(set(df.layer))[:-1] or sorted(set(df.layer))
     recipes = list(dict.fromkeys(df.recipe))
     cols = min(len(layers), 4)
@@ -91,7 +120,14 @@ def ladder(df: pd.DataFrame, column: str = "kl_tuned_bits", title: str = "") -> 
 
 
 def ladder_gap(ladder_gaps: pd.DataFrame) -> go.Figure:
-    """The early-layer gap with its CI at each lens budget (:func:`tiebias.lens.tables.ladder_gaps`), a line per recipe."""
+    """The early-layer gap with its CI at each lens budget (:func:`tiebias.lens.tables.ladder_gaps`), a line per recipe.
+
+    Args:
+        ladder_gaps: the gap table per budget and recipe.
+
+    Returns:
+        The figure (plotly).
+    """
     fig = go.Figure()
     for recipe, g in ladder_gaps.groupby("recipe", sort=False):
         fig.add_scatter(x=g.budget, y=g.gap, mode="lines+markers", name=str(recipe), error_y=_gap_errors(g))
@@ -103,7 +139,14 @@ def ladder_gap(ladder_gaps: pd.DataFrame) -> go.Figure:
 
 def gap_vs_loss(scale: pd.DataFrame, extra: dict[str, dict] | None = None) -> go.Figure:
     """The early-layer gap against validation loss, a point per checkpoint; ``extra``: single labelled points
-    (name -> {"val_loss", "gap", "ci_low", "ci_high"}). The loss axis is reversed: better-trained to the right."""
+    (name -> {"val_loss", "gap", "ci_low", "ci_high"}). The loss axis is reversed: better-trained to the right.
+
+    Args:
+        scale: a gap and loss per checkpoint. extra: name -> a single point (None: none).
+
+    Returns:
+        The figure (plotly).
+    """
     fig = go.Figure()
     fig.add_scatter(x=scale.val_loss, y=scale.gap, mode="lines+markers+text", name="checkpoints of the run",
                     text=[f"step {s}" for s in scale.step], textposition="top center",
@@ -137,6 +180,13 @@ def trajectory_figure(traj: PredictionTrajectory, statistic: str = "cross_entrop
     ``token_width`` px per token plus 200, at most ``max_width`` (>= 300).
 
     Re-implements ``TrajectoryStatistic.figure``: the package sets ``colorbar.titleside``, which plotly >= 6 rejects.
+
+    Args:
+        traj: the trajectory. statistic: the statistic shown. title: the figure's title.
+        token_width: pixels per token. max_width: the figure's largest width (pixels).
+
+    Returns:
+        The figure (plotly).
     """
     if statistic not in STATISTICS:
         raise ValueError(f"statistic: must be one of {', '.join(STATISTICS)}; got {statistic!r}")
@@ -159,7 +209,14 @@ def trajectory_figure(traj: PredictionTrajectory, statistic: str = "cross_entrop
 
 def readings(layers: pd.DataFrame, table: pd.DataFrame, a: str = "tied", b: str = "untied") -> go.Figure:
     """Claim 3 under four readings (:func:`tiebias.lens.readings.decomposition`'s two tables): per-layer KL of ``a``
-    and ``b``, a panel per reading titled with its early-layer gap and CI."""
+    and ``b``, a panel per reading titled with its early-layer gap and CI.
+
+    Args:
+        layers: per-layer KL per reading. table: a gap per reading. a, b: the variants compared.
+
+    Returns:
+        The figure (plotly).
+    """
     titles = [f"({r.reading}) {r.protocol} reading, {r.lens_steps} steps<br>early gap {r.gap + 0.0:+.3g} "
               f"[{r.ci_low + 0.0:+.3g}, {r.ci_high + 0.0:+.3g}]" for r in table.itertuples()]
     fig = make_subplots(rows=1, cols=len(table), subplot_titles=titles, shared_yaxes=True, horizontal_spacing=0.03)
@@ -176,7 +233,14 @@ def readings(layers: pd.DataFrame, table: pd.DataFrame, a: str = "tied", b: str 
 
 def row1_parts(parts: pd.DataFrame, readings: tuple[str, ...]) -> go.Figure:
     """Row-1 KL under each reading of ``readings`` (:func:`tiebias.lens.mechanism.run_row1_parts`' "kl" rows), grouped
-    bars per variant: mean and t-interval over seeds."""
+    bars per variant: mean and t-interval over seeds.
+
+    Args:
+        parts: the row-1 parts table. readings: the readings shown.
+
+    Returns:
+        The figure (plotly).
+    """
     fig = go.Figure()
     kl = parts[parts.kind == "kl"]
     for v, g in kl.groupby("variant", sort=False):
@@ -188,7 +252,14 @@ def row1_parts(parts: pd.DataFrame, readings: tuple[str, ...]) -> go.Figure:
 
 def penalty_vs_k(by_k: pd.DataFrame) -> go.Figure:
     """The paper's reading's row-1 penalty (:func:`tiebias.lens.mechanism.penalty_by_k`) of tied models against k:
-    per seed (points) and mean with t-interval, log k axis."""
+    per seed (points) and mean with t-interval, log k axis.
+
+    Args:
+        by_k: the penalty per seed and k.
+
+    Returns:
+        The figure (plotly).
+    """
     fig = go.Figure()
     fig.add_scatter(x=by_k.k, y=by_k.penalty, mode="markers", marker=dict(color="#bbbbbb", size=7), name="one seed")
     ks = sorted(by_k.k.unique())
@@ -201,7 +272,14 @@ def penalty_vs_k(by_k: pd.DataFrame) -> go.Figure:
 
 def bigram_bound(table: pd.DataFrame) -> go.Figure:
     """Layer-0 tuned-lens KL against the gain over the bigram baseline (:func:`tiebias.lens.bigram_bound.bound_table`),
-    a point per model; the dotted diagonal is where a layer-0 lens as good as the best bigram would sit."""
+    a point per model; the dotted diagonal is where a layer-0 lens as good as the best bigram would sit.
+
+    Args:
+        table: the bound table, a row per model.
+
+    Returns:
+        The figure (plotly).
+    """
     fig = go.Figure()
     for variant, d in table.groupby("variant", sort=False):
         fig.add_scatter(x=d.bigram_gain_bits, y=d.kl_layer0_bits, mode="markers", name=str(variant),

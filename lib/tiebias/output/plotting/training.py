@@ -27,7 +27,15 @@ def _color(variant: str, i: int) -> str:
 def loss_curves(train: dict[str, pd.DataFrame], val: dict[str, pd.DataFrame], *, smooth: int = 10,
                 unigram: float | None = None, bigram: float | None = None) -> go.Figure:
     """Training loss (rolling mean over ``smooth`` steps, thin) and validation loss (markers) per model key, with the
-    unigram (dashed) and bigram (dotted) baselines when given."""
+    unigram (dashed) and bigram (dotted) baselines when given.
+
+    Args:
+        train, val: model key -> training / validation log. smooth: the rolling window (steps). unigram,
+            bigram: the baselines (None: not drawn).
+
+    Returns:
+        The figure (plotly).
+    """
     fig = go.Figure()
     variants = sorted({parse_key(k)[0].name for k in train})
     for key, df in train.items():
@@ -50,7 +58,15 @@ def loss_curves(train: dict[str, pd.DataFrame], val: dict[str, pd.DataFrame], *,
 
 def gradient_flow(metrics: dict[str, pd.DataFrame], *, first_n: int | None = None, smooth: int = 5) -> go.Figure:
     """Paper Figure 4 from tied models' training logs: each path's gradient norm (log axis) above, the mean output
-    share below with the paper's values and claim 2's threshold; steps up to ``first_n`` (None: all)."""
+    share below with the paper's values and claim 2's threshold; steps up to ``first_n`` (None: all).
+
+    Args:
+        metrics: model key -> a tied model's training log. first_n: the last step shown (None: all). smooth:
+            the rolling window (steps).
+
+    Returns:
+        The figure (plotly).
+    """
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=("L2 norm of the gradient reaching the shared matrix, by path",
                                         "output path's share  out / (in + out)"))
@@ -82,7 +98,14 @@ def gradient_flow(metrics: dict[str, pd.DataFrame], *, first_n: int | None = Non
 def claim2_windows(table: pd.DataFrame) -> go.Figure:
     """The output share per window and metric (:func:`tiebias.train.windows.window_shares`), bars with the interval
     over seeds; a ``paper`` column adds the paper's log as diamonds beside the ``proxy l2`` bars (its input column is
-    always the proxy)."""
+    always the proxy).
+
+    Args:
+        table: the window shares table.
+
+    Returns:
+        The figure (plotly).
+    """
     fig = go.Figure()
     windows = list(dict.fromkeys(table.window))
     for i, (metric, g) in enumerate(table.groupby("metric", sort=False)):
