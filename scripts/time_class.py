@@ -92,7 +92,7 @@ def main(argv: list[str]) -> int:
     out = {"measured_by": "scripts/time_class.py", "cpu": cpu_model(), "cores": os.cpu_count(),
            "load_average_1min": {"before": round(load_before[0], 2), "after": round(load_after[0], 2)},
            "plumbing_seconds": round(plumbing, 1), "class_wall_seconds": round(class_wall, 1),
-           "class_seconds": {k: round(v, 1) for k, v in summary["timings_seconds"].items()},
+           "class_seconds": {k: round(v, 3) for k, v in summary["timings_seconds"].items()},  # 0.1 s would round twice
            "class_run": run_dir.as_posix(), "venv_bytes": folder_bytes(Path(sys.prefix))}
     if not args.no_download:
         out["download"] = download_bytes()
