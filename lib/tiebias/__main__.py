@@ -23,8 +23,8 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 @contextlib.contextmanager
 def _stoppable() -> Iterator[None]:
-    """SIGINT and SIGTERM raise :class:`tiebias.study.Stopped` once (a repeat is ignored), and logging stays off
-    from then until the block ends, so the kernel's shutdown logs nothing before the one stop line."""
+    """SIGINT and SIGTERM raise :class:`tiebias.study.Stopped` once (a repeat is ignored); logging stays off from
+    then until the block ends, so the kernel's shutdown logs nothing before the one stop line."""
     from .study import Stopped
 
     def stop(signum: int, frame: Any) -> None:
@@ -54,7 +54,7 @@ def _study(args: argparse.Namespace, committed: bool = False) -> int:
     try:
         with _stoppable():
             run_study(args.profile, args.run_dir, parse_set(args.set), only=args.only,
-                      progress=sys.stderr.isatty(), committed=committed)  # a progress bar in a log file is one endless line
+                      progress=sys.stderr.isatty(), committed=committed)  # no progress bar in a log file
     except (NotebookFailed, FolderUnwritable) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -62,55 +62,64 @@ def _study(args: argparse.Namespace, committed: bool = False) -> int:
         during = f" during {e.notebook}" if e.notebook else ""
         print(f"stopped by {signal.Signals(e.signum).name}{during}: every finished model is kept; run the same "
               "command again to resume", file=sys.stderr)
-        # the one stop line is the last word: the stopped kernel's client may leave an asyncio task whose error is
-        # logged when the process exits ("Task exception was never retrieved"), so logging stays off until then
+        # the stop line is the last word: the stopped kernel's client may log an asyncio task's error at exit
         logging.disable(logging.CRITICAL)
         return 128 + e.signum
     return 0
 
 
-EXERCISE_ID = re.compile(r"[0-9a-z-]+")
-"""What an exercise id may hold (``02-b``)."""
-
-
-def _exercise(exercise_id: str, profile: str | None, run_dir: str | None = None) -> int:
+def _exercise(args: argparse.Namespace) -> int:
     """Run an exercise's study command (printed first) on the notebooks as committed, into ``runs/ex-<id>`` of the
     checkout by default; without an id, list the exercises."""
     from tiebias.config.paths import runs_dir
     from tiebias.teach import exercises
 
     header, known = exercises.load()
-    if not exercise_id:
+    if not args.id:
         print("exercises (make exercise ID=<id>):")
         for e in known:
             print(f"  {e.id}  {e.notebook}  {e.title}")
         return 0
-    if not EXERCISE_ID.fullmatch(exercise_id):
-        raise ValueError(f"exercise: {exercise_id!r} is not an exercise id: an id holds only lower-case letters, "
+    if not re.fullmatch(r"[0-9a-z-]+", args.id):
+        raise ValueError(f"exercise: {args.id!r} is not an exercise id: an id holds only lower-case letters, "
                          f"digits and '-'; there are {', '.join(e.id for e in known)}")
-    ex = exercises.find(exercise_id, known)
-    profile = profile or header["profile"]
-    argv = ex.argv(profile, run_dir or runs_dir() / f"ex-{ex.id}")
+    ex = exercises.find(args.id, known)
+    argv = ex.argv(args.profile or header["profile"], args.run_dir or runs_dir() / f"ex-{ex.id}")
     print(f"exercise {ex.id} ({ex.title}): {shlex.join(['python', '-m', 'tiebias', *argv])}", flush=True)
-    args = main_parser().parse_args(argv)
-    return _study(args, committed=True)
+    return _study(main_parser().parse_args(argv), committed=True)
 
 
-def _reproduction(run_dir: str, scale_dir: str | None) -> int:
+def _reproduction(args: argparse.Namespace) -> int:
     from tiebias.output.report import write_report
     from tiebias.output.reproduction_page import write_reproduction
     from tiebias.run.folder import Run
     from tiebias.run.guard import check_run
 
-    check_run(run_dir, "run")  # it writes there: only into a run folder of the kit (the study's rule)
+    check_run(args.run, "run")  # it writes there: only into a run folder of the kit (the study's rule)
     runs = []
-    for name, d in (("run", run_dir), ("--scale", scale_dir)):
+    for name, d in (("run", args.run), ("--scale", args.scale)):
         if d is not None and not Run(d).config_path.exists():
             raise ValueError(f"{name}: {d!r} is not a run folder (no config.json); give the folder of an executed "
                              "study, e.g. runs/default")
         runs.append(Run(d) if d is not None else None)
     print(f"reproduction: {write_reproduction(runs[0], runs[1])}")
     print(f"report:       {write_report(runs[0])}")
+    return 0
+
+
+def _walkthrough(args: argparse.Namespace) -> int:
+    from tiebias.teach.walkthrough import write_walkthrough
+
+    try:
+        print(f"walkthrough: {len(write_walkthrough(args.run))} files written")
+    except RuntimeError as e:  # no Chromium, or it drew nothing
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _profiles(args: argparse.Namespace) -> int:
+    print(profiles.markdown_table() if args.markdown else profiles.describe(args.name))
     return 0
 
 
@@ -125,22 +134,27 @@ def main_parser() -> argparse.ArgumentParser:
                     "`python -m tiebias profiles` (repeatable), e.g. --set steps=200 --set seeds=0,1 "
                     "--set overwrite=true")
     st.add_argument("--only", action="append", metavar="NOTEBOOK", help="run only these notebooks (e.g. 01_train)")
+    st.set_defaults(func=lambda args: _study(args))
     wk = sub.add_parser("walkthrough", help="render a run's executed notebooks into walkthrough/ (Markdown, PNG "
                         "figures; needs Chromium)")
     wk.add_argument("run", help="run folder of an executed study, e.g. runs/class")
+    wk.set_defaults(func=_walkthrough)
     rp = sub.add_parser("reproduction", help="write a run's reproduction report (reproduction.md/.json/.html): every "
                         "number the paper reports beside ours, with its computed cause")
     rp.add_argument("run", help="run folder of an executed study, e.g. runs/default")
     rp.add_argument("--scale", default=None, help="a run of the scale profile, of the same corpus and training "
                     "recipe, whose trends explain differences of size (used beside the run's own, if it has them)")
+    rp.set_defaults(func=_reproduction)
     ex = sub.add_parser("exercise", help="run one of the notebooks' exercises (its study command, into "
                         "runs/ex-<id>/); without an id, list them")
     ex.add_argument("id", nargs="?", default="", help="an exercise id, e.g. 02-b")
     ex.add_argument("--profile", default=None, help="the profile (default: the exercises' own, class)")
     ex.add_argument("--run-dir", default=None, help="run folder (default: runs/ex-<id> in the checkout)")
+    ex.set_defaults(func=_exercise)
     pr = sub.add_parser("profiles", help="list the parameters (one vocabulary) and the profiles")
     pr.add_argument("name", nargs="?", help="show one profile's values (a name or a .toml path)")
     pr.add_argument("--markdown", action="store_true", help="print the parameter table of the README")
+    pr.set_defaults(func=_profiles)
     return ap
 
 
@@ -148,23 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run it; returns the exit code."""
     args = main_parser().parse_args(argv)
     try:
-        if args.cmd == "profiles":
-            print(profiles.markdown_table() if args.markdown else profiles.describe(args.name))
-            return 0
-        if args.cmd == "walkthrough":
-            from tiebias.teach.walkthrough import write_walkthrough
-
-            try:
-                print(f"walkthrough: {len(write_walkthrough(args.run))} files written")
-            except RuntimeError as e:  # no Chromium, or it drew nothing
-                print(f"error: {e}", file=sys.stderr)
-                return 1
-            return 0
-        if args.cmd == "reproduction":
-            return _reproduction(args.run, args.scale)
-        if args.cmd == "exercise":
-            return _exercise(args.id, args.profile, args.run_dir)
-        return _study(args)
+        return args.func(args)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

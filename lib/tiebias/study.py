@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import nbformat
 import papermill as pm
@@ -26,24 +27,19 @@ from tiebias.run.folder import Run
 from tiebias.run.guard import Kind, check_folder, mark
 from tiebias.system.atomic import atomic_path
 
-# the kernel process's own log says nothing about the study (the notebook holds its errors): a warning that ZMQ runs
-# over TCP unencrypted at every start, and a traceback when a stopped study shuts the kernel down mid-cell
+# the kernel's own log (ZMQ's TCP warning, a traceback when a stopped study shuts it down) says nothing of the study
 KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
-UTF8_MODE_ENV = "PYTHONUTF8"
+_UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
+Source = Path | nbformat.NotebookNode  # a notebook file, or the notebook as committed
 
 
 class NotebookFailed(pm.PapermillExecutionError):
-    """A notebook of the study stopped on an error (still a :class:`papermill.PapermillExecutionError`): its
-    text is the notebook, the error's one line and where the executed notebook with the traceback is."""
+    """A notebook stopped on an error: the notebook, the error's one line and where the executed notebook is."""
 
     def __init__(self, notebook: str, executed: Path, ename: str, evalue: str, traceback: list[str] | None = None,
                  cell_index: int | None = None, exec_count: int | None = None, source: str | None = None) -> None:
         super().__init__(cell_index, exec_count, source, ename, evalue, traceback or [])
-        self.notebook, self.executed = notebook, Path(executed)
-
-    @property
-    def line(self) -> str:
-        return f"{self.ename}: {self.evalue}"
+        self.notebook, self.executed, self.line = notebook, Path(executed), f"{ename}: {evalue}"
 
     def __str__(self) -> str:
         cell = f", cell In [{self.exec_count}]" if self.exec_count is not None else ""
@@ -51,18 +47,14 @@ class NotebookFailed(pm.PapermillExecutionError):
 
 
 class FolderUnwritable(RuntimeError):
-    """The run folder could not be written while a notebook ran (read-only, immutable, disk full): the
-    message names the folder and what to do."""
+    """The run folder could not be written (read-only, immutable, disk full): names the folder and what to do."""
 
-    @classmethod
-    def of(cls, folder: Path, err: OSError, what: str) -> FolderUnwritable:
+    def __init__(self, folder: Path, err: OSError, what: str) -> None:
         where = f" ({err.filename})" if err.filename else ""
-        return cls(f"{what}: the run folder {path_text(folder, 'replace')} cannot be written{where}: {err.strerror}. "
-                   "Make it writable again (chmod -R u+w, or chattr -R -i for an immutable folder; free space if the "
-                   "disk is full) and run the same command again: every finished model is kept.")
-
-
-_UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
+        super().__init__(f"{what}: the run folder {path_text(folder, 'replace')} cannot be written{where}: "
+                         f"{err.strerror}. Make it writable again (chmod -R u+w, or chattr -R -i for an immutable "
+                         "folder; free space if the disk is full) and run the same command again: every finished "
+                         "model is kept.")
 
 
 class Stopped(KeyboardInterrupt):
@@ -70,8 +62,7 @@ class Stopped(KeyboardInterrupt):
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
-        self.signum = signum
-        self.notebook: str | None = None
+        self.signum, self.notebook = signum, None
 
 
 def parse_set(items: list[str] | None) -> dict[str, Any]:
@@ -91,37 +82,33 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
-Source = Path | nbformat.NotebookNode
-"""A notebook a study executes: the file in ``notebooks/``, or the notebook as committed."""
-
-
-def declared_parameters(name: str, source: Source | None = None) -> set[str]:
-    """The names a notebook's papermill parameters cell declares (``source``: default its file)."""
+def _declared(name: str, source: Source | None = None) -> set[str]:
+    """The names a notebook's papermill parameters cell declares."""
     return set(pm.inspect_notebook(source if source is not None else str(notebooks_dir() / f"{name}.ipynb")))
 
 
 def committed_sources(names: list[str]) -> tuple[dict[str, Source], str]:
-    """The notebooks as the checkout's last commit holds them, and one line saying so: an exercise runs
-    these, so a student's half-written edit in ``notebooks/`` cannot break or repeat it (outside git: the files on disk)."""
+    """The notebooks as git HEAD holds them (an exercise runs these, so a half-written edit cannot break it), and a
+    line saying so; outside git, the files on disk."""
     folder = notebooks_dir()
-    try:
-        head = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        head = None
-    on_disk = {n: folder / f"{n}.ipynb" for n in names}
+
+    def git(*args: str) -> subprocess.CompletedProcess | None:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, timeout=60)
+        return None
+
+    head = git("rev-parse", "--short", "HEAD")
     if head is None or head.returncode != 0:
-        return on_disk, "not a git checkout: the exercise runs the notebooks in notebooks/ as they are, edits included"
+        return {}, "not a git checkout: the exercise runs the notebooks in notebooks/ as they are, edits included"
     sources: dict[str, Source] = {}
     for n in names:
-        shown = subprocess.run(["git", "-C", str(folder), "show", f"HEAD:./{n}.ipynb"], capture_output=True,
-                               timeout=60)
-        if shown.returncode != 0:  # the kit unpacked inside another repository: no committed copy of its own
-            return on_disk, (f"notebooks/{n}.ipynb is not in the git checkout's last commit: the exercise runs the "
-                             "notebooks in notebooks/ as they are, edits included")
+        shown = git("show", f"HEAD:./{n}.ipynb")
+        if shown is None or shown.returncode != 0:  # the kit unpacked inside another repository
+            return {}, (f"notebooks/{n}.ipynb is not in the git checkout's last commit: the exercise runs the "
+                        "notebooks in notebooks/ as they are, edits included")
         sources[n] = nbformat.reads(shown.stdout.decode("utf-8"), as_version=4)
-    return sources, (f"runs the notebooks as committed (git HEAD {head.stdout.strip()}), not the files in notebooks/: "
-                     "edits there do not change it (python -m tiebias study runs them)")
+    return sources, (f"runs the notebooks as committed (git HEAD {head.stdout.decode().strip()}), not the files in "
+                     "notebooks/: edits there do not change it (python -m tiebias study runs them)")
 
 
 def refuse_inside_study() -> None:
@@ -134,9 +121,8 @@ def refuse_inside_study() -> None:
 def check_study(profile: str | Path | None = None, run_dir: str | Path | None = None,
                 overrides: dict[str, Any] | None = None, only: list[str] | None = None,
                 sources: dict[str, Source] | None = None) -> tuple[dict[str, Any], list[str]]:
-    """Check everything a study would run with, writing nothing; returns the resolved parameters and the
-    notebooks. Every override must be a parameter of a notebook that runs (else it would be silently dropped); the run
-    folder must pass :mod:`tiebias.run.guard`; ``sources`` replaces the files in ``notebooks/``."""
+    """Check everything a study would run with, writing nothing: every override a parameter of a notebook that runs,
+    the run folder (:mod:`tiebias.run.guard`); returns the resolved parameters and the notebooks."""
     refuse_inside_study()
     overrides = dict(overrides or {})
     for k in ("profile", "run_dir"):
@@ -147,13 +133,13 @@ def check_study(profile: str | Path | None = None, run_dir: str | Path | None = 
         if name not in NOTEBOOKS or not (notebooks_dir() / f"{name}.ipynb").exists():
             raise ValueError(f"notebook: {name!r} not found; available: {', '.join(NOTEBOOKS)}")
     params = profiles.resolve(profile, run_dir, notebooks=names, **overrides)
-    declared = {name: declared_parameters(name, (sources or {}).get(name)) for name in names}
+    declared = set().union(*(_declared(name, (sources or {}).get(name)) for name in names))
     for k in overrides:
-        if not any(k in d for d in declared.values()):
-            users = ", ".join(PARAMS[k].notebooks)
-            raise ValueError(f"{k}: not a parameter of the notebooks run ({', '.join(names)}); used by {users}")
-    corpus = params["corpus"] if any("corpus" in d for d in declared.values()) else None
-    check_folder(params["run_dir"], folder_kind_of(params, names), corpus=corpus)
+        if k not in declared:
+            raise ValueError(f"{k}: not a parameter of the notebooks run ({', '.join(names)}); used by "
+                             f"{', '.join(PARAMS[k].notebooks)}")
+    check_folder(params["run_dir"], folder_kind_of(params, names),
+                 corpus=params["corpus"] if "corpus" in declared else None)
     if {"01_train", "04_ablate"} & set(names):  # their Run.prepare would refuse another corpus or vocab_size
         Run(params["run_dir"]).check_data(params["corpus"], params["vocab_size"])
     elif folder_kind_of(params, names) == "run":  # 02 or 03 alone: refused with another profile than the run's
@@ -163,8 +149,8 @@ def check_study(profile: str | Path | None = None, run_dir: str | Path | None = 
 
 
 def notebook_values(params: dict[str, Any]) -> dict[str, Any]:
-    """Parameters as a notebook holds them: file names as UTF-8 text (a name held as surrogate escapes under an
-    ASCII locale; the kernel runs in UTF-8 mode). A name whose bytes are not UTF-8 is refused, naming the parameter."""
+    """Parameters as a notebook holds them: file names as UTF-8 text (the kernel runs in UTF-8 mode); a name whose
+    bytes are not UTF-8 is refused, naming the parameter."""
     out = dict(params)
     for k in ("profile", "run_dir", *PATH_PARAMETERS):
         if isinstance(out.get(k), str):
@@ -184,8 +170,8 @@ def folder_kind_of(params: dict[str, Any], names: list[str]) -> Kind:
 
 @contextlib.contextmanager
 def _writable(out: Path) -> Iterator[Path]:
-    """Where papermill may write ``out``: ``out`` itself, unless its name is held as surrogate escapes (a notebook
-    cannot store them): then a temporary file moved to ``out`` when it stops, its recorded path rewritten as text."""
+    """Where papermill may write ``out``: ``out``, or for a name held as surrogate escapes (a notebook cannot store
+    them) a temporary file moved there at the end, its recorded path rewritten as text."""
     if out.is_symlink():
         out.unlink()  # papermill writes the file by name: a link there is removed, never written through
     if path_text(out, "surrogateescape") == str(out):
@@ -203,44 +189,20 @@ def _writable(out: Path) -> Iterator[Path]:
                     nbformat.write(nb, f)
 
 
-@contextlib.contextmanager
-def _kernel_env(values: dict[str, str]) -> Iterator[None]:
-    """Environment variables set while a notebook's kernel starts, restored afterwards."""
-    before = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _kernel_values(profile: str | None) -> dict[str, str]:
-    """What a study's kernel is told: $TIEBIAS_PROFILE when named, $TIEBIAS_STUDY, and Python's UTF-8 mode when
-    this process's file names are not UTF-8 (so the kernel can name a non-ASCII run folder)."""
-    from tiebias.config.environment import STUDY_ENV
-
-    values = {STUDY_ENV: "1"}
-    if profile is not None:
-        values[profiles.PROFILE_ENV] = profile
-    if codecs.lookup(sys.getfilesystemencoding()).name != "utf-8":
-        values[UTF8_MODE_ENV] = "1"
-    return values
-
-
 def _execute(name: str, src: Source, out: Path, parameters: dict[str, Any], progress: bool) -> None:
-    """Execute one notebook into ``out``; an error becomes :class:`NotebookFailed`, a stop names the notebook."""
+    """Execute one notebook into ``out``; an error becomes :class:`NotebookFailed`, a stop names the notebook. The
+    kernel is told $TIEBIAS_STUDY, the profile, and UTF-8 mode where this process's file names are not UTF-8."""
     from nbclient.exceptions import DeadKernelError
 
+    env = {environment.STUDY_ENV: "1"}
+    if parameters.get("profile") is not None:
+        env[profiles.PROFILE_ENV] = str(parameters["profile"])
+    if codecs.lookup(sys.getfilesystemencoding()).name != "utf-8":
+        env["PYTHONUTF8"] = "1"
     try:
-        profile = parameters.get("profile")
-        with _writable(out) as target, _kernel_env(_kernel_values(None if profile is None else str(profile))):
-            cwd = src.parent if isinstance(src, Path) else notebooks_dir()
+        with _writable(out) as target, mock.patch.dict(os.environ, env):
             pm.execute_notebook(str(src) if isinstance(src, Path) else src, str(target), parameters=parameters,
-                                cwd=str(cwd),
+                                cwd=str(src.parent if isinstance(src, Path) else notebooks_dir()),
                                 progress_bar=progress, kernel_name="python3", extra_arguments=list(KERNEL_ARGUMENTS))
     except pm.PapermillExecutionError as e:
         raise NotebookFailed(name, out, e.ename, e.evalue, e.traceback, e.cell_index, e.exec_count,
@@ -254,23 +216,14 @@ def _execute(name: str, src: Source, out: Path, parameters: dict[str, Any], prog
     except OSError as e:
         if e.errno not in _UNWRITABLE:
             raise
-        raise FolderUnwritable.of(out.parent.parent, e, f"{name} stopped") from None
-
-
-def peak_child_mib() -> float:
-    """The largest resident memory of any finished child process so far (a notebook's kernel), MiB."""
-    import resource
-
-    kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux, bytes on macOS
-    return kib / (1024 * 1024 if sys.platform == "darwin" else 1024)
+        raise FolderUnwritable(out.parent.parent, e, f"{name} stopped") from None
 
 
 def run_study(profile: str | Path | None = None, run_dir: str | Path | None = None,
               overrides: dict[str, Any] | None = None, only: list[str] | None = None,
               progress: bool = True, committed: bool = False) -> dict[str, float]:
     """Execute the notebooks in order into ``<run>/notebooks/``, then write summary.json, the reproduction report and
-    report.html. Everything is checked before anything is written; ``committed`` (an exercise) runs the notebooks as
-    committed."""
+    report.html; everything is checked first. ``committed`` (an exercise) runs the notebooks as committed."""
     overrides = dict(overrides or {})
     sources: dict[str, Source] = {}
     if committed:
@@ -285,16 +238,15 @@ def run_study(profile: str | Path | None = None, run_dir: str | Path | None = No
     except OSError as e:
         if e.errno not in _UNWRITABLE:
             raise
-        raise FolderUnwritable.of(Path(params["run_dir"]), e, "the study cannot start") from None
+        raise FolderUnwritable(Path(params["run_dir"]), e, "the study cannot start") from None
     before = record_command(params["run_dir"], params["profile"], overrides, only)
     times: dict[str, float] = {}
     memory: dict[str, float] = {}
     for name in names:
         src = sources.get(name, notebooks_dir() / f"{name}.ipynb")
-        declared = declared_parameters(name, src)
-        p = {"profile": params["profile"], "run_dir": params["run_dir"]}
-        p.update({k: params[k] for k in overrides if k in declared})
-        p = notebook_values(p)
+        declared = _declared(name, src)
+        p = notebook_values({"profile": params["profile"], "run_dir": params["run_dir"],
+                             **{k: params[k] for k in overrides if k in declared}})
         t0 = time.perf_counter()
         try:
             _execute(name, src, out_dir / f"{name}.ipynb", p, progress)
@@ -303,7 +255,10 @@ def run_study(profile: str | Path | None = None, run_dir: str | Path | None = No
                 restore_commands(params["run_dir"], before)
             raise
         times[name] = time.perf_counter() - t0
-        memory[name] = peak_child_mib()
+        import resource
+
+        kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # the largest kernel so far; bytes on macOS
+        memory[name] = kib / (1024 * 1024 if sys.platform == "darwin" else 1024)
         print(f"{name}: {times[name]:.0f} s -> {out_dir / (name + '.ipynb')}")
     from tiebias.output.report import write_report, write_summary
     from tiebias.output.reproduction_page import write_reproduction
