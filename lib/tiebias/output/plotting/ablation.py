@@ -14,7 +14,6 @@ from tiebias.verdicts import claims
 
 SERIES = {"vs_untied_input": ("untied input -> tied", "#1f77b4"),
           "vs_untied_output": ("untied output -> tied", "#d62728")}
-K_AXIS = "input-gradient factor k"
 
 
 def _band(fig: go.Figure, g, name: str, color: str, col: int, show: bool) -> None:  # noqa: ANN001
@@ -27,56 +26,42 @@ def _band(fig: go.Figure, g, name: str, color: str, col: int, show: bool) -> Non
                     showlegend=show, row=1, col=col)
 
 
-def _k_axis(fig: go.Figure, k: pd.Series, col: int, ytitle: str) -> None:
-    log_axis(fig, k, "x", row=1, col=col)
-    fig.update_xaxes(title_text=K_AXIS, row=1, col=col)
-    fig.update_yaxes(title_text=ytitle, row=1, col=col)
-
-
 def dose_response(table: pd.DataFrame, shares: pd.DataFrame | None = None, *, step: int | None = None) -> go.Figure:
-    """Both untied matrices' cosine to the tied one against k (:func:`tiebias.ablate.sweep.alignment_table` at
-    ``step``, None: the last), a panel per method, mean ± sd over seeds; ``shares`` adds the output path's gradient
-    share per k (:func:`tiebias.ablate.sweep.gradient_shares`) with claim 2's threshold.
+    """Both untied matrices' cosine to the tied one against k (:func:`tiebias.ablate.sweep.alignment_table`), a panel
+    per method, mean ± sd over seeds; ``shares`` adds the output path's gradient share per k with claim 2's threshold.
 
-    Args:
-        table: the alignment table. shares: the gradient shares (None: no share panel). step: the step shown
-            (None: the last).
-
-    Returns:
-        The figure (plotly).
-    """
-    d = table if step is None else table[table.step == step]
-    if step is None:
-        d = d[d.step == d.step.max()]
+    Args: table: the alignment table; shares: the gradient shares (None: no share panel); step: the step shown
+        (None: the last).
+    Returns: the figure."""
+    d = table[table.step == (table.step.max() if step is None else step)]
     methods = list(dict.fromkeys(d.method))
-    ncols = len(methods) + (1 if shares is not None else 0)
+    panels = [(m, d[d.method == m], "mean cosine to tied") for m in methods]
     titles = [f"{m} alignment" for m in methods] + (["output share of the gradient"] if shares is not None else [])
-    fig = make_subplots(rows=1, cols=ncols, subplot_titles=titles, horizontal_spacing=0.1)
-    for i, m in enumerate(methods, start=1):
-        dm = d[d.method == m]
-        for col, (label, color) in SERIES.items():
-            _band(fig, dm.groupby("k")[col], label, color, i, i == 1)
-        _k_axis(fig, dm.k, i, "mean cosine to tied")
     if shares is not None:
-        _band(fig, shares.groupby("k").output_share, "output share", "#7f7f7f", ncols, True)
-        reference_line(fig, claims.CLAIM2_SHARE, f"claim 2 threshold {claims.CLAIM2_SHARE:.0%}", row=1, col=ncols)
-        _k_axis(fig, shares.k, ncols, "out / (in + out)")
-        fig.update_yaxes(range=[0, 1.05], row=1, col=ncols)
+        panels.append((None, shares, "out / (in + out)"))
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=titles, horizontal_spacing=0.1)
+    for i, (m, dm, ytitle) in enumerate(panels, start=1):
+        if m is None:
+            _band(fig, dm.groupby("k").output_share, "output share", "#7f7f7f", i, True)
+            reference_line(fig, claims.CLAIM2_SHARE, f"claim 2 threshold {claims.CLAIM2_SHARE:.0%}", row=1, col=i)
+            fig.update_yaxes(range=[0, 1.05], row=1, col=i)
+        else:
+            for col, (label, color) in SERIES.items():
+                _band(fig, dm.groupby("k")[col], label, color, i, i == 1)
+        log_axis(fig, dm.k, "x", row=1, col=i)
+        fig.update_xaxes(title_text="input-gradient factor k", row=1, col=i)
+        fig.update_yaxes(title_text=ytitle, row=1, col=i)
     return fig.update_layout(height=440, margin=dict(t=110), title=f"Dose-response at step {int(d.step.max())} "
                              f"(bands: ± sd over {d.seed.nunique()} seeds)")
 
 
 def over_steps(table: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
-    """Both cosines against training step, a line per k (mean over seeds), one panel per cosine.
+    """Both cosines against training step, a line per k (mean over seeds), a panel per cosine.
 
-    Args:
-        table: the alignment table. method: the alignment method shown.
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: table: the alignment table; method: the alignment method shown.
+    Returns: the figure."""
     d = table[table.method == method]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=[v[0] for v in SERIES.values()], shared_yaxes=False)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=[v[0] for v in SERIES.values()])
     colors = ["#444444", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
     for j, col in enumerate(SERIES, start=1):
         for i, k in enumerate(sorted(d.k.unique())):
@@ -84,21 +69,17 @@ def over_steps(table: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
             fig.add_scatter(x=g.index, y=g.values, mode="lines+markers", name=f"k={k:g}",
                             line=dict(color=colors[i % len(colors)]), legendgroup=f"k{k}", showlegend=j == 1,
                             row=1, col=j)
-        fig.update_xaxes(title_text="training step", row=1, col=j)
-        fig.update_yaxes(title_text=f"mean cosine ({method})", row=1, col=j)
+    fig.update_xaxes(title_text="training step")
+    fig.update_yaxes(title_text=f"mean cosine ({method})")
     return fig.update_layout(height=380, title=f"{method} alignment through training, per k (mean over seeds)")
 
 
 def ingredients(summary: pd.DataFrame, k: float) -> go.Figure:
     """The shift at ``k`` of both cosines under each ingredient (:func:`tiebias.ablate.ingredients.summary`), mean
-    with its interval over seeds, the paper's shift as a dashed line where the table has it.
+    with its interval over seeds, the paper's shift dashed where the table has it.
 
-    Args:
-        summary: the ingredients summary. k: the k whose shift is shown.
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: summary: the ingredients summary; k: the k whose shift is shown.
+    Returns: the figure."""
     d = summary[summary.k == k]
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, subplot_titles=[f"towards the untied input matrix (k={k:g} - k=1)",
                                                         f"from the untied output matrix (k={k:g} - k=1)"])
@@ -117,17 +98,12 @@ def ingredients(summary: pd.DataFrame, k: float) -> go.Figure:
 
 def scale_axes(summary: pd.DataFrame, quantities: dict[str, str], title: str, base_vocab: int,
                base_width: int, base_steps: int | None = None) -> go.Figure:
-    """Each quantity (a row; ``quantities``: column -> label) of :func:`tiebias.ablate.scale.summary` against
-    vocabulary size (at ``base_width``), width (at ``base_vocab``) and, where the summary holds several lengths, tokens
-    seen per row; the size axes held at ``base_steps`` (None: no ``steps`` column). Mean and interval, log axes.
+    """Each quantity (a row) of :func:`tiebias.ablate.scale.summary` against vocabulary size, width and, where the
+    summary holds several lengths, tokens seen per row, the other axes held at the base values. Mean and interval.
 
-    Args:
-        summary: the scale summary. quantities: column -> label. title: the figure's title. base_vocab,
-            base_width, base_steps: the values held fixed on the other axes.
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: summary: the scale summary; quantities: column -> label; title: the figure's title; base_vocab,
+        base_width, base_steps: the values held fixed on the other axes (base_steps None: no ``steps`` column).
+    Returns: the figure."""
     has_steps = base_steps is not None and "steps" in summary.columns
     panels = [("vocab_size", {"width": base_width}, f"against vocabulary (width {base_width})"),
               ("width", {"vocab_size": base_vocab}, f"against width (vocabulary {base_vocab})")]
@@ -142,10 +118,7 @@ def scale_axes(summary: pd.DataFrame, quantities: dict[str, str], title: str, ba
     for row, q in enumerate(quantities, start=1):
         d = summary[summary.quantity == q]
         for col, (axis, fixed, _) in enumerate(panels, start=1):
-            keep = np.ones(len(d), dtype=bool)
-            for c, v in fixed.items():
-                keep &= (d[c] == v).to_numpy()
-            g = d[keep].sort_values(axis)
+            g = d[(d[list(fixed)] == pd.Series(fixed)).all(axis=1)].sort_values(axis)
             fig.add_scatter(x=g[axis], y=g["mean"], mode="lines+markers", showlegend=False, line=dict(color="#1f77b4"),
                             row=row, col=col, error_y=ci_bars(g["mean"], g.ci_low, g.ci_high))
             fig.update_xaxes(type="log", tickvals=list(g[axis]), ticktext=[f"{round(v):,}" for v in g[axis]], row=row, col=col,

@@ -8,7 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from tiebias.output.plotting.style import log_axis, palette, reference_line
+from tiebias.output.plotting.style import log_axis, mean_sd, palette, reference_line
 from tiebias.paper import TABLE1
 
 PAIRING_COLORS = {"within model": "#7f7f7f", "same seed": "#ff7f0e", "cross seed": "#1f77b4"}
@@ -19,26 +19,23 @@ COSINE = "mean per-token cosine"
 STEP_AT_HALF = "training step (log; step 0 shown at 0.5)"
 
 
+def _at_half(steps: pd.Series | np.ndarray) -> np.ndarray:
+    return np.maximum(np.asarray(steps, dtype=float), 0.5)
+
+
 def table1_bars(df: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
-    """Table 1 (:func:`tiebias.align.comparisons.table1`): bars per comparison and pairing, mean ± sd over seed
-    pairs of the ``method`` column, the paper's values as diamonds.
+    """Table 1 (:func:`tiebias.align.comparisons.table1`): bars per comparison and pairing, mean ± sd over seed pairs
+    of the ``method`` column, the paper's values as diamonds.
 
-    Args:
-        df: the Table 1 table. method: the alignment column shown.
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: df: the Table 1 table; method: the alignment column shown.
+    Returns: the figure."""
     fig = go.Figure()
     comps = list(dict.fromkeys(df.comparison))
     for pairing, color in PAIRING_COLORS.items():
-        d = df[df.pairing == pairing]
-        if d.empty:
-            continue
-        g = d.groupby("comparison", sort=False)[method]
-        mean, sd = g.mean().reindex(comps), g.std(ddof=1).reindex(comps)
-        fig.add_bar(x=comps, y=mean.values, error_y=dict(array=np.nan_to_num(sd.values)), name=pairing,
-                    marker_color=color)
+        g = df[df.pairing == pairing].groupby("comparison", sort=False)[method]
+        if g.ngroups:
+            fig.add_bar(x=comps, y=g.mean().reindex(comps).values, name=pairing, marker_color=color,
+                        error_y=dict(array=np.nan_to_num(g.std(ddof=1).reindex(comps).values)))
     for model, symbol in (("OLMo-1B", "diamond"), ("GPT-Neo / Pythia", "diamond-open")):
         xs = [c for c in comps if c in TABLE1[model]]
         fig.add_scatter(x=xs, y=[TABLE1[model][c][method] for c in xs], mode="markers", name=f"paper, {model}",
@@ -51,89 +48,64 @@ def table1_bars(df: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
 def cosine_histograms(scores: dict[str, np.ndarray], method: str = "linear") -> go.Figure:
     """Figure 1: overlaid histograms of per-token cosines after the ``method`` map, one per comparison, with its mean.
 
-    Args:
-        scores: comparison -> per-token cosines. method: the map's name, for the axis title.
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: scores: comparison -> per-token cosines; method: the map's name, for the axis title.
+    Returns: the figure."""
     fig = go.Figure()
     for (label, s), c in zip(scores.items(), palette(len(scores), ["#d62728", "#1f77b4", "#7f7f7f"]), strict=True):
-        s = np.asarray(s)
-        fig.add_histogram(x=s, name=f"{label} (mean {np.nanmean(s):.3f})", opacity=0.6, nbinsx=60, marker_color=c)
+        fig.add_histogram(x=np.asarray(s), name=f"{label} (mean {np.nanmean(s):.3f})", opacity=0.6, nbinsx=60,
+                          marker_color=c)
     return fig.update_layout(barmode="overlay", height=400, xaxis_title=f"per-token cosine after {method} map",
                              yaxis_title="tokens", title="Figure 1 analog: per-token alignment")
 
 
 def evolution(ev: pd.DataFrame) -> go.Figure:
     """Figure 3 (:func:`tiebias.align.comparisons.evolution_table`): cosine to initialisation and to the previous
-    checkpoint per matrix, mean ± sd over seeds against step (log axis, step 0 at 0.5).
+    checkpoint per matrix, mean ± sd over seeds against step.
 
-    Args:
-        ev: the evolution table.
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: ev: the evolution table.
+    Returns: the figure."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("cosine to initialisation", "cosine to previous checkpoint"))
     for m, color in MATRIX_COLORS.items():
         d = ev[ev.matrix == m]
-        if d.empty:
-            continue
         for j, col in enumerate(("cos_to_init", "cos_to_prev"), start=1):
-            g = d.groupby("step")[col]
-            mean, sd = g.mean(), g.std(ddof=1).fillna(0)
-            fig.add_scatter(x=np.maximum(mean.index.values, 0.5), y=mean.values, error_y=dict(array=sd.values),
-                            mode="lines+markers", name=m, line=dict(color=color), legendgroup=m, showlegend=j == 1,
-                            row=1, col=j)
-    log_axis(fig, np.maximum(ev.step.to_numpy(dtype=float), 0.5), "x")
+            if not d.empty:
+                mean_sd(fig, d.groupby("step")[col], m, color, x=_at_half, showlegend=j == 1, row=1, col=j)
+    log_axis(fig, _at_half(ev.step), "x")
     fig.update_xaxes(title_text=STEP_AT_HALF)
-    fig.update_yaxes(title_text=COSINE, row=1, col=1)
-    fig.update_yaxes(title_text=COSINE, row=1, col=2)
+    fig.update_yaxes(title_text=COSINE)
     return fig.update_layout(height=420, title="Figure 3 analog: how far each matrix moves (mean ± sd over seeds)")
 
 
 def norm_frequency(tables: dict[str, pd.DataFrame], rhos: dict[str, float]) -> go.Figure:
     """Figure 5: row norm against log10 training frequency of seen tokens
-    (:func:`tiebias.align.token_stats.norm_frequency`), a panel per matrix titled with its Spearman ``rhos``.
+    (:func:`tiebias.align.token_stats.norm_frequency`), a panel per matrix titled with its Spearman rho.
 
-    Args:
-        tables: matrix -> norm/frequency table. rhos: matrix -> Spearman rho.
-
-    Returns:
-        The figure (plotly).
-    """
-    names = list(tables)
-    fig = make_subplots(rows=1, cols=len(names), shared_yaxes=False,
-                        subplot_titles=[f"{n} (Spearman {rhos[n]:+.2f})" for n in names])
-    for j, n in enumerate(names, start=1):
-        seen = tables[n][tables[n].seen]
-        fig.add_scattergl(x=seen.log10_freq, y=seen.norm, mode="markers", marker=dict(size=3, opacity=0.4,
-                          color=MATRIX_COLORS.get(n, "#444")), name=n,
-                          text=seen["token"] if "token" in seen else None, showlegend=False, row=1, col=j)
-        fig.update_xaxes(title_text="log10 training frequency (count)", row=1, col=j)
-        fig.update_yaxes(title_text="row L2 norm", row=1, col=j)
+    Args: tables: matrix -> norm/frequency table; rhos: matrix -> Spearman rho.
+    Returns: the figure."""
+    fig = make_subplots(rows=1, cols=len(tables), subplot_titles=[f"{n} (Spearman {rhos[n]:+.2f})" for n in tables])
+    for j, (n, t) in enumerate(tables.items(), start=1):
+        seen = t[t.seen]
+        fig.add_scattergl(x=seen.log10_freq, y=seen.norm, mode="markers", name=n, showlegend=False, row=1, col=j,
+                          marker=dict(size=3, opacity=0.4, color=MATRIX_COLORS.get(n, "#444")),
+                          text=seen["token"] if "token" in seen else None)
+    fig.update_xaxes(title_text="log10 training frequency (count)")
+    fig.update_yaxes(title_text="row L2 norm")
     return fig.update_layout(height=400, title="Figure 5 analog: norm vs frequency (tokens seen in training)")
 
 
 def by_frequency(tables: dict[str, pd.DataFrame]) -> go.Figure:
     """Mean per-token cosine per frequency bin (:func:`tiebias.align.token_stats.by_frequency`), grouped bars per
-    comparison; error bars ± the per-token sd in the bin (the spread of tokens), clipped to [-1, 1].
+    comparison; error bars ± the per-token sd in the bin, clipped to [-1, 1].
 
-    Args:
-        tables: comparison -> per-bin table.
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: tables: comparison -> per-bin table.
+    Returns: the figure."""
     fig = go.Figure()
     for (label, t), c in zip(tables.items(), palette(len(tables), ["#d62728", "#1f77b4", "#7f7f7f"]), strict=True):
         mean, sd = t["mean"].to_numpy(dtype=float), t["std"].fillna(0).to_numpy(dtype=float)
         n = t["n"] if "n" in t else pd.Series(np.nan, index=t.index)
         fig.add_bar(x=t["bin"], y=mean, name=label, marker_color=c,
                     error_y=dict(type="data", array=np.minimum(sd, 1 - mean), arrayminus=np.minimum(sd, mean + 1),
-                                 symmetric=False),
-                    customdata=np.column_stack([sd, n]),
+                                 symmetric=False), customdata=np.column_stack([sd, n]),
                     hovertemplate="%{x}: mean %{y:.3f}, per-token sd %{customdata[0]:.3f}, "
                                   "%{customdata[1]} tokens<extra>%{fullData.name}</extra>")
     return fig.update_layout(barmode="group", height=420, xaxis_title="frequency bin (q1 = rarest seen tokens)",
@@ -145,21 +117,16 @@ def knn_by_frequency(table: pd.DataFrame) -> go.Figure:
     """Table 5 by frequency (:func:`tiebias.align.knn_bins.knn_by_frequency`): KNN overlap per bin, a line per
     comparison ± sd over pairs; tied -> tied is the ceiling, the dashed line chance, k / (V - 1).
 
-    Args:
-        table: the KNN overlap table per bin.
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: table: the KNN overlap table per bin.
+    Returns: the figure."""
     fig = go.Figure()
     for comp, color in KNN_COLORS.items():
         d = table[table.comparison == comp]
-        if d.empty:
-            continue
-        labels = [f"{b} ({lo}-{hi})" for b, lo, hi in zip(d.bin, d.count_min, d.count_max, strict=True)]
-        fig.add_scatter(x=labels, y=d.overlap, error_y=dict(array=np.nan_to_num(d.sd.to_numpy(dtype=float))),
-                        mode="lines+markers", name=f"{comp} ({d.pairing.iloc[0]})", line=dict(color=color,
-                        dash="dot" if "noise floor" in comp else "solid"))
+        if not d.empty:
+            fig.add_scatter(x=[f"{b} ({lo}-{hi})" for b, lo, hi in zip(d.bin, d.count_min, d.count_max, strict=True)],
+                            y=d.overlap, error_y=dict(array=np.nan_to_num(d.sd.to_numpy(dtype=float))),
+                            mode="lines+markers", name=f"{comp} ({d.pairing.iloc[0]})",
+                            line=dict(color=color, dash="dot" if "noise floor" in comp else "solid"))
     reference_line(fig, float(table.chance.iloc[0]), f"chance k / (V - 1) = {table.chance.iloc[0]:.4f}")
     return fig.update_layout(height=440, xaxis_title="token frequency bin (training counts), rarest first",
                              yaxis_title="KNN overlap (share of neighbours in common)",
@@ -168,29 +135,24 @@ def knn_by_frequency(table: pd.DataFrame) -> go.Figure:
 
 def levels_at_checkpoints(table: pd.DataFrame) -> go.Figure:
     """Tables 1, 2, 6 and Figure 3 at every checkpoint (:func:`tiebias.ablate.checkpoint_levels.levels`): ours mean ±
-    sd against step (log, step 0 at 0.5), the paper's levels as dashed lines labelled with their table and step.
+    sd against step, the paper's levels as dashed lines labelled with their table and step.
 
-    Args:
-        table: the levels table (ours and the paper's).
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: table: the levels table (ours and the paper's).
+    Returns: the figure."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("alignment to the tied matrix (orthogonal map)",
                                                         "untied matrices: cosine to initialisation"))
     ours, theirs = table[table.who == "this run"], table[table.who == "paper"]
     colors = palette(ours.quantity.nunique(), list(KNN_COLORS.values()))
     for (q, d), color in zip(ours.groupby("quantity", sort=False), colors, strict=True):
         col = 2 if d.source.iloc[0] == "Figure 3" else 1
-        fig.add_scatter(x=np.maximum(d.step.to_numpy(dtype=float), 0.5), y=d["mean"],
-                        error_y=dict(array=np.nan_to_num(d.sd.to_numpy(dtype=float))), mode="lines+markers",
-                        name=q, line=dict(color=color), legendgroup=q, row=1, col=col)
+        fig.add_scatter(x=_at_half(d.step), y=d["mean"], error_y=dict(array=np.nan_to_num(d.sd.to_numpy(dtype=float))),
+                        mode="lines+markers", name=q, line=dict(color=color), legendgroup=q, row=1, col=col)
         for r in theirs[theirs.quantity == q].itertuples():
             when = "trained model" if not np.isfinite(r.step) else f"step {int(r.step):,}"
             fig.add_hline(y=r.mean, line=dict(dash="dash", color=color, width=1), row=1, col=col,
                           annotation_text=f"paper {r.source}, {when}: {r.mean:.3f}", annotation_position="top left",
                           annotation_font=dict(size=10, color=color))
-    log_axis(fig, np.maximum(ours.step.to_numpy(dtype=float), 0.5), "x")
+    log_axis(fig, _at_half(ours.step), "x")
     fig.update_xaxes(title_text="our " + STEP_AT_HALF)
     fig.update_yaxes(title_text=COSINE, row=1, col=1)
     return fig.update_layout(height=480, title="Cosine levels at every checkpoint, beside the paper's at its own steps")

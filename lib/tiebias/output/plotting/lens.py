@@ -14,91 +14,63 @@ from plotly.subplots import make_subplots
 from tiebias import stats
 from tiebias.config.checks import is_int
 from tiebias.output import token_text
-from tiebias.output.plotting.style import COLORS, ci_bars, log_axis, mean_ci, palette
+from tiebias.output.plotting import style
+from tiebias.output.plotting.style import color, gap_bars, log_axis, mean_ci, mean_sd, palette, zero_line
 
 if TYPE_CHECKING:
     from tuned_lens.plotting import PredictionTrajectory
 
 GAP_AXIS = "KL gap (bits)"
 STATISTICS = ("cross_entropy", "entropy", "forward_kl", "rank", "max_probability")
-
-
-def _mean_sd(fig: go.Figure, g: Any, name: str, color: str, **kw: Any) -> None:
-    """A line of ``g``'s (a grouped column's) mean with ± sd error bars (one seed: no bar)."""
-    mean, sd = g.mean(), g.std(ddof=1).fillna(0)
-    fig.add_scatter(x=mean.index, y=mean.values, error_y=dict(array=sd.values), mode="lines+markers", name=name,
-                    legendgroup=name, line=dict(color=color, **kw.pop("line", {})), **kw)
-
-
-def _gap_errors(g: pd.DataFrame) -> dict:
-    return ci_bars(g.gap, g.ci_low, g.ci_high, nan_to_zero=True)
+CI = f"{stats.LEVEL:.0%} CI"
 
 
 def per_layer(df: pd.DataFrame, columns: dict[str, str], title: str, yaxis: str) -> go.Figure:
-    """One panel per column (panel title: ``columns``' value) of a per-layer lens table; a line per variant, mean ± sd
-    over seeds.
+    """A panel per column of a per-layer lens table, a line per variant, mean ± sd over seeds.
 
-    Args:
-        df: a per-layer lens table. columns: column -> panel title. title: the figure's title. yaxis: the y
-            axis title.
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: df: the table; columns: column -> panel title; title, yaxis: the figure's and the y axis's titles.
+    Returns: the figure."""
     fig = make_subplots(rows=1, cols=len(columns), subplot_titles=list(columns.values()), shared_yaxes=True)
     for j, col in enumerate(columns, start=1):
         for v in dict.fromkeys(df.variant):
-            _mean_sd(fig, df[df.variant == v].groupby("layer")[col], v, COLORS.get(v, "#7f7f7f"),
-                     showlegend=j == 1, row=1, col=j)
+            mean_sd(fig, df[df.variant == v].groupby("layer")[col], v, color(v), showlegend=j == 1, row=1, col=j)
         fig.update_xaxes(title_text="layer (0 = embeddings, last = model output)", dtick=1, row=1, col=j)
     fig.update_yaxes(title_text=yaxis, row=1, col=1)
     return fig.update_layout(height=420, title=title)
 
 
-def gap(gaps: pd.DataFrame, title: str = f"tied - untied tuned-lens KL per layer (mean, {stats.LEVEL:.0%} CI over seeds)") -> go.Figure:
-    """The per-layer gap (:func:`tiebias.lens.tables.gaps`) with its CI, one bar per layer, red where significant.
+def gap(gaps: pd.DataFrame, title: str = f"tied - untied tuned-lens KL per layer (mean, {CI} over seeds)") -> go.Figure:
+    """The per-layer gap (:func:`tiebias.lens.tables.gaps`) with its CI, a bar per layer, red where significant.
 
-    Args:
-        gaps: the per-layer gap table. title: the figure's title.
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: gaps: the gap table; title: the figure's title.
+    Returns: the figure."""
     fig = go.Figure(go.Bar(x=gaps.layer, y=gaps.gap, marker_color=["#d62728" if s else "#aaaaaa" for s in gaps.significant],
-                           error_y=_gap_errors(gaps)))
-    fig.add_hline(y=0, line=dict(color="black", width=1))
+                           error_y=gap_bars(gaps)))
+    zero_line(fig)
     return fig.update_layout(height=380, title=title + " (red: CI excludes 0)", xaxis_title="layer",
                              yaxis_title=GAP_AXIS, xaxis=dict(dtick=1))
 
 
 def gap_by_depth(gaps: dict[str, pd.DataFrame]) -> go.Figure:
-    """The gap against relative depth (layer / layers), one line with CIs per gap table (one model depth each).
+    """The gap against relative depth (layer / layers), a line with CIs per gap table (one model depth each).
 
-    Args:
-        gaps: name -> gap table.
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: gaps: name -> gap table.
+    Returns: the figure."""
     fig = go.Figure()
-    for (name, g), color in zip(gaps.items(), palette(len(gaps), ["#d62728", "#1f77b4", "#2ca02c"]), strict=True):
-        fig.add_scatter(x=g.layer / g.layer.max(), y=g.gap, mode="lines+markers", line=dict(color=color),
-                        name=f"{name} ({int(g.layer.max())} layers)", error_y=_gap_errors(g))
-    fig.add_hline(y=0, line=dict(color="black", width=1))
-    return fig.update_layout(height=380, title=f"tied - untied tuned-lens KL by relative depth (mean, {stats.LEVEL:.0%} CI)",
+    for (name, g), c in zip(gaps.items(), palette(len(gaps), ["#d62728", "#1f77b4", "#2ca02c"]), strict=True):
+        fig.add_scatter(x=g.layer / g.layer.max(), y=g.gap, mode="lines+markers", line=dict(color=c),
+                        name=f"{name} ({int(g.layer.max())} layers)", error_y=gap_bars(g))
+    zero_line(fig)
+    return fig.update_layout(height=380, title=f"tied - untied tuned-lens KL by relative depth (mean, {CI})",
                              xaxis_title="layer / number of layers", yaxis_title=GAP_AXIS)
 
 
 def ladder(df: pd.DataFrame, column: str = "kl_tuned_bits", title: str = "") -> go.Figure:
-    """KL against lens budget (steps), one panel per layer but the model output's (0 bits by construction), a line
-    per variant (mean ± sd over seeds); recipes after the first dashed.
+    """KL against lens budget, a panel per layer but the model output's (0 bits by construction), a line per variant
+    (mean ± sd over seeds); recipes after the first dashed.
 
-    Args:
-        df: a ladder lens table. column: the KL column shown. title: the figure's title (empty: a default).
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: df: a ladder lens table; column: the KL column shown; title: the figure's title (empty: a default).
+    Returns: the figure."""
     layers = sorted(set(df.layer))[:-1] or sorted(set(df.layer))
     recipes = list(dict.fromkeys(df.recipe))
     cols = min(len(layers), 4)
@@ -110,8 +82,8 @@ def ladder(df: pd.DataFrame, column: str = "kl_tuned_bits", title: str = "") -> 
         for recipe in recipes:
             for v in dict.fromkeys(df.variant):
                 g = df[(df.layer == layer) & (df.variant == v) & (df.recipe == recipe)].groupby("lens_steps")[column]
-                _mean_sd(fig, g, v if len(recipes) == 1 else f"{v}, {recipe}", COLORS.get(v, "#7f7f7f"),
-                         line=dict(dash="solid" if recipe == recipes[0] else "dash"), showlegend=j == 0, row=r, col=c)
+                mean_sd(fig, g, v if len(recipes) == 1 else f"{v}, {recipe}", color(v),
+                        line=dict(dash="solid" if recipe == recipes[0] else "dash"), showlegend=j == 0, row=r, col=c)
         log_axis(fig, df.lens_steps, "x", row=r, col=c)
         fig.update_xaxes(title_text="lens training steps", row=r, col=c)
         fig.update_yaxes(title_text="KL (bits)", row=r, col=c)
@@ -122,43 +94,35 @@ def ladder(df: pd.DataFrame, column: str = "kl_tuned_bits", title: str = "") -> 
 def ladder_gap(ladder_gaps: pd.DataFrame) -> go.Figure:
     """The early-layer gap with its CI at each lens budget (:func:`tiebias.lens.tables.ladder_gaps`), a line per recipe.
 
-    Args:
-        ladder_gaps: the gap table per budget and recipe.
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: ladder_gaps: the gap table per budget and recipe.
+    Returns: the figure."""
     fig = go.Figure()
     for recipe, g in ladder_gaps.groupby("recipe", sort=False):
-        fig.add_scatter(x=g.budget, y=g.gap, mode="lines+markers", name=str(recipe), error_y=_gap_errors(g))
-    fig.add_hline(y=0, line=dict(color="black", width=1))
-    fig.update_layout(height=360, title=f"early-layer tuned-lens KL gap (tied - untied) by lens budget, {stats.LEVEL:.0%} CI",
+        fig.add_scatter(x=g.budget, y=g.gap, mode="lines+markers", name=str(recipe), error_y=gap_bars(g))
+    zero_line(fig)
+    fig.update_layout(height=360, title=f"early-layer tuned-lens KL gap (tied - untied) by lens budget, {CI}",
                       xaxis_title="lens budget (multiple of lens_steps)", yaxis_title=GAP_AXIS)
     return log_axis(fig, ladder_gaps.budget, "x")
 
 
 def gap_vs_loss(scale: pd.DataFrame, extra: dict[str, dict] | None = None) -> go.Figure:
-    """The early-layer gap against validation loss, a point per checkpoint; ``extra``: single labelled points
-    (name -> {"val_loss", "gap", "ci_low", "ci_high"}). The loss axis is reversed: better-trained to the right.
+    """The early-layer gap against validation loss, a point per checkpoint, plus ``extra`` labelled points; the loss
+    axis reversed (better-trained to the right).
 
-    Args:
-        scale: a gap and loss per checkpoint. extra: name -> a single point (None: none).
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: scale: a gap and loss per checkpoint; extra: name -> {"val_loss", "gap", "ci_low", "ci_high"} (None: none).
+    Returns: the figure."""
     fig = go.Figure()
     fig.add_scatter(x=scale.val_loss, y=scale.gap, mode="lines+markers+text", name="checkpoints of the run",
                     text=[f"step {s}" for s in scale.step], textposition="top center",
-                    error_y=_gap_errors(scale), line=dict(color="#d62728"))
+                    error_y=gap_bars(scale), line=dict(color="#d62728"))
     extra = extra or {}
-    for (name, pt), color in zip(extra.items(), palette(len(extra), ["#1f77b4", "#2ca02c", "#9467bd"]), strict=True):
+    for (name, pt), c in zip(extra.items(), palette(len(extra), ["#1f77b4", "#2ca02c", "#9467bd"]), strict=True):
         g = pd.DataFrame([pt])
         fig.add_scatter(x=g.val_loss, y=g.gap, mode="markers+text", name=name, text=[name],
-                        textposition="bottom center", marker=dict(size=11, symbol="diamond", color=color),
-                        error_y=_gap_errors(g))
-    fig.add_hline(y=0, line=dict(color="black", width=1))
-    return fig.update_layout(height=400, title=f"early-layer tuned-lens KL gap (tied - untied) against model quality, {stats.LEVEL:.0%} CI",
+                        textposition="bottom center", marker=dict(size=11, symbol="diamond", color=c),
+                        error_y=gap_bars(g))
+    zero_line(fig)
+    return fig.update_layout(height=400, title=f"early-layer tuned-lens KL gap (tied - untied) against model quality, {CI}",
                              xaxis_title="validation loss (nats; lower = better trained)", yaxis_title=GAP_AXIS,
                              xaxis=dict(autorange="reversed"))
 
@@ -166,28 +130,22 @@ def gap_vs_loss(scale: pd.DataFrame, extra: dict[str, dict] | None = None) -> go
 class _Formatter:
     """The package's token formatter in this kit's whitespace notation; a non-string (unknown id) is ``<unk>``."""
 
-    def __init__(self, max_chars: int = 8) -> None:
-        self.max_chars = max_chars
+    def __init__(self) -> None:
         self.vectorized_format = np.vectorize(self.format, otypes=[object])
 
     def format(self, token: Any) -> str:
-        return token_text.show(token, self.max_chars) if isinstance(token, str) else "<unk>"
+        return token_text.show(token, 8) if isinstance(token, str) else "<unk>"
 
 
 def trajectory_figure(traj: PredictionTrajectory, statistic: str = "cross_entropy", title: str = "",
                       token_width: int = 80, max_width: int = 900) -> Any:
     """A heatmap of one trajectory statistic (layers x tokens), each cell labelled with the lens's top token,
-    ``token_width`` px per token plus 200, at most ``max_width`` (>= 300).
+    ``token_width`` px per token plus 200, at most ``max_width`` (>= 300). Re-implements ``TrajectoryStatistic.figure``,
+    whose ``colorbar.titleside`` plotly >= 6 rejects.
 
-    Re-implements ``TrajectoryStatistic.figure``: the package sets ``colorbar.titleside``, which plotly >= 6 rejects.
-
-    Args:
-        traj: the trajectory. statistic: the statistic shown. title: the figure's title.
-        token_width: pixels per token. max_width: the figure's largest width (pixels).
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: traj: the trajectory; statistic: the one shown; title: the figure's title; token_width: pixels per
+        token; max_width: the largest width (pixels).
+    Returns: the figure."""
     if statistic not in STATISTICS:
         raise ValueError(f"statistic: must be one of {', '.join(STATISTICS)}; got {statistic!r}")
     if not is_int(max_width) or max_width < 300:
@@ -208,15 +166,11 @@ def trajectory_figure(traj: PredictionTrajectory, statistic: str = "cross_entrop
 
 
 def readings(layers: pd.DataFrame, table: pd.DataFrame, a: str = "tied", b: str = "untied") -> go.Figure:
-    """Claim 3 under four readings (:func:`tiebias.lens.readings.decomposition`'s two tables): per-layer KL of ``a``
-    and ``b``, a panel per reading titled with its early-layer gap and CI.
+    """Claim 3 under four readings (:func:`tiebias.lens.readings.decomposition`): per-layer KL of ``a`` and ``b``, a
+    panel per reading titled with its early-layer gap and CI.
 
-    Args:
-        layers: per-layer KL per reading. table: a gap per reading. a, b: the variants compared.
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: layers: per-layer KL per reading; table: a gap per reading; a, b: the variants compared.
+    Returns: the figure."""
     titles = [f"({r.reading}) {r.protocol} reading, {r.lens_steps} steps<br>early gap {r.gap + 0.0:+.3g} "
               f"[{r.ci_low + 0.0:+.3g}, {r.ci_high + 0.0:+.3g}]" for r in table.itertuples()]
     fig = make_subplots(rows=1, cols=len(table), subplot_titles=titles, shared_yaxes=True, horizontal_spacing=0.03)
@@ -224,7 +178,7 @@ def readings(layers: pd.DataFrame, table: pd.DataFrame, a: str = "tied", b: str 
         g = layers[layers.reading == key]
         for v in (a, b):
             fig.add_scatter(x=g.layer, y=g[v], mode="lines+markers", name=v, legendgroup=v, showlegend=j == 0,
-                            line=dict(color=COLORS.get(v, "#7f7f7f")), row=1, col=j + 1)
+                            line=dict(color=color(v)), row=1, col=j + 1)
         fig.update_xaxes(title_text="layer", row=1, col=j + 1)
     fig.update_yaxes(title_text="tuned-lens KL (bits)", col=1)
     fig.update_annotations(font_size=11)
@@ -232,21 +186,17 @@ def readings(layers: pd.DataFrame, table: pd.DataFrame, a: str = "tied", b: str 
 
 
 def row1_parts(parts: pd.DataFrame, readings: tuple[str, ...]) -> go.Figure:
-    """Row-1 KL under each reading of ``readings`` (:func:`tiebias.lens.mechanism.run_row1_parts`' "kl" rows), grouped
-    bars per variant: mean and t-interval over seeds.
+    """Row-1 KL under each of ``readings`` (:func:`tiebias.lens.mechanism.run_row1_parts`' "kl" rows), grouped bars
+    per variant: mean and t-interval over seeds.
 
-    Args:
-        parts: the row-1 parts table. readings: the readings shown.
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: parts: the row-1 parts table; readings: the readings shown.
+    Returns: the figure."""
     fig = go.Figure()
     kl = parts[parts.kind == "kl"]
     for v, g in kl.groupby("variant", sort=False):
         mean, err = mean_ci(g[g.measure == r].value.to_numpy() for r in readings)
-        fig.add_bar(x=list(readings), y=mean, name=str(v), marker_color=COLORS.get(str(v), "#7f7f7f"), error_y=err)
-    return fig.update_layout(barmode="group", title=f"Row 1 read four ways: KL(final || lens) in bits (mean, {stats.LEVEL:.0%} CI over seeds)",
+        fig.add_bar(x=list(readings), y=mean, name=str(v), marker_color=color(v), error_y=err)
+    return fig.update_layout(barmode="group", title=f"Row 1 read four ways: KL(final || lens) in bits (mean, {CI} over seeds)",
                              yaxis_title="KL at row 1, bits", height=420)
 
 
@@ -254,17 +204,13 @@ def penalty_vs_k(by_k: pd.DataFrame) -> go.Figure:
     """The paper's reading's row-1 penalty (:func:`tiebias.lens.mechanism.penalty_by_k`) of tied models against k:
     per seed (points) and mean with t-interval, log k axis.
 
-    Args:
-        by_k: the penalty per seed and k.
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: by_k: the penalty per seed and k.
+    Returns: the figure."""
     fig = go.Figure()
     fig.add_scatter(x=by_k.k, y=by_k.penalty, mode="markers", marker=dict(color="#bbbbbb", size=7), name="one seed")
     ks = sorted(by_k.k.unique())
     mean, err = mean_ci(by_k[by_k.k == k].penalty.to_numpy() for k in ks)
-    fig.add_scatter(x=ks, y=mean, mode="lines+markers", name="mean", line=dict(color=COLORS["tied"]), error_y=err)
+    fig.add_scatter(x=ks, y=mean, mode="lines+markers", name="mean", line=dict(color=style.COLORS["tied"]), error_y=err)
     fig.update_xaxes(type="log", tickvals=ks, title_text="k (input-path gradient factor)")
     return fig.update_layout(title="The paper's lens reading's row-1 penalty against k (tied models, bits)",
                              yaxis_title="KL(reference) - KL(package) at row 1, bits", height=420)
@@ -272,18 +218,14 @@ def penalty_vs_k(by_k: pd.DataFrame) -> go.Figure:
 
 def bigram_bound(table: pd.DataFrame) -> go.Figure:
     """Layer-0 tuned-lens KL against the gain over the bigram baseline (:func:`tiebias.lens.bigram_bound.bound_table`),
-    a point per model; the dotted diagonal is where a layer-0 lens as good as the best bigram would sit.
+    a point per model; on the dotted diagonal a layer-0 lens would be as good as the best bigram.
 
-    Args:
-        table: the bound table, a row per model.
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: table: the bound table, a row per model.
+    Returns: the figure."""
     fig = go.Figure()
     for variant, d in table.groupby("variant", sort=False):
         fig.add_scatter(x=d.bigram_gain_bits, y=d.kl_layer0_bits, mode="markers", name=str(variant),
-                        marker=dict(size=11, color=COLORS.get(str(variant))),
+                        marker=dict(size=11, color=style.COLORS.get(str(variant))),
                         text=[f"{variant}-s{s}" for s in d.seed], hovertemplate="%{text}: gain %{x:.3f}, KL %{y:.3f}")
     lo = float(min(table.bigram_gain_bits.min(), 0.0))
     hi = float(max(table.bigram_gain_bits.max(), table.kl_layer0_bits.max(), 0.0))

@@ -16,42 +16,30 @@ TIED_COLORS = ["#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 WINDOW_COLORS = ["#1f77b4", "#aec7e8", "#9edae5", "#d62728", "#ff9896", "#f7b6d2"]
 
 
-def _color(variant: str, i: int) -> str:
-    """Tied and untied their own colour; a scaled tied variant (``tied_in5``) one of :data:`TIED_COLORS`."""
-    if variant in COLORS:
-        return COLORS[variant]
-    base = variant.split("_")[0]
-    return TIED_COLORS[i % len(TIED_COLORS)] if base == "tied" else COLORS.get(base, "#7f7f7f")
-
-
 def loss_curves(train: dict[str, pd.DataFrame], val: dict[str, pd.DataFrame], *, smooth: int = 10,
                 unigram: float | None = None, bigram: float | None = None) -> go.Figure:
     """Training loss (rolling mean over ``smooth`` steps, thin) and validation loss (markers) per model key, with the
     unigram (dashed) and bigram (dotted) baselines when given.
 
-    Args:
-        train, val: model key -> training / validation log. smooth: the rolling window (steps). unigram,
-            bigram: the baselines (None: not drawn).
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: train, val: model key -> training / validation log; smooth: the rolling window (steps); unigram,
+        bigram: the baselines (None: not drawn).
+    Returns: the figure."""
     fig = go.Figure()
     variants = sorted({parse_key(k)[0].name for k in train})
     for key, df in train.items():
-        variant = parse_key(key)[0].name
-        c = _color(variant, variants.index(variant))
+        variant = parse_key(key)[0].name  # a scaled tied variant (tied_in5) gets one of TIED_COLORS
+        c = COLORS.get(variant) or (TIED_COLORS[variants.index(variant) % len(TIED_COLORS)]
+                                    if variant.split("_")[0] == "tied" else COLORS.get(variant.split("_")[0], "#7f7f7f"))
         fig.add_scatter(x=df.step, y=df.loss.rolling(smooth, min_periods=1).mean(), mode="lines",
                         line=dict(color=c, width=1), opacity=0.6, name=f"{key} train", legendgroup=variant)
         if key in val:
             fig.add_scatter(x=val[key].step, y=val[key].val_loss, mode="lines+markers", name=f"{key} validation",
                             line=dict(color=c, width=2, dash="dot"), legendgroup=variant)
-    if unigram is not None:
-        fig.add_hline(y=unigram, line=dict(color="gray", dash="dash"),
-                      annotation_text=f"unigram baseline {unigram:.2f}", annotation_position="top right")
-    if bigram is not None:
-        fig.add_hline(y=bigram, line=dict(color="black", dash="dot"),
-                      annotation_text=f"bigram baseline {bigram:.2f}", annotation_position="bottom right")
+    for value, name, dash, where, line_color in ((unigram, "unigram", "dash", "top", "gray"),
+                                                 (bigram, "bigram", "dot", "bottom", "black")):
+        if value is not None:
+            fig.add_hline(y=value, line=dict(color=line_color, dash=dash), annotation_position=f"{where} right",
+                          annotation_text=f"{name} baseline {value:.2f}")
     return fig.update_layout(title="Loss (nats per token)", xaxis_title="step", yaxis_title="cross-entropy (nats)",
                              height=420)
 
@@ -60,13 +48,9 @@ def gradient_flow(metrics: dict[str, pd.DataFrame], *, first_n: int | None = Non
     """Paper Figure 4 from tied models' training logs: each path's gradient norm (log axis) above, the mean output
     share below with the paper's values and claim 2's threshold; steps up to ``first_n`` (None: all).
 
-    Args:
-        metrics: model key -> a tied model's training log. first_n: the last step shown (None: all). smooth:
-            the rolling window (steps).
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: metrics: model key -> a tied model's training log; first_n: the last step shown (None: all); smooth: the
+        rolling window (steps).
+    Returns: the figure."""
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=("L2 norm of the gradient reaching the shared matrix, by path",
                                         "output path's share  out / (in + out)"))
@@ -97,15 +81,10 @@ def gradient_flow(metrics: dict[str, pd.DataFrame], *, first_n: int | None = Non
 
 def claim2_windows(table: pd.DataFrame) -> go.Figure:
     """The output share per window and metric (:func:`tiebias.train.windows.window_shares`), bars with the interval
-    over seeds; a ``paper`` column adds the paper's log as diamonds beside the ``proxy l2`` bars (its input column is
-    always the proxy).
+    over seeds; a ``paper`` column adds the paper's log as diamonds beside the ``proxy l2`` bars.
 
-    Args:
-        table: the window shares table.
-
-    Returns:
-        The figure (plotly).
-    """
+    Args: table: the window shares table.
+    Returns: the figure."""
     fig = go.Figure()
     windows = list(dict.fromkeys(table.window))
     for i, (metric, g) in enumerate(table.groupby("metric", sort=False)):
