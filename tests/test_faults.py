@@ -30,7 +30,7 @@ from safetensors.torch import load_file, save_file
 
 from tiebias.align import comparisons, embeddings
 from tiebias.config.lens import LensSettings
-from tiebias.config.variants import parse_variants
+from tiebias.config.params import coerce
 from tiebias.data import tokens
 from tiebias.lens import ladder as lens_ladder
 from tiebias.output import report
@@ -229,13 +229,13 @@ def test_update_config_writes_after_success(run: Run) -> None:
 
 
 def test_empty_variants_named() -> None:
-    with pytest.raises(ValueError, match="variants: empty"):
-        parse_variants([])
-    with pytest.raises(ValueError, match="variants: variant: cannot parse 'tide'"):
-        parse_variants("tied,tide")
+    with pytest.raises(ValueError, match="variants: .*need one or more values"):
+        coerce("variants", [])
+    with pytest.raises(ValueError, match="variants: .* cannot parse 'tide'"):
+        coerce("variants", "tied,tide")
     with pytest.raises(ValueError, match="variants: .* repeats a variant"):
-        parse_variants(["tied", "tied_in1"])
-    assert [v.name for v in parse_variants("tied, untied")] == ["tied", "untied"]
+        coerce("variants", ["tied", "tied_in1"])
+    assert coerce("variants", "tied, untied") == ["tied", "untied"]
 
 
 def test_knn_k_zero_named() -> None:

@@ -388,24 +388,3 @@ def test_training_keys_reach_train_and_config_is_recorded_only_after_success(tmp
     method_col = table[0].split(",").index("method")
     assert {r.split(",")[method_col] for r in table[1:]} == {"linear"}
     assert "(budget 7.5 min)" in (run / "notebooks" / "04_ablate.ipynb").read_text()
-
-
-def test_what_a_parameter_configures_names_functions_that_exist() -> None:
-    """``python -m tiebias profiles`` prints where each parameter goes: every dotted name there is a real one."""
-    import importlib
-
-    import tiebias
-
-    units = {p.name for p in Path(tiebias.__file__).parent.iterdir() if p.is_dir() and not p.name.startswith("_")}
-    missing = []
-    for p in PARAMS.values():
-        for dotted in re.findall(r"\b[a-z_]+(?:\.[A-Za-z_0-9]+)+", p.configures):
-            parts = dotted.split(".")
-            if parts[0] not in units:
-                continue
-            obj = importlib.import_module(f"tiebias.{parts[0]}")
-            for part in parts[1:]:
-                obj = getattr(obj, part, None)
-            if obj is None:
-                missing.append(f"{p.name}: {dotted}")
-    assert not missing, missing

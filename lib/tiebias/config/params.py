@@ -1,8 +1,7 @@
 """The parameter vocabulary: one typed model, :class:`Params`, for profiles, notebooks, ``--set`` and ``make``.
 
 A profile key, a notebook parameter, a ``--set`` name and a ``make`` variable are the same name for the same thing.
-A field without a default is a key every profile gives; the ``default`` profile's values are also the defaults in
-code (:data:`tiebias.config.training.DEFAULT_PROFILE`). :func:`coerce` checks and types one value.
+A field without a default is a key every profile gives (the ``default`` profile's values are the defaults in code).
 """
 
 import difflib
@@ -21,8 +20,7 @@ from tiebias.config.choices import INGREDIENTS, LENS_PROTOCOLS, LENS_RECIPES, ME
 from tiebias.config.corpus import BYTE_ALPHABET_SIZE, EMBEDDED_CORPUS, SPECIAL_TOKENS, looks_like_hub_name
 from tiebias.config.paths import NOTEBOOKS, check_encodable
 from tiebias.config.presets import FAMILIES, PRESETS
-from tiebias.config.training import SEED_LIMIT, TrainConfig, factors_problem, lr_problem
-from tiebias.config.variants import parse_variants
+from tiebias.config.variants import Variant
 
 PATH_PARAMETERS = ("corpus", "tied_source", "untied_source")  # local paths or hub names
 MIN_VOCAB = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
@@ -38,28 +36,17 @@ def _rule(problem: Callable[[Any], str | None]) -> AfterValidator:
 
 
 def _no_flag(v: Any) -> Any:
-    """A bool is never a number (``True`` would pass as 1)."""
-    if isinstance(v, bool):
+    if isinstance(v, bool):  # True would pass as 1
         raise ValueError("need a number, not true or false")
     return v
 
 
-Int = Annotated[int, BeforeValidator(_no_flag)]
-Num = Annotated[float, BeforeValidator(_no_flag)]
-Preset = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
-UNIQUE = _rule(lambda v: None if len(set(v)) == len(v) else "a value is repeated")
-INCREASING = _rule(lambda v: None if all(a < b for a, b in itertools.pairwise(v)) else "need strictly increasing values")
-SEEDS = _rule(lambda v: None if all(0 <= x < SEED_LIMIT for x in v) else
-              f"need one or more integers 0 <= seed < 2**32 ({SEED_LIMIT}), e.g. [0, 1, 2] or '0,1,2'")
-
-
 def _variants(v: list[str]) -> str | None:
-    """Variants as :func:`tiebias.config.variants.parse_variants` accepts them."""
     try:
-        parse_variants(v)
+        names = [Variant.parse(x).name for x in v]
     except ValueError as e:
-        return str(e).removeprefix("variants: ").removeprefix("variant: ")
-    return None
+        return str(e).removeprefix("variant: ")
+    return None if len(set(names)) == len(names) else f"{names!r} repeats a variant"
 
 
 def _corpus(v: str) -> str | None:
@@ -70,16 +57,23 @@ def _corpus(v: str) -> str | None:
             "('name' or 'user/name', optionally ':config')")
 
 
-def _p(help: str, notebooks: str, configures: str, default: Any = PydanticUndefined, *, profile: bool = True,
-       defaults: Mapping[str, Any] | None = None, **rules: Any) -> Any:
-    """One name: its meaning, the notebooks using it (``"01 03"``), what it reaches, its default and Field rules."""
-    extra = {"notebooks": tuple(n for n in NOTEBOOKS if n[:2] in notebooks.split()), "configures": configures,
-             "profile": profile, "defaults": dict(defaults or {})}
-    return Field(default, description=help, json_schema_extra=extra, **rules)  # type: ignore[arg-type]
-
-
+Int = Annotated[int, BeforeValidator(_no_flag)]
+Num = Annotated[float, BeforeValidator(_no_flag)]
+Preset = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
+UNIQUE = _rule(lambda v: None if len(set(v)) == len(v) else "a value is repeated")
+INCREASING = _rule(lambda v: None if all(a < b for a, b in itertools.pairwise(v)) else "need strictly increasing values")
+SEEDS = _rule(lambda v: None if all(0 <= x < training.SEED_LIMIT for x in v) else
+              f"need one or more integers 0 <= seed < 2**32 ({training.SEED_LIMIT}), e.g. [0, 1, 2] or '0,1,2'")
 _TRAIN = "01 03 04"
 _NONEMPTY = {"min_length": 1}
+
+
+def _p(help: str, notebooks: str, default: Any = PydanticUndefined, *, profile: bool = True,
+       defaults: Mapping[str, Any] | None = None, **rules: Any) -> Any:
+    """One name: its meaning, the notebooks using it (``"01 03"``), its default, notebooks' own defaults, rules."""
+    extra = {"notebooks": tuple(n for n in NOTEBOOKS if n[:2] in notebooks.split()), "profile": profile,
+             "defaults": dict(defaults or {})}
+    return Field(default, description=help, json_schema_extra=extra, **rules)  # type: ignore[arg-type]
 
 
 class Params(BaseModel):
@@ -88,98 +82,74 @@ class Params(BaseModel):
     model_config = {"validate_assignment": True, "allow_inf_nan": False}
 
     corpus: Annotated[str, _rule(_corpus)] = _p(
-        "'shakespeare' (embedded), a local .txt/.jsonl/.parquet file or folder, or a hub dataset", "01 03 04",
-        "Run.prepare(corpus=): the run's data")
+        "'shakespeare' (embedded), a local .txt/.jsonl/.parquet file or folder, or a hub dataset", "01 03 04")
     vocab_size: Annotated[Int, _rule(lambda v: None if v >= MIN_VOCAB else f"byte-level BPE needs at least {MIN_VOCAB} "
                                      f"({BYTE_ALPHABET_SIZE} bytes + specials)")] = _p(
-        "byte-level BPE vocabulary size", "01 04", "Run.prepare(vocab_size=): the run's tokenizer")
-    preset: Preset = _p("model shape (tiebias.config.presets.PRESETS)", _TRAIN, "TrainConfig.preset in train()")
-    family: Literal[FAMILIES] = _p("llama (OLMo-like) or neox (Pythia-like)", _TRAIN,  # type: ignore[valid-type]
-                                   "TrainConfig.family in train()")
-    steps: Int = _p("optimiser steps per model", _TRAIN, "TrainConfig.steps in train()", ge=1)
-    batch_size: Int = _p("sequences per step", _TRAIN, "TrainConfig.batch_size in train()", ge=1)
-    seq_len: Int = _p("tokens per sequence", _TRAIN, "TrainConfig.seq_len in train()", ge=2)
-    lr: Annotated[Num, _rule(lr_problem)] = _p("peak learning rate (AdamW, warmup then cosine), at most 1", _TRAIN,
-                                               "TrainConfig.lr in train()")
-    warmup_steps: Int = _p("linear warmup steps (fewer than steps)", _TRAIN, "TrainConfig.warmup_steps in train()", ge=0)
-    eval_every: Int = _p("validation loss every N steps", _TRAIN, "TrainConfig.eval_every in train()", ge=1)
-    eval_tokens: Int = _p("validation tokens per evaluation", _TRAIN, "TrainConfig.eval_tokens in train()", ge=1)
-    checkpoint_every: Int = _p("regular checkpoints every N steps (log-spaced ones are always written)", _TRAIN,
-                               "TrainConfig.checkpoint_every in train()", ge=1)
+        "byte-level BPE vocabulary size", "01 04")
+    preset: Preset = _p("model shape (tiebias.config.presets.PRESETS)", _TRAIN)
+    family: Literal[FAMILIES] = _p(  # type: ignore[valid-type]
+        "llama (OLMo-like) or neox (Pythia-like)", _TRAIN)
+    steps: Int = _p("optimiser steps per model", _TRAIN, ge=1)
+    batch_size: Int = _p("sequences per step", _TRAIN, ge=1)
+    seq_len: Int = _p("tokens per sequence", _TRAIN, ge=2)
+    lr: Annotated[Num, _rule(training.lr_problem)] = _p("peak learning rate (AdamW, warmup then cosine), at most 1", _TRAIN)
+    warmup_steps: Int = _p("linear warmup steps (fewer than steps)", _TRAIN, ge=0)
+    eval_every: Int = _p("validation loss every N steps", _TRAIN, ge=1)
+    eval_tokens: Int = _p("validation tokens per evaluation", _TRAIN, ge=1)
+    checkpoint_every: Int = _p("regular checkpoints every N steps (log-spaced ones are always written)", _TRAIN, ge=1)
     seeds: Annotated[list[Int], SEEDS, UNIQUE] = _p(
-        "seeds of the study: one model per variant and seed (02: the seeds compared)", "01 02 03",
-        "01: models trained; 02: pairs compared; 03: lenses trained", **_NONEMPTY)
+        "seeds of the study: one model per variant and seed (02: the seeds compared)", "01 02 03", **_NONEMPTY)
     variants: Annotated[list[str], _rule(_variants)] = _p(
-        "model variants: tied, untied, tied_in<k>, tied_out<k>, tied_in<k>_out<k>", "01 03",
-        "01: models trained; 03: models given a lens", **_NONEMPTY)
+        "model variants: tied, untied, tied_in<k>, tied_out<k>, tied_in<k>_out<k>", "01 03", **_NONEMPTY)
     heldout_folds: Annotated[Int, _rule(lambda v: None if v == 0 or v >= 2 else
                                         "need 0 (in-sample only) or an integer >= 2 (k-fold)")] = _p(
-        "k-fold held-out alignment maps (0 = in-sample only, as in the paper)", "02",
-        "align.comparisons.table1(heldout_folds=)")
-    knn_k: Int = _p("neighbours for the KNN@k overlap", "02", "align.comparisons.table1(knn_k=)", ge=1)
-    lens_steps: Int = _p("tuned-lens training steps", "03 04", "config.lens.LensSettings(steps=)", ge=1)
-    lens_tokens_per_step: Int = _p("tuned-lens tokens per step", "03 04", "config.lens.LensSettings(tokens_per_step=)",
-                                   ge=1)
+        "k-fold held-out alignment maps (0 = in-sample only, as in the paper)", "02")
+    knn_k: Int = _p("neighbours for the KNN@k overlap", "02", ge=1)
+    lens_steps: Int = _p("tuned-lens training steps", "03 04", ge=1)
+    lens_tokens_per_step: Int = _p("tuned-lens tokens per step", "03 04", ge=1)
     lens_depth_presets: Annotated[list[Preset], UNIQUE] = _p(
-        "other model depths for 03_lens, same width ([] = off), e.g. ['small-deep', 'small-16']", "03",
-        "train.train_depth_models(preset=)", [])
-    lens_eval_tokens: Int = _p("lens evaluation tokens (test split)", "03 04", "config.lens.LensSettings(eval_tokens=)",
-                               ge=1)
+        "other model depths for 03_lens, same width ([] = off), e.g. ['small-deep', 'small-16']", "03", [])
+    lens_eval_tokens: Int = _p("lens evaluation tokens (test split)", "03 04", ge=1)
     lens_budgets: Annotated[list[Annotated[Int, Field(gt=0)]], INCREASING] = _p(
-        "lens-budget ladder: multiples of lens_steps, strictly increasing; the last carries the claim-3 verdict", "03",
-        "03 lens-budget ladder (config.lens.LensSettings(budgets=))", [1], **_NONEMPTY)
+        "lens-budget ladder: multiples of lens_steps, strictly increasing; the last carries the claim-3 verdict", "03", [1], **_NONEMPTY)
     lens_recipes: Annotated[list[Literal[tuple(LENS_RECIPES)]], UNIQUE] = _p(  # type: ignore[valid-type]
-        f"lens training recipes, from {', '.join(LENS_RECIPES)}", "03 04",
-        "03 lens recipe comparison (config.lens.LensSettings(recipes=))", ["cpu"], **_NONEMPTY)
+        f"lens training recipes, from {', '.join(LENS_RECIPES)}", "03 04", ["cpu"], **_NONEMPTY)
     lens_protocols: Annotated[list[Literal[LENS_PROTOCOLS]], UNIQUE] = _p(  # type: ignore[valid-type]
         f"readings of every trained lens, from {', '.join(LENS_PROTOCOLS)} (the tuned-lens package's, the paper's "
-        "code's); the first carries claim 3's headline verdict", "03",
-        "03 lens evaluation (config.lens.LensSettings(protocols=))", ["package", "reference"], **_NONEMPTY)
+        "code's); the first carries claim 3's headline verdict", "03", ["package", "reference"], **_NONEMPTY)
     lens_checkpoints: Annotated[list[Annotated[Int, Field(ge=0)]], INCREASING] = _p(
-        "training steps whose checkpoints also get a lens ([] = final models only)", "03",
-        "03 lens over training (lens.ladder.train_checkpoint_lens_ladders)", [])
-    ablate_factors: Annotated[list[Num], _rule(lambda v: factors_problem(v, training.DOSE_RESPONSE_FACTORS))] = _p(
-        "input-gradient factors k (tied_in<k>), 0.001 to 1000; 1 is the plain tied model", "04",
-        "ablate.sweep.sweep_variants(factors)")
-    ablate_seeds: Annotated[list[Int], SEEDS, UNIQUE] = _p("seeds of the ablation sweep", "04",
-                                                           "ablate.sweep.run_sweep(seeds)", **_NONEMPTY)
+        "training steps whose checkpoints also get a lens ([] = final models only)", "03", [])
+    ablate_factors: Annotated[list[Num], _rule(lambda v: training.factors_problem(v, training.DOSE_RESPONSE_FACTORS))] = _p(
+        "input-gradient factors k (tied_in<k>), 0.001 to 1000; 1 is the plain tied model", "04")
+    ablate_seeds: Annotated[list[Int], SEEDS, UNIQUE] = _p("seeds of the ablation sweep", "04", **_NONEMPTY)
     ablate_ingredients: Annotated[list[Literal[tuple(INGREDIENTS)]], UNIQUE] = _p(  # type: ignore[valid-type]
         "claim 4's ingredients: the k = 1 and k = 5 tied models retrained with one change of recipe each, from "
-        f"{', '.join(INGREDIENTS)} ([] = off; needs 5 in ablate_factors)", "04",
-        "ablate.ingredients.train_ingredients(names)", [])
+        f"{', '.join(INGREDIENTS)} ([] = off; needs 5 in ablate_factors)", "04", [])
     scale_vocab_sizes: Annotated[list[Annotated[Int, Field(ge=MIN_VOCAB)]], UNIQUE] = _p(
-        "scale axis: other vocabulary sizes at the run's preset ([] = off)", "04", "ablate.scale.points(vocab_sizes=)",
-        [])
+        "scale axis: other vocabulary sizes at the run's preset ([] = off)", "04", [])
     scale_presets: Annotated[list[Preset], UNIQUE] = _p(
         "scale axis: other presets (widths) at the run's vocabulary ([] = off), e.g. ['small-w64', 'small-w256']",
-        "04", "ablate.scale.points(presets=)", [])
+        "04", [])
     scale_steps: Annotated[list[Annotated[Int, Field(ge=1)]], UNIQUE] = _p(
         "scale axis: other training lengths (steps) at the run's vocabulary and preset, the same warmup ([] = off)",
-        "04", "ablate.scale.points(step_counts=)", [])
-    ablate_budget_minutes: Num = _p("warn before starting a sweep estimated to take longer", "04",
-                                    "ablate.sweep.plan(budget_minutes=)", gt=0)
+        "04", [])
+    ablate_budget_minutes: Num = _p("warn before starting a sweep estimated to take longer", "04", gt=0)
     # -- notebook parameters, not profile keys
     profile: str = _p("profile name or path to a .toml file (default: $TIEBIAS_PROFILE, else 'default' on the "
-                      "command line and 'class' in a notebook opened on its own)", "01 02 03 04",
-                      "config.profiles.resolve", "default", profile=False, pattern=r"\S")
-    run_dir: str | None = _p("run folder (default: $TIEBIAS_RUN_DIR, else runs/<profile>)", "01 02 03 04",
-                             "config.profiles.resolve", None, profile=False)
-    overwrite: bool = _p("retrain models whose folder was made with a different config", "01 04",
-                         "train.train(overwrite=)", False, profile=False)
+                      "command line and 'class' in a notebook opened on its own)", "01 02 03 04", "default", profile=False,
+                      pattern=r"\S")
+    run_dir: str | None = _p("run folder (default: $TIEBIAS_RUN_DIR, else runs/<profile>)", "01 02 03 04", None,
+                             profile=False)
+    overwrite: bool = _p("retrain models whose folder was made with a different config", "01 04", False, profile=False)
     methods: Annotated[list[Literal[METHODS]], UNIQUE] = _p(  # type: ignore[valid-type]
-        f"alignment methods, from {', '.join(METHODS)}", "02 04",
-        "align.comparisons.table1 / ablate.sweep.alignment_table(methods=)", list(METHODS), profile=False,
+        f"alignment methods, from {', '.join(METHODS)}", "02 04", list(METHODS), profile=False,
         defaults={"04_ablate": ["orthogonal", "linear"]}, **_NONEMPTY)
-    tied_source: str | None = _p("a tied HF causal LM (folder or hub id) instead of the run's models", "02 03",
-                                 "align.comparisons.load_sources / models.sources.load_models", None, profile=False,
-                                 pattern=r"\S")
-    untied_source: str | None = _p("its untied counterpart", "02 03",
-                                   "align.comparisons.load_sources / models.sources.load_models", None, profile=False,
-                                   pattern=r"\S")
-    prompt: str = _p("prompt for the lens trajectory and the explorer", "03", "lens.evaluate.trajectory(prompt)",
+    tied_source: str | None = _p("a tied HF causal LM (folder or hub id) instead of the run's models", "02 03", None,
+                                 profile=False, pattern=r"\S")
+    untied_source: str | None = _p("its untied counterpart", "02 03", None, profile=False, pattern=r"\S")
+    prompt: str = _p("prompt for the lens trajectory and the explorer", "03",
                      "Friends, Romans, countrymen, lend me your", profile=False, pattern=r"\S")
-    inverse_output: bool = _p("also multiply the output path by 1/k", "04", "ablate.sweep.sweep_variants(inverse_output=)",
-                              False, profile=False)
+    inverse_output: bool = _p("also multiply the output path by 1/k", "04", False, profile=False)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -204,7 +174,6 @@ class Param:
     type: str  # in words: "int", "list of text", "text or none", ...
     help: str
     notebooks: tuple[str, ...]
-    configures: str
     required: bool  # a profile key every profile gives
     default: Any  # optional profile keys: the value a profile leaves out; notebook parameters: their default
     profile: bool  # False: a notebook parameter only, never a profile key
@@ -231,11 +200,11 @@ def _words(ann: Any) -> str:
 
 PARAMS: dict[str, Param] = {
     name: Param(name, _words(f.annotation), f.description or "", f.json_schema_extra["notebooks"],  # type: ignore[index]
-                f.json_schema_extra["configures"], f.is_required(), None if f.is_required() else f.default,  # type: ignore[index]
-                f.json_schema_extra["profile"], f.json_schema_extra["defaults"])  # type: ignore[index]
+                f.is_required(), None if f.is_required() else f.default, f.json_schema_extra["profile"],  # type: ignore[index]
+                f.json_schema_extra["defaults"])  # type: ignore[index]
     for name, f in Params.model_fields.items()}
 PROFILE_KEYS: tuple[str, ...] = tuple(k for k, p in PARAMS.items() if p.profile)
-TRAIN_KEYS: tuple[str, ...] = tuple(f.name for f in fields(TrainConfig) if f.name in PARAMS)
+TRAIN_KEYS: tuple[str, ...] = tuple(f.name for f in fields(training.TrainConfig) if f.name in PARAMS)
 
 
 def notebook_parameters(notebook: str) -> list[str]:
@@ -255,8 +224,7 @@ def notebook_parameters(notebook: str) -> list[str]:
 def unknown_name(name: str, allowed: list[str] | tuple[str, ...], what: str) -> ValueError:
     """An error for a name outside the vocabulary, with the closest allowed name when there is one."""
     close = difflib.get_close_matches(name, allowed, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return ValueError(f"{name}: {what}{hint}; allowed: {', '.join(allowed)}")
+    return ValueError(f"{name}: {what}{f' (did you mean {close[0]!r}?)' if close else ''}; allowed: {', '.join(allowed)}")
 
 
 _REWORDED = {"too_short": "need one or more values", "string_pattern_mismatch": "need a non-empty text"}

@@ -19,16 +19,12 @@ from tiebias.config.lens import check_shape, lens_seq_len
 from tiebias.config.params import PARAMS, PROFILE_KEYS, TRAIN_KEYS, coerce, notebook_parameters, unknown_name
 from tiebias.config.paths import NOTEBOOKS, PROFILE_DIR, check_encodable, repo_root, runs_dir
 from tiebias.config.training import TrainConfig, checkpoint_steps
-from tiebias.config.variants import parse_variants
+from tiebias.config.variants import Variant
 
 PROFILE_ENV = "TIEBIAS_PROFILE"
 RUN_DIR_ENV = "TIEBIAS_RUN_DIR"
-NOTEBOOK_PROFILE = "class"
-"""The profile of a notebook opened on its own (no ``$TIEBIAS_PROFILE``): the lesson's; the command line's is
-``default``."""
-RESOLVED: list[Callable[[str, Path], None]] = []
-"""Called with (notebook, run folder) once a notebook's parameters are resolved (the notebooks' setup adds the
-recording of cell times, in a layer this one does not import)."""
+NOTEBOOK_PROFILE = "class"  # a notebook opened on its own (no $TIEBIAS_PROFILE) takes the lesson's profile
+RESOLVED: list[Callable[[str, Path], None]] = []  # called with (notebook, run folder) once it is resolved
 
 
 def available() -> list[str]:
@@ -71,18 +67,10 @@ def default_profile() -> str:
     return os.environ.get(PROFILE_ENV, "default")
 
 
-def env_run_dir() -> Path | None:
-    """``$TIEBIAS_RUN_DIR`` (None when unset); a relative one lies under the repository root, as JupyterLab's kernels
-    run in ``notebooks/``."""
-    raw = os.environ.get(RUN_DIR_ENV)
-    return None if not raw else repo_root() / Path(raw).expanduser()
-
-
 def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None, *,
             notebooks: Sequence[str] | None = None, **overrides: Any) -> dict[str, Any]:
-    """A profile with explicit overrides (``None``: not given) and the run folder, all checked before anything is
-    written: each value, the training recipe as a whole, the values that must agree for the ``notebooks`` that will
-    run (None: all), and ``TIEBIAS_THREADS`` / ``TIEBIAS_WORKERS``. Notebook parameters given come back checked."""
+    """A profile with overrides (``None``: not given) and the run folder, checked before anything is written: each
+    value, the recipe as a whole, what must agree for the ``notebooks`` that run (None: all), the machine's variables."""
     check_environment()
     name = profile or default_profile()
     check_encodable("profile", name)
@@ -100,44 +88,37 @@ def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None
                     params["seq_len"])
     check_pairs(params, NOTEBOOKS if notebooks is None else notebooks)
     check_run_dir_text(run_dir)  # "" is a mistake, not "not given" (that is None)
-    rd = run_dir or env_run_dir() or runs_dir() / Path(str(name)).stem
+    env = os.environ.get(RUN_DIR_ENV)  # a relative one lies under the checkout (JupyterLab runs in notebooks/)
+    rd = run_dir or (env and repo_root() / Path(env).expanduser()) or runs_dir() / Path(str(name)).stem
     check_encodable("run_dir", rd)
     return params | {"profile": str(name), "run_dir": str(Path(rd).expanduser().resolve())}
 
 
 def injected_names(namespace: Mapping[str, Any]) -> list[str]:
-    """The names papermill's injected cells (first line ``# Parameters``) assigned, read from IPython's input history
-    ``In``: papermill only warns about a name the notebook does not declare. [] outside IPython."""
+    """Names papermill's injected cells (``# Parameters``) assigned, from IPython's history ``In`` (papermill only
+    warns about a name the notebook does not declare)."""
     history = namespace.get("In")
     cells = [s for s in (history if isinstance(history, list) else []) if isinstance(s, str)
              and s.lstrip("\n").split("\n", 1)[0].rstrip() == "# Parameters"]
     return list(dict.fromkeys(re.findall(r"(?m)^([A-Za-z_]\w*) = ", "\n".join(cells))))
 
 
-def check_injected(notebook: str, namespace: Mapping[str, Any]) -> None:
-    """Refuse a papermill ``-p`` name that ``notebook`` does not declare, as ``--set`` refuses it."""
-    declared = notebook_parameters(notebook)
-    for name in injected_names(namespace):
-        if name not in PARAMS:
-            raise unknown_name(name, list(PARAMS), "not a parameter")
-        if name not in declared:
-            raise ValueError(f"{name}: not a parameter of the notebooks run ({notebook}); used by "
-                             f"{', '.join(PARAMS[name].notebooks)}")
-
-
 def resolve_notebook(notebook: str, namespace: Mapping[str, Any]) -> dict[str, Any]:
-    """Every parameter a notebook declares, read from its namespace, resolved as :func:`resolve` does; then the
-    :data:`RESOLVED` hooks run. A notebook that took :data:`NOTEBOOK_PROFILE` because nothing named one says so.
+    """Every parameter a notebook declares, from its namespace, resolved as :func:`resolve` does.
 
     Args:
         notebook: the notebook's name, e.g. ``"03_lens"``.
-        namespace: its variables (``globals()``): every parameter it declares; None for a profile key means "the
-            profile's value". A name papermill injected that the notebook does not declare is refused.
+        namespace: its ``globals()``; None for a profile key means "the profile's value".
 
     Returns:
-        Every parameter, checked: the profile's values with the notebook's, ``profile`` and ``run_dir`` (absolute).
+        Every parameter, checked, with ``profile`` and ``run_dir`` (absolute).
     """
-    check_injected(notebook, namespace)
+    for name in injected_names(namespace):  # a papermill -p name it does not declare is refused as --set refuses it
+        if name not in PARAMS:
+            raise unknown_name(name, list(PARAMS), "not a parameter")
+        if notebook not in PARAMS[name].notebooks:
+            raise ValueError(f"{name}: not a parameter of the notebooks run ({notebook}); used by "
+                             f"{', '.join(PARAMS[name].notebooks)}")
     if PROFILE_ENV not in os.environ and namespace.get("profile") == NOTEBOOK_PROFILE:
         print(f"profile: {NOTEBOOK_PROFILE!r}, because TIEBIAS_PROFILE is not set (a notebook opened on its own, outside "
               "`make lab` and `python -m tiebias study`, uses the lesson's profile: a few minutes for all four "
@@ -155,10 +136,10 @@ def resolve_notebook(notebook: str, namespace: Mapping[str, Any]) -> dict[str, A
 
 
 def study_record(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The profile name and every profile key of resolved parameters, as config.json records them.
+    """What config.json records of a study.
 
     Args:
-        params: resolved parameters (:func:`resolve` or :func:`resolve_notebook`).
+        params: resolved parameters.
 
     Returns:
         ``profile`` and every profile key with its value.
@@ -170,8 +151,8 @@ def train_config(params: Mapping[str, Any], **changes: Any) -> TrainConfig:
     """The training recipe of resolved parameters.
 
     Args:
-        params: resolved parameters; their TrainConfig fields are used.
-        **changes: recipe fields set on top (e.g. ``preset=...``), before the whole is validated.
+        params: resolved parameters.
+        **changes: recipe fields set on top (e.g. ``preset=...``).
 
     Returns:
         The validated :class:`tiebias.config.training.TrainConfig`.
@@ -182,8 +163,7 @@ def train_config(params: Mapping[str, Any], **changes: Any) -> TrainConfig:
 
 
 def check_lens(params: Mapping[str, Any]) -> None:
-    """Refuse lens settings 03 could not use with this recipe: whole lens sequences, ``lens_checkpoints`` at steps
-    that training saves, ``lens_depth_presets`` the recipe can train."""
+    """Refuse lens settings 03 could not use with this recipe (sequences, checkpoints, depths)."""
     steps, every, wanted = params["steps"], params["checkpoint_every"], params["lens_checkpoints"]
     check_shape(params["lens_tokens_per_step"], params["lens_eval_tokens"], lens_seq_len(params["seq_len"]),
                 params["seq_len"])
@@ -204,11 +184,10 @@ def check_lens(params: Mapping[str, Any]) -> None:
 
 
 def check_pairs(params: Mapping[str, Any], notebooks: Sequence[str]) -> None:
-    """Refuse ``variants`` without both tied and untied when 02 (after 01) or 03 compares them, unless they read an
-    external pair (``tied_source`` / ``untied_source``)."""
+    """Refuse ``variants`` without tied and untied where 02 (after 01) or 03 compares them, unless on an external pair."""
     if params.get("tied_source") is not None or params.get("untied_source") is not None:
         return
-    names = [v.name for v in parse_variants(params["variants"])]
+    names = [Variant.parse(v).name for v in params["variants"]]
     why: dict[str, str] = {}
     if "01_train" in notebooks and "02_align" in notebooks:
         why["02_align"] = "it compares each seed's tied and untied models, which 01_train trains from them"
@@ -251,16 +230,8 @@ def markdown_table() -> str:
 
 def describe(name: str | None = None) -> str:
     """Text for ``python -m tiebias profiles``: the vocabulary, or one profile's values with their meaning."""
-    if name is not None:
-        values = load_profile(name)
-        width = max(map(len, values))
-        return "\n".join([f"[{name}]"] + [f"  {k:<{width}} = {_show(v):<24} # {PARAMS[k].help}"
-                                          for k, v in values.items()])
-    width = max(map(len, PARAMS))
-    rows = [f"profiles: {', '.join(available())} (python -m tiebias profiles NAME shows one)", "",
-            "parameters (profile key = notebook parameter = --set name = make variable, upper-case):"]
-    for p in PARAMS.values():
-        where = "profile key" if p.profile else "notebook only"
-        rows += [f"  {p.name:<{width}}  {p.type} ({where}{'' if p.required else f', default {_show(p.default)}'}; "
-                 f"{', '.join(p.notebooks)})", f"  {'':<{width}}  {p.help} -> {p.configures}"]
-    return "\n".join(rows)
+    rows = {k: (_show(v), PARAMS[k].help) for k, v in load_profile(name).items()} if name else {
+        k: (f"{p.type}, {'profile key' if p.profile else 'notebook only'}, {' '.join(p.notebooks)}", p.help)
+        for k, p in PARAMS.items()}
+    head = f"[{name}]" if name else f"profiles: {', '.join(available())} (python -m tiebias profiles NAME shows one)"
+    return "\n".join([head] + [f"  {k:<21} {'=' if name else ' '} {v:<24} # {h}" for k, (v, h) in rows.items()])

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tiebias.config.training import check_factor
 
@@ -97,23 +96,3 @@ def step_of(path: str | Path) -> int | None:
     """The step a ``step-<N>`` folder (name or path) holds; None for any other name."""
     m = _STEP_RE.fullmatch(Path(path).name)
     return int(m.group(1)) if m else None
-
-
-def parse_variants(values: Any, name: str = "variants") -> list[Variant]:
-    """Validate a list of variant names (or one comma-separated string): non-empty, parseable, no repeats."""
-    if isinstance(values, (str, Variant)):
-        values = [v.strip() for v in str(values).split(",") if v.strip()] if isinstance(values, str) else [values]
-    items = list(values)
-    if not items:
-        raise ValueError(f"{name}: empty; give one or more of 'tied', 'untied', 'tied_in<k>', 'tied_out<k>' "
-                         "(e.g. ['tied', 'untied'])")
-    out = []
-    for v in items:
-        try:
-            out.append(Variant.parse(v))
-        except ValueError as e:
-            raise ValueError(f"{name}: {e}") from None
-    names = [v.name for v in out]
-    if len(set(names)) != len(names):
-        raise ValueError(f"{name}: {names!r} repeats a variant")
-    return out
