@@ -1,6 +1,6 @@
 """The notebooks' explorers: nearest neighbours of a word in each embedding space (02) and the top next tokens by
-layer after a prompt (03). What a reader types becomes a one-line message and a table, never a traceback; typed text is
-stripped and cut (the message says so); tokens show in :mod:`tiebias.output.token_text`'s notation (``␣king``)."""
+layer after a prompt (03). Typed text becomes a one-line message and a table, never a traceback; it is stripped and
+cut (the message says so); tokens show in :mod:`tiebias.output.token_text`'s notation (``␣king``)."""
 
 from __future__ import annotations
 
@@ -58,9 +58,7 @@ class Space:
 
 def _clean(text: Any, limit: int) -> tuple[str, str]:
     """``text`` stripped and cut to ``limit`` characters, and a note saying what was cut ("" when nothing was)."""
-    if not isinstance(text, str):
-        return "", ""
-    text = text.strip()
+    text = text.strip() if isinstance(text, str) else ""
     if len(text) <= limit:
         return text, ""
     return text[:limit].rstrip(), f"input cut to its first {limit} characters (it had {len(text):,})"
@@ -68,23 +66,12 @@ def _clean(text: Any, limit: int) -> tuple[str, str]:
 
 def _quote(text: str, limit: int = QUOTE_CHARS) -> str:
     """Typed text for a message: quoted, shortened with "…" in the middle when longer than ``limit``."""
-    if len(text) > limit:
-        text = text[: limit // 2] + "…" + text[-(limit // 2 - 1):]
-    return repr(text)
-
-
-def _pieces(pieces: list[str]) -> str:
-    shown = " + ".join(show(p) for p in pieces[:MAX_PIECES])
-    return shown + (f" + … ({len(pieces) - MAX_PIECES} more)" if len(pieces) > MAX_PIECES else "")
+    return repr(text[: limit // 2] + "…" + text[-(limit // 2 - 1):] if len(text) > limit else text)
 
 
 def fixed(x: float, digits: int = 2) -> str:
     """``x`` with ``digits`` decimals and no negative zero (-0.001 prints 0.00, not -0.00)."""
     return f"{round(float(x), digits) + 0.0:.{digits}f}"
-
-
-def _encode(tokenizer: Any, text: str) -> list[int]:
-    return list(tokenizer.encode(text, add_special_tokens=False))
 
 
 def _check_k(k: Any) -> None:
@@ -93,50 +80,38 @@ def _check_k(k: Any) -> None:
 
 
 def resolve_token(text: str, space: Space) -> Resolved:
-    """Typed text as a token of ``space``: a word, tokenized as in running text (leading space) or as typed, whichever
-    gives fewer pieces, or a token string as the tables show it or as stored (``␣king``, ``Ġking``) when tokenizing
-    does not give one token. The message says which token(s) it became and which is shown."""
+    """Typed text as a token of ``space``: a word, tokenized with a leading space or as typed (fewer pieces wins), or
+    a token string as the tables show it or as stored (``␣king``, ``Ġking``) when tokenizing gives several; the
+    message says which token(s) it became and which is shown."""
     text, cut = _clean(text, MAX_WORD_CHARS)
     if not text:
         return Resolved([], None, EMPTY_WORD)
-    r = _resolve(text, space)
-    return r._replace(message=f"{r.message} ({cut})") if cut else r
-
-
-def _resolve(text: str, space: Space) -> Resolved:
-    tok = space.tokenizer
-    encoded = min((_encode(tok, f) for f in (" " + text, text)), key=len)  # stable: the leading-space form wins ties
+    tok, n, note = space.tokenizer, len(space.emb.tokens), f" ({cut})" if cut else ""
+    encoded = min((list(tok.encode(f, add_special_tokens=False)) for f in (" " + text, text)), key=len)  # ties: " "
     exact = next((space.index[t] for t in token_text.spellings(text) if t in space.index), None)
     if exact is not None and len(encoded) != 1:
-        name = space.emb.tokens[exact]
-        return Resolved([name], exact, f"{_quote(text)} is a token: showing {show(name)}")
-    n = len(space.emb.tokens)
-    unk = getattr(tok, "unk_token_id", None)
-    literal_unk = text == getattr(tok, "unk_token", None)
-    known = [i for i in encoded if 0 <= i < n and (i != unk or literal_unk)]
+        return Resolved([space.emb.tokens[exact]], exact, f"{_quote(text)} is a token: showing "
+                        f"{show(space.emb.tokens[exact])}{note}")
+    unk, literal_unk = getattr(tok, "unk_token_id", None), text == getattr(tok, "unk_token", None)
     pieces = [space.emb.tokens[i] if 0 <= i < n else str(getattr(tok, "unk_token", "?")) for i in encoded]
+    listed = " + ".join(show(p) for p in pieces[:MAX_PIECES])
+    listed += f" + … ({len(pieces) - MAX_PIECES} more)" if len(pieces) > MAX_PIECES else ""
     if not encoded:
-        return Resolved([], None, f"{_quote(text)} gives no token in this vocabulary")
-    if len(known) < len(encoded):
-        return Resolved(pieces, None, f"{_quote(text)} is not in this vocabulary (it became {_pieces(pieces)})")
-    msg = f"{_quote(text)} -> {_pieces(pieces)}: showing {show(pieces[0])}"
+        return Resolved([], None, f"{_quote(text)} gives no token in this vocabulary{note}")
+    if any(not 0 <= i < n or (i == unk and not literal_unk) for i in encoded):
+        return Resolved(pieces, None, f"{_quote(text)} is not in this vocabulary (it became {listed}){note}")
+    msg = f"{_quote(text)} -> {listed}: showing {show(pieces[0])}"
     if len(pieces) > 1:
         msg += f", the first of {len(pieces)} tokens (type another piece, e.g. {show(pieces[1])}, to see it)"
-    return Resolved(pieces, encoded[0], msg)
+    return Resolved(pieces, encoded[0], msg + note)
 
 
 def neighbour_view(text: str, spaces: Mapping[str, Space], k: int = 10) -> View:
-    """The ``k`` nearest neighbours (cosine) of the typed word's token in each space, a ``token cosine`` column per
-    space whose token could be named (each space resolves the text with its own tokenizer); the message groups
-    spaces that agree.
+    """The ``k`` nearest neighbours (cosine) of the typed word's token in each space (each with its own tokenizer), a
+    ``token cosine`` column per space that names the token; the message groups spaces that agree.
 
-    Args:
-        text: the typed word. spaces: name -> embedding space (:func:`neighbour_spaces`). k: neighbours per
-            space.
-
-    Returns:
-        A :class:`View`: the message and the table (None when no space names the token).
-    """
+    Args: text: the typed word; spaces: name -> space (:func:`neighbour_spaces`); k: neighbours per space.
+    Returns: a :class:`View` (its table None when no space names the token)."""
     _check_k(k)
     if not spaces:
         raise ValueError("spaces: give at least one embedding space to search")
@@ -158,48 +133,38 @@ def neighbour_view(text: str, spaces: Mapping[str, Space], k: int = 10) -> View:
     return View(message, pd.DataFrame(cols) if cols else None)
 
 
-def _tokenizer(source: Any, label: str) -> Any:
-    """A tokenizer object from a tokenizer, a model or tokenizer folder, or a hub id."""
-    if source is None:
-        raise ValueError(f"{label}: give a tokenizer, a folder holding one, or a hub id; got None")
-    if isinstance(source, (str, Path)):
-        return load_tokenizer(source)
-    if not hasattr(source, "convert_ids_to_tokens"):
-        raise ValueError(f"{label}: expected a transformers tokenizer, a folder or a hub id, got {type(source).__name__}")
-    return source
-
-
 def neighbour_spaces(pair: Mapping[str, Embeddings], tied_tokenizer: Any,
                      untied_tokenizer: Any = None) -> dict[str, Space]:
-    """02's three spaces of a ``{"tied", "untied"}`` embeddings pair: tied, untied input, untied output
-    (``untied_tokenizer`` None: the tied one's; tokenizers may be objects, folders or hub ids).
+    """02's three spaces of a ``{"tied", "untied"}`` embeddings pair: tied, untied input, untied output.
 
-    Args:
-        pair: ``{"tied", "untied"}`` -> embeddings. tied_tokenizer, untied_tokenizer: the two models'
-            tokenizers.
-
-    Returns:
-        The three spaces by name (``tied``, ``untied input``, ``untied output``).
-    """
+    Args: pair: ``{"tied", "untied"}`` -> embeddings; tied_tokenizer, untied_tokenizer: the models' tokenizers
+        (objects, folders or hub ids; untied None: the tied one's).
+    Returns: the spaces by name (``tied``, ``untied input``, ``untied output``)."""
     missing = [k for k in ("tied", "untied") if k not in pair]
     if missing:
         raise ValueError(f"pair: needs 'tied' and 'untied' embeddings, missing {missing}; got {sorted(pair)}")
-    tt = _tokenizer(tied_tokenizer, "tied_tokenizer")
-    ut = tt if untied_tokenizer is None else _tokenizer(untied_tokenizer, "untied_tokenizer")
+    toks = {}
+    for label, source in (("tied_tokenizer", tied_tokenizer), ("untied_tokenizer", untied_tokenizer)):
+        if isinstance(source, (str, Path)):
+            source = load_tokenizer(source)
+        elif source is None and label == "tied_tokenizer":
+            raise ValueError(f"{label}: give a tokenizer, a folder holding one, or a hub id; got None")
+        elif source is not None and not hasattr(source, "convert_ids_to_tokens"):
+            raise ValueError(f"{label}: expected a transformers tokenizer, a folder or a hub id, got "
+                             f"{type(source).__name__}")
+        toks[label] = source
+    tt, ut = toks["tied_tokenizer"], toks["untied_tokenizer"]
+    ut = tt if ut is None else ut
     return {"tied": Space(pair["tied"], "input", tt), "untied input": Space(pair["untied"], "input", ut),
             "untied output": Space(pair["untied"], "output", ut)}
 
 
 def prompt_view(text: str, loaded: Mapping[str, tuple[Any, Any, Any]], k: int = 3) -> View:
-    """Top-``k`` next tokens by layer (tuned lens) after the typed prompt, a column per label of ``loaded`` (label ->
-    ``(model, lens, tokenizer)``); a model that gives no reading is named in the message.
+    """Top-``k`` next tokens by layer (tuned lens) after the typed prompt, a column per model; a model that gives no
+    reading is named in the message.
 
-    Args:
-        text: the typed prompt. loaded: label -> ``(model, lens, tokenizer)``. k: tokens per layer.
-
-    Returns:
-        A :class:`View`: the message and the table (None when no model gives a reading).
-    """
+    Args: text: the typed prompt; loaded: label -> ``(model, lens, tokenizer)``; k: tokens per layer.
+    Returns: a :class:`View` (its table None when no model gives a reading)."""
     from tiebias.lens import evaluate
 
     _check_k(k)
@@ -208,7 +173,7 @@ def prompt_view(text: str, loaded: Mapping[str, tuple[Any, Any, Any]], k: int = 
         return View(EMPTY_PROMPT, None)
     cols, notes = {}, [cut] if cut else []
     for label, (model, lens, tok) in loaded.items():
-        if not _encode(tok, text):
+        if not tok.encode(text, add_special_tokens=False):
             notes.append(f"{label}: {_quote(text)} gives no token in its vocabulary")
             continue
         try:
@@ -216,9 +181,8 @@ def prompt_view(text: str, loaded: Mapping[str, tuple[Any, Any, Any]], k: int = 
         except ValueError as exc:  # the library's bad-input errors name the parameter; show them as text
             notes.append(f"{label}: {exc}")
             continue
-        t = t[t.lens == "tuned"]
         cols[label] = {int(layer): "  ".join(f"{show(x)} {fixed(p)}" for x, p in zip(g.token, g.prob, strict=True))
-                       for layer, g in t.groupby("layer")}
+                       for layer, g in t[t.lens == "tuned"].groupby("layer")}
     message = f"top-{k} next tokens by layer after {_quote(text, 2 * QUOTE_CHARS)} (tuned lens)"
     message += "; " + "; ".join(notes) if notes else ""
     return View(message, pd.DataFrame(cols).rename_axis("layer") if cols else None)
@@ -226,15 +190,11 @@ def prompt_view(text: str, loaded: Mapping[str, tuple[Any, Any, Any]], k: int = 
 
 def explorer(view: Callable[[str], View], *, value: str = "", description: str = "",
              placeholder: str = "", width: str = "80%") -> Any:
-    """An ``ipywidgets.VBox``: a text box (updates on Enter, starts with ``value``), a message line and an output area
-    showing ``view(text)``; prints the token notation's legend once, as text a saved notebook keeps.
+    """An ``ipywidgets.VBox``: a text box (updates on Enter), a message line and an output area showing
+    ``view(text)``; prints the token notation's legend once, as text a saved notebook keeps.
 
-    Args:
-        view: text -> :class:`View`. value, description, placeholder, width: the text box's settings.
-
-    Returns:
-        The ``ipywidgets.VBox``.
-    """
+    Args: view: text -> :class:`View`; value, description, placeholder, width: the text box's settings.
+    Returns: the ``ipywidgets.VBox``."""
     import ipywidgets as widgets
     from IPython.display import display
 
