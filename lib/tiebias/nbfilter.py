@@ -1,8 +1,5 @@
-"""The git filter for notebooks: nbstripout (cell ids kept) plus the ``kernelspec`` and ``language_info`` blocks
-JupyterLab rewrites on every save, written as committed, so git sees only sources.
-
-    python -m tiebias.nbfilter < executed.ipynb > source.ipynb      (git's clean filter)
-    python -m tiebias.nbfilter executed.ipynb                        (git's diff textconv)"""
+"""The git filter for notebooks: nbstripout (cell ids kept), and the kernel blocks JupyterLab rewrites on save set as
+committed. ``python -m tiebias.nbfilter < in > out`` (clean filter), ``python -m tiebias.nbfilter FILE`` (textconv)."""
 
 from __future__ import annotations
 
@@ -48,7 +45,7 @@ def clean(text: str) -> str:
 
 def post_save(model: dict | None = None, os_path: str = "", contents_manager: Any = None, **_: Any) -> None:
     """Jupyter's post-save hook: a tracked notebook whose filtered text is unchanged is ``git add``-ed, refreshing
-    git's record (it compares sizes first). Enable with ``--ContentsManager.post_save_hook=tiebias.nbfilter.post_save``."""
+    git's record (it compares sizes first)."""
     path = Path(os_path)
     if path.suffix != ".ipynb" or shutil.which("git") is None:
         return
@@ -67,12 +64,7 @@ def post_save(model: dict | None = None, os_path: str = "", contents_manager: An
 def main(argv: list[str] | None = None) -> int:
     """Filter stdin to stdout, or print the cleaned text of the file named (git's textconv)."""
     args = sys.argv[1:] if argv is None else argv
-    if args:
-        with open(args[0], encoding="utf-8") as f:
-            text = f.read()
-    else:
-        text = sys.stdin.read()
-    sys.stdout.write(clean(text))
+    sys.stdout.write(clean(Path(args[0]).read_text(encoding="utf-8") if args else sys.stdin.read()))
     return 0
 
 

@@ -11,30 +11,22 @@ HOW_TO_PASS = "--run-dir PATH, -p run_dir PATH with papermill or run_dir = '...'
 def check_run_dir_text(run_dir: Any, param: str = "run_dir", error: type[ValueError] = ValueError) -> None:
     """Refuse an empty or whitespace-only folder name (only ``None`` means "not given"), raising ``error``."""
     if isinstance(run_dir, str) and not run_dir.strip():
-        raise error(
-            f"{param}: {run_dir!r} is empty; give a folder ({HOW_TO_PASS}), or leave {param} out (None) for "
-            "$TIEBIAS_RUN_DIR, else runs/<profile>")
+        raise error(f"{param}: {run_dir!r} is empty; give a folder ({HOW_TO_PASS}), or leave {param} out (None) for "
+                    "$TIEBIAS_RUN_DIR, else runs/<profile>")
 
 
 def is_int(value: Any, *, numpy_ok: bool = False) -> bool:
-    """True for a whole number given as an int (numpy integers too when ``numpy_ok``), never for True / False (a
-    flag where a count belongs is a mistake, though ``bool`` subclasses ``int``)."""
-    if isinstance(value, bool):
-        return False
-    return isinstance(value, numbers.Integral) if numpy_ok else isinstance(value, int)
+    """True for an int (numpy integers too when ``numpy_ok``), never for True / False (a flag is not a count)."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Integral if numpy_ok else int)
 
 
 def check_int(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None,
               need: str | None = None) -> int:
-    """``value`` when it is an int (not a bool) within [minimum, maximum]; else ``name: value is not allowed; need
-    <need>`` (default: the range in words)."""
+    """``value`` when it is an int within [minimum, maximum]; else ``name: value is not allowed; need <need>``."""
     if is_int(value) and (minimum is None or value >= minimum) and (maximum is None or value <= maximum):
         return value
     if need is None:
-        if minimum is not None and maximum is not None:
-            need = f"an integer {minimum} <= {name} <= {maximum}"
-        elif minimum is not None:
-            need = f"an integer >= {minimum}"
-        else:
-            need = "an integer" if maximum is None else f"an integer <= {maximum}"
+        need = (f"an integer {minimum} <= {name} <= {maximum}" if minimum is not None and maximum is not None else
+                "an integer" + (f" >= {minimum}" if minimum is not None else "")
+                + (f" <= {maximum}" if maximum is not None else ""))
     raise ValueError(f"{name}: {value!r} is not allowed; need {need}")

@@ -1,5 +1,4 @@
-"""The named options a parameter picks from (alignment methods, lens recipes and readings, claim 4's ingredients),
-owned here so the vocabulary checks them and the layers that act on them share them."""
+"""The named options a parameter picks from: alignment methods, lens recipes and readings, claim 4's ingredients."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Names of the data a study reads (the embedded corpus, hub names, file kinds, the tokenizer's alphabet), without
-``datasets``, so the vocabulary checks ``corpus`` and ``vocab_size`` as the data layer will read them."""
+"""Names of the data a study reads (embedded corpus, hub names, file kinds, the tokenizer's alphabet), without
+``datasets``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The kit's environment variables: ``TIEBIAS_THREADS`` and ``TIEBIAS_WORKERS`` for the machine (checked with the
-parameters, before anything is written), ``TIEBIAS_STUDY`` for a kernel the study command started."""
+"""The kit's environment variables: ``TIEBIAS_THREADS`` / ``TIEBIAS_WORKERS`` (the machine), ``TIEBIAS_STUDY``."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ def in_study() -> bool:
     """Whether this process is a notebook kernel the study command started.
 
     Returns:
-        True when ``TIEBIAS_STUDY`` is ``1`` (not in a kernel a person runs in JupyterLab).
+        True when ``TIEBIAS_STUDY`` is ``1``.
     """
     return os.environ.get(STUDY_ENV) == "1"
 
@@ -41,8 +40,7 @@ def env_count(name: str, what: str) -> int | None:
 
 def fixed_threads() -> int | None:
     """The thread count ``TIEBIAS_THREADS`` fixes (None for ``auto`` or unset), at most the cores there are."""
-    n = env_count(THREADS_ENV, "threads")
-    return None if n is None else min(n, cpu_cores())
+    return None if (n := env_count(THREADS_ENV, "threads")) is None else min(n, cpu_cores())
 
 
 def check_environment() -> None:

@@ -1,5 +1,5 @@
-"""A tuned-lens recipe as data, checked where it is made: a study's lens settings (:class:`LensSettings`, from 03's and
-04's ``lens_*`` parameters) and one training call's (:class:`LensFit`); errors name the parameter."""
+"""A tuned-lens recipe as data, checked where it is made: a study's (:class:`LensSettings`, the ``lens_*``
+parameters) and one training call's (:class:`LensFit`)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,7 @@ def lens_seq_len(seq_len: int) -> int:
 
 
 def check_shape(tokens_per_step: int, eval_tokens: int, seq_len: int, training_seq_len: int | None = None) -> None:
-    """Whole lens sequences: ``lens_tokens_per_step`` a multiple of ``seq_len``, ``lens_eval_tokens`` at least one;
-    ``training_seq_len``: the models' sequence length the lens one came from, named in the message."""
+    """Whole lens sequences: ``lens_tokens_per_step`` a multiple of ``seq_len``, ``lens_eval_tokens`` at least one."""
     at = "" if training_seq_len is None else f" with seq_len={training_seq_len}"
     unit = f"the lens sequence length {seq_len}"
     if training_seq_len is not None:
@@ -48,15 +47,10 @@ def check_settings(lens: Any) -> LensSettings:
     return lens
 
 
-def _need(ok: bool, name: str, need: str, value: Any) -> None:
-    if not ok:
-        raise ValueError(f"{name}: must be {need}, got {value!r}")
-
-
 @dataclass(frozen=True)
 class LensFit:
-    """One :func:`tiebias.lens.fit.train_lens` call: schedule length, data shape, optimiser recipe (the package's
-    ``train_loop`` options); ``low_precision`` None: bf16 lens logits where the lens precision check says so."""
+    """One :func:`tiebias.lens.fit.train_lens` call: schedule, data shape, optimiser recipe; ``low_precision`` None:
+    bf16 lens logits where the lens precision check says so."""
 
     steps: int = DEFAULT_PROFILE["lens_steps"]
     seq_len: int = LENS_SEQ_LEN
@@ -72,15 +66,16 @@ class LensFit:
     low_precision: bool | None = None
 
     def __post_init__(self) -> None:
-        n, tps = self.seq_len, self.tokens_per_step
-        _need(is_int(self.steps) and self.steps > 0, "steps", "a positive int", self.steps)
-        _need(is_int(n) and n >= 2, "seq_len", "an int >= 2", n)
-        _need(is_int(tps) and tps >= n and not tps % n, "tokens_per_step", f"a positive multiple of seq_len={n}", tps)
-        _need(is_int(self.warmup_steps) and 0 <= self.warmup_steps < self.steps, "warmup_steps",
-              f"an int in [0, steps={self.steps})", self.warmup_steps)
-        _need(self.lr > 0, "lr", "> 0", self.lr)
-        _need(self.optimizer in ("adam", "sgd"), "optimizer", "'adam' or 'sgd'", self.optimizer)
-        _need(is_int(self.batch_size) and self.batch_size > 0, "batch_size", "a positive int", self.batch_size)
+        n, tps, warm = self.seq_len, self.tokens_per_step, self.warmup_steps
+        for name, ok, need in (  # in order, each evaluated only once those before it hold
+                ("steps", lambda: is_int(self.steps) and self.steps > 0, "a positive int"),
+                ("seq_len", lambda: is_int(n) and n >= 2, "an int >= 2"),
+                ("tokens_per_step", lambda: is_int(tps) and tps >= n and not tps % n, f"a positive multiple of seq_len={n}"),
+                ("warmup_steps", lambda: is_int(warm) and 0 <= warm < self.steps, f"an int in [0, steps={self.steps})"),
+                ("lr", lambda: self.lr > 0, "> 0"), ("optimizer", lambda: self.optimizer in ("adam", "sgd"), "'adam' or 'sgd'"),
+                ("batch_size", lambda: is_int(self.batch_size) and self.batch_size > 0, "a positive int")):
+            if not ok():
+                raise ValueError(f"{name}: must be {need}, got {getattr(self, name)!r}")
 
     def replace(self, **changes: Any) -> LensFit:
         """A copy with ``changes`` (checked again)."""
@@ -89,13 +84,9 @@ class LensFit:
 
 @dataclass(frozen=True)
 class LensSettings:
-    """A study's tuned-lens settings, carried whole from 03 (or 04) through ladders, rungs and evaluation.
-
-    One budget unit trains ``steps`` steps of ``tokens_per_step`` tokens; ``budgets`` is the ladder in those units,
-    ``recipes`` name :data:`tiebias.config.choices.LENS_RECIPES` and ``protocols`` the readings (the last budget, the
-    first recipe and the first protocol carry the verdict); ``eval_tokens`` are read per evaluation, in sequences of
-    ``seq_len``. Defaults: the default profile's numbers, one rung, the ``cpu`` recipe, the package's reading.
-    """
+    """A study's tuned-lens settings, carried whole from 03 (or 04) through ladders, rungs and evaluation: one budget
+    unit is ``steps`` steps of ``tokens_per_step`` tokens; the last budget, first recipe and first protocol carry
+    the verdict."""
 
     steps: int = DEFAULT_PROFILE["lens_steps"]
     tokens_per_step: int = DEFAULT_PROFILE["lens_tokens_per_step"]
@@ -105,15 +96,12 @@ class LensSettings:
     recipes: tuple[str, ...] = ("cpu",)
     protocols: tuple[str, ...] = ("package",)
 
-    PARAM_KEYS = ("lens_steps", "lens_tokens_per_step", "lens_eval_tokens", "seq_len", "lens_budgets", "lens_recipes",
-                  "lens_protocols")
-    """The resolved parameters :meth:`from_params` reads."""
-
     def __post_init__(self) -> None:
         for field in ("steps", "tokens_per_step", "eval_tokens", "budgets", "recipes", "protocols"):
             value = coerce(f"lens_{field}", getattr(self, field))
             object.__setattr__(self, field, tuple(value) if isinstance(value, list) else value)
-        _need(is_int(self.seq_len) and self.seq_len >= 2, "seq_len", "an int >= 2", self.seq_len)
+        if not (is_int(self.seq_len) and self.seq_len >= 2):
+            raise ValueError(f"seq_len: must be an int >= 2, got {self.seq_len!r}")
         check_shape(self.tokens_per_step, self.eval_tokens, self.seq_len)
 
     @classmethod
@@ -121,8 +109,7 @@ class LensSettings:
         """The settings of resolved notebook parameters.
 
         Args:
-            params: resolved parameters: ``lens_steps``, ``lens_tokens_per_step``, ``lens_eval_tokens``, ``seq_len``;
-                an empty or missing ``lens_budgets``, ``lens_recipes`` or ``lens_protocols`` takes its default.
+            params: resolved parameters; an empty or missing lens list takes its default.
 
         Returns:
             The checked settings; the lens ``seq_len`` is the training one capped (:func:`lens_seq_len`).
@@ -141,9 +128,8 @@ class LensSettings:
         return dataclasses.replace(self, **changes)
 
     def fit(self, recipe: str, steps: int, **changes: Any) -> LensFit:
-        """One training call of ``steps`` steps with ``recipe``: its optimiser settings, a warmup of
-        :data:`LENS_WARMUP_STEPS` or a tenth of ``steps`` when shorter (unless the recipe sets one), this ladder's
-        sequence length and tokens per step; ``changes`` override any field."""
+        """One training call of ``steps`` steps with ``recipe`` (warmup :data:`LENS_WARMUP_STEPS`, or a tenth of
+        ``steps`` when shorter, unless the recipe sets one); ``changes`` override any field."""
         if recipe not in LENS_RECIPES:
             raise ValueError(f"lens_recipes: unknown recipe {recipe!r}; allowed: {', '.join(LENS_RECIPES)}")
         kw: dict[str, Any] = {"warmup_steps": min(LENS_WARMUP_STEPS, steps // 10), **LENS_RECIPES[recipe]}

@@ -1,5 +1,4 @@
-"""Where the kit's own files are (the checkout root, the shipped profiles, the study notebooks), and file names
-as text and back."""
+"""Where the kit's own files are (checkout, profiles, notebooks), and file names as text."""
 
 from __future__ import annotations
 
@@ -19,24 +18,21 @@ def repo_root() -> Path:
 
 
 def runs_dir() -> Path:
-    """The runs folder of the checkout (:data:`RUNS`)."""
     return repo_root() / RUNS
 
 
 def notebooks_dir() -> Path:
-    """The folder holding the study notebooks (in the checkout)."""
     return repo_root() / "notebooks"
 
 
 def path_text(path: str | os.PathLike[str], errors: str = "strict") -> str:
-    """A file name as Unicode text (a notebook parameter, a page): its bytes read as UTF-8, so a name an ASCII locale
-    holds as surrogate escapes can be written to a file; ``errors="replace"`` for a name only shown."""
+    """A file name as Unicode text, its bytes read as UTF-8 (an ASCII locale holds surrogate escapes);
+    ``errors="replace"`` for a name only shown."""
     return os.fsencode(path).decode("utf-8", errors)
 
 
 def check_encodable(name: str, path: str | os.PathLike[str]) -> None:
-    """Refuse a file name this process cannot pass to the system (non-ASCII text under an ASCII locale), naming the
-    parameter and what to do."""
+    """Refuse a file name this process cannot pass to the system (non-ASCII text under an ASCII locale)."""
     try:
         os.fsencode(path)
     except UnicodeEncodeError:

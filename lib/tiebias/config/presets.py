@@ -1,5 +1,4 @@
-"""Model shapes by name (a profile's ``preset``) and the model families, as data that :mod:`tiebias.models.build`
-builds."""
+"""Model shapes by name (a profile's ``preset``) and the model families, built by :mod:`tiebias.models.build`."""
 
 from __future__ import annotations
 
@@ -54,8 +53,7 @@ MODEL_TYPES = {"llama": "llama", "neox": "gpt_neox"}  # the model_type a family'
 
 
 def config_sizes(preset: str, family: str, vocab_size: int) -> dict[str, Any]:
-    """The config.json keys that size a model, as a preset and family give them: models are built from these, and a
-    run folder's config.json is compared with them before anything is allocated."""
+    """The config.json keys that size a model: models are built from these, and a folder's are checked against them."""
     p = get_preset(preset)
     if family not in FAMILIES:
         raise ValueError(f"family: unknown value {family!r}; allowed: {', '.join(FAMILIES)}")

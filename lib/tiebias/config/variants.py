@@ -1,5 +1,4 @@
-"""Names in a run folder, each with its parser: training variants, model folders ``<variant>-s<seed>``
-(:func:`model_key`) and checkpoint folders ``step-<N>`` (:func:`step_dir`)."""
+"""Names in a run folder with their parsers: variants, model folders ``<variant>-s<seed>``, checkpoints ``step-<N>``."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ class Variant:
         """A variant from its name.
 
         Args:
-            name: ``tied``, ``untied``, ``tied_in5``, ``tied_out0.2``, ``tied_in5_out0.2`` (factors in the allowed
-                range, none for an untied model), or a :class:`Variant`, returned as it is.
+            name: ``tied``, ``untied``, ``tied_in5``, ``tied_out0.2``, ``tied_in5_out0.2``, or a :class:`Variant`.
 
         Returns:
             The variant; factors not named are 1.
@@ -55,12 +53,8 @@ class Variant:
     @property
     def name(self) -> str:
         """Canonical name, the inverse of :meth:`parse`."""
-        s = "tied" if self.tied else "untied"
-        if self.input_factor != 1.0:
-            s += f"_in{self.input_factor:g}"
-        if self.output_factor != 1.0:
-            s += f"_out{self.output_factor:g}"
-        return s
+        return (("tied" if self.tied else "untied") + (f"_in{self.input_factor:g}" if self.input_factor != 1.0 else "")
+                + (f"_out{self.output_factor:g}" if self.output_factor != 1.0 else ""))
 
     def __str__(self) -> str:
         return self.name
@@ -70,7 +64,7 @@ def model_key(variant: str | Variant, seed: int) -> str:
     """Folder name of one trained model.
 
     Args:
-        variant: a variant or its name; the canonical name is used.
+        variant: a variant or its name.
         seed: the training seed.
 
     Returns:
