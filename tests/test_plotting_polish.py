@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from tiebias.output import figure_png, notebook
+from tiebias.output import notebook
 from tiebias.output.plotting import ablation, alignment, export, lens, style, training
 from tiebias.verdicts import claims
 
@@ -185,7 +185,7 @@ def test_png_figures_get_their_own_size_or_the_default() -> None:
 
 def _has_chromium() -> bool:
     try:
-        return bool(figure_png.chromium())
+        return bool(export.chromium())
     except RuntimeError:
         return False
 

@@ -14,8 +14,8 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 from tiebias.config import profiles
 from tiebias.config.params import NOTEBOOKS
-from tiebias.output import figure_png
 from tiebias.output.notebook import PLOTLY_MIME
+from tiebias.output.plotting import export
 from tiebias.teach import walkthrough
 
 ROOT = profiles.repo_root()
@@ -171,21 +171,21 @@ def test_hostile_names_in_a_run_folder_run_nothing_in_the_walkthrough(tmp_path: 
 def test_figures_are_drawn_at_their_size_times_the_scale() -> None:
     figs = [go.Figure(go.Scatter(y=[1, 3, 2]), layout={"width": 320, "height": 200}).to_plotly_json(),
             go.Figure(go.Bar(y=[2, 1])).to_plotly_json()]
-    pngs = figure_png.figures_to_png(json.loads(json.dumps(figs, default=list)), scale=1.5)
+    pngs = export.figures_to_png(json.loads(json.dumps(figs, default=list)), scale=1.5)
     assert [png_size(p) for p in pngs] == [(480, 300), (1350, 750)]
     with pytest.raises(ValueError, match="^scale: 9"):
-        figure_png.figures_to_png(figs, scale=9)
+        export.figures_to_png(figs, scale=9)
 
 
 def test_without_chromium_the_cli_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(figure_png.shutil, "which", lambda name: None)
+    monkeypatch.setattr(export.shutil, "which", lambda name: None)
     with pytest.raises(RuntimeError, match="^no Chromium found: .*apt-get install chromium"):
-        figure_png.figures_to_png([{"data": [], "layout": {}}])
-    assert figure_png.figures_to_png([]) == []  # nothing to draw needs no browser
+        export.figures_to_png([{"data": [], "layout": {}}])
+    assert export.figures_to_png([]) == []  # nothing to draw needs no browser
     from tiebias import __main__ as cli
 
-    monkeypatch.setattr(walkthrough, "write_walkthrough", lambda run: figure_png.chromium())
+    monkeypatch.setattr(walkthrough, "write_walkthrough", lambda run: export.chromium())
     assert cli.main(["walkthrough", str(tmp_path)]) == 1
     assert capsys.readouterr().err.startswith("error: no Chromium found")
 

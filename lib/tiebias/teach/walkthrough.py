@@ -14,9 +14,9 @@ from typing import Any
 
 from tiebias.config.paths import NOTEBOOKS, PROFILE_DIR, notebooks_dir, repo_root
 from tiebias.config.profiles import available
-from tiebias.output.figure_png import figures_to_png
 from tiebias.output.markup import md_code, md_fence, md_text, safe_html
 from tiebias.output.notebook import PLOTLY_MIME
+from tiebias.output.plotting.export import figures_to_png
 from tiebias.output.static_pages import expand_widgets
 from tiebias.run.layout import RunLayout
 
