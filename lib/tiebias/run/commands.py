@@ -1,5 +1,4 @@
-"""The study commands run on a run folder, recorded before any notebook runs (``.tiebias-study.json``), so that the
-reproduction report's rerun command holds what was run: profile, ``--only`` and ``--set``."""
+"""The study commands run on a run folder (``.tiebias-study.json``): the reproduction report's rerun command."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ from tiebias.system.atomic import atomic_path
 
 
 def _arg_text(value: Any) -> str:
-    """A typed parameter value as ``--set NAME=VALUE`` takes it back (lists comma-separated, booleans true/false)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
@@ -32,8 +30,7 @@ def _recorded(run: Run) -> list:
 
 
 def record_command(run_dir: str | Path, profile: str, overrides: dict[str, Any], only: list[str] | None) -> bytes | None:
-    """Add this study's command to the folder's list, before any notebook runs (so a study stopped before it recorded
-    its profile is rerun as it was); returns the file's content before (None: none), for :func:`restore_commands`."""
+    """Add this study's command to the folder's list before any notebook runs; returns the file's content before."""
     run, path = Run(run_dir), Path(profile)
     entry = {"profile": str(path.resolve()) if path.suffix == ".toml" and path.is_file() else profile,
              "only": list(only or []), "set": [f"{k}={_arg_text(v)}" for k, v in overrides.items()]}
@@ -44,8 +41,7 @@ def record_command(run_dir: str | Path, profile: str, overrides: dict[str, Any],
 
 
 def restore_commands(run_dir: str | Path, before: bytes | None) -> None:
-    """Put the list back as :func:`record_command` found it: a study refused or failed before any notebook finished
-    ran nothing, and a rerun command must not repeat it."""
+    """Put the list back as :func:`record_command` found it (a study that ran nothing is not repeated)."""
     run = Run(run_dir)
     with run.writing("restoring the study commands"):
         if before is None:
@@ -56,8 +52,7 @@ def restore_commands(run_dir: str | Path, before: bytes | None) -> None:
 
 
 def study_commands(run: Run) -> list[list[str]]:
-    """The arguments after ``python -m tiebias`` of each study command run on ``run`` (oldest first; one run again
-    counts at its last place); [] when none was recorded."""
+    """The arguments after ``python -m tiebias`` of each study command run on ``run``, oldest first."""
     return [["study", "--profile", c["profile"], "--run-dir", path_text(run.path, "replace"),
              *(a for name in c.get("only", []) for a in ("--only", str(name))),
              *(a for item in c.get("set", []) for a in ("--set", str(item)))]

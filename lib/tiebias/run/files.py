@@ -1,6 +1,6 @@
-"""Files of a run folder: atomic writes that never go through a symbolic link, strict JSON (no NaN/Infinity: ``null``
-plus a reason), metrics logs and tables read as untrusted, saved models checked before they load; every damaged file
-is named in the error with what to do (:class:`DamagedFileError`)."""
+"""Files of a run folder: atomic writes never through a symbolic link, strict JSON (NaN/Infinity become ``null``
+plus a reason), logs and tables read as untrusted, models checked before they load; a damaged file is named in the
+error with what to do (:class:`DamagedFileError`)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,6 @@ class UnsafeFileError(DamagedFileError):
 
 
 def damaged(path: Path, err: BaseException | str, todo: str) -> DamagedFileError:
-    """The error for a file that does not load: the file, the reason, and what to do."""
     why = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
     return DamagedFileError(f"{path}: damaged or unreadable ({why}); {todo}")
 
@@ -49,12 +48,8 @@ _GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
 
 
 def load_torch_file(path: Path, holds: str, todo: str, *, map_location: str | torch.device = "cpu") -> Any:
-    """A torch file read with ``weights_only=True`` (tensors and plain values: no code of the file runs).
-
-    One that refers to another Python object raises :class:`UnsafeFileError`, one that does not load
-    :class:`DamagedFileError`; both name the file, what it should hold and ``todo``, never torch's ``weights_only``
-    advice.
-    """
+    """A torch file read with ``weights_only=True``; one referring to a Python object raises
+    :class:`UnsafeFileError`, one that does not load :class:`DamagedFileError` (file, ``holds`` and ``todo`` named)."""
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except FileNotFoundError:
@@ -71,8 +66,8 @@ def load_torch_file(path: Path, holds: str, todo: str, *, map_location: str | to
 
 
 def sanitise_json(data: Any, reasons: dict[str, str] | None = None) -> tuple[Any, dict[str, str]]:
-    """Strict-JSON copy of ``data`` and {json path: reason} for each NaN/Infinity made None (``reasons`` gives the
-    reason for a path, else the value is named); numpy values, 1-element tensors and paths become plain JSON."""
+    """Strict-JSON copy of ``data`` and {json path: reason} for each NaN/Infinity made None (``reasons`` by path);
+    numpy values, 1-element tensors and paths become plain JSON."""
     found: dict[str, str] = {}
 
     def walk(x: Any, where: str) -> Any:
@@ -103,8 +98,7 @@ def sanitise_json(data: Any, reasons: dict[str, str] | None = None) -> tuple[Any
 
 
 def write_json_atomic(path: Path, data: Any, reasons: dict[str, str] | None = None) -> None:
-    """Write strict JSON atomically (serialised before the disk is touched); a dict records why each non-finite
-    number is ``null`` under ``null_reasons`` (dotted paths)."""
+    """Write strict JSON atomically; a dict records why each non-finite number is ``null`` under ``null_reasons``."""
     clean, nulls = sanitise_json(data, reasons)
     if nulls:
         if not isinstance(clean, dict):
@@ -112,6 +106,11 @@ def write_json_atomic(path: Path, data: Any, reasons: dict[str, str] | None = No
         clean["null_reasons"] = {**clean.get("null_reasons", {}), **nulls}
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps(clean, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def remove_entry(path: Path) -> None:
@@ -124,8 +123,8 @@ def remove_entry(path: Path) -> None:
 
 @contextmanager
 def atomic_folder(path: Path, prefix: str | None = None) -> Iterator[Path]:
-    """A name to build a folder at, in a private folder next to ``path``, put in place of ``path`` (or a link there)
-    when the block ends; if it raises, ``path`` is left as it was. The folder above is made if missing."""
+    """A name to build a folder at (in a private folder beside ``path``), put in place of ``path`` (or a link there)
+    when the block ends; if it raises, ``path`` is left as it was."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with private_folder(path.parent, f".{path.name}." if prefix is None else prefix) as d:
         yield d / path.name
@@ -135,8 +134,8 @@ def atomic_folder(path: Path, prefix: str | None = None) -> Iterator[Path]:
 
 @contextmanager
 def files_into(folder: Path) -> Iterator[Path]:
-    """A private folder inside ``folder`` to write files into (``save_pretrained``, a lens's ``save``); each is
-    renamed into ``folder`` when the block ends, replacing a file or a link of its name. Nothing moves if it raises."""
+    """A private folder to write files into; each is renamed into ``folder`` (replacing a file or link of its name)
+    when the block ends. Nothing moves if it raises."""
     folder.mkdir(parents=True, exist_ok=True)
     with private_folder(folder, ".files.") as d:
         yield d
@@ -145,8 +144,7 @@ def files_into(folder: Path) -> Iterator[Path]:
 
 
 def open_append(path: Path, encoding: str = "utf-8", newline: str | None = None) -> IO[str]:
-    """``path`` opened to append text (logs written a row at a time), created if missing; a symbolic link there is
-    refused (``O_NOFOLLOW``), with the file and what to do."""
+    """``path`` opened to append text, created if missing; a symbolic link there is refused (``O_NOFOLLOW``)."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
     except OSError:
@@ -159,14 +157,7 @@ def open_append(path: Path, encoding: str = "utf-8", newline: str | None = None)
     return open(fd, "a", encoding=encoding, newline=newline)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` through :func:`atomic_path`."""
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-
-
 def _read_text(path: Path, todo: str) -> str:
-    """A file's text; a missing file raises FileNotFoundError, an unreadable one names it and ``todo``."""
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -176,7 +167,7 @@ def _read_text(path: Path, todo: str) -> str:
 
 
 def read_json(path: Path, todo: str) -> Any:
-    """Load a JSON file the kit wrote; a missing file raises FileNotFoundError, a damaged one names it and ``todo``."""
+    """A JSON file the kit wrote; a missing file raises FileNotFoundError, a damaged one names it and ``todo``."""
     try:
         return json.loads(_read_text(path, todo))
     except json.JSONDecodeError as e:
@@ -188,11 +179,8 @@ _NUMERIC = re.compile(r"^\s*$|^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^[-+]?(nan
 
 def read_log_lines(path: Path, header: list[str] | None = None, *,
                    todo: str) -> tuple[list[str], list[tuple[int, str]], int]:
-    """Check a metrics CSV line by line: (columns, [(step, line)], dropped), lines kept verbatim.
-
-    A last row cut mid-write (no line end) is dropped and counted; every other field must be a number (empty:
-    missing) with an integer ``step``, and ``header`` (if given) the file's, else the file and line are named.
-    """
+    """A metrics CSV checked line by line: (columns, [(step, line)], dropped). A last row cut mid-write is dropped;
+    any other row must be numbers (empty: missing) with an integer ``step``, and ``header`` the file's."""
     lines = _read_text(path, todo).split("\n")
     dropped = int(lines.pop() != "")  # no final newline: the writer was stopped in the middle of this row
     lines = [line.rstrip("\r") for line in lines]  # the csv module ends rows with \r\n
@@ -231,12 +219,9 @@ FINITE = (-sys.float_info.max, sys.float_info.max)
 
 def read_table(path: Path, todo: str, *, columns: tuple[str, ...] = (),
                bounds: dict[str, tuple[float, float]] | None = None, allow_empty: bool = False) -> pd.DataFrame:
-    """A metrics table read as untrusted: every refusal (:class:`DamagedFileError`) names the file and ``todo``.
-
-    Refused: text that does not parse, no rows (unless ``allow_empty``: a header-only table comes back empty), a
-    missing one of ``columns``, or in a column of ``bounds`` (column -> (low, high); ``name*`` covers every column
-    it starts) a value that is not a number or lies outside the bounds, named with its column and row.
-    """
+    """A metrics table read as untrusted; refuses (naming the file, column, row and ``todo``) text that does not
+    parse, no rows (unless ``allow_empty``), a missing one of ``columns``, or in a column of ``bounds`` (``name*``:
+    every column it starts) a value that is not a number or lies outside them."""
     try:
         table = pd.read_csv(io.StringIO(_read_text(path, todo)))
     except (ValueError, pd.errors.ParserError) as e:  # EmptyDataError is a ValueError
@@ -263,19 +248,17 @@ def read_table(path: Path, todo: str, *, columns: tuple[str, ...] = (),
 
 
 def check_model_folder(path: Path, todo: str) -> None:
-    """Check that a saved model's config.json parses and its model.safetensors is whole (:func:`check_safetensors`)."""
+    """A saved model's config.json must parse and its model.safetensors be whole (or its shards' index exist)."""
     read_json(path / CONFIG_NAME, todo)
     weights = path / WEIGHTS_NAME
-    if not weights.exists():
-        if (path / WEIGHTS_INDEX_NAME).exists():
-            return
+    if weights.exists():
+        check_safetensors(weights, todo)
+    elif not (path / WEIGHTS_INDEX_NAME).exists():
         raise damaged(weights, "missing", todo)
-    check_safetensors(weights, todo)
 
 
 def weights_sha256(path: Path, todo: str) -> str:
-    """sha256 of a saved model's weights (``model.safetensors``; sharded: its index, then each shard by name): the
-    identity of exactly these weights, which a claim's record keeps to notice a model retrained since."""
+    """sha256 of a saved model's weights (``model.safetensors``; sharded: the index, then each shard by name)."""
     index = path / WEIGHTS_INDEX_NAME
     files = [path / WEIGHTS_NAME] if (path / WEIGHTS_NAME).exists() or not index.exists() else \
         [index, *sorted(path.glob("model-*.safetensors"))]
@@ -291,11 +274,8 @@ def weights_sha256(path: Path, todo: str) -> str:
 
 
 def check_safetensors(path: Path, todo: str) -> None:
-    """Refuse a safetensors file whose header does not parse, is cut short or gives a tensor a shape its bytes do not
-    hold (a shape such as [1e9, 1e9] over a few bytes), naming the file, before anything is allocated.
-
-    ``safe_open`` checks the header against the file and maps it without reading the tensors.
-    """
+    """Refuse a safetensors file whose header does not parse or does not fit its bytes, before anything is
+    allocated (``safe_open`` checks the header against the file without reading the tensors)."""
     from safetensors import safe_open
 
     try:
@@ -307,8 +287,8 @@ def check_safetensors(path: Path, todo: str) -> None:
 
 @contextmanager
 def pickles_refused(folder: str | Path, what: str) -> Iterator[None]:
-    """Around a loader that may read a model's pickled ``*.bin`` weights: a file that refers to Python objects raises
-    :class:`UnsafeFileError` naming it and saying to convert it to safetensors, never to turn ``weights_only`` off."""
+    """Around a loader that may read pickled ``*.bin`` weights: one referring to Python objects raises
+    :class:`UnsafeFileError` naming it and saying to convert it to safetensors (never to turn ``weights_only`` off)."""
     try:
         yield
     except Exception as e:

@@ -65,11 +65,9 @@ from tiebias.system.parallel import CONSTRUCTION
 _DATA_KEYS = ("corpus", "vocab_size", "n_documents", "n_tokens", "tokenizer_size", "corpus_fingerprint")
 FINGERPRINTS = {"corpus_fingerprint": "corpus fingerprint", "tokenizer_fingerprint": "tokenizer fingerprint"}
 """What a model folder's train_config.json records of its run's data (written when its training starts)."""
-WEIGHTS_ID = "weights_sha256"
-"""The key of a finished model's identity in its complete.json (:meth:`Run.model_id`)."""
+WEIGHTS_ID = "weights_sha256"  # the key of a finished model's identity in its complete.json
 _SHAPE_KEYS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-               "num_attention_heads", "num_key_value_heads", "max_position_embeddings")
-"""The keys of a model's config.json that size what loading it allocates, compared before it loads."""
+               "num_attention_heads", "num_key_value_heads", "max_position_embeddings")  # what loading allocates
 
 
 class RunLockedError(RunFolderError):
@@ -81,17 +79,15 @@ class ForeignModelError(RunFolderError):
 
 
 _HELD: dict[str, int] = {}  # run folder -> PID of this process while it holds the folder's writer lock
-_TOKENIZER_FPS: dict[tuple, str] = {}
+_TOKENIZER_FPS: dict[tuple, str] = {}  # remembered while the file is unchanged (every model load asks)
 _WEIGHTS_IDS: dict[tuple, str] = {}
 
 
 def _corpus_name(corpus: str | Path | None) -> str:
-    """The corpus as config.json records it: ``shakespeare`` for the embedded one (None or ''), else the text given."""
     return "shakespeare" if corpus in (None, "", "shakespeare") else str(corpus)
 
 
 def _tokenizer_fp(path: Path, todo: str) -> str:
-    """The fingerprint of a saved tokenizer file, remembered while the file is unchanged (every model load asks)."""
     st = path.stat()
     key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
     if key not in _TOKENIZER_FPS:
@@ -103,8 +99,7 @@ def _tokenizer_fp(path: Path, todo: str) -> str:
 
 
 def _weights_id(mdir: Path, todo: str) -> str:
-    """:func:`weights_sha256` of a model folder, remembered while its weights files keep their names, sizes, inodes,
-    modification and change times."""
+    """:func:`weights_sha256`, remembered while the weights files keep their names, sizes, inodes and times."""
     stats = tuple((f.name, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
                   for f in sorted(mdir.glob("model*.safetensors*")) for st in [f.stat()])
     key = (str(mdir.resolve()), stats)
@@ -117,31 +112,16 @@ def _short(fingerprint: Any) -> str:
     return f"{str(fingerprint)[:12]}..."
 
 
-def _pid_alive(pid: int) -> bool:
-    """Whether a process of this host has that PID (one of another user counts as alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class Run(RunLayout):
     """A run folder: its paths (:class:`tiebias.run.layout.RunLayout`), its writer lock, creation and reading."""
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r})"
 
-    # -- the writer lock ------------------------------------------------------------------------
     @contextlib.contextmanager
     def writing(self, what: str = "writing") -> Iterator[Run]:
-        """Hold this folder's writer lock for the block; a second writer gets :class:`RunLockedError` at once.
-
-        Reentrant within one process and its threads. An OS lock (``filelock``), released when its holder dies, so a
-        killed writer never blocks the next; ``.lock-holder.json`` beside it names the holder for the error.
-        """
+        """Hold this folder's writer lock for the block (reentrant in this process); a second writer gets
+        :class:`RunLockedError` naming the holder. An OS lock (``filelock``): a killed holder never blocks."""
         from filelock import FileLock, Timeout
 
         key = str(self.path.resolve())
@@ -161,7 +141,17 @@ class Run(RunLayout):
         try:
             lock.acquire(blocking=False)
         except Timeout:
-            raise RunLockedError(self._locked_message(what)) from None
+            info = None
+            for _ in range(20):  # the holder writes its PID just after taking the lock
+                if (info := self.lock_holder()) is not None:
+                    break
+                time.sleep(0.05)
+            held = (f"another process holds the writer lock {self.lock_path} (its PID is not recorded)" if info is None
+                    else f"it is being written by PID {info['pid']} on {info['host']} since {info.get('started')} "
+                    f"({info.get('what')})")
+            raise RunLockedError(f"run folder {self.path}: cannot start {what}: {held}; wait for it to finish, or stop "
+                                 "it (a stopped or killed process releases the lock at once), or use another run "
+                                 "folder. Reading the folder is not blocked.") from None
         except OSError as e:
             raise self.unwritable(e, what) from None
         try:
@@ -179,7 +169,6 @@ class Run(RunLayout):
             lock.release()
 
     def unwritable(self, err: OSError, what: str) -> RunFolderError:
-        """The error for a run folder the kit cannot write into: the folder, the file, the reason, what to do."""
         where = f" ({err.filename})" if err.filename else ""
         return RunFolderError(f"run folder {self.path}: cannot start {what}: it cannot be written{where}: "
                               f"{err.strerror or err}. Make it writable again (chmod -R u+w, or chattr -R -i for an "
@@ -187,42 +176,31 @@ class Run(RunLayout):
                               "finished work is kept.")
 
     def lock_holder(self) -> dict | None:
-        """Who holds the writer lock, as recorded next to it (None if nobody recorded a live holder)."""
+        """Who holds the writer lock as recorded beside it; None if none, or its process on this host is dead."""
         try:
             info = json.loads(self.lock_holder_path.read_text())
             pid, host = int(info["pid"]), str(info["host"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        return None if host == socket.gethostname() and not _pid_alive(pid) else info  # dead: the OS freed its lock
+        if host == socket.gethostname():
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return None  # dead: the OS freed its lock
+            except PermissionError:
+                pass  # another user's live process
+        return info
 
-    def _locked_message(self, what: str) -> str:
-        info = None
-        for _ in range(20):  # the holder writes its PID just after taking the lock
-            if (info := self.lock_holder()) is not None:
-                break
-            time.sleep(0.05)
-        held = (f"another process holds the writer lock {self.lock_path} (its PID is not recorded)" if info is None else
-                f"it is being written by PID {info['pid']} on {info['host']} since {info.get('started')} "
-                f"({info.get('what')})")
-        return (f"run folder {self.path}: cannot start {what}: {held}; wait for it to finish, or stop it (a stopped or "
-                "killed process releases the lock at once), or use another run folder. Reading the folder is not "
-                "blocked.")
-
-    # -- creation ---------------------------------------------------------------------------------
     @classmethod
     def prepare(cls, path: str | Path, *, corpus: str | Path | None = None,
                 vocab_size: int = DEFAULT_PROFILE["vocab_size"], overwrite: bool = False,
                 extra: dict | None = None) -> Run:
-        """Create a run folder (corpus split, tokenizer, token streams, frequencies) or reopen one.
-
-        ``corpus``: a corpus folder or dataset name (None: the embedded Shakespeare); ``overwrite`` empties the
-        folder first; ``extra``: more keys for config.json. Reopening refuses another corpus, changed corpus files or
-        another vocabulary size; a folder that is not the kit's (or is the corpus's) is refused. Everything is
-        checked (a ``vocab_size`` the corpus cannot reach included) before the folder is touched, and written under
-        the writer lock.
+        """Create a run folder (corpus split, tokenizer, token streams, frequencies) or reopen one; everything is
+        checked before the folder is touched (reopening refuses another corpus, changed corpus files or vocabulary).
 
         Args:
-            path: the run folder. corpus, vocab_size: the data. overwrite: empty it first. extra: config.json keys.
+            path: the run folder. corpus: a corpus folder or dataset name (None: embedded Shakespeare).
+            vocab_size: the tokenizer's size. overwrite: empty the folder first. extra: more config.json keys.
 
         Returns:
             The run, ready to read and write.
@@ -280,8 +258,7 @@ class Run(RunLayout):
         return run
 
     def check_data(self, corpus: str | Path | None, vocab_size: int) -> None:
-        """Refuse a ``corpus`` or ``vocab_size`` other than the one this folder's tokenizer and tokens were made with
-        (a new folder passes)."""
+        """Refuse a ``corpus`` or ``vocab_size`` other than this folder's tokenizer and tokens were made with."""
         if not self.config_path.exists():
             return
         wanted = {"corpus": _corpus_name(corpus), "vocab_size": vocab_size}
@@ -292,8 +269,7 @@ class Run(RunLayout):
                 "tokenizer and tokens; from Python, Run.prepare(..., overwrite=True) empties the folder first)")
 
     def update_config(self, **values: Any) -> None:
-        """Merge values into config.json under the writer lock (not the data keys Run.prepare sets); call it once the
-        work the values describe has succeeded, so the file never describes work that failed."""
+        """Merge values into config.json under the writer lock (not the data keys), once their work succeeded."""
         if bad := sorted(set(values) & set(_DATA_KEYS)):
             raise ValueError(f"update_config: {bad} describe the folder's data and are set by Run.prepare only; "
                              "record study parameters under another key (e.g. study=...)")
@@ -316,10 +292,9 @@ class Run(RunLayout):
                 table.to_csv(tmp, index=False)
         return path
 
-    # -- reading ----------------------------------------------------------------------------------
     @property
     def profile(self) -> str | None:
-        """The profile the run's work was done with: 01's record (``study``), else 04's (``ablation``), else None."""
+        """The profile the run's work was done with: 01's record (``study``), else 04's (``ablation``)."""
         cfg = self.config if self.config_path.exists() else {}
         for section in ("study", "ablation"):
             if isinstance(cfg.get(section), dict) and cfg[section].get("profile"):
@@ -343,7 +318,7 @@ class Run(RunLayout):
         return cfg
 
     def tokenizer(self) -> PreTrainedTokenizerFast:
-        """The run's tokenizer; a missing or damaged ``tokenizer/`` folder is named with how to restore it."""
+        """The run's tokenizer; a missing or damaged ``tokenizer/`` is named with how to restore it."""
         d = self.tokenizer_dir
         copies = sorted(p.parent for p in self.models_dir.glob(f"*/{TOKENIZER_FILE}"))
         files = [f for f in TOKENIZER_FILES if copies and (copies[0] / f).is_file()]
@@ -390,12 +365,12 @@ class Run(RunLayout):
                                            "complete", "checkpoints"])
 
     def seeds(self, variant: str | Variant) -> list[int]:
-        """Seeds for which a complete model of this variant exists."""
+        """Seeds with a complete model of this variant."""
         df = self.models()
         return sorted(df[(df.variant == Variant.parse(variant).name) & df.complete].seed.tolist())
 
     def is_complete(self, variant: str | Variant, seed: int) -> bool:
-        """Whether the model finished training (its completion marker exists)."""
+        """Whether the model finished training (its complete.json exists)."""
         return self.complete_path(variant, seed).exists()
 
     def summary(self, variant: str | Variant, seed: int) -> dict:
@@ -413,8 +388,8 @@ class Run(RunLayout):
                       if (step := step_of(d)) is not None and (d / CONFIG_NAME).exists())
 
     def model_path(self, variant: str | Variant, seed: int, step: int | None = None) -> Path:
-        """Folder of the final model (step None) or of the checkpoint at ``step``, once shown to be this run's
-        (:meth:`check_model_origin`) and sized as its training record says."""
+        """Folder of the final model (step None) or a checkpoint, once shown to be this run's and sized as its
+        train_config.json says."""
         if step is None:
             if not self.is_complete(variant, seed):
                 raise FileNotFoundError(
@@ -431,9 +406,8 @@ class Run(RunLayout):
         return found
 
     def _check_model_config(self, variant: str | Variant, seed: int, step: int | None, folder: Path) -> None:
-        """Refuse a model's config.json whose sizes (or vocabulary) are not those its train_config.json's preset,
-        family and vocabulary give, before anything is built from it: an edited ``num_hidden_layers: 100000`` would
-        be allocated first. A model without a train_config.json (an earlier version) is not compared."""
+        """Refuse a config.json whose sizes are not those its train_config.json gives, before an edited
+        ``num_hidden_layers: 100000`` is allocated (an earlier version's model, without one, is not compared)."""
         cfg_file, todo = self.train_config_path(variant, seed), self.repair_hint(variant, seed, step)
         recorded = read_json(cfg_file, todo) if cfg_file.exists() else None
         if not isinstance(recorded, dict) or "preset" not in recorded:
@@ -455,10 +429,8 @@ class Run(RunLayout):
                                        f"{recorded['preset']!r}, family {family!r}, vocab_size {vocab!r}) gives "
                                        f"{want[k]!r}; nothing was loaded. To fix: {todo}")
 
-    # -- which run a model belongs to -------------------------------------------------------------
     def fingerprints(self) -> dict[str, str | None]:
-        """The run's corpus and tokenizer fingerprints (sha256), as each model folder records them when it starts
-        training (the corpus's is None for a folder made before they were recorded)."""
+        """The run's corpus and tokenizer fingerprints (sha256), as a model folder records them."""
         file = self.tokenizer_dir / TOKENIZER_FILE
         if not file.is_file():
             self.tokenizer()  # raises FileNotFoundError naming the folder and how to restore it
@@ -468,13 +440,8 @@ class Run(RunLayout):
 
     def check_model_origin(self, variant: str | Variant, seed: int) -> None:
         """Refuse (:class:`ForeignModelError`) a model folder holding another model than its name says, or trained on
-        another corpus or tokenizer than this run's.
-
-        A finished model's complete.json must be its own (:meth:`check_completion`), its train_config.json's variant
-        and seed the folder's, and its fingerprints and saved tokenizer the run's. An earlier version's folder without
-        fingerprints (or with the earlier, model-only tokenizer fingerprint) is judged by its saved tokenizer, and
-        refused without one, since its origin cannot be told.
-        """
+        other data: its complete.json, variant, seed, fingerprints and saved tokenizer must be this run's (an earlier
+        version's folder without fingerprints is judged by its saved tokenizer, refused without one)."""
         mdir, key, name = self.model_dir(variant, seed), model_key(variant, seed), Variant.parse(variant).name
         by = "01_train" if name in ("tied", "untied") else "04_ablate"
         todo = (f"retrain {key} in this run (delete {mdir} and run {by} again, or run {by} with overwrite: "
@@ -509,9 +476,8 @@ class Run(RunLayout):
                                     f"whether it was trained on this run's data cannot be told. To fix: {todo}")
 
     def check_completion(self, variant: str | Variant, seed: int) -> str:
-        """A finished model's identity (:meth:`model_id`) once its complete.json is shown to be its own: the key,
-        variant and seed it records (where it records them) the folder's, its weights_sha256 the hash of the weights
-        in the folder; else :class:`ForeignModelError` names each value and the one expected."""
+        """A finished model's identity once its complete.json is its own (key, variant, seed, and weights_sha256 the
+        weights' hash); else :class:`ForeignModelError` names each value and the one expected."""
         v, key = Variant.parse(variant), model_key(variant, seed)
         mdir, file = self.model_dir(v, seed), self.complete_path(v, seed)
         todo = f"retrain {key} in this run ({OVERWRITE_HINT}), or put back the folder's own files"
@@ -532,8 +498,8 @@ class Run(RunLayout):
         return computed
 
     def model_id(self, variant: str | Variant, seed: int) -> str | None:
-        """A finished model's identity: the sha256 of its weights as they are now, so a record computed from it turns
-        stale once they change, whatever complete.json says; None when missing or unfinished."""
+        """The sha256 of a finished model's weights as they are now (a record from it turns stale when they
+        change); None when missing or unfinished."""
         if not self.is_complete(variant, seed):
             return None
         return _weights_id(self.model_dir(variant, seed), f"retrain {model_key(variant, seed)} ({OVERWRITE_HINT})")
@@ -544,8 +510,7 @@ class Run(RunLayout):
         return root / LENS_SUBDIR
 
     def repair_hint(self, variant: str | Variant, seed: int, step: int | None = None) -> str:
-        """What to do about a final model (step None) or a checkpoint whose files are damaged or not what they
-        should be."""
+        """What to do about a final model (step None) or a checkpoint whose files are damaged."""
         key = model_key(variant, seed)
         if step is None:
             return (f"delete {self.complete_path(variant, seed)} and train {key} again: training resumes from "
@@ -554,7 +519,7 @@ class Run(RunLayout):
         return f"use another step (available: {others}), or retrain {key} ({OVERWRITE_HINT})"
 
     def not_its_model(self, variant: str | Variant, seed: int, step: int | None, why: str) -> RunFolderError:
-        """The error for a model folder not tied as its variant says (``why``: what its files show)."""
+        """The error for a model folder not tied as its variant says."""
         v = Variant.parse(variant)
         return RunFolderError(f"{self.model_path(v, seed, step)}: the run's variant {v.name!r} is "
                               f"{'tied' if v.tied else 'untied'}, and {why}: it is not the model the run trained; "
@@ -562,8 +527,8 @@ class Run(RunLayout):
 
     def load_model(self, variant: str | Variant, seed: int, step: int | None = None,
                    device: str | torch.device = "cpu") -> PreTrainedModel:
-        """Load a trained model (or a checkpoint) in eval mode; a damaged file is named with what to do, and weights
-        not tied as the variant says (checked on the loaded matrices) are refused."""
+        """A trained model (or checkpoint) in eval mode; a damaged file is named, and weights not tied as the variant
+        says (checked on the loaded matrices) are refused."""
         from transformers import AutoModelForCausalLM
 
         path, todo = self.model_path(variant, seed, step), self.repair_hint(variant, seed, step)
@@ -586,8 +551,7 @@ class Run(RunLayout):
         return m.to(device).eval()
 
     def metrics(self, variant: str | Variant, seed: int, kind: str = "train") -> pd.DataFrame:
-        """Per-step training metrics (``kind='train'``) or validation losses (``'val'``); a last row still being
-        written is left out, a garbage row named with its file and line."""
+        """Per-step training metrics (``kind='train'``) or validation losses (``'val'``), read as untrusted."""
         p, key = self.metrics_path(variant, seed, kind), model_key(variant, seed)
         if not p.exists():
             raise FileNotFoundError(f"no {kind} metrics for {key} in {self.path}")

@@ -1,9 +1,5 @@
-"""Which folders the kit writes into: its own run folders, or a new or empty folder, never a user's folder.
-
-A folder the kit creates is marked (:data:`tiebias.run.layout.MARKERS`: a run's, an external pair's); an earlier
-version's run is known by its ``config.json``. Any other folder holding files is refused before anything is written,
-and so is a run folder that is, holds or lies inside a local corpus, or holds a symbolic link to a folder.
-"""
+"""Which folders the kit writes into: its own (marked, :data:`tiebias.run.layout.MARKERS`, or an earlier version's
+run with its ``config.json``), or a new or empty one; never a user's folder, the corpus's, or through a link."""
 
 from __future__ import annotations
 
@@ -23,8 +19,7 @@ KIT_CONFIG_KEYS = ("corpus", "vocab_size")  # every config.json the kit writes h
 _WHAT = {"run": "a run folder", "pair": "an external pair's folder"}
 _FOR = {"run": "", "pair": " (the folder notebooks 02 / 03 write to for tied_source / untied_source)"}
 FOLDER_NAMES = frozenset({"report", "results", "metrics", "figures", "models", "notebooks", "tokenizer", "tokens",
-                          "depth", "lens", "checkpoints"})
-"""Folders the kit makes in a run folder (at some depth): a dangling link of one of these names is refused too."""
+                          "depth", "lens", "checkpoints"})  # a dangling link of one of these names is refused too
 
 
 class NotARunFolderError(RunFolderError):
@@ -32,7 +27,6 @@ class NotARunFolderError(RunFolderError):
 
 
 def _kit_config(path: Path) -> str:
-    """'' when ``config.json`` is one the kit wrote (its keys), else why not."""
     try:
         cfg = json.loads(RunLayout(path).config_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
@@ -52,7 +46,7 @@ def folder_kind(path: str | Path) -> Kind | None:
 
 
 def _leftovers(path: Path) -> list[str]:
-    """The entries that make a folder non-empty: all but a writer lock and an earlier study's executed notebooks."""
+    """The entries that make a folder non-empty: all but a writer lock and an earlier study's notebooks."""
     kit_notebooks = {f"{name}.ipynb" for name in NOTEBOOKS}
     return [p.name + ("/" if p.is_dir() else "") for p in sorted(path.iterdir()) if p.name not in (
         LOCK_NAME, LOCK_HOLDER) and not (p.name == "notebooks" and p.is_dir() and all(
@@ -77,8 +71,8 @@ def check_corpus(path: Path, corpus: Any, param: str = "run_dir") -> None:
 
 
 def check_links(path: str | Path, param: str = "run_dir", limit: int = 6) -> None:
-    """Refuse a run folder holding, at any depth, a symbolic link to a folder, or a dangling one named as a folder
-    the kit makes (the kit would write where it points). The run folder itself may be a link."""
+    """Refuse a run folder holding, at any depth, a link to a folder, or a dangling one named as a folder the kit
+    makes. The run folder itself may be a link."""
     p, found = Path(path), []
     for root, dirs, files in os.walk(p) if p.is_dir() else ():
         for name in [*dirs, *files]:
@@ -97,8 +91,8 @@ def check_links(path: str | Path, param: str = "run_dir", limit: int = 6) -> Non
 
 def check_folder(path: str | Path, kind: Kind = "run", *, corpus: Any = None, param: str = "run_dir",
                  kit_made: bool = False) -> Path:
-    """The resolved folder if the kit may write there as ``kind`` (new, empty, or the kit's of that kind; with
-    ``kit_made`` also an unmarked one at a place only the kit names); else :class:`NotARunFolderError`."""
+    """The resolved folder if the kit may write there as ``kind`` (new, empty, the kit's of that kind, or with
+    ``kit_made`` an unmarked one at a place only the kit names); else :class:`NotARunFolderError`."""
     check_run_dir_text(path, param, NotARunFolderError)
     p = Path(path).expanduser().resolve()
     check_corpus(p, corpus, param)
@@ -128,8 +122,8 @@ def check_folder(path: str | Path, kind: Kind = "run", *, corpus: Any = None, pa
 
 
 def check_run(path: str | Path, param: str = "run") -> Path:
-    """The resolved folder if it is an existing run folder of the kit holding no linked folder (for commands that
-    write into a run they are given, never creating one); else :class:`NotARunFolderError`."""
+    """The resolved folder if it is an existing run folder of the kit holding no linked folder; else
+    :class:`NotARunFolderError`."""
     check_run_dir_text(path, param, NotARunFolderError)
     p = Path(path).expanduser().resolve()
     have = folder_kind(p) if p.is_dir() else None
@@ -144,7 +138,6 @@ def check_run(path: str | Path, param: str = "run") -> Path:
 
 
 def mark(path: str | Path, kind: Kind = "run") -> None:
-    """Write the marker that makes ``path`` a folder of the kit (the folder is created if missing)."""
     marker = RunLayout(path).marker_path(kind)
     if not marker.is_file():
         write_json_atomic(marker, {"kind": kind, "note": f"{_WHAT[kind]} of the tiebias kit; the kit writes "
@@ -152,7 +145,7 @@ def mark(path: str | Path, kind: Kind = "run") -> None:
 
 
 def empty_folder(path: Path) -> None:
-    """Delete everything in a run folder except its writer lock (held by the caller): ``overwrite=True``."""
+    """Delete everything in a run folder but its writer lock (held by the caller)."""
     for p in path.iterdir():
         if p.name not in (LOCK_NAME, LOCK_HOLDER):
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()

@@ -1,9 +1,5 @@
-"""Which models of a run are finished: the check an analysis makes before it reads any of them.
-
-An analysis that quietly kept the finished models only would compare fewer seeds than the run was made with (and
-claim 1 would change its method unsaid), so a half-made run is refused, naming its unfinished models and what to do,
-and so is a model folder copied in from another run.
-"""
+"""Which models of a run are finished: a half-made run is refused (an analysis of the finished models only would
+compare fewer seeds than the run was made with), naming its unfinished models and what to do."""
 
 from __future__ import annotations
 
@@ -32,11 +28,8 @@ def model_status(run: Run, variants: Sequence[str | Variant], seeds: Sequence[in
 
 def require_complete(run: Run, variants: Sequence[str | Variant], seeds: Sequence[int] | None = None, *,
                      trained_by: str = "01_train") -> list[int]:
-    """The seeds to analyse (ascending; ``seeds`` None: every seed with a model folder of any of ``variants``), each
-    with a finished model of every variant, checked to be this run's (:meth:`Run.check_model_origin`).
-
-    An unfinished or missing model stops with a ValueError naming each and saying to run ``trained_by`` again (with
-    the variants and seeds a missing one needs) or to choose the finished seeds.
+    """The seeds to analyse, each with a finished model of every variant that is this run's; else a ValueError
+    naming each unfinished model and saying to run ``trained_by`` again or to choose the finished seeds.
 
     Args:
         run: the run. variants, seeds: the models needed. trained_by: the notebook named in the error.
@@ -63,9 +56,7 @@ def require_complete(run: Run, variants: Sequence[str | Variant], seeds: Sequenc
 
 
 def check_profile(run: Run, profile: str, notebook: str) -> None:
-    """Refuse (:class:`ParameterChangedError`) to read a run with another profile than the one its work was done with
-    (:attr:`Run.profile`; none recorded yet passes): the notebook would read its models with that profile's settings
-    and record claims the run's profile judges.
+    """Refuse (:class:`ParameterChangedError`) to read a run with another profile than its work was done with.
 
     Args:
         run: the run. profile: the profile the notebook runs with. notebook: its name, for the message.

@@ -1,9 +1,5 @@
-"""How long each notebook ran in a kernel a person started (JupyterLab), recorded in the run folder.
-
-The study command times the notebooks it runs; a notebook run with *Run All* in JupyterLab has no such caller, so
-from its parameter check on the kernel adds up its cells' run times (not the minutes spent reading between cells) and
-writes them after each cell to ``notebook_times.json``, for ``summary.json``, the reproduction page and the report.
-"""
+"""How long each notebook ran in a kernel a person started (JupyterLab): its cells' run times (not the minutes
+spent reading between them), written after each cell to ``notebook_times.json`` for the summary and the report."""
 
 from __future__ import annotations
 
@@ -23,11 +19,8 @@ _HOOKS: dict[str, Any] = {}  # this kernel's registered callbacks, so a rerun of
 
 
 def record_cells(notebook: str, run_dir: str | Path) -> bool:
-    """Time this kernel's cells from now on as ``notebook`` on ``run_dir``; True if the kernel will record them.
-
-    Nothing is recorded outside IPython or in a kernel the study command started. A write that fails (no run folder
-    yet, a full disk) is skipped: no cell of the notebook ever fails for it.
-    """
+    """Time this kernel's cells from now on as ``notebook`` on ``run_dir`` (not outside IPython or in a study's
+    kernel; a failed write is skipped); True if it will record them."""
     try:
         from IPython import get_ipython
     except ImportError:
@@ -67,8 +60,8 @@ def _finite(x: Any) -> bool:
 
 
 def recorded(layout: RunLayout) -> dict[str, dict[str, Any]]:
-    """The times kernels recorded: notebook -> seconds, cells, peak memory (MiB), end. A missing or damaged file is
-    {}, and an entry without a finite time is left out (the folder is untrusted)."""
+    """notebook -> seconds, cells, peak memory (MiB), end; {} for a missing or damaged file, and an entry without a
+    finite time left out."""
     try:
         data = read_json(layout.kernel_times_path, "")
     except (FileNotFoundError, DamagedFileError):
@@ -78,7 +71,7 @@ def recorded(layout: RunLayout) -> dict[str, dict[str, Any]]:
 
 
 def timings(layout: RunLayout) -> tuple[dict[str, float], dict[str, float]]:
-    """The recorded times as ``summary.json`` holds them: notebook -> seconds, and notebook -> peak memory (MiB)."""
+    """notebook -> seconds, and notebook -> peak memory (MiB), as ``summary.json`` holds them."""
     times = recorded(layout)
     return ({name: float(e["seconds"]) for name, e in times.items()},
             {name: float(e["peak_memory_mib"]) for name, e in times.items() if _finite(e.get("peak_memory_mib"))})

@@ -1,25 +1,10 @@
-"""Where everything lives in a run folder: one path per file or folder, no reading or writing.
+"""Where everything lives in a run folder: one path per file or folder, no reading or writing::
 
-Layout::
-
-    runs/<name>/
-        config.json                 corpus, vocabulary size and the study parameters
-        tokenizer/                  transformers fast tokenizer (save_pretrained)
-        token_frequencies.csv       id, token, count over the training split
-        tokens/{train,validation,test}.npy   the encoded splits (token id streams)
-        models/<variant>-s<seed>/   final HF model (+ tokenizer files), train_config.json, complete.json
-            checkpoints/step-<N>/   HF model at step N (step 0 = initialisation)
-            lens/                   tuned lens for this model (also checkpoints/step-<N>/lens/)
-        metrics/<variant>-s<seed>.csv       one row per optimiser step
-        metrics/<variant>-s<seed>_val.csv   validation loss at evaluation steps
-        metrics/<table>.csv         tables the notebooks save
-        results/<claim>.json        one recorded claim each
-        depth/<preset>/             a run of another depth sharing this run's data (notebook 03)
-        figures/  notebooks/  report/  summary.json  report.html
-        notebook_times.json         the notebooks' times as JupyterLab kernels ran them (tiebias.run.kernel_times)
-        .lock  .lock-holder.json    the writer lock and who holds it (tiebias.run.folder.Run.writing)
-        .tiebias-run.json           marks a run folder (an external pair's: .tiebias-pair.json; tiebias.run.guard)
-        .tiebias-study.json         the study commands run on the folder (the reproduction report's rerun)
+    config.json  tokenizer/  token_frequencies.csv  tokens/{train,validation,test}.npy
+    models/<variant>-s<seed>/   HF model, train_config.json, complete.json, checkpoints/step-<N>/, lens/
+    metrics/<key>.csv, <key>_val.csv (per step), <table>.csv   results/<claim>.json   depth/<preset>/
+    figures/  notebooks/  report/  summary.json  report.html  notebook_times.json (kernels' times)
+    .lock .lock-holder.json (writer lock)  .tiebias-run.json / .tiebias-pair.json (marker)  .tiebias-study.json
 """
 
 from __future__ import annotations
@@ -29,37 +14,31 @@ from typing import Any
 
 from tiebias.config.variants import Variant, model_key
 
-LOCK_NAME = ".lock"
-LOCK_HOLDER = ".lock-holder.json"
-LENS_SUBDIR = "lens"  # a model's (or checkpoint's) lens folder
-CHECKPOINTS_SUBDIR = "checkpoints"
+LOCK_NAME, LOCK_HOLDER = ".lock", ".lock-holder.json"
+LENS_SUBDIR, CHECKPOINTS_SUBDIR = "lens", "checkpoints"
 COMPLETE_NAME = "complete.json"  # a finished model's marker
 MARKERS = {"run": ".tiebias-run.json", "pair": ".tiebias-pair.json"}  # written when the kit creates the folder
-CONFIG_NAME = "config.json"  # a run's config; also a saved model's (HF) config and a lens's (tuned_lens) config
-TRAIN_CONFIG_NAME = "train_config.json"  # what a model is (being) trained with
-WEIGHTS_NAME = "model.safetensors"  # a saved model's weights in one file ...
-WEIGHTS_INDEX_NAME = "model.safetensors.index.json"  # ... or the index of its shards
-TRAINER_STATE_NAME = "trainer_state.pt"  # optimiser state saved with a checkpoint's weights
-TOKENIZER_SUBDIR = "tokenizer"
-TOKENIZER_FILE = "tokenizer.json"  # the file of a saved fast tokenizer
+CONFIG_NAME = "config.json"  # a run's config; also a saved model's (HF) and a lens's (tuned_lens)
+TRAIN_CONFIG_NAME = "train_config.json"
+WEIGHTS_NAME, WEIGHTS_INDEX_NAME = "model.safetensors", "model.safetensors.index.json"  # one file, or shards' index
+TRAINER_STATE_NAME = "trainer_state.pt"  # optimiser state saved with a checkpoint
+TOKENIZER_SUBDIR, TOKENIZER_FILE = "tokenizer", "tokenizer.json"
 TOKENIZER_FILES = (TOKENIZER_FILE, "tokenizer_config.json")  # what save_pretrained writes (transformers 5)
-LENS_PARAMS_NAME = "params.pt"  # a lens's translators (tuned_lens format, next to its config.json)
-LENS_SIDECAR_NAME = "tiebias_lens.json"  # a lens's unembedding hash and shapes, written by the kit
+LENS_PARAMS_NAME, LENS_SIDECAR_NAME = "params.pt", "tiebias_lens.json"  # tuned_lens translators; the kit's sidecar
 
 
 def _at(*parts: str) -> Any:
-    """A read-only path attribute: the run folder joined with ``parts``."""
     return property(lambda self: self.path.joinpath(*parts))
 
 
 class RunLayout:
-    """The paths of a run folder (see the module docstring); :class:`tiebias.run.folder.Run` adds the I/O."""
+    """The paths of a run folder; :class:`tiebias.run.folder.Run` adds the I/O."""
 
     config_path = _at(CONFIG_NAME)
     tokenizer_dir = _at(TOKENIZER_SUBDIR)
     tokens_dir = _at("tokens")
     frequencies_path = _at("token_frequencies.csv")
-    study_commands_path = _at(".tiebias-study.json")  # the study commands run on this folder, in order
+    study_commands_path = _at(".tiebias-study.json")
     lock_path = _at(LOCK_NAME)
     lock_holder_path = _at(LOCK_HOLDER)
     models_dir = _at("models")
@@ -78,7 +57,6 @@ class RunLayout:
         return self.tokens_dir / f"{split}.npy"
 
     def marker_path(self, kind: str = "run") -> Path:
-        """The file that marks a folder of the kit: ``kind`` 'run' or 'pair'."""
         if kind not in MARKERS:
             raise ValueError(f"kind: unknown value {kind!r}; allowed: {', '.join(MARKERS)}")
         return self.path / MARKERS[kind]
@@ -96,7 +74,7 @@ class RunLayout:
         return self.model_dir(variant, seed) / CHECKPOINTS_SUBDIR
 
     def metrics_path(self, variant: str | Variant, seed: int, kind: str = "train") -> Path:
-        """``metrics/<key>.csv`` (``kind='train'``) or ``metrics/<key>_val.csv`` (``kind='val'``)."""
+        """``metrics/<key>.csv`` (``kind='train'``) or ``metrics/<key>_val.csv`` (``'val'``)."""
         if kind not in ("train", "val"):
             raise ValueError(f"kind: unknown value {kind!r}; allowed: 'train', 'val'")
         return self.metrics_dir / f"{model_key(variant, seed)}{'' if kind == 'train' else '_val'}.csv"
@@ -109,19 +87,18 @@ class RunLayout:
 
     @property
     def figures_dir(self) -> Path:
-        """``figures/``, created if missing (figures are written into it)."""
+        """``figures/``, created if missing."""
         d = self.path / "figures"
         d.mkdir(parents=True, exist_ok=True)
         return d
 
     def figure_path(self, name: str, ext: str = "html") -> Path:
-        """``figures/<name>.<ext>``; creates nothing."""
         return self.path / "figures" / f"{name}.{ext}"
 
     def pair_lens_dir(self, label: str) -> Path:
-        """``lens/<label>/``: a lens ladder of one model of an external pair (its folder is not a run's)."""
+        """``lens/<label>/``: the lens ladder of one model of an external pair."""
         return self.path / LENS_SUBDIR / label
 
     def depth_dir(self, preset: str) -> Path:
-        """``depth/<preset>/``: the run folder of another model depth sharing this run's data."""
+        """``depth/<preset>/``: a run of another model depth sharing this run's data."""
         return self.path / "depth" / preset

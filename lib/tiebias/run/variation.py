@@ -1,8 +1,5 @@
-"""A variation (another preset, corpus, lr, ...) on a run folder made with other values: one short error.
-
-One run folder holds one study: a changed parameter that shapes its models or data would mix two, so it stops,
-naming each change, a fresh run folder to use instead and how to pass it.
-"""
+"""A variation (another preset, corpus, lr, ...) on a run folder made with other values: one short error naming
+each change, a fresh run folder to use instead and how to pass it."""
 
 from __future__ import annotations
 
@@ -15,8 +12,6 @@ class ParameterChangedError(ValueError):
     """Asked values differ from those a run folder's models or data were made with; says how to try them apart."""
 
     def __init__(self, folder: str | Path, diff: dict[str, tuple[Any, Any]], what: str, instead: str) -> None:
-        """``diff``: name -> (folder's value, asked value); ``what``: what was made with them; ``instead``: the other
-        way. The fresh folder lies beside ``folder``, named after the first change (``runs/class-preset-mini``)."""
         name, (_, new) = next(iter(diff.items()))
         tag = re.sub(r"[^A-Za-z0-9._-]+", "_", str(new)).strip("_") or "new"
         fresh = str(Path(folder).with_name(f"{Path(folder).name}-{name}-{tag}"))
@@ -28,5 +23,5 @@ class ParameterChangedError(ValueError):
         self.diff, self.fresh = diff, fresh
 
     def _render_traceback_(self) -> list[str]:
-        """What IPython shows instead of a traceback: the message alone (``%tb`` still shows the traceback)."""
+        """IPython shows the message alone instead of a traceback (``%tb`` still shows it)."""
         return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
