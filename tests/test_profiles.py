@@ -293,9 +293,9 @@ def test_a_notebook_opened_on_its_own_uses_the_class_profile_and_says_so(monkeyp
     monkeypatch.setenv(profiles.PROFILE_ENV, "class")  # make lab and the study set it: nothing to explain
     profiles.resolve_notebook("02_align", ns)
     assert capsys.readouterr().out == ""
-    assert profiles.default_profile() == "class" and profiles.NOTEBOOK_PROFILE == "class"
+    assert profiles.resolve()["profile"] == "class" and profiles.NOTEBOOK_PROFILE == "class"
     monkeypatch.delenv(profiles.PROFILE_ENV)
-    assert profiles.default_profile() == "default"  # the command line's default is the full study
+    assert profiles.resolve()["profile"] == "default"  # the command line's default is the full study
 
 
 def test_train_config_refuses_a_key_that_is_not_a_recipe_key() -> None:

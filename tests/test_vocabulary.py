@@ -36,7 +36,7 @@ NB = ROOT / "notebooks"
 SMOKE = profiles.load_profile("smoke")
 
 # A value of every name, as typed on the command line, different from the smoke profile's value; each one alone and
-# all together agree with the rest of the smoke profile (lens settings with the training recipe, profiles.check_lens).
+# all together agree with the rest of the smoke profile (lens settings with the training recipe, profiles.resolve).
 DISTINCT = {
     "corpus": "wikitext:wikitext-2-raw-v1", "vocab_size": "333", "preset": "mini", "family": "neox", "steps": "80",
     "batch_size": "5", "seq_len": "32", "lr": "0.0021", "warmup_steps": "2", "eval_every": "3", "eval_tokens": "777",

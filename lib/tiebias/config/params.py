@@ -175,8 +175,8 @@ class Param:
     help: str
     notebooks: tuple[str, ...]
     required: bool  # a profile key every profile gives
-    default: Any  # optional profile keys: the value a profile leaves out; notebook parameters: their default
-    profile: bool  # False: a notebook parameter only, never a profile key
+    default: Any  # what a profile leaves out, or a notebook parameter's default
+    profile: bool  # False: a notebook parameter only
     defaults: Mapping[str, Any]  # notebooks whose default differs
 
     def default_for(self, notebook: str) -> Any:

@@ -62,17 +62,12 @@ def load_profile(name: str | Path) -> dict[str, Any]:
     return out | {k: coerce(k, PARAMS[k].default) for k in PROFILE_KEYS if k not in out}
 
 
-def default_profile() -> str:
-    """The profile used when none is given: $TIEBIAS_PROFILE, else 'default'."""
-    return os.environ.get(PROFILE_ENV, "default")
-
-
 def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None, *,
             notebooks: Sequence[str] | None = None, **overrides: Any) -> dict[str, Any]:
     """A profile with overrides (``None``: not given) and the run folder, checked before anything is written: each
     value, the recipe as a whole, what must agree for the ``notebooks`` that run (None: all), the machine's variables."""
     check_environment()
-    name = profile or default_profile()
+    name = profile or os.environ.get(PROFILE_ENV, "default")
     check_encodable("profile", name)
     params = load_profile(name)
     for k, v in overrides.items():
@@ -81,12 +76,13 @@ def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None
         if v is not None or not PARAMS[k].profile:
             params[k] = coerce(k, v)
     train_config(params)  # the recipe as a whole (seq_len within the preset's positions, warmup_steps < steps)
-    if notebooks is None or "03_lens" in notebooks:
-        check_lens(params)
-    elif "04_ablate" in notebooks:  # 04's row-1 lenses: the same whole lens sequences
+    notebooks = NOTEBOOKS if notebooks is None else notebooks
+    if {"03_lens", "04_ablate"} & set(notebooks):  # whole lens sequences (04's row-1 lenses too)
         check_shape(params["lens_tokens_per_step"], params["lens_eval_tokens"], lens_seq_len(params["seq_len"]),
                     params["seq_len"])
-    check_pairs(params, NOTEBOOKS if notebooks is None else notebooks)
+    if "03_lens" in notebooks:
+        _check_lens(params)
+    _check_pairs(params, notebooks)
     check_run_dir_text(run_dir)  # "" is a mistake, not "not given" (that is None)
     env = os.environ.get(RUN_DIR_ENV)  # a relative one lies under the checkout (JupyterLab runs in notebooks/)
     rd = run_dir or (env and repo_root() / Path(env).expanduser()) or runs_dir() / Path(str(name)).stem
@@ -162,11 +158,9 @@ def train_config(params: Mapping[str, Any], **changes: Any) -> TrainConfig:
     return TrainConfig(**{**{k: params[k] for k in TRAIN_KEYS if k in params}, **changes}).validate()
 
 
-def check_lens(params: Mapping[str, Any]) -> None:
-    """Refuse lens settings 03 could not use with this recipe (sequences, checkpoints, depths)."""
+def _check_lens(params: Mapping[str, Any]) -> None:
+    """Refuse lens checkpoints training does not save and depths the recipe cannot train."""
     steps, every, wanted = params["steps"], params["checkpoint_every"], params["lens_checkpoints"]
-    check_shape(params["lens_tokens_per_step"], params["lens_eval_tokens"], lens_seq_len(params["seq_len"]),
-                params["seq_len"])
     saved = checkpoint_steps(steps, every)
     if bad := [s for s in wanted if s not in saved]:
         beyond = [s for s in bad if s > steps]
@@ -183,7 +177,7 @@ def check_lens(params: Mapping[str, Any]) -> None:
             raise ValueError(f"lens_depth_presets: {depth!r} cannot be trained with this recipe ({e})") from None
 
 
-def check_pairs(params: Mapping[str, Any], notebooks: Sequence[str]) -> None:
+def _check_pairs(params: Mapping[str, Any], notebooks: Sequence[str]) -> None:
     """Refuse ``variants`` without tied and untied where 02 (after 01) or 03 compares them, unless on an external pair."""
     if params.get("tied_source") is not None or params.get("untied_source") is not None:
         return

@@ -1,5 +1,5 @@
-"""The training recipe (:class:`TrainConfig`) and its rules, without torch: seeds, gradient factors, the learning
-rate, the checkpoint schedule. The defaults of the keys a profile gives are the ``default`` profile's values."""
+"""The training recipe (:class:`TrainConfig`) and its rules, without torch; profile keys default to the ``default``
+profile's values."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from tiebias.config.checks import check_int
 from tiebias.config.paths import PROFILE_DIR
 from tiebias.config.presets import FAMILIES, get_preset
 
+# the ``default`` profile as written: the one owner of every default a profile key has in code
 DEFAULT_PROFILE: Mapping[str, Any] = MappingProxyType(tomllib.loads((PROFILE_DIR / "default.toml").read_text()))
-"""The ``default`` profile as written: the one owner of every default a profile key has in code."""
 
 SEED_LIMIT = 2**32  # numpy's seed range, so a seed means the same everywhere (and derived seeds stay inside torch's)
 MAX_FACTOR = 1000.0  # gradient factors lie in [1/MAX_FACTOR, MAX_FACTOR]: far larger ones overflow the gradient norm
@@ -23,8 +23,8 @@ FACTOR_RANGE = f"a finite number between {1 / MAX_FACTOR:g} and {MAX_FACTOR:g}"
 DOSE_RESPONSE_FACTORS = 2  # fewest factors k of notebook 04's dose-response (a library sweep may train one)
 MAX_LR = 1.0  # Adam moves each weight by about lr per step and weights start near 0.02: above 1 training diverges
 OPTIMIZERS = ("adamw", "sgd")  # sgd: momentum beta1, claim 4's contrast without per-coordinate scaling
+# recipe keys added after models were first trained: recorded only when they differ, so older models still match
 ADDED_KEYS: Mapping[str, Any] = MappingProxyType({"optimizer": "adamw", "decay_embeddings": True})
-"""Recipe keys added after models were first trained: recorded only when they differ, so older models still match."""
 
 
 def _factor_ok(x: Any) -> bool:
@@ -41,8 +41,7 @@ def check_factor(name: str, value: Any) -> float:
 
 
 def factors_problem(factors: list[float], minimum: int = 1) -> str | None:
-    """What is wrong with a list of gradient factors (None: nothing): each in range, none repeated, ``minimum`` or
-    more. The one rule of ``ablate_factors`` and the sweep."""
+    """What is wrong with gradient factors (None: nothing): the one rule of ``ablate_factors`` and the sweep."""
     if not all(map(_factor_ok, factors)):
         return f"each factor k must be {FACTOR_RANGE} (the paper's k is 5; a far larger one overflows the gradient norm)"
     if len(set(factors)) != len(factors):
