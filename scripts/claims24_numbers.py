@@ -88,7 +88,11 @@ def scale_axis(run: Run) -> None:
     for t in tr.to_dict("records"):
         if not (isinstance(t["slope"], float) and math.isnan(t["slope"])):
             t["sizes"] = [round(x) for x in sorted(s[s.quantity == t["quantity"]][t["axis"]].unique().tolist())]
-            print("- " + scale.sentence(t, t["quantity"]))
+            axis, word = scale.AXES[t["axis"]], {"no trend": "shows no trend"}.get(t["word"], t["word"])
+            print(f"- {t['quantity']} {word} with {axis} ({t['sizes'][0]} to {t['sizes'][-1]}; slope {t['slope']:+.4f} "
+                  f"per doubling, 95% CI [{t['ci_low']:+.4f}, {t['ci_high']:+.4f}]); the line predicts "
+                  f"{t['at_paper']:+.3f} [{t['at_paper_low']:+.3f}, {t['at_paper_high']:+.3f}] at the paper's {axis} "
+                  f"({scale.PAPER_SCALE[t['axis']]:,.0f}), an extrapolation.")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -67,7 +67,7 @@ def test_the_length_axis_is_fitted_against_tokens_per_row_and_kept_off_the_size_
     tr = scale.trend(t, "q", "tokens_per_row", base)
     assert tr["sizes"] == [600, 2400, 4800] and tr["word"] == "rises"
     assert tr["at_paper"] == pytest.approx(0.1 * math.log2(scale.PAPER_TOKENS_PER_ROW), abs=0.1)
-    assert "training length (tokens seen per row)" in scale.sentence(tr, "q")
+    assert scale.AXES[tr["axis"]] == "training length (tokens seen per row)"
     voc = scale.trend(t, "q", "vocab_size", base)
     assert voc["sizes"] == [1024, 4096, 16384] and voc["word"] == "falls"  # fewer tokens per row at a larger vocabulary
     s = scale.summary(t)

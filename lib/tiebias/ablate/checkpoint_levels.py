@@ -1,10 +1,6 @@
-"""Cosine levels of Tables 1, 2 and 6 and Figure 3 at every saved checkpoint, beside the paper's at its own steps.
-
-The paper reads them at steps 1,000 to 20,000 or on trained models; ours have trained a few hundred steps, so reading
-every checkpoint shows whether they still move. Table 2's and 6's k = 1 cells are Table 1's "-> tied" comparisons
-(orthogonal map); k > 1 comes from 04's ``tied_in<k>`` models where trained. Written to
-``metrics/levels_at_checkpoints.csv``.
-"""
+"""Cosine levels of Tables 1, 2 and 6 and Figure 3 at every saved checkpoint, beside the paper's at its own steps
+(ours train a few hundred steps: do they still move?). Table 2's and 6's k = 1 cells are Table 1's "-> tied"
+comparisons (orthogonal map); k > 1 comes from 04's ``tied_in<k>`` models where trained."""
 
 from __future__ import annotations
 
@@ -54,8 +50,7 @@ def paper_levels() -> pd.DataFrame:
 
 
 def _summarise(df: pd.DataFrame, source: str, quantity: str, column: str, final: int) -> list[dict]:
-    """Mean, sd and count over seeds (or pairs) of ``column`` per step, and the values themselves (a JSON list, in one
-    order of seeds at every step, so two steps pair)."""
+    """Mean, sd, count and the values (JSON, one order of seeds at every step) of ``column`` per step."""
     out = []
     keys = [c for c in ("seed_source", "seed_target", "seed", "reference_seed") if c in df]
     for step, g in df.groupby("step", sort=True):
@@ -71,13 +66,12 @@ def levels(run: Run, seeds: Sequence[int] | None = None, *, evolution: pd.DataFr
     """Our levels at every checkpoint shared by the tied and untied models of ``seeds``, then the paper's.
 
     Args:
-        run: the run; seeds: None for every seed with complete tied and untied models.
-        evolution: 02's Figure 3 table (None: computed); scaled: also the ``tied_in<k>`` models 04 trained (False in
-            02, so its table does not depend on what a rerun finds).
+        run, seeds: the run and its seeds (None: every seed with complete tied and untied models).
+        evolution, scaled: 02's Figure 3 table (None: computed); also 04's ``tied_in<k>`` models (False in 02).
 
     Returns:
-        :data:`COLUMNS`: per quantity and step our mean, sd and per-pair ``values`` (JSON, one order at every
-        step), ``fraction`` = step / our final step; then :func:`paper_levels`.
+        :data:`COLUMNS`: per quantity and step our mean, sd, ``values`` and ``fraction`` (of our final step); then
+        :func:`paper_levels`.
     """
     if seeds is None:
         seeds = inventory.require_complete(run, ("tied", "untied"))
@@ -121,34 +115,8 @@ def at_fraction(table: pd.DataFrame, quantity: str, fraction: float) -> pd.Serie
     return ours.loc[(ours.fraction - fraction).abs().idxmin()]
 
 
-def describe(table: pd.DataFrame) -> str:
-    """One line per quantity: our level at the first checkpoint after step 0, at the last, and the paper's.
-
-    Args:
-        table: the :func:`levels` frame.
-
-    Returns:
-        The lines, joined by newlines.
-    """
-    lines = []
-    ours = table[table.who == "this run"]
-    theirs = table[table.who == "paper"]
-    for q, g in ours.groupby("quantity", sort=False):
-        g = g[g.step > 0]
-        if g.empty:
-            continue
-        first, last = g.iloc[0], g.iloc[-1]
-        p = theirs[theirs.quantity == q]
-        ptxt = "; ".join(f"{r.source} {r.mean:.3f}" + (f" at step {int(r.step):,}" if np.isfinite(r.step) else
-                                                        " (trained model)") for r in p.itertuples()) or "none"
-        lines.append(f"{q}: {first['mean']:.3f} at step {int(first.step)} -> {last['mean']:.3f} at step "
-                     f"{int(last.step)} ({last['mean'] - first['mean']:+.3f}); paper: {ptxt}.")
-    return "\n".join(lines)
-
-
 def values(row: pd.Series) -> np.ndarray:
-    """The per-pair values of one row of :func:`levels` (also as read back from its CSV)."""
+    """The per-pair values of one row of :func:`levels` (also read back from its CSV)."""
     return np.asarray(json.loads(str(row["values"])), dtype=float)
 
 
-__all__ = ["COLUMNS", "METHOD", "TABLE", "at_fraction", "describe", "levels", "paper_levels", "values"]

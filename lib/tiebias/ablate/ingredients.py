@@ -1,10 +1,7 @@
-"""Claim 4 taken apart: which ingredient of the paper's setup could explain the size of its shift?
-
-The paper (Table 2) moves the tied matrix far less at k = 5 than the kit's sweep. Each ingredient changes one thing
-and measures the same shift (k = 5 minus k = 1, orthogonal Procrustes cosine, per seed): the reference (the same
-seed's untied model or another seed's), or a recipe change (:data:`tiebias.config.choices.INGREDIENTS`) under which
-the k = 1 and k = 5 tied models are trained again in ``<run>/ingredients/<name>/``.
-"""
+"""Claim 4 taken apart: which ingredient of the paper's setup could explain the size of its shift? Each ingredient
+changes one thing and measures the same shift (k = 5 minus k = 1, orthogonal Procrustes cosine, per seed): the
+reference (the same seed's untied model or another seed's), or a recipe change
+(:data:`tiebias.config.choices.INGREDIENTS`) retrained in ``<run>/ingredients/<name>/``."""
 
 from __future__ import annotations
 
@@ -38,21 +35,15 @@ SAME_SEED = "same-seed untied model"
 
 
 def check(names: Sequence[str], factors: Sequence[float], seeds: Sequence[int]) -> tuple[list[str], str]:
-    """The ingredients this sweep can measure, and a note saying why none when it cannot (else "").
+    """The ingredients this sweep can measure (it needs k = 1 and k = 5 and two or more seeds), and a note saying why
+    none when it cannot, so that a study with other factors or seeds still runs.
 
     Args:
-        names: the ingredients asked for (``ablate_ingredients``); each must be one of
-            :data:`tiebias.config.choices.INGREDIENTS`, else ValueError naming the parameter.
-        factors: the sweep's gradient factors (``ablate_factors``): the ingredients need k = 1 and k = :data:`K`.
-        seeds: the sweep's seeds (``ablate_seeds``): the ingredients need two or more.
+        names: the ingredients asked for (``ablate_ingredients``); an unknown one raises ValueError.
+        factors, seeds: the sweep's gradient factors and seeds.
 
     Returns:
-        ``(names, note)``: the names as a list and ``""`` when they can be measured (also when none are asked for);
-        an empty list and the reason otherwise.
-
-    A sweep without k = 1 and k = 5 has no kit's shift at the paper's k to set beside them, and one seed has no other
-    seed's untied model to compare with: then the ingredients are skipped with the note (a study that changes
-    ``ablate_factors`` or ``ablate_seeds`` still runs).
+        ``(names, "")`` when they can be measured, else ``([], reason)``.
     """
     bad = [n for n in names if n not in INGREDIENTS]
     if bad:
@@ -68,25 +59,20 @@ def check(names: Sequence[str], factors: Sequence[float], seeds: Sequence[int]) 
 
 def recipe(name: str, cfg: TrainConfig) -> TrainConfig:
     """The kit's recipe with one ingredient's change."""
-    if name == "warmup10":
-        return replace(cfg, warmup_steps=max(1, round(0.1 * cfg.steps))).validate()
-    if name == "no_embedding_decay":
-        return replace(cfg, decay_embeddings=False).validate()
-    if name == "sgd":
-        return replace(cfg, optimizer="sgd", lr=SGD_LR).validate()
-    raise ValueError(f"ablate_ingredients: unknown value {name!r}; allowed: {', '.join(INGREDIENTS)}")
+    changes = {"warmup10": {"warmup_steps": max(1, round(0.1 * cfg.steps))},
+               "no_embedding_decay": {"decay_embeddings": False}, "sgd": {"optimizer": "sgd", "lr": SGD_LR}}
+    if name not in changes:
+        raise ValueError(f"ablate_ingredients: unknown value {name!r}; allowed: {', '.join(INGREDIENTS)}")
+    return replace(cfg, **changes[name]).validate()
 
 
 def train_ingredients(run: Run, names: Sequence[str], seeds: Sequence[int], cfg: TrainConfig, *,
                       progress: bool = True) -> dict[str, Run]:
-    """Train (or reuse) each ingredient's k = 1 and k = 5 tied models in ``<run>/ingredients/<name>/``; their runs.
+    """Train (or reuse) each ingredient's k = 1 and k = 5 tied models in ``<run>/ingredients/<name>/``, a copy of the
+    run's data (:func:`tiebias.train.depths.share_data`), so only the recipe differs.
 
     Args:
-        run: the sweep's run; each ingredient's folder gets a copy of its data
-            (:func:`tiebias.train.depths.share_data`), so only the recipe differs.
-        names: the ingredients to train (as :func:`check` returns them).
-        seeds: the seeds each ingredient's two models are trained with.
-        cfg: the kit's recipe; each ingredient changes one thing in it (:func:`recipe`).
+        run, names, seeds, cfg: the sweep's run, the ingredients (:func:`check`), the seeds and the kit's recipe.
         progress: show progress bars.
 
     Returns:
@@ -110,16 +96,14 @@ def _cosines(ref_run: Run, ref_seed: int, tied_run: Run, v: Variant, seed: int) 
 
 
 def shifts_from_sweep(table: pd.DataFrame, label: str, method: str = "orthogonal") -> pd.DataFrame:
-    """Per-seed shifts (k minus k = 1) of every k of a sweep alignment table at its final step, labelled ``label``.
+    """Per-seed shifts (k minus k = 1) of every k of a sweep alignment table at its final step.
 
     Args:
-        table: a sweep alignment table (:func:`tiebias.ablate.sweep.alignment_table`); every seed needs a k = 1 row.
-        label: written in the ``ingredient`` column (e.g. :data:`KIT` or :data:`SAME_SEED`, by the reference used).
-        method: the alignment map whose cosines are read.
+        table: :func:`tiebias.ablate.sweep.alignment_table`; every seed needs a k = 1 row.
+        label: the ``ingredient`` column (:data:`KIT` or :data:`SAME_SEED`); method: the map read.
 
     Returns:
-        Columns ``ingredient``, ``k``, ``seed``, ``vs_untied_input`` and ``vs_untied_output`` (each the cosine at k
-        minus that at k = 1 of the same seed), one row per seed and k other than 1.
+        ``ingredient``, ``k``, ``seed``, ``vs_untied_input``, ``vs_untied_output``, one row per seed and k other than 1.
     """
     d = table[(table.method == method) & (table.step == table.step.max())]
     rows = []
@@ -136,15 +120,10 @@ def shifts_from_ingredients(run: Run, subs: Mapping[str, Run], seeds: Sequence[i
     """Per-seed shifts at k = 5 of each trained ingredient, against the run's untied model of the next seed.
 
     Args:
-        run: the sweep's run, whose untied models are the reference.
-        subs: ingredient name -> its run folder (:func:`train_ingredients`).
-        seeds: the seeds trained; each is compared with the untied model of the next seed in this order (the last
-            with the first).
+        run, subs, seeds: the sweep's run (the reference), ingredient -> its run (:func:`train_ingredients`), seeds.
 
     Returns:
-        Columns ``ingredient``, ``k`` (:data:`K`), ``seed``, ``val_loss_k5`` (final validation loss of the ingredient's
-        k = 5 model, nats), ``vs_untied_input`` and ``vs_untied_output`` (k = 5 minus k = 1, orthogonal Procrustes
-        cosine), one row per ingredient and seed.
+        ``ingredient``, ``k``, ``seed``, ``val_loss_k5`` (nats), ``vs_untied_input``, ``vs_untied_output``.
     """
     rows = []
     for name, sub in subs.items():
@@ -159,18 +138,15 @@ def shifts_from_ingredients(run: Run, subs: Mapping[str, Run], seeds: Sequence[i
 
 
 def summary(per_seed: pd.DataFrame, *, level: float = LEVEL) -> pd.DataFrame:
-    """Mean shift and its t-interval over seeds per (ingredient, k), the paper's shift at k = 5 beside, and whether
-    the paper's shift lies inside the interval (both cosines: ``matches_paper``).
+    """Mean shift and its t-interval over seeds per (ingredient, k), the paper's shift beside, and whether it lies
+    inside the interval on both cosines (``matches_paper``).
 
     Args:
-        per_seed: rows of :func:`shifts_from_sweep` and :func:`shifts_from_ingredients` (concatenated).
-        level: confidence level of the t-intervals.
+        per_seed: rows of :func:`shifts_from_sweep` and :func:`shifts_from_ingredients`; level: the intervals' level.
 
     Returns:
-        One row per (ingredient, k), in order of first appearance: ``ingredient``, ``k``, ``n_seeds``; per cosine
-        (``vs_untied_input``, ``vs_untied_output``) the mean, ``<col>_ci_low``, ``<col>_ci_high`` and ``paper_<col>``
-        (NaN except at k = 5); ``matches_paper`` (True or False at k = 5 with two or more seeds, else None); and
-        ``val_loss_k5`` (mean over seeds) where the rows have it.
+        One row per (ingredient, k): ``n_seeds``, per cosine the mean, ``_ci_low``, ``_ci_high`` and ``paper_``
+        (NaN but at k = 5), ``matches_paper`` (None below two seeds or off k = 5), ``val_loss_k5`` where present.
     """
     rows = []
     if per_seed.empty:
@@ -188,7 +164,3 @@ def summary(per_seed: pd.DataFrame, *, level: float = LEVEL) -> pd.DataFrame:
             row["val_loss_k5"] = float(g.val_loss_k5.mean())
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-__all__ = ["K", "KIT", "PAPER_SHIFT", "SAME_SEED", "SGD_LR", "check", "recipe", "shifts_from_ingredients",
-           "shifts_from_sweep", "summary", "train_ingredients"]

@@ -1,10 +1,9 @@
 """Claims 1, 2 and 4 against model size and training length (notebook 04, the ``scale`` and ``exposure`` profiles).
 
 A scale point is a (vocabulary size, preset, training length); the run's own is the profile's, the others vary one
-of the three and live in ``<run>/scale/<label>/``. At every point the sweep's models are trained and, per seed:
-claim 1's gap (next seed's untied output vs input matrix onto the tied one, orthogonal map), claim 2's output share
-(whole run, warmup, after), claim 4's shifts (k minus k = 1), the validation losses, the embedding's share of the
-parameters, and tokens seen per embedding row (a larger vocabulary at the same steps sees each row less often).
+of the three and live in ``<run>/scale/<label>/``. Per seed at every point: claim 1's gap, claim 2's output share
+(whole run, warmup, after), claim 4's shifts, the validation losses, the embedding's share of the parameters, and
+tokens seen per embedding row (a larger vocabulary at the same steps sees each row less often).
 """
 
 from __future__ import annotations
@@ -28,12 +27,12 @@ from tiebias.train.depths import share_data
 from tiebias.train.trainer import TrainConfig
 
 PAPER_TOKENS_PER_ROW = 10_000 * 512 * 4096 / 50280
-"""Tokens seen per embedding row by the paper's Table 2 models at step 10,000 (512 x 4,096-token batches, its
-published training log, :data:`tiebias.paper.FIG4_LOG_WINDOWS`, over OLMo-1B's 50,280 rows)."""
-
+"""Tokens seen per embedding row by the paper's Table 2 models at step 10,000 (512 x 4,096-token batches over OLMo-1B's
+50,280 rows)."""
 PAPER_SCALE = {"vocab_size": 50280, "width": 2048, "tokens_per_row": PAPER_TOKENS_PER_ROW}
 """OLMo-1B's vocabulary, width and exposure at Table 2's step: where the fitted trends are extrapolated to."""
-
+AXES = {"vocab_size": "vocabulary size", "width": "width", "tokens_per_row": "training length (tokens seen per row)"}
+"""The axes a trend is fitted along: the model's size, and its training length alone."""
 QUANTITIES = {
     "claim1_gap": "claim 1: untied output -> tied minus untied input -> tied (orthogonal cosine)",
     "claim2_share": "claim 2: output share of the tied matrix's gradient, whole run",
@@ -42,24 +41,21 @@ QUANTITIES = {
     "loss_tied_minus_untied": "validation loss, tied minus untied (nats)",
 }
 """The per-seed quantities of a scale point besides claim 4's shifts and the losses."""
-
-
 FIGURES = {
     "claim1": (f"Claim 1 against size: the tied matrix's gap (mean, {LEVEL:.0%} CI over seeds)", ["claim1_gap"]),
     "claim2": (f"Claim 2 against size: the output share (mean, {LEVEL:.0%} CI over seeds)",
                ["claim2_share", "claim2_share_warmup", "claim2_share_after_warmup"]),
-    "claim4": (f"Claim 4 against size: the shift at the sweep's largest k (mean, {LEVEL:.0%} CI over seeds)", []),
+    "claim4": (f"Claim 4 against size: the shift at the sweep's largest k (mean, {LEVEL:.0%} CI over seeds)", ["in", "out"]),
     "loss": ("What tying costs against size: validation loss, tied minus untied (nats)", ["loss_tied_minus_untied"]),
 }
-"""The scale axis's figures: title and the quantities drawn (claim 4's are added at the sweep's largest k)."""
+"""The scale axis's figures: title and the quantities drawn (claim 4's ``in`` and ``out`` at the sweep's largest k)."""
 
 
 def quantities(k_top: float) -> dict[str, str]:
-    """:data:`QUANTITIES` and claim 4's two shifts at the sweep's largest factor ``k_top``: every trend's label.
+    """:data:`QUANTITIES` and claim 4's two shifts at the sweep's largest factor: every trend's label.
 
     Args:
-        k_top: the sweep's largest gradient factor; it names claim 4's columns (``claim4_in_k<k>``,
-            ``claim4_out_k<k>``).
+        k_top: the sweep's largest gradient factor (it names ``claim4_in_k<k>`` and ``claim4_out_k<k>``).
 
     Returns:
         Column name of a per-seed quantity -> its label.
@@ -69,17 +65,17 @@ def quantities(k_top: float) -> dict[str, str]:
 
 
 def figure_quantities(k_top: float) -> dict[str, dict[str, str]]:
-    """Per figure of :data:`FIGURES`, the quantities it draws and their labels (claim 4's at ``k_top``).
+    """Per figure of :data:`FIGURES`, the quantities it draws and their labels.
 
     Args:
         k_top: as in :func:`quantities`.
 
     Returns:
-        Figure name (``claim1``, ``claim2``, ``claim4``, ``loss``) -> {column name: label} of the quantities it draws.
+        Figure name -> {column name: label}.
     """
     q = quantities(k_top)
-    extra = {"claim4": [f"claim4_in_k{k_top:g}", f"claim4_out_k{k_top:g}"]}
-    return {name: {n: q[n] for n in qs + extra.get(name, [])} for name, (_, qs) in FIGURES.items()}
+    return {name: {c: q[c] for c in (f"claim4_{n}_k{k_top:g}" if name == "claim4" else n for n in qs)}
+            for name, (_, qs) in FIGURES.items()}
 
 
 def tokens_per_row(steps: int, batch_size: int, seq_len: int, rows: int) -> float:
@@ -92,8 +88,7 @@ def tokens_per_row(steps: int, batch_size: int, seq_len: int, rows: int) -> floa
 
 @dataclass(frozen=True)
 class ScalePoint:
-    """One model size and training length: its vocabulary, preset and steps (None: the run's own ``steps``); ``base``
-    is the run's own point (its models are the run's)."""
+    """One model size and training length (``steps`` None: the run's own); ``base`` is the run's own point."""
 
     vocab_size: int
     preset: str
@@ -113,33 +108,26 @@ class ScalePoint:
 
 def points(vocab_size: int, preset: str, vocab_sizes: Sequence[int], presets: Sequence[str],
            step_counts: Sequence[int] = (), steps: int | None = None) -> list[ScalePoint]:
-    """The run's point, then every other vocabulary at its preset, every other preset at its vocabulary and every other
-    training length at both.
+    """The run's point, then every other vocabulary, preset and training length, each with the others at the run's.
 
     Args:
-        vocab_size, preset: the run's own vocabulary size and model preset (its point, ``base``).
-        vocab_sizes: the other vocabularies (``scale_vocab_sizes``), each at the run's preset.
-        presets: the other presets (``scale_presets``), each at the run's vocabulary; every preset is checked (an
-            unknown one is refused before anything trains).
-        step_counts: the other training lengths (``scale_steps``), each at the run's vocabulary and preset.
-        steps: the run's own training length (``steps``); needed with ``step_counts`` (ValueError without it).
+        vocab_size, preset: the run's own vocabulary size and preset (its point, ``base``).
+        vocab_sizes, presets, step_counts: ``scale_vocab_sizes``, ``scale_presets`` (each checked), ``scale_steps``.
+        steps: the run's own training length; needed with ``step_counts``.
 
     Returns:
-        The :class:`ScalePoint` list, the run's own first; values equal to the run's are not repeated.
+        The points, the run's own first; values equal to the run's are not repeated.
     """
-    get_preset(preset)
-    for p in presets:
+    for p in (preset, *presets):
         get_preset(p)
     if step_counts and steps is None:
         raise ValueError(f"steps: needed with scale_steps {list(step_counts)} (the run's own training length)")
     for s in step_counts:
         if s < 1:
             raise ValueError(f"scale_steps: {s} is not allowed; need training lengths of one step or more")
-    out = [ScalePoint(vocab_size, preset, base=True)]
-    out += [ScalePoint(v, preset) for v in vocab_sizes if v != vocab_size]
-    out += [ScalePoint(vocab_size, p) for p in presets if p != preset]
-    out += [ScalePoint(vocab_size, preset, steps=s) for s in step_counts if s != steps]
-    return out
+    return [ScalePoint(vocab_size, preset, base=True), *(ScalePoint(v, preset) for v in vocab_sizes if v != vocab_size),
+            *(ScalePoint(vocab_size, p) for p in presets if p != preset),
+            *(ScalePoint(vocab_size, preset, steps=s) for s in step_counts if s != steps)]
 
 
 def point_config(cfg: TrainConfig, point: ScalePoint) -> TrainConfig:
@@ -154,16 +142,13 @@ def point_config(cfg: TrainConfig, point: ScalePoint) -> TrainConfig:
 
 
 def usable(pts: Sequence[ScalePoint], seeds: Sequence[int]) -> tuple[list[ScalePoint], str]:
-    """The points to study, and a note when the axis is skipped: with one seed there is no other seed's untied model
-    (claim 1's headline pairing and claim 4's reference), so only the run's own point is kept.
+    """The points to study and a note: with one seed (no other seed's untied model to compare with) only the run's own.
 
     Args:
-        pts: the points of :func:`points` (the run's own first).
-        seeds: the sweep's seeds (``ablate_seeds``).
+        pts, seeds: the points of :func:`points` and the sweep's seeds.
 
     Returns:
-        ``(points, note)``: all the points and ``""``, or with one seed and several points only the first and the
-        reason.
+        ``(points, note)``: all the points and ``""``, or the first only and the reason.
     """
     if len(pts) > 1 and len(seeds) < 2:
         return list(pts[:1]), (f"scale axis skipped: it needs two or more ablate_seeds (each tied model is compared with "
@@ -171,45 +156,27 @@ def usable(pts: Sequence[ScalePoint], seeds: Sequence[int]) -> tuple[list[ScaleP
     return list(pts), ""
 
 
-def point_run(run: Run, point: ScalePoint) -> Run:
-    """The run itself for its own point, else ``<run>/scale/<label>/``: the run's data for another preset, a new
-    tokenizer of the same corpus for another vocabulary."""
-    if point.base:
-        return run
-    sub = Run(run.path / "scale" / point.label)
-    if sub.config_path.exists():
-        return sub
-    if point.vocab_size != run.config["vocab_size"]:
-        return Run.prepare(sub.path, corpus=run.config["corpus"], vocab_size=point.vocab_size)
-    return share_data(run, sub.path, f"the {point.label} models")
-
-
 def train_points(run: Run, pts: Sequence[ScalePoint], variants: Sequence[Variant], seeds: Sequence[int],
                  cfg: TrainConfig, *, progress: bool = True) -> dict[str, Run]:
-    """Train (or reuse, or resume) the sweep's models at every scale point.
+    """Train (or reuse, or resume) the sweep's models at every point: the run itself for its own, else
+    ``<run>/scale/<label>/`` with the run's data, or a new tokenizer of the same corpus for another vocabulary.
 
     Args:
-        run: the run of the base point (others in ``<run>/scale/<label>/``); pts: the points (:func:`usable`).
-        variants, seeds, cfg: the sweep's tied variants, seeds and recipe (preset and steps per point).
-        progress: show progress bars.
+        run, pts: the run of the base point and the points (:func:`usable`).
+        variants, seeds, cfg: the sweep's tied variants, seeds and recipe; progress: progress bars.
 
     Returns:
         Point label -> its run folder.
     """
     out = {}
     for p in pts:
-        sub = point_run(run, p)
+        sub = run if p.base else Run(run.path / "scale" / p.label)
+        if not (p.base or sub.config_path.exists()):
+            sub = (Run.prepare(sub.path, corpus=run.config["corpus"], vocab_size=p.vocab_size)
+                   if p.vocab_size != run.config["vocab_size"] else share_data(run, sub.path, f"the {p.label} models"))
         sweep.run_sweep(sub, variants, seeds, point_config(cfg, p), progress=progress)
         out[p.label] = sub
     return out
-
-
-def _windows(metrics: pd.DataFrame, warmup: int) -> dict[str, float]:
-    """The mean output share over the whole run, its warmup (steps 1..warmup) and after it."""
-    m = metrics.dropna(subset=["output_share"])
-    return {"claim2_share": float(m.output_share.mean()),
-            "claim2_share_warmup": float(m[m.step <= warmup].output_share.mean()) if warmup else math.nan,
-            "claim2_share_after_warmup": float(m[m.step > warmup].output_share.mean())}
 
 
 def point_table(sub: Run, point: ScalePoint, variants: Sequence[Variant], seeds: Sequence[int],
@@ -218,8 +185,8 @@ def point_table(sub: Run, point: ScalePoint, variants: Sequence[Variant], seeds:
 
     Args:
         sub, point: the point's run folder (models trained) and the point.
-        variants: the tied variants, holding k = 1 (the reference); seeds: two or more (else ValueError), each tied
-            model compared with the next seed's untied model; warmup: steps splitting claim 2's share (0: none).
+        variants, seeds: the tied variants (with k = 1) and two or more seeds (each against the next seed's untied).
+        warmup: steps splitting claim 2's share (0: none).
 
     Returns:
         ``point``, ``vocab_size``, ``preset``, ``width``, ``steps``, ``tokens_per_row``, ``seed``, the
@@ -235,13 +202,16 @@ def point_table(sub: Run, point: ScalePoint, variants: Sequence[Variant], seeds:
         t = tab[tab.seed == seed].set_index("k")
         base = t.loc[1.0]
         rc = read_json(sub.train_config_path(Variant(True), seed), "train the tied model of this scale point again")
+        m = sub.metrics(Variant(True), seed).dropna(subset=["output_share"])
         row: dict[str, Any] = {"point": point.label, "vocab_size": point.vocab_size, "preset": point.preset,
                                "width": point.width, "steps": int(rc["steps"]),
                                "tokens_per_row": tokens_per_row(int(rc["steps"]), int(rc["batch_size"]),
                                                                 int(rc["seq_len"]), int(sub.config["tokenizer_size"])),
                                "seed": seed,
                                "claim1_gap": float(base.vs_untied_output - base.vs_untied_input),
-                               **_windows(sub.metrics(Variant(True), seed), warmup)}
+                               "claim2_share": float(m.output_share.mean()),
+                               "claim2_share_warmup": float(m[m.step <= warmup].output_share.mean()) if warmup else math.nan,
+                               "claim2_share_after_warmup": float(m[m.step > warmup].output_share.mean())}
         for k in t.index:
             if k != 1.0:
                 row[f"claim4_in_k{k:g}"] = float(t.loc[k].vs_untied_input - base.vs_untied_input)
@@ -249,8 +219,7 @@ def point_table(sub: Run, point: ScalePoint, variants: Sequence[Variant], seeds:
         for v in [*variants, Variant(False)]:
             s = sub.summary(v, seed)
             row[f"val_loss_{v.name}"] = float(s["final_val_loss"])
-            p = s["parameters"]
-            row[f"embedding_share_{v.name}"] = p["embedding"] / p["total"]
+            row[f"embedding_share_{v.name}"] = s["parameters"]["embedding"] / s["parameters"]["total"]
         row["loss_tied_minus_untied"] = row["val_loss_tied"] - row["val_loss_untied"]
         for v in variants:
             if v.input_factor != 1.0:
@@ -260,16 +229,14 @@ def point_table(sub: Run, point: ScalePoint, variants: Sequence[Variant], seeds:
 
 
 def summary(table: pd.DataFrame, *, level: float = LEVEL) -> pd.DataFrame:
-    """Mean and t-interval over seeds of every quantity at every point (one row per point and quantity).
+    """Mean and t-interval over seeds of every quantity at every point.
 
     Args:
-        table: rows of :func:`point_table` (several points concatenated).
-        level: confidence level of the t-intervals.
+        table: rows of :func:`point_table` (several points); level: the intervals' level.
 
     Returns:
-        Columns ``point``, ``vocab_size``, ``preset``, ``width``, ``steps`` and ``tokens_per_row`` (where the table has
-        them), ``quantity``, ``mean``, ``ci_low``, ``ci_high`` and ``n_seeds``; a quantity with no value at a point
-        has no row.
+        One row per point and quantity with a value: the point's columns, ``quantity``, ``mean``, ``ci_low``,
+        ``ci_high``, ``n_seeds``.
     """
     ids = [c for c in ("point", "vocab_size", "preset", "width", "steps", "tokens_per_row") if c in table.columns]
     cols = [c for c in table.columns if c not in (*ids, "seed")]
@@ -277,32 +244,22 @@ def summary(table: pd.DataFrame, *, level: float = LEVEL) -> pd.DataFrame:
     for key, g in table.groupby(ids, sort=False):
         for c in cols:
             vals = g[c].dropna()
-            if vals.empty:
-                continue
-            s = stats.summarise(vals, level=level)
-            rows.append({**dict(zip(ids, key, strict=True)), "quantity": c,
-                         "mean": s.mean, "ci_low": s.ci_low, "ci_high": s.ci_high, "n_seeds": s.n})
+            if not vals.empty:
+                s = stats.summarise(vals, level=level)
+                rows.append({**dict(zip(ids, key, strict=True)), "quantity": c,
+                             "mean": s.mean, "ci_low": s.ci_low, "ci_high": s.ci_high, "n_seeds": s.n})
     return pd.DataFrame(rows)
 
 
-AXES = {"vocab_size": "vocabulary size", "width": "width", "tokens_per_row": "training length (tokens seen per row)"}
-"""The axes a trend is fitted along: the model's size, and its training length alone."""
-
-
 def axis_rows(table: pd.DataFrame, axis: str, base: ScalePoint) -> pd.DataFrame:
-    """The rows of one axis: points that vary ``axis`` while the others stay at the run's point (training length at
-    the run's own steps, where the table has a ``steps`` column)."""
+    """The rows of points that vary ``axis`` while the others stay at the run's point (length at the run's steps)."""
     if axis not in AXES:
         raise ValueError(f"axis: unknown value {axis!r}; allowed: {', '.join(AXES)}")
     fixed = {"vocab_size": base.vocab_size, "width": base.width}
-    if "steps" in table.columns:
-        own = table.loc[table.point == base.label, "steps"]
-        if not own.empty:
-            fixed["steps"] = int(own.iloc[0])
-    if axis == "tokens_per_row":
-        fixed.pop("steps", None)
-    else:
-        fixed.pop(axis)
+    own = table.loc[table.point == base.label, "steps"] if "steps" in table.columns else ()
+    if len(own):
+        fixed["steps"] = int(own.iloc[0])
+    fixed.pop("steps" if axis == "tokens_per_row" else axis, None)
     keep = np.ones(len(table), dtype=bool)
     for c, v in fixed.items():
         keep &= (table[c] == v).to_numpy()
@@ -310,8 +267,7 @@ def axis_rows(table: pd.DataFrame, axis: str, base: ScalePoint) -> pd.DataFrame:
 
 
 def measured_axes(table: pd.DataFrame) -> list[str]:
-    """The axes :func:`trends` fits: vocabulary and width always (a single size says "too few points"), training
-    length only where the table holds more than one ``steps``."""
+    """Vocabulary and width always (one size says "too few points"), training length where there are several."""
     many = "steps" in table.columns and table["steps"].nunique() > 1
     return [a for a in AXES if a != "tokens_per_row" or many]
 
@@ -324,9 +280,9 @@ def trend(table: pd.DataFrame, quantity: str, axis: str, base: ScalePoint, *, le
     out: dict[str, Any] = {"quantity": quantity, "axis": axis, "sizes": [round(s) for s in sizes],
                            "n": int(len(rows))}
     if len(sizes) < 3:
-        return {**out, "word": "too few points", "slope": math.nan, "ci_low": math.nan, "ci_high": math.nan,
-                "at_paper": math.nan, "at_paper_low": math.nan, "at_paper_high": math.nan, "pred_low": math.nan,
-                "pred_high": math.nan}
+        return {**out, "word": "too few points", **dict.fromkeys(("slope", "ci_low", "ci_high", "at_paper",
+                                                                  "at_paper_low", "at_paper_high", "pred_low",
+                                                                  "pred_high"), math.nan)}
     x = np.log2(rows[axis].to_numpy(float))
     y = rows[quantity].to_numpy(float)
     s = stats.slope(x, y, level=level)
@@ -342,49 +298,10 @@ def trends(table: pd.DataFrame, quantities: Sequence[str], base: ScalePoint, *, 
     """:func:`trend` for every quantity on every measured axis (:func:`measured_axes`).
 
     Args:
-        table: per-seed rows of :func:`point_table` at several points.
-        quantities: the columns to fit (e.g. the keys of :func:`quantities`).
-        base: the run's own point, fixing the axis that does not vary.
-        level: confidence level of the slope's and the prediction's intervals.
+        table, quantities, base: per-seed rows of :func:`point_table`, the columns fitted, the run's own point.
+        level: the intervals' level.
 
     Returns:
-        One row per quantity and axis, the keys of :func:`trend` as columns: ``quantity``, ``axis``, ``sizes``, ``n``,
-        ``word``, ``slope``, ``ci_low``, ``ci_high``, ``at_paper``, ``at_paper_low``, ``at_paper_high``, ``pred_low``, ``pred_high`` and ``mean``
-        (missing where there were too few points).
+        One row per quantity and axis, the keys of :func:`trend` as columns.
     """
     return pd.DataFrame([trend(table, q, a, base, level=level) for q in quantities for a in measured_axes(table)])
-
-
-def sentence(tr: dict[str, Any], what: str) -> str:
-    """One plain sentence on one trend: does the quantity grow with size, and what the line predicts at the paper's.
-
-    Args:
-        tr: one trend (:func:`trend`, or a row of :func:`trends` as a dict).
-        what: how the sentence names the quantity (e.g. its label from :func:`quantities`).
-
-    Returns:
-        The sentence: direction, slope per doubling with its interval (at :data:`tiebias.stats.LEVEL`), and the
-        line's value at :data:`PAPER_SCALE` flagged as an extrapolation; or a note that too few sizes were measured.
-    """
-    axis = AXES[tr["axis"]]
-    if tr["word"] == "too few points":
-        return f"{what} against {axis}: {len(tr['sizes'])} size(s) only, no trend can be fitted."
-    span = f"{tr['sizes'][0]} to {tr['sizes'][-1]}"
-    head = {"rises": "rises", "falls": "falls", "no trend": "shows no trend"}[tr["word"]]
-    size = ""
-    if tr["word"] != "no trend" and math.isfinite(tr.get("mean", math.nan)) and tr["mean"] != 0:
-        grows = (tr["word"] == "rises") == (tr["mean"] > 0)
-        size = f" (its size {'grows' if grows else 'shrinks'})"
-    bounded = ""
-    if "share" in tr["quantity"] and not 0 <= tr["at_paper"] <= 1:
-        bounded = " (outside [0, 1], where a share lies: the line cannot hold that far)"
-    return (f"{what} {head} with {axis}{size} ({span}; slope {tr['slope']:+.4f} per doubling, {LEVEL:.0%} CI "
-            f"[{tr['ci_low']:+.4f}, {tr['ci_high']:+.4f}]). The line predicts {tr['at_paper']:+.3f} "
-            f"[{tr['at_paper_low']:+.3f}, {tr['at_paper_high']:+.3f}] at the paper's {axis} "
-            f"({PAPER_SCALE[tr['axis']]:,.0f}){bounded}: an extrapolation far beyond the sizes measured, a direction rather "
-            "than a forecast.")
-
-
-__all__ = ["AXES", "FIGURES", "PAPER_SCALE", "PAPER_TOKENS_PER_ROW", "QUANTITIES", "ScalePoint", "axis_rows",
-           "measured_axes", "point_config", "point_run", "point_table", "points", "sentence", "summary",
-           "tokens_per_row", "train_points", "trend", "trends", "usable"]

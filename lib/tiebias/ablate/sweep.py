@@ -1,9 +1,5 @@
-"""Gradient-scaling ablation (paper Tables 2, 6, 7) as a dose-response study over seeds.
-
-Tied models whose input-path gradient is multiplied by k (optionally the output path's by 1/k) train beside the
-untied reference of each seed: does the shared matrix move towards the untied input matrix and away from the untied
-output matrix as k grows, by more than the spread between seeds?
-"""
+"""Gradient-scaling ablation (paper Tables 2, 6, 7) as a dose-response study over seeds: tied models whose input-path
+gradient is multiplied by k train beside the untied reference of each seed."""
 
 from __future__ import annotations
 
@@ -29,12 +25,10 @@ from tiebias.train.trainer import TrainConfig
 
 
 def check_factors(factors: Any, name: str = "factors", minimum: int = 1) -> list[float]:
-    """Gradient factors as a sorted list: text or numbers, each checked by :func:`tiebias.config.training.check_factor`,
-    then the schema's rule (:func:`tiebias.config.training.factors_problem`: none repeated, at least ``minimum``).
+    """Gradient factors as a sorted list, each checked by :func:`tiebias.config.training.check_factor`.
 
     Args:
-        factors: one number, a comma-separated text (``"1, 2, 5"``, as from a command line) or a sequence of numbers
-            or numeric texts; anything else is refused (ValueError).
+        factors: one number, a comma-separated text or a sequence of numbers or numeric texts.
         name: the parameter named in error messages.
         minimum: the fewest factors allowed.
 
@@ -62,46 +56,30 @@ def check_factors(factors: Any, name: str = "factors", minimum: int = 1) -> list
 
 
 def sweep_variants(factors: Iterable[float], *, inverse_output: bool = False) -> list[Variant]:
-    """Tied variants for input factors k (k=1 is the plain tied model); optionally output x 1/k.
+    """Tied variants for input factors k (k = 1 is the plain tied model).
 
     Args:
-        factors: the input-gradient factors, checked by :func:`check_factors`.
+        factors: the input-gradient factors (:func:`check_factors`).
         inverse_output: also multiply the output path's gradient by 1/k.
 
     Returns:
-        One tied :class:`tiebias.config.variants.Variant` per factor, ascending k; the untied reference is not among
-        them.
+        One tied variant per factor, ascending k (the untied reference is not among them).
     """
-    ks = check_factors(list(factors))
-    return [Variant(True, k, 1.0 / k if inverse_output else 1.0) for k in ks]
+    return [Variant(True, k, 1.0 / k if inverse_output else 1.0) for k in check_factors(list(factors))]
 
 
-def estimate_seconds(run: Run, cfg: TrainConfig, n_models: int) -> float:
-    """Estimated training time of ``n_models`` new models, from the run's models of the same shape or a timed probe."""
-    rates = []
-    for key in run.models().query("complete").key:
-        s = run.summary(*parse_key(key))
-        if s.get("tokens_per_second") and _same_shape(run, key, cfg):
-            rates.append(s["tokens_per_second"])
-    tps = float(np.median(rates)) if rates else _probe_tokens_per_second(run, cfg)
-    return n_models * cfg.steps * cfg.batch_size * cfg.seq_len / tps
-
-
-def _same_shape(run: Run, key: str, cfg: TrainConfig) -> bool:
-    from tiebias.run.files import OVERWRITE_HINT, read_json
-
-    c = read_json(run.train_config_path(*parse_key(key)), f"restore it, or retrain {key} ({OVERWRITE_HINT})")
-    return all(c.get(k) == getattr(cfg, k) for k in ("preset", "family", "batch_size", "seq_len"))
+def _sweep_models(variants: Sequence[Variant], seeds: Sequence[int]) -> list[tuple[Variant, int]]:
+    """Every model of a sweep: the tied variants and the untied reference of each seed."""
+    return [(v, seed) for seed in seeds for v in [*variants, Variant(False)]]
 
 
 def _probe_tokens_per_second(run: Run, cfg: TrainConfig, steps: int = 3) -> float:
     from tiebias.models.build import build
     from tiebias.train.steploop import batch_for_step
 
-    ids = run.tokens("train")
     model = build(cfg.preset, family=cfg.family, vocab_size=run.config["tokenizer_size"])
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
-    x = batch_for_step(ids, 0, 0, cfg.batch_size, cfg.seq_len)
+    x = batch_for_step(run.tokens("train"), 0, 0, cfg.batch_size, cfg.seq_len)
     model(input_ids=x, labels=x).loss.backward()  # warm-up
     t0 = time.perf_counter()
     for _ in range(steps):
@@ -109,6 +87,22 @@ def _probe_tokens_per_second(run: Run, cfg: TrainConfig, steps: int = 3) -> floa
         model(input_ids=x, labels=x).loss.backward()
         opt.step()
     return steps * cfg.batch_size * cfg.seq_len / (time.perf_counter() - t0)
+
+
+def estimate_seconds(run: Run, cfg: TrainConfig, n_models: int) -> float:
+    """Estimated training time of ``n_models`` new models, from the run's models of the same shape or a timed probe."""
+    from tiebias.run.files import OVERWRITE_HINT, read_json
+
+    rates = []
+    for key in run.models().query("complete").key:
+        s = run.summary(*parse_key(key))
+        if not s.get("tokens_per_second"):
+            continue
+        c = read_json(run.train_config_path(*parse_key(key)), f"restore it, or retrain {key} ({OVERWRITE_HINT})")
+        if all(c.get(k) == getattr(cfg, k) for k in ("preset", "family", "batch_size", "seq_len")):
+            rates.append(s["tokens_per_second"])
+    tps = float(np.median(rates)) if rates else _probe_tokens_per_second(run, cfg)
+    return n_models * cfg.steps * cfg.batch_size * cfg.seq_len / tps
 
 
 def plan(run: Run, variants: Sequence[Variant], seeds: Sequence[int], cfg: TrainConfig,
@@ -138,11 +132,11 @@ def plan(run: Run, variants: Sequence[Variant], seeds: Sequence[int], cfg: Train
 
 def run_sweep(run: Run, variants: Sequence[Variant], seeds: Sequence[int], cfg: TrainConfig,
               progress: bool = True, overwrite: bool = False) -> list[dict]:
-    """Train every missing model of the sweep, two at a time on a CPU (the same models as one by one).
+    """Train every missing model of the sweep (the untied reference of each seed added), two at a time on a CPU.
 
     Args:
-        run, variants, seeds, cfg: the run, the tied variants (the untied reference is added per seed), the seeds
-            and the recipe. progress: progress bars; overwrite: retrain a model made with another config.
+        run, variants, seeds, cfg: the run, the tied variants, the seeds and the recipe.
+        progress, overwrite: progress bars; retrain a model made with another config.
 
     Returns:
         One training summary per model (:func:`tiebias.train.sweeps.train_many`).
@@ -154,29 +148,25 @@ def common_steps(run: Run, variants: Sequence[Variant], seeds: Sequence[int]) ->
     """Checkpoint steps present for every tied variant and the untied reference of every seed.
 
     Args:
-        run: the run holding the models.
-        variants: the sweep's tied variants (the untied reference is added).
-        seeds: the sweep's seeds.
+        run, variants, seeds: the run, the sweep's tied variants and its seeds.
 
     Returns:
         The shared checkpoint steps, ascending (empty when there are no models).
     """
-    sets = [{s for s, _ in run.checkpoints(v, seed)} for seed in seeds for v in [*variants, Variant(False)]]
+    sets = [{s for s, _ in run.checkpoints(v, seed)} for v, seed in _sweep_models(variants, seeds)]
     return sorted(set.intersection(*sets)) if sets else []
 
 
 def compared_steps(steps: Sequence[int], most: int = 4) -> list[int]:
-    """The checkpoints compared: the final step and up to ``most - 1`` earlier ones in its last 7/8.
+    """The checkpoints compared: the final step and up to ``most - 1`` earlier ones in its last 7/8 (earlier ones are
+    mostly the shared initialisation).
 
     Args:
-        steps: the available checkpoint steps (e.g. :func:`common_steps`), in any order.
+        steps: the available checkpoint steps, in any order.
         most: the most steps returned.
 
     Returns:
-        The chosen steps, ascending, ending with the largest (empty when ``steps`` is); step 0 is never chosen.
-
-    The paper compares step 1k and 10k; early checkpoints (before 1/8 of training) are mostly the
-    shared initialisation and say little about the trend.
+        The chosen steps, ascending, ending with the largest; step 0 is never chosen.
     """
     steps = sorted(steps)
     picked = sorted({s for s in steps if s > 0 and s >= steps[-1] // 8}) if steps else []
@@ -184,15 +174,14 @@ def compared_steps(steps: Sequence[int], most: int = 4) -> list[int]:
 
 
 def reference_for(seeds: Sequence[int]) -> str:
-    """The headline reference: another seed's untied model when there are two or more seeds.
+    """The headline reference: another seed's untied model when there are two or more seeds (the same seed's shares
+    the starting matrix, which inflates the input cosine).
 
     Args:
         seeds: the sweep's seeds.
 
     Returns:
-        ``"cross"`` with two or more seeds, else ``"same"`` (the ``reference`` of :func:`alignment_table`).
-
-    Same seed shares the starting matrix, which inflates the input cosine; with one seed it is all there is.
+        ``"cross"`` or ``"same"`` (the ``reference`` of :func:`alignment_table`).
     """
     return "cross" if len(seeds) > 1 else "same"
 
@@ -203,11 +192,9 @@ def alignment_table(run: Run, variants: Sequence[Variant], seeds: Sequence[int],
     """Per (k, seed, step, method), as Table 2: cosine of the untied input and output matrices mapped onto the tied one.
 
     Args:
-        run, variants, seeds: the sweep's run (diverged models refused), tied variants and seeds (their order sets
-            the next seed for ``reference="cross"``).
+        run, variants, seeds: the sweep's run (diverged models refused), tied variants and seeds.
         steps, methods, heldout_folds: checkpoint steps (None: final), alignment maps, 0 (in-sample) or k >= 2 folds.
-        reference: ``"same"`` (the same seed's untied model, whose shared start inflates the input cosine) or
-            ``"cross"`` (the next seed's; needs two or more seeds).
+        reference: ``"same"`` (the same seed's untied model) or ``"cross"`` (the next seed's; two or more seeds).
 
     Returns:
         ``variant``, ``k``, ``output_factor``, ``seed``, ``reference_seed``, ``step``, ``method``,
@@ -233,20 +220,10 @@ def alignment_table(run: Run, variants: Sequence[Variant], seeds: Sequence[int],
                 for m in methods:
                     rows.append({"variant": v.name, "k": v.input_factor, "output_factor": v.output_factor,
                                  "seed": seed, "reference_seed": ref_seed,
-                                 "step": step if step is not None else _final_step(run, v, seed),
+                                 "step": step if step is not None else int(run.summary(v, seed)["steps"]),
                                  "method": m, "vs_untied_input": res_in[m].mean,
                                  "vs_untied_output": res_out[m].mean})
     return pd.DataFrame(rows)
-
-
-def _sweep_models(variants: Sequence[Variant], seeds: Sequence[int]) -> list[tuple[Variant, int]]:
-    """Every model of a sweep: the tied variants and the untied reference of each seed."""
-    return [(v, seed) for seed in seeds for v in [*variants, Variant(False)]]
-
-
-def _final_step(run: Run, v: Variant, seed: int) -> int:
-    """A finished model's training steps."""
-    return int(run.summary(v, seed)["steps"])
 
 
 def perplexities(run: Run, variants: Sequence[Variant], seeds: Sequence[int], *, seq_len: int,
@@ -254,16 +231,12 @@ def perplexities(run: Run, variants: Sequence[Variant], seeds: Sequence[int], *,
     """Perplexity of every final model (tied variants and untied) on held-out splits (Table 7 analog).
 
     Args:
-        run: the run holding the sweep's models; diverged models are refused.
-        variants: the sweep's tied variants (the untied model of each seed is added).
-        seeds: the sweep's seeds.
-        seq_len: the evaluation's sequence length.
-        max_tokens: the most tokens of each split evaluated (a cap on the cost).
-        splits: the token splits evaluated.
+        run, variants, seeds: the sweep's run (diverged models refused), tied variants and seeds.
+        seq_len, max_tokens, splits: the evaluation's sequence length, most tokens per split, and the splits.
 
     Returns:
-        One row per model: ``variant``, ``k`` (NaN for the untied model), ``tied``, ``seed``, and per split
-        ``<split>_loss`` (nats per token) and ``<split>_ppl``.
+        One row per model: ``variant``, ``k`` (NaN for untied), ``tied``, ``seed``, ``<split>_loss`` (nats per token)
+        and ``<split>_ppl``.
     """
     divergence.check_models(run, _sweep_models(variants, seeds), "a perplexity")
     rows = []
@@ -284,13 +257,10 @@ def gradient_shares(run: Run, variants: Sequence[Variant], seeds: Sequence[int])
     """Mean output share of the applied embedding gradient per (k, seed): does scaling rebalance the paths?
 
     Args:
-        run: the run holding the models (their training metrics); diverged models are refused.
-        variants: the tied variants read.
-        seeds: the seeds read.
+        run, variants, seeds: the run (diverged models refused), the tied variants and seeds read.
 
     Returns:
-        One row per (variant, seed): ``variant``, ``k``, ``seed``, ``output_share`` (mean over logged steps) and
-        ``median_out_in_ratio`` (median over steps of the output to input gradient norm).
+        ``variant``, ``k``, ``seed``, ``output_share`` (mean over logged steps), ``median_out_in_ratio``.
     """
     divergence.check_models(run, [(v, seed) for seed in seeds for v in variants], "a gradient share")
     rows = []
@@ -301,25 +271,3 @@ def gradient_shares(run: Run, variants: Sequence[Variant], seeds: Sequence[int])
                          "output_share": float(m.output_share.mean()),
                          "median_out_in_ratio": float((m.output_norm / m.input_norm).median())})
     return pd.DataFrame(rows)
-
-
-def dose_sentence(table: pd.DataFrame, shares: pd.DataFrame, method: str) -> str:
-    """The dose-response figure's numbers in words: the output path's share of the applied gradient and the tied
-    matrix's cosines to the untied input and output matrices at each k (means over seeds, the table's last step).
-
-    Args:
-        table: the sweep's alignment table (:func:`alignment_table`).
-        shares: :func:`gradient_shares`.
-        method: the map whose cosines are read.
-
-    Returns:
-        Two sentences, one per panel of the figure.
-    """
-    final = table[(table.method == method) & (table.step == table.step.max())]
-    cos = final.groupby("k")[["vs_untied_input", "vs_untied_output"]].mean()
-    share = shares.groupby("k").output_share.mean()
-    at = ", ".join(f"{s:.1%} at k = {k:g}" for k, s in share.items())
-    ins = ", ".join(f"{c:.3f} at k = {k:g}" for k, c in cos.vs_untied_input.items())
-    outs = ", ".join(f"{c:.3f} at k = {k:g}" for k, c in cos.vs_untied_output.items())
-    return (f"The output path's share of the applied gradient: {at}.\nThe tied matrix's cosine ({method} map, step "
-            f"{int(final.step.max())}) to the untied input matrix: {ins}; to the untied output matrix: {outs}.")
