@@ -1,12 +1,7 @@
-"""Keep freed memory in the process during hot loops, so large tensors are not mapped anew every step.
-
-glibc serves large blocks with a fresh ``mmap`` and gives them back on ``free``, so each training step would pay page
-faults and the kernel's zeroing again for its logits and their gradient. :func:`kept_heap` sets ``M_MMAP_MAX = 0`` and
-a high ``M_TRIM_THRESHOLD`` for the block (same numbers bit for bit: the allocator decides where they live), and on
-leaving the outermost block restores glibc's defaults and returns the freed memory (``malloc_trim``); the price is
-some peak memory. It does nothing where the C library is not glibc, where the user set glibc's ``MALLOC_*_``
-variables or preloaded another allocator, and with ``TIEBIAS_MALLOC=default``.
-"""
+"""Keep freed memory in the process during hot loops: glibc maps each large block (a step's logits and their
+gradient) afresh and returns it on ``free``, paying page faults and zeroing every step. :func:`kept_heap` turns that
+off for the block (``mallopt``; the same numbers bit for bit) and restores glibc's defaults after, returning the
+memory; nothing off glibc, with the user's ``MALLOC_*_`` settings or another allocator, or ``TIEBIAS_MALLOC=default``."""
 
 from __future__ import annotations
 
@@ -20,8 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-MALLOC_ENV = "TIEBIAS_MALLOC"
-"""``keep`` (default): keep freed memory during hot loops; ``default``: leave glibc's settings alone."""
+MALLOC_ENV = "TIEBIAS_MALLOC"  # keep (default) or default (glibc's settings left alone)
 
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
 _DEFAULTS = {_M_MMAP_MAX: 65536, _M_TRIM_THRESHOLD: 128 * 1024}  # glibc's, restored on leaving
@@ -33,7 +27,6 @@ _depth = 0
 
 
 def mode() -> str:
-    """``TIEBIAS_MALLOC``: ``keep`` (unset) or ``default``; anything else is a ValueError naming the variable."""
     raw = os.environ.get(MALLOC_ENV, "keep").strip().lower() or "keep"
     if raw not in ("keep", "default"):
         raise ValueError(f"{MALLOC_ENV}: {raw!r} is not allowed; use 'keep' (the default) or 'default'")
@@ -41,8 +34,7 @@ def mode() -> str:
 
 
 def _libc() -> Any | None:
-    """glibc with ``mallopt`` and ``malloc_trim``, or None where it is not the allocator in use (or the user's
-    settings or preloaded allocator win)."""
+    """glibc with ``mallopt`` and ``malloc_trim``, or None where it is not the allocator in use or the user's wins."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc" or any(v in os.environ for v in _USER_SETTINGS):
         return None
     if any(name in os.environ.get("LD_PRELOAD", "") for name in ("jemalloc", "tcmalloc", "mimalloc")):
@@ -56,14 +48,12 @@ def _libc() -> Any | None:
         return None
 
 
-libc = functools.cache(_libc)
-"""The C library :func:`kept_heap` adjusts (looked up once), or None when it leaves the allocator alone."""
+libc = functools.cache(_libc)  # looked up once
 
 
 @contextmanager
 def kept_heap() -> Iterator[bool]:
-    """Keep freed memory in the process for the block (nested and concurrent blocks share one setting); yields
-    whether the allocator was adjusted."""
+    """Keep freed memory for the block (nested and concurrent blocks share one setting); yields whether it did."""
     global _depth
     lib = libc() if mode() == "keep" else None
     if lib is None:

@@ -1,5 +1,5 @@
 """Writing a file in place without ever writing through a symbolic link: a private temporary folder next to the
-target and a rename. The run folder's writers (:mod:`tiebias.run.files`) and the token files build on these two."""
+target and a rename (the run folder's writers, :mod:`tiebias.run.files`, build on these)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from pathlib import Path
 
 @contextmanager
 def private_folder(parent: Path, prefix: str) -> Iterator[Path]:
-    """A fresh folder in ``parent`` that only this process made (``mkdtemp``: random name, owner only), removed when
-    the block ends: nothing planted in ``parent`` (a link under a temporary name) can be written through."""
+    """A fresh folder in ``parent`` only this process made (``mkdtemp``: random name, owner only), removed after."""
     d = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=parent))
     try:
         yield d
@@ -24,9 +23,8 @@ def private_folder(parent: Path, prefix: str) -> Iterator[Path]:
 
 @contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
-    """A temporary file name to write to, renamed onto ``path`` when the block ends (replacing a link there, never
-    writing where it points); readers see the old file or the whole new one. If the block raises, ``path`` is left
-    as it was. The folder must exist."""
+    """A temporary name to write to, renamed onto ``path`` when the block ends (replacing a link there, never
+    writing where it points); if the block raises, ``path`` is left as it was."""
     with private_folder(path.parent, f".{path.name}.") as d:
         tmp = d / path.name
         yield tmp

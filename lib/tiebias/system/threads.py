@@ -1,17 +1,14 @@
-"""CPU threads that degrade gracefully when other processes want the same cores.
-
-:class:`ThreadTuner` re-chooses the intra-op thread count during long loops (training steps, lens training) from
-measured step times: all cores on a quiet machine, fewer when another process holds one. ``TIEBIAS_THREADS=N`` fixes
-the count instead (:mod:`tiebias.config.environment`); OpenMP's own settings are left to the user
-(``bench/contention.py`` compares them). Only speed depends on the thread count, never the numbers.
-"""
+"""CPU threads that follow the load: :class:`ThreadTuner` re-chooses the intra-op thread count during long loops from
+measured step times (all cores on a quiet machine, fewer when another process holds one; next to a second training it
+made steps many times faster, ``bench/plumbing.py``). ``TIEBIAS_THREADS=N`` fixes the count instead; OpenMP's own
+settings are the user's. Only speed depends on the thread count, never the numbers."""
 
 from __future__ import annotations
 
 import statistics
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 
@@ -20,11 +17,10 @@ from tiebias.config.environment import fixed_threads
 
 
 class ThreadTuner:
-    """Keeps the fastest intra-op thread count for a loop of similar steps, re-checking as load changes.
+    """Keeps the fastest thread count for a loop of similar steps (wrap each step's compute in :meth:`step`).
 
-    Wrap each step's compute in :meth:`step`. It times ``probe`` steps at each candidate count, keeps the fastest,
-    and probes again after ``every`` steps; the interval doubles (up to ``max_every``) while the choice holds and
-    resets when it changes or ``patience`` steps in a row take ``jump`` times the chosen count's time.
+    Times ``probe`` steps at each candidate, keeps the fastest, probes again after ``every`` steps (doubling up to
+    ``max_every`` while the choice holds), and at once when ``patience`` steps in a row take ``jump`` times as long.
     """
 
     def __init__(self, candidates: Sequence[int] | None = None, *, every: int = 100, max_every: int = 800,
@@ -40,11 +36,8 @@ class ThreadTuner:
         self._queue: list[int] = []
         self._times: dict[int, list[float]] = {}
         self._baseline, self._since, self._slow, self._n = float("nan"), 0, 0, 0
+        self.tuning = len(self.candidates) > 1
         self._start_probe()
-
-    @property
-    def tuning(self) -> bool:
-        return len(self.candidates) > 1
 
     def _start_probe(self) -> None:
         if not self.tuning:
@@ -64,21 +57,19 @@ class ThreadTuner:
         dt = time.perf_counter() - t0
         self._n += 1
         if probing:
-            self._record_probe(n, dt)
+            self._times[n].append(dt)
+            if not self._queue:
+                self._choose()
             return
         self._since += 1
         self._slow = self._slow + 1 if dt > self.jump * self._baseline else 0
         if self._slow >= self.patience:
-            self._slow = 0
-            self.interval = self.every  # the load changed: look again soon
+            self._slow, self.interval = 0, self.every  # the load changed: look again soon
             self._start_probe()
         elif self._since >= self.interval:
             self._start_probe()
 
-    def _record_probe(self, n: int, dt: float) -> None:
-        self._times[n].append(dt)
-        if self._queue:
-            return
+    def _choose(self) -> None:
         median = {c: statistics.median(t) if t else float("inf") for c, t in self._times.items()}
         best = min(self._times, key=median.__getitem__)
         self.interval = min(self.interval * 2, self.max_every) if best == self.chosen and self.choices else self.every
@@ -96,13 +87,11 @@ def _set_threads(n: int) -> None:
 class FixedThreads:
     """A loop whose thread count is fixed: :meth:`step` does nothing, so loops call it either way."""
 
-    @contextmanager
-    def step(self) -> Iterator[None]:
-        yield
+    def step(self) -> nullcontext:
+        return nullcontext()
 
 
 def check_num_threads(num_threads: object, name: str = "num_threads") -> None:
-    """A thread setting: a positive int, ``"auto"`` (tune) or None (keep); else a ValueError naming it."""
     if num_threads not in (None, "auto") and (not is_int(num_threads) or num_threads <= 0):
         raise ValueError(f"{name}: must be a positive int, 'auto' or None, got {num_threads!r}")
 
@@ -110,8 +99,8 @@ def check_num_threads(num_threads: object, name: str = "num_threads") -> None:
 @contextmanager
 def loop_threads(num_threads: int | str | None = "auto", device_type: str = "cpu",
                  ) -> Iterator[ThreadTuner | FixedThreads]:
-    """Threads for one loop: ``"auto"`` tunes on a CPU, an int fixes them, None keeps them; restored on exit. Yields
-    what wraps each step (``step()``); the loop runs with freed memory kept (:func:`tiebias.system.alloc.kept_heap`)."""
+    """Threads for one loop, restored on exit: ``"auto"`` tunes on a CPU, an int fixes them, None keeps them; yields
+    what wraps each step. The loop runs with freed memory kept (:func:`tiebias.system.alloc.kept_heap`)."""
     from tiebias.system.alloc import kept_heap
 
     check_num_threads(num_threads)
