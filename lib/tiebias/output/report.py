@@ -1,6 +1,5 @@
-"""``summary.json`` and ``report.html`` of a run: every claim's record (:mod:`tiebias.verdicts.records`) in one file
-and one page, with the executed notebooks as pages and the key figures; a claim whose models were retrained or deleted
-since it was recorded is shown as stale (:func:`tiebias.verdicts.records.current_results`)."""
+"""``summary.json`` and ``report.html`` of a run: every claim's record (stale when its models changed since), the
+executed notebooks as pages and the key figures."""
 
 from __future__ import annotations
 
@@ -32,16 +31,11 @@ def _finite(t: Any) -> bool:
 
 
 def write_summary(run: Run, timings: dict[str, float] | None = None, memory: dict[str, float] | None = None) -> Path:
-    """``<run>/summary.json``: the claims' records, the models, and each notebook's wall time (s) and peak memory (MiB)
-    merged over the file's earlier ones, those JupyterLab kernels recorded and ``timings`` / ``memory``. A damaged
-    earlier file is rewritten with a warning (its timings are lost).
+    """``<run>/summary.json``: the claims' records, the models, each notebook's wall time and peak memory merged over
+    the file's earlier ones and those JupyterLab kernels recorded. A damaged earlier file is rewritten, with a warning.
 
-    Args:
-        run: the run. timings, memory: notebook -> wall time (s) / peak memory (MiB) to merge in.
-
-    Returns:
-        The path of ``summary.json``.
-    """
+    Args: run: the run; timings, memory: notebook -> wall time (s) / peak memory (MiB) to merge in.
+    Returns: the path of ``summary.json``."""
     for what, unit, values in (("timings", "seconds", timings), ("memory", "MiB", memory)):
         for k, t in (values or {}).items():
             if not _finite(t) or t < 0:
@@ -81,12 +75,8 @@ def write_report(run: Run) -> Path:
     """``<run>/report.html``: the claims table, the key figures, and the executed notebooks as offline pages in
     ``report/``; a notebook that does not convert stops the call, named, before anything is written.
 
-    Args:
-        run: the run.
-
-    Returns:
-        The path of ``report.html``.
-    """
+    Args: run: the run.
+    Returns: the path of ``report.html``."""
     from tiebias.output.notebook import PLOTLY_JS
     from tiebias.output.static_pages import export_offline_html
 
@@ -128,8 +118,7 @@ def _page(run: Run, converted: list[str]) -> str:
 
 
 def _figure(run: Run, name: str) -> dict:
-    """A key figure's plotly JSON for the page, every ``<`` escaped so it cannot end its script element (the file is
-    untrusted); a file that does not parse is named in its place."""
+    """A key figure's plotly JSON, every ``<`` escaped so the untrusted file cannot end its script element."""
     try:
         fig = read_json(run.figure_path(name, "json"), "")
         data = json.dumps({"data": fig.get("data", []), "layout": fig.get("layout", {})}, allow_nan=False)
@@ -139,8 +128,7 @@ def _figure(run: Run, name: str) -> dict:
 
 
 def _notebooks(run: Run, converted: list[str]) -> list[dict]:
-    """The notebooks run with their times (``summary.json``): linked to their page when the study executed them into
-    the run folder, else said to have run in JupyterLab when they did."""
+    """The notebooks run, with their times: linked to their page, else said to have run in JupyterLab if they did."""
     try:
         times = read_json(run.summary_path, "").get("timings_seconds") or {}
     except (FileNotFoundError, DamagedFileError, AttributeError):
@@ -156,8 +144,7 @@ def _notebooks(run: Run, converted: list[str]) -> list[dict]:
 
 
 def _claim_row(desc: str, r: dict | None) -> dict:
-    """A claim's row: its record and the verdict's status with what follows it (the rule's comparison for "holds" /
-    "does not hold", what did not converge for claim 3's "not converged", why for "stale")."""
+    """A claim's row: its record, its status and what follows it (the rule, what did not converge, why stale)."""
     if r is None:
         return {"desc": desc, "record": None}
     verdict = r.get("verdict")  # true / false only for "holds" / "does not hold"; null for any other status
@@ -177,8 +164,7 @@ def _claim_row(desc: str, r: dict | None) -> dict:
 
 
 def _baselines(run: Run) -> dict:
-    """Each finished model's validation loss beside the unigram and bigram baselines of the run's data (nothing for a
-    folder without finished models)."""
+    """Each finished model's validation loss beside the run's unigram and bigram baselines."""
     from tiebias.data.tokens import unigram_loss
     from tiebias.verdicts.evidence import validation_bigram
 

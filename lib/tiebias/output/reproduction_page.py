@@ -68,8 +68,7 @@ def compute(run: Run) -> dict[str, Any]:
 
 
 def command(run: Run) -> str:
-    """The study commands run on this folder as recorded (:func:`tiebias.run.commands.study_commands`), shell-quoted
-    and joined by ``&&``; else the profile the run recorded; else a sentence saying so."""
+    """The study commands run on this folder, shell-quoted and joined by ``&&``; else its profile's; else why not."""
     argvs = study_commands(run)
     if not argvs and run.profile is not None:
         argvs = [["study", "--profile", run.profile, "--run-dir", path_text(run.path, "replace")]]
@@ -95,7 +94,7 @@ def _md_table(head: tuple[str, ...], rows: list[list[str]]) -> Markup:
 
 
 def _html_table(head: tuple[str, ...], rows: list[list[str]]) -> Markup:
-    """An HTML table, every cell escaped by pandas (a line break inside a cell shown as the space HTML makes of it)."""
+    """An HTML table, every cell escaped by pandas (a line break in a cell shown as a space)."""
     return Markup(pd.DataFrame(rows, columns=list(head)).replace("\n", " ", regex=True).to_html(index=False))
 
 
@@ -112,7 +111,7 @@ def _tables(rep: Reproduction, comp: dict[str, Any]) -> dict[str, tuple[tuple[st
 
 
 def _page(template: str, run: Run, rep: Reproduction, env: dict[str, Any], comp: dict[str, Any]) -> str:
-    """The report as Markdown or HTML: every text from the run folder escaped by :func:`tiebias.output.markup.render`."""
+    """The report as Markdown or HTML, every text from the run folder escaped by the template."""
     md = template.endswith(".md.j2")
     table = _md_table if md else _html_table
     causes = rep.causes()
@@ -130,15 +129,10 @@ def _page(template: str, run: Run, rep: Reproduction, env: dict[str, Any], comp:
 
 
 def write_reproduction(run: Run, scale: Run | None = None) -> Path:
-    """Write ``reproduction.md``, ``.json`` and ``.html`` into the run folder (the scale axis's trends from ``scale``,
-    None: the run's own); returns the Markdown's path.
+    """Write ``reproduction.md``, ``.json`` and ``.html`` into the run folder.
 
-    Args:
-        run: the run. scale: the run whose scale axis gives the trends (None: ``run``).
-
-    Returns:
-        The path of ``reproduction.md``.
-    """
+    Args: run: the run; scale: the run whose scale axis gives the trends (None: ``run``).
+    Returns: the path of ``reproduction.md``."""
     rep = build(run, scale)
     env, comp = environment(), compute(run)
     data = {"run": path_text(run.path, "replace"), "causes_vocabulary": list(CAUSES), "causes": rep.causes(),

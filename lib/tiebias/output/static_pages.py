@@ -13,11 +13,6 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 
-def _plain(value: str) -> str:
-    """A widget's HTML value as one line of text (tags dropped, entities and figure spaces undone)."""
-    return html.unescape(re.sub(r"<[^>]+>", "", value)).replace("\u2007", " ").replace("\u200b", "").strip()
-
-
 def _line(mid: str, models: dict) -> str:
     """A widget (and its children) as one line of text, as a tqdm bar's HBox reads; a progress bar 20 cells wide."""
     m = models.get(mid, {})
@@ -28,13 +23,10 @@ def _line(mid: str, models: dict) -> str:
         lo, hi, v = st.get("min", 0) or 0, st.get("max", 1) or 1, st.get("value", 0) or 0
         filled = round(20 * min(max((v - lo) / (hi - lo), 0.0), 1.0)) if hi > lo else 20
         return "|" + "█" * filled + " " * (20 - filled) + "|"
-    if name in ("HTMLModel", "LabelModel"):
-        return _plain(str(st.get("value", "")))
+    if name in ("HTMLModel", "LabelModel"):  # tags dropped, entities and figure spaces undone
+        return html.unescape(re.sub(r"<[^>]+>", "", str(st.get("value", "")))).replace("\u2007", " ").replace(
+            "\u200b", "").strip()
     return ""
-
-
-def _stream(text: str) -> dict:
-    return {"output_type": "stream", "name": "stdout", "text": text + "\n"}
 
 
 def widget_outputs(model_id: str, models: dict) -> list[dict]:
@@ -49,12 +41,12 @@ def widget_outputs(model_id: str, models: dict) -> list[dict]:
         return list(st.get("outputs", []))
     if name in ("TextModel", "TextareaModel"):
         shown = st.get("value") or f"({st.get('placeholder') or 'empty'})"
-        return [_stream(f"{st.get('description') or 'input'}: [{shown}]  (a text box: type into it in the running "
-                        "notebook)")]
-    if name in ("HTMLModel", "HTMLMathModel"):
+        line = f"{st.get('description') or 'input'}: [{shown}]  (a text box: type into it in the running notebook)"
+    elif name in ("HTMLModel", "HTMLMathModel"):
         return [{"output_type": "display_data", "metadata": {}, "data": {"text/html": str(st.get("value", ""))}}]
-    line = _line(model_id, models)
-    return [_stream(line)] if line else []
+    else:
+        line = _line(model_id, models)
+    return [{"output_type": "stream", "name": "stdout", "text": line + "\n"}] if line else []
 
 
 def expand_widgets(nb: Any) -> Any:
@@ -69,8 +61,7 @@ def expand_widgets(nb: Any) -> Any:
 
 
 def _offline(nb: Any, resources: dict) -> tuple[Any, dict]:
-    """nbconvert preprocessor: widgets expanded; each plotly output given an HTML rendering (nbconvert does not know
-    the plotly mimetype), the first with the ``<script>`` of ``plotly.min.js``."""
+    """nbconvert preprocessor: widgets expanded, each plotly output drawn as HTML (the first loads plotly.min.js)."""
     import nbformat
     import plotly.io as pio
 
