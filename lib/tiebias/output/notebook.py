@@ -25,8 +25,8 @@ def table_number(x: float) -> str:
 
 
 def setup() -> None:
-    """Plotly figures as their mimetype, table floats by :func:`table_number`, no HF progress bars; once the
-    notebook's parameters are resolved, its cells' times are recorded (:mod:`tiebias.run.kernel_times`)."""
+    """Plotly figures as their mimetype, table floats by :func:`table_number`, no HF progress bars, the cells' times
+    recorded once the notebook's parameters are resolved."""
     from transformers.utils import logging as hf_logging
 
     pio.renderers.default = "plotly_mimetype"
@@ -38,15 +38,11 @@ def setup() -> None:
 
 
 def save_figure(fig: go.Figure, folder: str | Path, name: str) -> Path:
-    """``<folder>/<name>.html`` (offline, ``plotly.min.js`` once per folder) and ``<name>.json``; returns the HTML's
-    path. A folder that is a symbolic link is refused: the kit never writes through a link.
+    """``<folder>/<name>.html`` (offline, ``plotly.min.js`` once per folder) and ``<name>.json``; a folder that is a
+    symbolic link is refused.
 
-    Args:
-        fig: the figure. folder: where it goes. name: the file name without suffix.
-
-    Returns:
-        The path of ``<name>.html``.
-    """
+    Args: fig: the figure; folder: where it goes; name: the file name without suffix.
+    Returns: the path of ``<name>.html``."""
     folder = Path(folder)
     if folder.is_symlink():
         raise RunFolderError(f"{folder}: is a symbolic link (to {os.readlink(folder)}); the kit never writes through a "
@@ -60,8 +56,7 @@ def save_figure(fig: go.Figure, folder: str | Path, name: str) -> Path:
 
 
 def write_plotlyjs(folder: Path) -> None:
-    """``plotly.min.js`` into ``folder`` unless a file of that name is there (a link there is replaced, never written
-    through)."""
+    """``plotly.min.js`` into ``folder`` unless there (a link there is replaced, never written through)."""
     js = folder / PLOTLY_JS
     if js.is_symlink() or not js.exists():
         from plotly.offline import get_plotlyjs
