@@ -1,6 +1,5 @@
-"""The bigram baseline: the best a lens at layer 0 (one token of context) can do, so a model's loss below it is what
-its layers add. ``p(b | a) = (c(a, b) + alpha p_uni(b)) / (c(a) + alpha)`` towards the add-one unigram, ``alpha``
-chosen on the last tenth of the training stream (counts of the rest), then refitted on the whole stream."""
+"""The bigram baseline, the best a lens at layer 0 (one token of context) can do: ``p(b | a) = (c(a, b) + alpha
+p_uni(b)) / (c(a) + alpha)`` towards the add-one unigram, ``alpha`` chosen on the last tenth of the training stream."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ import torch
 from tiebias.config.checks import is_int
 
 ALPHAS = tuple(float(10 ** (e / 4)) for e in range(-8, 17))
-"""The smoothing strengths tried (0.01 to 10,000, four per decade; :attr:`Bigram.at_edge` says when the choice is at an
-end)."""
+"""The smoothing strengths tried (0.01 to 10,000, four per decade)."""
 HOLDOUT = 0.1
 """The share of the training stream (its end) that chooses ``alpha``."""
 
@@ -33,8 +31,8 @@ def as_ids(ids: IdStream, vocab_size: int, name: str) -> np.ndarray:
 
 
 def pairs(ids: np.ndarray, seq_len: int | None = None, max_tokens: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(current, next) pairs of a stream: every consecutive pair, or (``seq_len``) those inside the first
-    ``max_tokens // seq_len`` windows, the positions a model's validation loss and the lens evaluation score."""
+    """(current, next) pairs of a stream: every consecutive pair, or those inside the first ``max_tokens // seq_len``
+    windows of ``seq_len`` (the positions a model's validation loss scores)."""
     if seq_len is None:
         return ids[:-1], ids[1:]
     if not is_int(seq_len) or seq_len < 2:
@@ -49,8 +47,8 @@ def pairs(ids: np.ndarray, seq_len: int | None = None, max_tokens: int | None = 
 
 @dataclass(frozen=True)
 class Bigram:
-    """A fitted bigram model: pair counts (sorted codes ``a * V + b``), context counts, the add-one unigram it backs
-    off to, and its smoothing ``alpha`` (with the held-out cross-entropy that chose it, NaN when given)."""
+    """A fitted bigram model: pair counts (sorted codes ``a * V + b``), context counts, the add-one unigram, ``alpha``
+    and the held-out cross-entropy that chose it (NaN when given)."""
 
     vocab_size: int
     codes: np.ndarray
@@ -87,6 +85,7 @@ def _counts(ids: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray, n
 
 
 def _check_alpha(alpha: float, name: str = "alpha") -> float:
+    """A smoothing strength, or a ValueError naming ``name``."""
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha <= 0:
         raise ValueError(f"{name}: {alpha!r} is not allowed; need a finite number > 0 (or None: chosen on the last "
                          f"{HOLDOUT:.0%} of the training stream)")
@@ -124,7 +123,7 @@ def for_run(run: Any) -> Bigram:
     """The bigram model of a run's training split, ``alpha`` chosen on its last tenth.
 
     Args:
-        run: the run folder (its training tokens and frequencies).
+        run: the run folder.
 
     Returns:
         The fitted :class:`Bigram`.

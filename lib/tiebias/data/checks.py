@@ -34,11 +34,6 @@ def _split_label(path: Path, root: Path | None) -> str | None:
     return None
 
 
-def _name(path: Path, root: Path | None) -> str:
-    """A file's name for a message: relative to ``root`` when given."""
-    return str(path.relative_to(root)) if root is not None else str(path)
-
-
 def _listed(names: list[str]) -> str:
     """Names for a message: the first few and a count of the rest."""
     more = f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else ""
@@ -52,9 +47,10 @@ def split_groups(files: list[Path], root: Path | None) -> dict[str, list[Path]]:
     if not any(labels):
         return {"train": list(files)}
     where = f"folder '{root}'" if root is not None else "the listed files"
-    unnamed = [_name(f, root) for f, lab in zip(files, labels, strict=True) if lab is None]
+    names = [str(f.relative_to(root)) if root is not None else str(f) for f in files]
+    unnamed = [n for n, lab in zip(names, labels, strict=True) if lab is None]
     if unnamed:
-        named = [f"{_name(f, root)}: {lab}" for f, lab in zip(files, labels, strict=True) if lab]
+        named = [f"{n}: {lab}" for n, lab in zip(names, labels, strict=True) if lab]
         raise ValueError(
             f"source: {where}: some files name a split ({_listed(named)}) and {len(unnamed)} do not "
             f"({_listed(unnamed)}); those would be trained on without saying so. Name each file (or a folder "
@@ -203,8 +199,6 @@ def check_unchanged(run_path: Path, have: dict, now: dict | None) -> None:
 
 def _described(fingerprint: dict) -> str:
     """A fingerprint in words: its size and the start of its hash."""
-    if "files" in fingerprint:
-        size = f"{fingerprint['files']} files, {fingerprint.get('bytes')} bytes"
-    else:
-        size = f"{fingerprint.get('documents')} documents"
+    size = (f"{fingerprint['files']} files, {fingerprint.get('bytes')} bytes" if "files" in fingerprint
+            else f"{fingerprint.get('documents')} documents")
     return f"{size}, sha256 {str(fingerprint.get('sha256'))[:12]}"

@@ -36,22 +36,18 @@ Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None
 def data_dir() -> Path:
     """Folder holding the embedded corpus: ``$TIEBIAS_DATA_DIR`` if set, else ``<repo>/data``."""
     override = os.environ.get(DATA_ENV_VAR)
-    if override:
-        return Path(override).expanduser()
-    return Path(__file__).resolve().parents[3] / "data"
+    return Path(override).expanduser() if override else Path(__file__).resolve().parents[3] / "data"
 
 
 def load_corpus(source: Source = None, *, text_column: str = "text", val_fraction: float = 0.05,
                 test_fraction: float = 0.05, seed: int = 0) -> datasets.DatasetDict:
     """A corpus as a ``DatasetDict`` (train, validation, test; a "text" column each) from ``source``: None or
-    "shakespeare" (the embedded corpus, split by work as ``data/splits.json`` fixes), a local txt/jsonl/json/parquet
-    file, folder or list of files (files naming a split keep it: :func:`tiebias.data.checks.split_groups`), or a hub
-    dataset ``name``, ``user/name``, optionally ``:config``.
-
-    Missing splits are cut deterministically (``seed``): whole documents once there are 3 or more, else each document
-    by character ranges at line breaks. Empty documents are dropped."""
-    _check_fraction("val_fraction", val_fraction)
-    _check_fraction("test_fraction", test_fraction)
+    "shakespeare" (the embedded corpus, split by work), a local txt/jsonl/json/parquet file, folder or list of files
+    (files naming a split keep it), or a hub dataset ``name``, ``user/name``, optionally ``:config``. Missing splits
+    are cut deterministically (``seed``); empty documents are dropped."""
+    for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise ValueError(f"{name}: {value!r} is not a fraction; give a number in [0, 1)")
     if val_fraction + test_fraction >= 1:
         raise ValueError(f"val_fraction, test_fraction: {val_fraction} + {test_fraction} leaves no training data; "
                          "their sum must be below 1")
@@ -63,8 +59,7 @@ def load_corpus(source: Source = None, *, text_column: str = "text", val_fractio
     if isinstance(source, (list, tuple)):
         if not source:
             raise ValueError(f"source: empty list of files; give at least one {_ALLOWED_EXTS} file")
-        files = [_checked_file(Path(p).expanduser(), listed=True) for p in source]
-        groups = split_groups(files, None)
+        groups = split_groups([_checked_file(Path(p).expanduser(), listed=True) for p in source], None)
         return _load_local(groups, text_column, val_fraction, test_fraction, seed, label=str(source))
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"source: {source!r} is a {type(source).__name__}; give None, 'shakespeare', a path, "
@@ -94,15 +89,7 @@ def corpus_fingerprint(source: str | os.PathLike[str] | None, loaded: datasets.D
         return fingerprint_files(_checked_dir(path), path)
     if path.is_file():
         return fingerprint_files([_checked_file(path)], None)
-    if loaded is None:
-        return None
-    return fingerprint_texts(os.fspath(source), {s: loaded[s]["text"] for s in SPLITS})
-
-
-def _check_fraction(name: str, value: float) -> None:
-    """Reject split fractions outside [0, 1)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise ValueError(f"{name}: {value!r} is not a fraction; give a number in [0, 1)")
+    return None if loaded is None else fingerprint_texts(os.fspath(source), {s: loaded[s]["text"] for s in SPLITS})
 
 
 def _load_embedded() -> datasets.DatasetDict:
@@ -133,7 +120,7 @@ def _load_embedded() -> datasets.DatasetDict:
 
 
 def _checked_file(path: Path, *, listed: bool = False) -> Path:
-    """Return ``path`` if it is an existing file with a supported extension, else raise naming ``source``."""
+    """``path`` if it is an existing file with a supported extension, else a ValueError naming ``source``."""
     if not path.exists():
         what = "listed file" if listed else "path"
         raise ValueError(f"source: {what} '{path}' does not exist; give existing {_ALLOWED_EXTS} files")
@@ -164,8 +151,7 @@ def _load_local(groups: dict[str, list[Path]], text_column: str, val_fraction: f
 
 
 def _load_files(files: list[Path], text_column: str) -> datasets.Dataset:
-    """One "text"-only ``Dataset`` from files of mixed formats, read into memory from a private cache; a failed load
-    is reported with the file and line."""
+    """One "text"-only ``Dataset`` from files of mixed formats, read into memory from a private cache."""
     pieces = []
     for builder in dict.fromkeys(FILE_BUILDERS[f.suffix.lower()] for f in files):
         chosen = [f for f in files if FILE_BUILDERS[f.suffix.lower()] == builder]
@@ -238,7 +224,9 @@ def _load_hub(name: str, text_column: str, val_fraction: float, test_fraction: f
 def _complete_splits(parts: dict[str, datasets.Dataset], val_fraction: float, test_fraction: float, seed: int, *,
                      label: str) -> datasets.DatasetDict:
     """Drop empty documents and cut whichever of validation/test is missing out of train."""
-    parts = {s: _non_empty(ds) for s, ds in parts.items()}
+    for s, ds in parts.items():
+        keep = [i for i, t in enumerate(ds["text"]) if t and not t.isspace()]
+        parts[s] = ds if len(keep) == len(ds) else ds.select(keep)
     if sum(len(ds) for ds in parts.values()) == 0:
         raise ValueError(f"source: corpus '{label}' has no non-empty documents")
     vf = 0.0 if "validation" in parts else val_fraction
@@ -252,15 +240,10 @@ def _complete_splits(parts: dict[str, datasets.Dataset], val_fraction: float, te
     return datasets.DatasetDict({s: parts.get(s, empty) for s in SPLITS})
 
 
-def _non_empty(ds: datasets.Dataset) -> datasets.Dataset:
-    """Rows whose text is not empty or whitespace only."""
-    keep = [i for i, t in enumerate(ds["text"]) if t and not t.isspace()]
-    return ds if len(keep) == len(ds) else ds.select(keep)
-
-
 def _split_documents(ds: datasets.Dataset, val_fraction: float, test_fraction: float, seed: int, *,
                      label: str) -> tuple[datasets.Dataset, datasets.Dataset, datasets.Dataset]:
-    """Split by document (seeded shuffle) when there are >= 3 documents, else by character ranges."""
+    """Split by document (seeded shuffle) when there are >= 3 documents, else each by character ranges at line
+    breaks."""
     n = len(ds)
     if n >= 3:
         n_val = max(1, round(n * val_fraction)) if val_fraction > 0 else 0

@@ -1,9 +1,8 @@
 """The byte-level BPE tokenizer (``tokenizers``) trained on the training split, the token stream a model trains on,
-token frequencies (the paper relates embedding norms to them) and the unigram baseline loss a model must beat."""
+token frequencies and the unigram baseline loss a model must beat."""
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import itertools
 import json
@@ -13,6 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
@@ -20,14 +20,24 @@ from transformers import PreTrainedTokenizerFast
 from tiebias.config.checks import is_int
 from tiebias.config.corpus import BYTE_ALPHABET_SIZE, EOS_TOKEN, SPECIAL_TOKENS
 from tiebias.config.training import DEFAULT_PROFILE
+from tiebias.data.bigram import as_ids
 from tiebias.system.atomic import atomic_path
 
 _ENCODE_BATCH = 256  # documents per batched tokenizer call
-# Longest run of non-whitespace the BPE trainer sees as one piece: its cost grows with the square of a
-# word's length, so a megabyte with no space in it would take hours. Ordinary text never comes close
-# (the embedded corpus's longest run is 63 characters), so its tokenizer is unchanged.
+# Longest run of non-whitespace the BPE trainer sees as one piece: its cost grows with the square of a word's length
+# (a megabyte without a space would take hours); the embedded corpus's longest run is 63 characters.
 MAX_TRAIN_RUN = 1000
 _LONG_RUN = re.compile(rf"(?<!\S)\S{{{MAX_TRAIN_RUN + 1},}}")
+
+
+def _documents(texts: Iterable[str]) -> Iterator[str]:
+    """The texts, refusing a bare string (which would iterate per character) and items that are not text."""
+    if isinstance(texts, str):
+        raise TypeError("texts: got a single string; give an iterable of documents, e.g. [text]")
+    for text in texts:
+        if not isinstance(text, str):
+            raise TypeError(f"texts: items must be str, got {type(text).__name__}")
+        yield text
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = DEFAULT_PROFILE["vocab_size"], *,
@@ -40,27 +50,15 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = DEFAULT_PROFILE["voc
                          f"({BYTE_ALPHABET_SIZE} byte tokens + {len(SPECIAL_TOKENS)} special token)")
     if not is_int(min_frequency) or min_frequency < 1:
         raise ValueError(f"min_frequency: {min_frequency!r} is not allowed; give an integer >= 1")
-
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                   special_tokens=list(SPECIAL_TOKENS),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    backend.train_from_iterator(_bounded(_strings(texts)), trainer=trainer)
+    backend.train_from_iterator(_bounded(t for t in _documents(texts) if t), trainer=trainer)
     return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=EOS_TOKEN, eos_token=EOS_TOKEN,
                                    unk_token=EOS_TOKEN, pad_token=EOS_TOKEN, clean_up_tokenization_spaces=False)
-
-
-def _strings(texts: Iterable[str]) -> Iterator[str]:
-    """Yield the non-empty texts, rejecting a bare string (which would iterate per character)."""
-    if isinstance(texts, str):
-        raise TypeError("texts: got a single string; give an iterable of documents, e.g. [text]")
-    for text in texts:
-        if not isinstance(text, str):
-            raise TypeError(f"texts: items must be str, got {type(text).__name__}")
-        if text:
-            yield text
 
 
 def _bounded(texts: Iterable[str]) -> Iterator[str]:
@@ -80,20 +78,10 @@ def _bounded(texts: Iterable[str]) -> Iterator[str]:
             yield text[start:]
 
 
-def tokenizer_fingerprint(path: str | os.PathLike[str]) -> str:
-    """sha256 of everything a saved ``tokenizer.json`` maps text with, in a canonical form (keys sorted, merges as
-    ``"a b"``), so a model is matched with the tokenizer it was trained on whichever ``tokenizers`` version saved it."""
-    return _fingerprint(path, whole=True)
-
-
-def model_tokenizer_fingerprint(path: str | os.PathLike[str]) -> str:
-    """The fingerprint earlier versions recorded (model type, vocabulary, merges, added tokens): recognised in old
-    records, never used to accept a tokenizer."""
-    return _fingerprint(path, whole=False)
-
-
-def _fingerprint(path: str | os.PathLike[str], *, whole: bool) -> str:
-    """sha256 of a saved tokenizer in canonical form: the whole file, or (``whole=False``) the model part only."""
+def tokenizer_fingerprint(path: str | os.PathLike[str], *, whole: bool = True) -> str:
+    """sha256 of a saved ``tokenizer.json`` in canonical form (keys sorted, merges as ``"a b"``), whichever
+    ``tokenizers`` version saved it; ``whole=False``: the model part only, the fingerprint earlier versions recorded
+    (recognised in old records, never used to accept a tokenizer)."""
     source = Path(path)
     try:
         saved = json.loads(source.read_text(encoding="utf-8"))
@@ -115,14 +103,10 @@ def _fingerprint(path: str | os.PathLike[str], *, whole: bool) -> str:
 
 def _ids(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str]) -> Iterator[np.ndarray]:
     """Token ids of each document (no special tokens added), in batched calls to the Rust tokenizer."""
-    if isinstance(texts, str):
-        raise TypeError("texts: got a single string; give an iterable of documents, e.g. [text]")
-    backend, items = tokenizer.backend_tokenizer, iter(texts)
+    items = _documents(texts)
     while batch := list(itertools.islice(items, _ENCODE_BATCH)):
-        for text in batch:
-            if not isinstance(text, str):
-                raise TypeError(f"texts: items must be str, got {type(text).__name__}")
-        yield from (np.asarray(e.ids, dtype=np.int64) for e in backend.encode_batch_fast(batch, add_special_tokens=False))
+        encoded = tokenizer.backend_tokenizer.encode_batch_fast(batch, add_special_tokens=False)
+        yield from (np.asarray(e.ids, dtype=np.int64) for e in encoded)
 
 
 def token_frequencies(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str]) -> np.ndarray:
@@ -141,8 +125,7 @@ def unknown_id(tokenizer: PreTrainedTokenizerFast) -> int | None:
     model = json.loads(backend.to_str())["model"]
     if "unk_id" in model:  # Unigram (sentencepiece) models name it by id
         return model["unk_id"]
-    unk = model.get("unk_token")
-    return None if unk is None else backend.token_to_id(unk)
+    return None if model.get("unk_token") is None else backend.token_to_id(model["unk_token"])
 
 
 def unknown_share(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str]) -> float:
@@ -160,30 +143,22 @@ def encode(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str]) -> torch.Te
     sep = np.array([int(eos)], dtype=np.int64)
     pieces: list[np.ndarray] = []
     for ids in _ids(tokenizer, texts):
-        if pieces:
-            pieces.append(sep)
-        pieces.append(ids)
-    if not pieces:
-        return torch.zeros(0, dtype=torch.long)
-    return torch.from_numpy(np.concatenate(pieces))
+        pieces += [sep, ids] if pieces else [ids]
+    return torch.from_numpy(np.concatenate(pieces)) if pieces else torch.zeros(0, dtype=torch.long)
 
 
-def save_frequencies(path: str | os.PathLike[str], tokenizer: PreTrainedTokenizerFast,
-                     counts: np.ndarray) -> Path:
-    """Write counts as CSV with columns id, token, count (token in the tokenizer's string form), through
-    :func:`tiebias.system.atomic.atomic_path` (never through a link)."""
+def save_frequencies(path: str | os.PathLike[str], tokenizer: PreTrainedTokenizerFast, counts: np.ndarray) -> Path:
+    """Write counts as CSV (``id``, ``token`` in the tokenizer's string form, ``count``), atomically, never through a
+    link (:func:`tiebias.system.atomic.atomic_path`)."""
     counts = np.asarray(counts)
-    size = len(tokenizer)
-    if counts.ndim != 1 or len(counts) != size:
-        raise ValueError(f"counts: shape {counts.shape} does not match the tokenizer's {size} ids")
-    backend = tokenizer.backend_tokenizer
-    out = Path(path)
+    if counts.ndim != 1 or len(counts) != len(tokenizer):
+        raise ValueError(f"counts: shape {counts.shape} does not match the tokenizer's {len(tokenizer)} ids")
+    backend, out = tokenizer.backend_tokenizer, Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out) as tmp, tmp.open("w", encoding="utf-8", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["id", "token", "count"])
-        for i, count in enumerate(counts.tolist()):
-            writer.writerow([i, backend.id_to_token(i) or "", int(count)])
+    table = pd.DataFrame({"id": range(len(counts)), "token": [backend.id_to_token(i) or "" for i in range(len(counts))],
+                          "count": counts.astype(np.int64)})
+    with atomic_path(out) as tmp:
+        table.to_csv(tmp, index=False, lineterminator="\r\n", encoding="utf-8")
     return out
 
 
@@ -192,16 +167,15 @@ def load_frequencies(path: str | os.PathLike[str]) -> np.ndarray:
     source = Path(path)
     if not source.is_file():
         raise FileNotFoundError(f"path: frequency file '{source}' does not exist")
-    with source.open(encoding="utf-8", newline="") as handle:
-        reader = csv.DictReader(handle)
-        if reader.fieldnames is None or not {"id", "count"} <= set(reader.fieldnames):
-            raise ValueError(f"path: '{source}' lacks the id and count columns (has {reader.fieldnames})")
-        pairs = [(int(row["id"]), int(row["count"])) for row in reader]
-    ids = np.array([p[0] for p in pairs], dtype=np.int64)
+    try:
+        table = pd.read_csv(source, usecols=["id", "count"], dtype="int64")
+    except ValueError as e:
+        raise ValueError(f"path: '{source}' lacks integer id and count columns ({e})") from None
+    ids = table["id"].to_numpy()
     if not np.array_equal(np.sort(ids), np.arange(len(ids))):
         raise ValueError(f"path: ids in '{source}' are not exactly 0..{len(ids) - 1}")
     counts = np.zeros(len(ids), dtype=np.int64)
-    counts[ids] = [p[1] for p in pairs]
+    counts[ids] = table["count"].to_numpy()
     return counts
 
 
@@ -217,18 +191,10 @@ def unigram_loss(train_counts: np.ndarray | Sequence[int], val_ids: torch.Tensor
         Nats per token.
     """
     counts = np.asarray(train_counts, dtype=np.float64)
-    if counts.ndim != 1 or counts.size == 0:
-        raise ValueError(f"train_counts: need a 1-D array of per-token counts, got shape {counts.shape}")
-    if (counts < 0).any():
-        raise ValueError("train_counts: counts must be >= 0")
-    if isinstance(val_ids, torch.Tensor):
-        ids = val_ids.detach().cpu().reshape(-1).numpy().astype(np.int64)
-    else:
-        ids = np.asarray(val_ids, dtype=np.int64).reshape(-1)
+    if counts.ndim != 1 or counts.size == 0 or (counts < 0).any():
+        raise ValueError(f"train_counts: need a 1-D array of per-token counts >= 0, got shape {counts.shape}")
+    ids = as_ids(val_ids, counts.size, "val_ids")
     if ids.size == 0:
         raise ValueError("val_ids: empty token stream; give at least one token id")
-    vocab = counts.size
-    if ids.min() < 0 or ids.max() >= vocab:
-        raise ValueError(f"val_ids: ids must lie in [0, {vocab}), got range [{ids.min()}, {ids.max()}]")
-    log_probs = np.log(counts + 1.0) - np.log(counts.sum() + vocab)
+    log_probs = np.log(counts + 1.0) - np.log(counts.sum() + counts.size)
     return float(-log_probs[ids].mean())

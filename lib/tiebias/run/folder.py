@@ -28,7 +28,6 @@ from tiebias.data.tokens import (
     SPECIAL_TOKENS,
     encode,
     load_frequencies,
-    model_tokenizer_fingerprint,
     save_frequencies,
     token_frequencies,
     tokenizer_fingerprint,
@@ -456,8 +455,8 @@ class Run(RunLayout):
             raise ForeignModelError(f"{cfg_file} belongs to another model than {key}: {'; '.join(named)} (a folder "
                                     f"copied from another model's). To fix: {todo}")
         mine, then = self.fingerprints(), recorded.get("tokenizer_fingerprint")
-        if then not in (None, mine["tokenizer_fingerprint"]) and then == model_tokenizer_fingerprint(
-                self.tokenizer_dir / TOKENIZER_FILE):  # an earlier version's record: judged by the saved tokenizer
+        if then not in (None, mine["tokenizer_fingerprint"]) and then == tokenizer_fingerprint(
+                self.tokenizer_dir / TOKENIZER_FILE, whole=False):  # an earlier version's record: judged by the saved tokenizer
             recorded = {**recorded, "tokenizer_fingerprint": None}
         differs = [f"its {label} {_short(recorded[k])} is not this run's ({_short(mine[k])})"
                    for k, label in FINGERPRINTS.items()
