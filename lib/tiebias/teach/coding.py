@@ -354,8 +354,7 @@ def run_check(exercise_id: str, fn: Callable[..., Any], *, strict: bool = False)
     """Check, print the ✓/✗ line and return the result.
 
     Args:
-        exercise_id: the exercise's id (an unknown one raises ValueError).
-        fn: the student's function (anything else is a failed check).
+        exercise_id, fn: the exercise's id (an unknown one raises ValueError) and the student's function.
         strict: raise AssertionError when the check fails (the solution cells: a study fails if they drift).
 
     Returns:

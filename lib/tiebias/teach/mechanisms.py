@@ -62,10 +62,7 @@ def map_check(n: int = 200, d: int = 8, noise: float = 0.3, seed: int = 0) -> pd
         n, d, noise, seed: the toy problem's rows, width, noise level and seed (:func:`toy_alignment`).
 
     Returns:
-        One row per map (index ``map``: ``identity``, ``orthogonal``, ``linear``): ``formula``, ``tiebias.align.maps``
-        (the two mean cosines) and ``max |W^T W - I|``.
-
-    The last column reports how far the fitted map is from orthogonal (0 up to rounding for the orthogonal map).
+        One row per map: ``formula``, ``tiebias.align.maps`` (the two mean cosines), ``max |W^T W - I|``.
     """
     S, T, _ = toy_alignment(n, d, noise, seed)
     formulas = map_formulas(S, T)

@@ -1,10 +1,6 @@
-"""The 90-minute lesson's minute marks, checked against each notebook's measured run time.
-
-Each block's length is a teaching choice. A notebook starts in a one-minute block of its own once the one before it
-has finished, runs while the previous notebook is discussed, and must have finished (on the measuring machine, times
-:data:`MARGIN`) when the block that needs it begins. Nothing starts during the coding exercise; the wrap-up takes what
-is left. ``make check-class`` scales the times by this machine's speed and names each notebook that would be late.
-"""
+"""The 90-minute lesson's minute marks, checked against each notebook's measured run time: a notebook starts in a
+one-minute block once the one before it has finished, runs while the previous one is discussed, and must have finished
+when the block that needs it begins; nothing starts during the coding exercise; the wrap-up takes what is left."""
 
 from __future__ import annotations
 
@@ -124,8 +120,7 @@ def _size(n: float) -> str:
 
 def timing_fields(data: dict[str, Any]) -> dict[str, str]:
     """The plan's ``{timing.NAME}`` fields: ``machine``, ``download`` and ``venv`` (sizes), ``plumbing_seconds``."""
-    load = data["load_average_1min"]
-    dl = data.get("download")
+    load, dl = data["load_average_1min"], data.get("download")
     return {"machine": f"{data['cpu']} ({data['cores']} cores, 1-minute load average {load['before']:g} before and "
                        f"{load['after']:g} after: a shared machine; a quiet laptop is faster)",
             "download": (f"{_size(dl['bytes'])} ({dl['files']} files, torch as {dl['torch_wheel']})" if dl

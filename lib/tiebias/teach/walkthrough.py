@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import re
 import shlex
 import shutil
@@ -63,18 +64,6 @@ def check_executed(executed: dict, source: dict, name: str) -> None:
                          "PROFILE --run-dir RUN), then regenerate the walkthrough")
 
 
-def _stream_text(text: str) -> str:
-    """Printed text as a terminal would show it: colours dropped, a carriage return overwriting its line."""
-    lines = _ANSI.sub("", text).split("\n")
-    return "\n".join(line.rsplit("\r", 1)[-1] for line in lines)
-
-
-def _html(text: str) -> str:
-    """An HTML output for Markdown: only harmless tags left (:func:`~tiebias.output.markup.safe_html`; style blocks,
-    shown as text by repository browsers, go too), in one ``<div>`` without blank lines (one raw HTML block)."""
-    return "\n".join(line for line in f"<div>{safe_html(text)}</div>".splitlines() if line.strip())
-
-
 class _Page:
     """One notebook being rendered: its Markdown blocks and the images they refer to."""
 
@@ -89,8 +78,9 @@ class _Page:
     def output(self, cell: int, out: dict) -> str | None:
         """One output as Markdown (an image is recorded and linked), None for an output with nothing to show."""
         kind = out.get("output_type")
-        if kind == "stream":
-            return md_fence(_stream_text(_source({"source": out.get("text", "")})), "text")
+        if kind == "stream":  # as a terminal shows it: colours dropped, a carriage return overwriting its line
+            lines = _ANSI.sub("", _source({"source": out.get("text", "")})).split("\n")
+            return md_fence("\n".join(line.rsplit("\r", 1)[-1] for line in lines), "text")
         if kind == "error":
             return md_fence(f"{out.get('ename')}: {out.get('evalue')}", "text")
         data = out.get("data", {})
@@ -103,24 +93,14 @@ class _Page:
                 path = self.image(cell, ext)
                 self.images[path] = base64.b64decode(_source({"source": data[mime]}))
                 return f"![image]({path})"
-        if "text/html" in data:
-            return _html(_source({"source": data["text/html"]}))
+        if "text/html" in data:  # harmless tags only, in one <div> without blank lines (one raw HTML block)
+            html = f"<div>{safe_html(_source({'source': data['text/html']}))}</div>"
+            return "\n".join(line for line in html.splitlines() if line.strip())
         if "text/markdown" in data:  # not the notebook's own text: shown as its source, not rendered
             return md_fence(_source({"source": data["text/markdown"]}), "markdown")
         if "text/plain" in data:
             return md_fence(_source({"source": data["text/plain"]}), "text")
         return None
-
-
-def _merged(outputs: list[dict]) -> list[dict]:
-    """Consecutive printed text of one stream joined into one output (one text block, not one per print)."""
-    out: list[dict] = []
-    for o in outputs:
-        if out and o.get("output_type") == "stream" == out[-1].get("output_type") and o.get("name") == out[-1]["name"]:
-            out[-1] = {**out[-1], "text": _source({"source": out[-1]["text"]}) + _source({"source": o["text"]})}
-        else:
-            out.append(o)
-    return out
 
 
 def render_notebook(nb: dict, name: str) -> _Page:
@@ -140,7 +120,15 @@ def render_notebook(nb: dict, name: str) -> _Page:
             if cell.get("metadata", {}).get("jupyter", {}).get("source_hidden"):  # folded in JupyterLab: here too
                 code = f"<details><summary>Code (folded, as in the notebook)</summary>\n\n{code}\n\n</details>"
             page.blocks.append(code)
-            page.blocks.extend(b for b in (page.output(i, o) for o in _merged(cell.get("outputs", []))) if b)
+            merged: list[dict] = []  # consecutive printed text of one stream as one block, not one per print
+            for o in cell.get("outputs", []):
+                if merged and o.get("output_type") == "stream" == merged[-1].get("output_type") \
+                        and o.get("name") == merged[-1]["name"]:
+                    merged[-1] = {**merged[-1], "text": _source({"source": merged[-1]["text"]})
+                                  + _source({"source": o["text"]})}
+                else:
+                    merged.append(o)
+            page.blocks.extend(b for b in (page.output(i, o) for o in merged) if b)
         else:
             page.blocks.append(md_fence(src))
     return page
@@ -189,7 +177,10 @@ def index_page(run_label: str, summary: dict, titles: dict[str, str], reproducti
     study = summary.get("config", {}).get("study", {})
     profile = str(summary.get("profile") or study.get("profile"))
     timings = summary.get("timings_seconds", {})
-    rows = [f"| [{n}]({n}.md) | {md_text(titles[n])} | {_fmt(_seconds(timings.get(n)))} s |" for n in titles]
+    secs = {n: t if isinstance(t, (int, float)) and not isinstance(t, bool) and t == t and abs(t) != math.inf else None
+            for n, t in ((n, timings.get(n)) for n in titles)}
+    rows = [f"| [{n}]({n}.md) | {md_text(titles[n])} | {_fmt(None if secs[n] is None else round(secs[n]))} s |"
+            for n in titles]
     claims = [f"| {md_text(c.get('description', k))} | {_fmt(c.get('value'))} {md_text(c.get('unit') or '')} | "
               f"**{md_text(c.get('status'))}** |" for k, c in summary.get("claims", {}).items()]
     note = _profile_note(profile)
@@ -210,20 +201,6 @@ def index_page(run_label: str, summary: dict, titles: dict[str, str], reproducti
         md_fence(f"python -m tiebias study --profile {shlex.quote(profile)} --run-dir {shlex.quote(run_label)}\n"
                  + REGENERATE.format(run=shlex.quote(run_label)), "sh"), "",
         "`tests/test_walkthrough.py` checks that these pages hold the cells of `notebooks/*.ipynb` in order.", ""])
-
-
-def _seconds(t: Any) -> int | None:
-    """A run time from the summary, rounded to whole seconds; None when it is not a finite number."""
-    ok = isinstance(t, (int, float)) and not isinstance(t, bool) and t == t and abs(t) != float("inf")
-    return round(t) if ok else None
-
-
-def _run_label(run_dir: Path) -> str:
-    """The run folder relative to the repository root when it lies inside, else as given."""
-    try:
-        return str(run_dir.resolve().relative_to(repo_root().resolve()))
-    except ValueError:
-        return str(run_dir)
 
 
 def write_walkthrough(run_dir: str | Path, out: str | Path | None = None, scale: float = 1.5) -> list[Path]:
@@ -247,7 +224,9 @@ def write_walkthrough(run_dir: str | Path, out: str | Path | None = None, scale:
     report = run_dir / "reproduction.md"
     text = report.read_text(encoding="utf-8") if report.is_file() else None
     prefix = str(repo_root().resolve()) + "/"  # paths are shown relative to the checkout, wherever it was rendered
-    return _write(out, pages, pngs, summary, titles, _run_label(run_dir), text, prefix)
+    inside = run_dir.resolve().is_relative_to(repo_root().resolve())
+    label = str(run_dir.resolve().relative_to(repo_root().resolve())) if inside else str(run_dir)
+    return _write(out, pages, pngs, summary, titles, label, text, prefix)
 
 
 def _write(out: Path, pages: dict[str, _Page], pngs: dict[str, list[bytes]], summary: dict,
