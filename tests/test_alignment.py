@@ -12,9 +12,14 @@ from _embedding_helpers import CORPUS_A, CORPUS_B, centre, cos_rows, llama, make
 from scipy.linalg import orthogonal_procrustes
 from transformers import PreTrainedTokenizerFast
 
-from tiebias.align import maps as al
-from tiebias.align.embeddings import Embeddings, extract, match_vocab
-from tiebias.align.maps import METHODS, align, align_all, compare
+from tiebias.align.comparisons import table1
+from tiebias.align.embeddings import Embeddings, extract
+from tiebias.align.maps import METHODS, AlignResult, align_all
+from tiebias.align.tokenizers import match_tokens
+
+
+def align(s: object, t: object, method: str, **kw: int) -> AlignResult:
+    return align_all(s, t, [method], **kw)[method]
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +39,6 @@ def test_orthogonal_matches_scipy_procrustes() -> None:
     np.testing.assert_allclose(res.per_token.numpy(), ref, atol=1e-10)
     assert res.mean == pytest.approx(ref.mean(), abs=1e-12)
     assert res.n_tokens == 400 and not res.heldout
-    w = al._procrustes(torch.from_numpy(sc.T @ tc))
-    np.testing.assert_allclose(w.numpy(), r_ref, atol=1e-10)
 
 
 @pytest.mark.parametrize(("ds", "dt"), [(24, 16), (16, 24)])
@@ -46,19 +49,23 @@ def test_orthogonal_rectangular_matches_svd_reference(ds: int, dt: int) -> None:
     w_ref = u @ vh
     res = align(torch.from_numpy(s), torch.from_numpy(t), "orthogonal")
     np.testing.assert_allclose(res.per_token.numpy(), cos_rows(sc @ w_ref, tc), atol=1e-10)
-    w = al._procrustes(torch.from_numpy(sc.T @ tc)).numpy()
-    small = min(ds, dt)
-    gram = w.T @ w if ds >= dt else w @ w.T
-    np.testing.assert_allclose(gram, np.eye(small), atol=1e-10)
 
 
-def test_procrustes_rank_deficient_stays_semi_orthogonal() -> None:
+@pytest.mark.parametrize("case", ["fewer tokens than width", "ill-conditioned"])
+def test_orthogonal_falls_back_to_the_svd_where_the_fast_polar_factor_fails(case: str) -> None:
+    """The eigh route to U V^T divides by the square roots of the eigenvalues of C^T C: with fewer tokens than the width
+    some are zero (NaN), and with a widely spread spectrum the small ones are inaccurate (W not orthogonal); both
+    must fall back to the SVD and score as scipy's Procrustes does."""
     rng = np.random.default_rng(2)
-    c = rng.standard_normal((12, 3)) @ rng.standard_normal((3, 12))  # rank 3: SVD fallback
-    w = al._procrustes(torch.from_numpy(c)).numpy()
-    np.testing.assert_allclose(w.T @ w, np.eye(12), atol=1e-10)
-    u, _, vh = np.linalg.svd(c)
-    assert np.trace(w.T @ c) == pytest.approx(np.trace((u @ vh).T @ c), rel=1e-10)
+    if case == "fewer tokens than width":
+        s, t = related(12, 20, 20, seed=2)
+    else:
+        s = rng.standard_normal((300, 16))
+        t = (s * np.logspace(0, -7, 16)) @ rotation(16, rng) + 1e-9 * rng.standard_normal((300, 16))
+    sc, tc = centre(s), centre(t)
+    ref = cos_rows(sc @ orthogonal_procrustes(sc, tc)[0], tc)
+    res = align(s, t, "orthogonal")
+    np.testing.assert_allclose(res.per_token.numpy(), ref, atol=1e-8)
 
 
 @pytest.mark.parametrize(("n", "ds", "dt"), [(400, 24, 24), (300, 20, 28), (30, 50, 40)])
@@ -68,9 +75,6 @@ def test_linear_matches_numpy_lstsq(n: int, ds: int, dt: int) -> None:
     m_ref = np.linalg.lstsq(sc, tc, rcond=None)[0]
     res = align(s, t, "linear")
     np.testing.assert_allclose(res.per_token.numpy(), cos_rows(sc @ m_ref, tc), atol=1e-9)
-    if n > ds:
-        m = al._least_squares(torch.from_numpy(sc.T @ sc), torch.from_numpy(sc.T @ tc), n)
-        np.testing.assert_allclose(m.numpy(), m_ref, atol=1e-9)
 
 
 def test_linear_with_collinear_columns_matches_lstsq() -> None:
@@ -79,6 +83,7 @@ def test_linear_with_collinear_columns_matches_lstsq() -> None:
     sc, tc = centre(s), centre(t)
     m_ref = np.linalg.lstsq(sc, tc, rcond=None)[0]
     np.testing.assert_allclose(align(s, t, "linear").per_token.numpy(), cos_rows(sc @ m_ref, tc), atol=1e-8)
+    assert align(np.ones_like(s), t, "linear").mean == 0  # a constant source maps every token to 0
 
 
 def test_float32_inputs_close_to_float64() -> None:
@@ -190,10 +195,11 @@ def test_pair_with_different_widths(tmp_path: Path, tok_a: PreTrainedTokenizerFa
     llama(len(tok_a), False, hidden=32).save_pretrained(small)
     llama(len(tok_a), True, hidden=48).save_pretrained(wide)
     a, b = extract(small, tok_a), extract(wide, tok_a)
-    row = compare(a, b, "output", "input", knn_k=5)
-    assert np.isnan(row["identity"])
+    df = table1({0: {"tied": b, "untied": a}}, knn_k=5, noise_floor=False)
+    row = df[df.comparison == "untied output -> tied"].iloc[0]
+    assert np.isnan(row["identity"]) and not np.isnan(df.identity.iloc[0])  # within the untied model: equal widths
     assert -1 <= row["orthogonal"] <= 1 and row["orthogonal"] < row["linear"] <= 1
-    assert 0 <= row["knn@5"] <= 1 and row["n_tokens"] == len(tok_a) and row["target_tied"]
+    assert 0 <= row["knn@5"] <= 1 and row["n_tokens"] == len(tok_a)
     with pytest.raises(ValueError, match="width"):
         align(a.output, b.input, "identity")
 
@@ -202,36 +208,34 @@ def test_pair_with_different_tokenizers(tmp_path: Path, tok_a: PreTrainedTokeniz
     tok_b = make_tokenizer(CORPUS_B)
     pa, pb = tmp_path / "a", tmp_path / "b"
     llama(len(tok_a), False).save_pretrained(pa)
-    llama(len(tok_b) + 3, False, seed=1).save_pretrained(pb)
+    llama(len(tok_b) + 3, True, seed=1).save_pretrained(pb)
     a, b = extract(pa, tok_a), extract(pb, tok_b)
     assert a.tokens != b.tokens
-    ia, ib, tokens = match_vocab(a, b)
-    assert 256 <= len(tokens) < min(a.vocab_size, b.vocab_size)  # byte alphabet is shared
-    assert [a.tokens[i] for i in ia.tolist()] == tokens == [b.tokens[i] for i in ib.tolist()]
+    ia, ib = match_tokens(a.tokens, b.tokens)
+    assert 256 <= len(ia) < min(a.vocab_size, b.vocab_size)  # byte alphabet is shared
+    assert [a.tokens[i] for i in ia.tolist()] == [b.tokens[i] for i in ib.tolist()]
     assert ia.tolist() == sorted(ia.tolist())
-    row = compare(a, b, "input", "output", return_scores=True)
-    assert row["n_tokens"] == len(tokens) and row["vocab_source"] == len(tok_a)
-    direct = align(a.input[ia], b.output[ib], "linear")
-    assert row["linear"] == pytest.approx(direct.mean, abs=1e-12)
+    df = table1({0: {"tied": b, "untied": a}}, knn_k=None, noise_floor=False, keep_scores=True)
+    row = df[df.comparison == "untied input -> tied"].iloc[0]
+    assert row["n_tokens"] == len(ia)
+    assert row["linear"] == pytest.approx(align(a.input[ia], b.input[ib], "linear").mean, abs=1e-12)
     torch.testing.assert_close(row["token_ids"], ia)
-    with pytest.raises(ValueError, match="vocabularies differ"):
-        match_vocab(a, b, allow=False)
-    with pytest.raises(ValueError, match="vocabularies differ"):
-        compare(a, b, "input", "output", allow_vocab_mismatch=False)
+    with pytest.raises(ValueError, match="no shared tokens"):
+        match_tokens(["x", "y"], ["p", "q"])
 
 
-def test_compare_row_matches_align() -> None:
+def test_table1_row_matches_align_all() -> None:
     s, t = related(120, 8, 8, seed=16)
     toks = [f"t{i}" for i in range(120)]
     a = Embeddings(torch.from_numpy(s), torch.from_numpy(t), False, toks, "model-a")
-    row = compare(a, a, "input", "output", heldout_folds=3, seed=2)
-    ref = align_all(s, t, heldout_folds=3, seed=2)
+    row = table1({0: {"tied": a, "untied": a}}, heldout_folds=3, knn_k=None).iloc[0]
+    assert row.comparison == "untied input -> untied output"
+    ins, out = align_all(s, t), align_all(s, t, ("orthogonal", "linear"), heldout_folds=3)
     for m in METHODS:
-        assert row[m] == pytest.approx(ref[m].mean, abs=1e-12)
-    assert row["source"] == row["target"] == "model-a" and row["heldout_folds"] == 3
+        assert row[m] == pytest.approx(ins[m].mean, abs=1e-12)
+        if m != "identity":
+            assert row[f"{m} (held-out)"] == pytest.approx(out[m].mean, abs=1e-12)
     assert "per_token" not in row
-
-
 
 
 # ------------------------------------------------------------------------------------ bad inputs
@@ -240,16 +244,16 @@ def test_compare_row_matches_align() -> None:
 @pytest.mark.parametrize(("call", "pattern"), [
     (lambda s, t: align(s, t, "cca"), "method must be one of .*identity.*orthogonal.*linear"),
     (lambda s, t: align(s, t[:, :5], "identity"), "identity.*width"),
-    (lambda s, t: align(s[:0], t[:0], "linear"), "source is empty"),
+    (lambda s, t: align(s[:0], t[:0], "linear"), "source must be a non-empty 2-D"),
     (lambda s, t: align(s, t[:-1], "linear"), "same number of rows"),
-    (lambda s, t: align(s[0], t, "linear"), "source must be a 2-D"),
+    (lambda s, t: align(s[0], t, "linear"), "source must be a non-empty 2-D"),
     (lambda s, t: align(s, "t", "linear"), "target must be a torch.Tensor"),
     (lambda s, t: align(s[:1], t[:1], "linear"), "at least 2 tokens"),
     (lambda s, t: align(s, np.full_like(t, np.nan), "linear"), "target contains NaN"),
     (lambda s, t: align(s, t, "linear", heldout_folds=1), "heldout_folds"),
     (lambda s, t: align(s, t, "linear", heldout_folds=21), "heldout_folds"),
-    (lambda s, t: align(s[:3], t[:3], "linear", heldout_folds=2), "fewer than 2"),
-    (lambda s, t: align_all(s, t, ()), "methods"),
+    (lambda s, t: align(s[:3], t[:3], "linear", heldout_folds=2), "heldout_folds: 2 is not allowed.*2 of the 3"),
+    (lambda s, t: align_all(s, t, ()), "methods: none given"),
 ])
 def test_bad_inputs_raise(call: Callable[[np.ndarray, np.ndarray], object], pattern: str) -> None:
     rng = np.random.default_rng(17)
@@ -259,11 +263,10 @@ def test_bad_inputs_raise(call: Callable[[np.ndarray, np.ndarray], object], patt
 
 
 
-def test_compare_rejects_bad_which() -> None:
+def test_bad_matrix_name_and_method_are_refused() -> None:
     m = torch.randn(5, 3)
     a = Embeddings(m, m, True, list("abcde"), "a")
-    with pytest.raises(ValueError, match="which_b"):
-        compare(a, a, "input", "logits")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="method"):
-        compare(a, a, "input", "output", methods=("procrustes",))
-
+    with pytest.raises(ValueError, match="which must be 'input' or 'output', got 'logits'"):
+        a.matrix("logits")
+    with pytest.raises(ValueError, match="methods: 'procrustes' given; each method must be one of"):
+        table1({0: {"tied": a, "untied": a}}, methods=("procrustes",), knn_k=None)

@@ -22,7 +22,7 @@ def test_table1_rows_pairings_and_claim(two_seed_run: Run) -> None:
     c = claims.alignment_gap(df)
     assert c["pairing"] == "cross seed" and c["n"] == 2
     assert c["gap"] == pytest.approx(c["out_to_tied"] - c["in_to_tied"])
-    s = stats.over_seeds(df, comparisons.score_columns(df), ["comparison", "pairing"])
+    s = stats.over_seeds(df, ["orthogonal", "linear (held-out)", "knn@5"], ["comparison", "pairing"])
     assert s.loc[("untied output -> tied", "cross seed"), ("orthogonal", "n")] == 2
 
 

@@ -9,8 +9,9 @@ import torch
 from _embedding_helpers import CORPUS_A, llama, make_tokenizer
 from transformers import AutoModelForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
 
-from tiebias.align.embeddings import Embeddings, checkpoint_matrices, extract, match_vocab, require_untied
+from tiebias.align.embeddings import checkpoint_matrices, extract
 from tiebias.align.token_stats import evolution
+from tiebias.align.tokenizers import match_tokens
 
 
 @pytest.fixture(scope="module")
@@ -53,11 +54,8 @@ def test_extract_tied_and_untied(saved: dict[str, Path], tok_a: PreTrainedTokeni
         torch.testing.assert_close(emb.output, model.get_output_embeddings().weight.detach()[:n])
         if kind == "tied":
             assert emb.input.data_ptr() == emb.output.data_ptr()
-            with pytest.raises(ValueError, match="tied"):
-                require_untied(emb)
         else:
             assert not torch.equal(emb.input, emb.output)
-            assert require_untied(emb) is emb
 
 
 def test_extract_reads_only_embeddings(saved: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
@@ -124,14 +122,10 @@ def test_extract_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
         extract(lonely)
 
 
-
-def test_match_vocab_identical_and_disjoint() -> None:
-    m = torch.zeros(3, 2)
-    a = Embeddings(m, m, True, ["x", "y", "z"], "a")
-    b = Embeddings(m, m.clone(), False, ["p", "q", "r"], "b")
-    ia, ib, toks = match_vocab(a, a, allow=False)
-    assert ia.tolist() == ib.tolist() == [0, 1, 2] and toks == ["x", "y", "z"]
-    with pytest.raises(ValueError, match="no shared tokens"):
-        match_vocab(a, b)
-
-
+def test_match_tokens_identical_duplicated_and_disjoint() -> None:
+    ia, ib = match_tokens(["x", "y", "x"], ["x", "y", "x"])
+    assert ia.tolist() == ib.tolist() == [0, 1, 2]  # one vocabulary: every row, duplicates included
+    ia, ib = match_tokens(["x", "y", "x", "z"], ["z", "x", "q"])
+    assert ia.tolist() == [0, 3] and ib.tolist() == [1, 0]  # each shared string once, in the first one's order
+    with pytest.raises(ValueError, match="no shared tokens between 'a' and 'b'"):
+        match_tokens(["x", "y", "z"], ["p", "q", "r"])

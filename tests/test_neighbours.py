@@ -43,8 +43,6 @@ def test_knn_self_and_independent() -> None:
     assert knn_overlap(a, b, 10)[0] < 0.08  # chance level is 10/499
 
 
-
-
 # ------------------------------------------------------------------------------------ bad inputs
 
 
@@ -52,7 +50,6 @@ def test_knn_self_and_independent() -> None:
     (lambda s, t: knn_overlap(s, t, 20), "k must be"),
     (lambda s, t: knn_overlap(s, t, 0), "k must be"),
     (lambda s, t: knn_overlap(s, t[:-1], 3), "same number of rows"),
-    (lambda s, t: knn_overlap(s, t, 3, chunk=0), "chunk"),
     (lambda s, t: neighbour_overlap(torch.zeros(3, 2), torch.zeros(3, 3)), "one shape"),
 ])
 def test_bad_inputs_raise(call: Callable[[np.ndarray, np.ndarray], object], pattern: str) -> None:

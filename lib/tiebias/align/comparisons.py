@@ -14,9 +14,9 @@ import pandas as pd
 import torch
 
 from tiebias import stats
-from tiebias.align import embeddings, maps, token_stats
+from tiebias.align import embeddings, maps, token_stats, tokenizers
 from tiebias.align.embeddings import Embeddings
-from tiebias.align.neighbours import check_knn_k
+from tiebias.align.neighbours import check_knn_k, knn_overlap
 from tiebias.models.anatomy import TyingError
 from tiebias.run import inventory
 from tiebias.run.folder import Run
@@ -94,7 +94,10 @@ def load_sources(tied_source: Any, untied_source: Any, *, tied_tokenizer: Any = 
     if not got["tied"].tied:
         raise ValueError(f"tied_source: {got['tied'].source!r} is an untied model; the tied side needs one shared "
                          "matrix")
-    return {0: {"tied": got["tied"], "untied": embeddings.require_untied(got["untied"], "untied_source")}}
+    if got["untied"].tied:
+        raise ValueError(f"untied_source: {got['untied'].source!r} is a tied model; the untied side needs its own input "
+                         "and output matrices")
+    return {0: got}
 
 
 def _pairs(seeds: list[int], same_kind: bool, within: bool) -> list[tuple[int, int, str]]:
@@ -111,8 +114,9 @@ def _pairs(seeds: list[int], same_kind: bool, within: bool) -> list[tuple[int, i
 def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = maps.METHODS, *,
            heldout_folds: int = 0, knn_k: int | None = 10, noise_floor: bool = True,
            keep_scores: bool = False) -> pd.DataFrame:
-    """One row per (comparison, pairing, seeds): mean cosine per method, plus ``<method> (held-out)`` (k-fold,
-    ``heldout_folds`` >= 2), ``knn@<k>`` (Table 5), noise-floor rows and (``keep_scores``) ``per_token``/``token_ids``.
+    """One row per (comparison, pairing, seeds), the source mapped onto the target on their shared tokens: mean cosine
+    per method (``identity`` NaN when the widths differ), ``<method> (held-out)`` (k-fold, ``heldout_folds`` >= 2),
+    ``knn@<k>`` (Table 5), noise-floor rows and (``keep_scores``) ``per_token`` / ``token_ids`` (rows of the source).
     Pairings: ``within model``, ``same seed``, ``cross seed`` (the headline).
 
     Args:
@@ -127,53 +131,41 @@ def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = ma
         The table, one row per comparison, pairing and seeds.
     """
     check_knn_k(knn_k)
+    methods = list(dict.fromkeys(methods))
     seeds = sorted(models)
     if not seeds:
         raise ValueError("models: empty; give at least one seed's {'tied': ..., 'untied': ...} (see load_models)")
     rows = []
     specs = [(c, False) for c in COMPARISONS] + ([(c, True) for c in NOISE_FLOOR] if noise_floor else [])
     for (label, ka, wa, kb, wb), same_kind in specs:
-        within = label.startswith("untied input -> untied output")
-        for sa, sb, pairing in _pairs(seeds, same_kind, within):
-            row = maps.compare(models[sa][ka], models[sb][kb], wa, wb, methods, knn_k=knn_k,
-                                    return_scores=keep_scores)
+        for sa, sb, pairing in _pairs(seeds, same_kind, label.startswith("untied input -> untied output")):
+            a, b = models[sa][ka], models[sb][kb]
+            ia, ib = tokenizers.match_tokens(a.tokens, b.tokens, a.source, b.source)
+            check_knn_k(knn_k, int(ia.numel()))
+            S, T = a.matrix(wa), b.matrix(wb)
+            if a.tokens != b.tokens:
+                S, T = S[ia], T[ib]
+            run = [m for m in methods if not (m == "identity" and S.shape[1] != T.shape[1])]
+            res = maps.align_all(S, T, run) if run else {}
             out = {"comparison": label, "pairing": pairing, "seed_source": sa, "seed_target": sb,
-                   "n_tokens": row["n_tokens"], **{m: row[m] for m in methods}}
+                   "n_tokens": int(ia.numel()), **{m: res[m].mean if m in res else math.nan for m in methods}}
             if knn_k is not None:
-                out[f"knn@{knn_k}"] = row[f"knn@{knn_k}"]
-            if heldout_folds:
-                ho = maps.compare(models[sa][ka], models[sb][kb], wa, wb,
-                                       [m for m in methods if m != "identity"], heldout_folds)
-                for m in methods:
-                    if m != "identity":
-                        out[f"{m} (held-out)"] = ho[m]
+                out[f"knn@{knn_k}"] = knn_overlap(S, T, knn_k)[0]
+            fitted = [m for m in methods if m != "identity"]
+            if heldout_folds and fitted:
+                ho = maps.align_all(S, T, fitted, heldout_folds=heldout_folds)
+                out.update({f"{m} (held-out)": ho[m].mean for m in fitted})
             if keep_scores:
-                out["per_token"] = row["per_token"]
-                out["token_ids"] = row["token_ids"]
+                out["per_token"] = {m: r.per_token for m, r in res.items()}
+                out["token_ids"] = ia
             rows.append(out)
     return pd.DataFrame(rows)
 
 
-def score_columns(df: pd.DataFrame) -> list[str]:
-    """The score columns of a Table-1 frame (every column that is not an identifier or per-token data), in order.
-
-    Args:
-        df: a :func:`table1` frame.
-
-    Returns:
-        The column names.
-    """
-    skip = {"comparison", "pairing", "seed_source", "seed_target", "n_tokens", "per_token", "token_ids"}
-    return [c for c in df.columns if c not in skip]
-
-
 def token_gap(df: pd.DataFrame, method: str = "orthogonal", *, pairing: str = "same seed", seed_target: int | None = None,
               n_boot: int = 2000, level: float = LEVEL, seed: int = 0) -> stats.BootstrapCI:
-    """Paired bootstrap over tokens of one tied model's gap (untied output -> tied) - (untied input -> tied).
-
-    Both rows score the same untied model's tokens against the same tied matrix, so each token gives one
-    difference of per-token cosines; the rows come from ``table1(..., keep_scores=True)``.
-    """
+    """Paired bootstrap over tokens of one tied model's gap (untied output -> tied) - (untied input -> tied): both rows
+    score one untied model's tokens against one tied matrix (rows of ``table1(..., keep_scores=True)``)."""
     d = df[df.pairing == pairing]
     if seed_target is None:
         seed_target = int(d.seed_target.min())

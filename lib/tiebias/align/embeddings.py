@@ -8,26 +8,18 @@ import logging
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from tiebias.align.tokenizers import VocabMatch, match_tokens, resolve_tokenizer, token_strings
+from tiebias.align.tokenizers import resolve_tokenizer, token_strings
 from tiebias.config.variants import Variant, step_of
 from tiebias.models.anatomy import TyingError, check_loaded_tying, is_tied, same_matrix, tying_conflict
 from tiebias.run.folder import Run
 from tiebias.run.layout import CHECKPOINTS_SUBDIR, CONFIG_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 
 log = logging.getLogger(__name__)
-
-WHICH: tuple[str, ...] = ("input", "output")
-Which = Literal["input", "output"]
-
-def check_which(which: str, name: str) -> None:
-    """Refuse a matrix name other than ``'input'`` or ``'output'``; the error names the argument."""
-    if which not in WHICH:
-        raise ValueError(f"{name} must be one of {WHICH}, got {which!r}")
 
 
 @dataclass(eq=False, repr=False)
@@ -45,18 +37,14 @@ class Embeddings:
         """Number of rows (tokens) kept."""
         return int(self.input.shape[0])
 
-    @property
-    def width(self) -> int:
-        """Embedding width d."""
-        return int(self.input.shape[1])
-
-    def matrix(self, which: Which) -> Tensor:
+    def matrix(self, which: str) -> Tensor:
         """The ``'input'`` or ``'output'`` matrix."""
-        check_which(which, "which")
+        if which not in ("input", "output"):
+            raise ValueError(f"which must be 'input' or 'output', got {which!r}")
         return self.input if which == "input" else self.output
 
     def __repr__(self) -> str:
-        return (f"Embeddings(source={self.source!r}, vocab={self.vocab_size}, width={self.width}, "
+        return (f"Embeddings(source={self.source!r}, vocab={self.vocab_size}, width={self.input.shape[1]}, "
                 f"tied={self.tied}, dtype={self.input.dtype})")
 
 
@@ -66,39 +54,34 @@ def extract(source: Any, tokenizer: Any = None, *, revision: str | None = None,
     ``tokenizer``, else the folder's or its nearest ancestor's (so a run's checkpoint works); padding rows are dropped."""
     from transformers import PreTrainedModel
 
-    local: Path | None = None
-    hub_id: str | None = None
     if isinstance(source, PreTrainedModel):
         name = str(getattr(source, "name_or_path", "") or "")
         label = name or type(source).__name__
-        if name and Path(name).is_dir():
-            local = Path(name)
-        elif name:
-            hub_id = name
     elif isinstance(source, (str, Path)):
-        label = str(source)
+        name = label = str(source)
         path = Path(source).expanduser()
-        if path.is_dir():
-            if not (path / CONFIG_NAME).is_file():
-                raise ValueError(f"source: {label!r} is not a model folder (no config.json)")
-            local = path
-        elif isinstance(source, Path) or _looks_like_path(str(source)):
-            raise ValueError(f"source: model folder {str(source)!r} does not exist")
-        else:
-            hub_id = str(source)
+        if path.is_dir() and not (path / CONFIG_NAME).is_file():
+            raise ValueError(f"source: {label!r} is not a model folder (no config.json)")
+        # a hub id is ``name`` or ``org/name``; anything else (or ``dir/x`` under an existing dir) is a path
+        if not path.is_dir() and (isinstance(source, Path) or name.startswith((".", "/", "~")) or "\\" in name
+                                  or name.count("/") > 1 or ("/" in name and Path(name).parent.is_dir())):
+            raise ValueError(f"source: model folder {name!r} does not exist")
     else:
         raise ValueError("source must be a model folder, a hub id or a loaded PreTrainedModel, "
                          f"got {type(source).__name__}")
-
+    local = Path(name).expanduser() if name and Path(name).expanduser().is_dir() else None
+    hub_id = name if name and local is None else None
     tok = resolve_tokenizer(tokenizer, local, hub_id, revision, label)  # before any weights: fail fast
     if isinstance(source, PreTrainedModel):
         inp, out, tied = _weights_from_model(source, dtype, label)
     elif local is not None:
         inp, out, tied = _weights_from_folder(local, dtype, label)
     else:
-        inp, out, tied = _load_whole(str(hub_id), dtype, label, revision)
-    n_tok = len(tok)
-    n_rows = int(inp.shape[0])
+        inp, out, tied = _load_whole(name, dtype, label, revision)
+    if inp.ndim != 2 or inp.shape != out.shape:
+        raise ValueError(f"{label}: input embedding {tuple(inp.shape)} and output embedding "
+                         f"{tuple(out.shape)} do not have the same [vocab, width] shape")
+    n_tok, n_rows = len(tok), int(inp.shape[0])
     if n_rows > n_tok:
         log.info("%s: dropping %d padding rows beyond len(tokenizer)=%d", label, n_rows - n_tok, n_tok)
         inp = inp[:n_tok]
@@ -123,31 +106,15 @@ def from_run(run: Run, variant: str | Variant, seed: int, step: int | None = Non
     return emb
 
 
-def require_untied(emb: Embeddings, role: str = "this comparison") -> Embeddings:
-    """Return ``emb`` unchanged, or raise ValueError if it is a tied model (naming its source)."""
-    if emb.tied:
-        raise ValueError(f"{role} needs an untied model, but {emb.source!r} is tied "
-                         "(its input and output embeddings are one matrix)")
-    return emb
-
-
-def checkpoint_matrices(model_dir: str | Path, which: Which = "input", *,
+def checkpoint_matrices(model_dir: str | Path, which: str = "input", *,
                         dtype: torch.dtype = torch.float32) -> list[tuple[int, Tensor]]:
     """``(step, matrix)`` for every ``checkpoints/step-<N>/`` of a model folder (or of the checkpoints folder)."""
-    check_which(which, "which")
     root = Path(model_dir)
     ck = root / CHECKPOINTS_SUBDIR if (root / CHECKPOINTS_SUBDIR).is_dir() else root
     found = [(step_of(p), p) for p in (ck.iterdir() if ck.is_dir() else []) if p.is_dir() and step_of(p) is not None]
     if not found:
         raise ValueError(f"model_dir: no checkpoints/step-<N> folders under {str(root)!r}")
     return [(step, extract(p, dtype=dtype).matrix(which)) for step, p in sorted(found)]
-
-
-def _looks_like_path(s: str) -> bool:
-    """Hub ids are ``name`` or ``org/name``; anything else (or ``dir/x`` under an existing dir) is a path."""
-    if s.startswith((".", "/", "~")) or s.count("/") > 1 or "\\" in s:
-        return True
-    return "/" in s and Path(s).parent.is_dir()
 
 
 def _weights_from_model(model: Any, dtype: torch.dtype, label: str,
@@ -159,15 +126,7 @@ def _weights_from_model(model: Any, dtype: torch.dtype, label: str,
     tied = check_loaded_tying(model, label, missing_keys)
     inp = inp_mod.weight.detach().to(device="cpu", dtype=dtype, copy=True)
     out = inp if tied else out_mod.weight.detach().to(device="cpu", dtype=dtype, copy=True)
-    _check_shapes(inp, out, label)
     return inp, out, tied
-
-
-def _check_shapes(inp: Tensor, out: Tensor, label: str) -> None:
-    """Refuse input and output embeddings that are not both [vocab, width] of one shape."""
-    if inp.ndim != 2 or out.ndim != 2 or inp.shape != out.shape:
-        raise ValueError(f"{label}: input embedding {tuple(inp.shape)} and output embedding "
-                         f"{tuple(out.shape)} do not have the same [vocab, width] shape")
 
 
 def _weights_from_folder(path: Path, dtype: torch.dtype, label: str) -> tuple[Tensor, Tensor, bool]:
@@ -192,13 +151,10 @@ def _weights_from_folder(path: Path, dtype: torch.dtype, label: str) -> tuple[Te
     except (ValueError, KeyError, OSError, RuntimeError, TypeError) as exc:
         log.info("%s: reading embeddings directly failed (%s); loading the whole model", label, exc)
         got = None
-    if got is not None:
-        inp, out, tied = got
-        inp = inp.to(dtype)
-        out = inp if tied else out.to(dtype)
-        _check_shapes(inp, out, label)
-        return inp, out, tied
-    return _load_whole(str(path), dtype, label)
+    if got is None:
+        return _load_whole(str(path), dtype, label)
+    inp = got[0].to(dtype)
+    return inp, inp if got[2] else got[1].to(dtype), got[2]
 
 
 def _load_whole(src: str, dtype: torch.dtype, label: str, revision: str | None = None) -> tuple[Tensor, Tensor, bool]:
@@ -274,15 +230,3 @@ def _checkpoint_keys(skeleton: Any, keys: list[str]) -> dict[str, str]:
     except Exception as exc:  # noqa: BLE001 - internal API; exact names still work
         log.debug("checkpoint key renaming unavailable: %s", exc)
     return out
-
-
-def match_vocab(a: Embeddings, b: Embeddings, *, allow: bool = True) -> VocabMatch:
-    """Tokens shared by ``a`` and ``b`` (by string); ``allow=False`` refuses differing vocabularies."""
-    if a.tokens == b.tokens:
-        idx = torch.arange(len(a.tokens))
-        return VocabMatch(idx, idx.clone(), list(a.tokens))
-    if not allow:
-        raise ValueError(f"vocabularies differ: {a.source!r} has {len(a.tokens)} tokens, {b.source!r} has "
-                         f"{len(b.tokens)}; pass allow=True to compare on the shared tokens")
-    return match_tokens(a.tokens, b.tokens, a.source, b.source)
-

@@ -4,7 +4,6 @@ the ceiling (two tied matrices of different seeds in the same bin)."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -29,8 +28,8 @@ COLUMNS = ["comparison", "pairing", "bin", "count_min", "count_max", "n_tokens",
 
 
 def _pairs(seeds: list[int], label: str) -> tuple[str, list[tuple[int, int]]]:
-    """The pairing and (source seed, target seed) pairs of one comparison: cross seed when there are two seeds or
-    more (the headline of Table 1), the same seed otherwise; the untied model's own two matrices within a model."""
+    """The pairing and (source, target) seeds of one comparison: cross seed with two seeds or more (Table 1's
+    headline), else the same seed; the untied model's own two matrices within a model."""
     if label == "untied input -> untied output":
         return "within model", [(s, s) for s in seeds]
     if len(seeds) < 2:
@@ -105,29 +104,3 @@ def cell(table: pd.DataFrame, comparison: str, bin_label: str | None = None) -> 
     mean = lambda col: float(np.average(t[col].to_numpy(dtype=float), weights=w))  # noqa: E731
     return {"overlap": mean("overlap"), "chance": float(t.chance.iloc[0]), "ceiling": mean("ceiling"),
             "n_tokens": int(w.sum())}
-
-
-def rarest_and_commonest(table: pd.DataFrame, bins: Sequence[str] | None = None) -> str:
-    """A line per Table 5 comparison: its overlap in the rarest and the most frequent seen bin (of ``bins``).
-
-    Args:
-        table: the :func:`knn_by_frequency` frame.
-        bins: the bins considered (None: every seen bin).
-
-    Returns:
-        The lines.
-    """
-    lines = []
-    for label in [c for c in COMPARISONS if c != CEILING]:
-        t = table[(table.comparison == label) & (table.bin != "unseen")]
-        if bins is not None:
-            t = t[t.bin.isin(bins)]
-        if t.empty:
-            continue
-        lo, hi = t.iloc[0], t.iloc[-1]
-        ceil = lambda r: "no ceiling (one seed)" if np.isnan(r.ceiling) else f"ceiling {r.ceiling:.3f}"  # noqa: E731
-        lines.append(f"{label} ({lo.pairing}): rarest bin ({lo.bin}, counts {lo.count_min}-{lo.count_max}) "
-                     f"{lo.overlap:.3f} ({lo.over_chance:.1f}x chance, {ceil(lo)}); most frequent ({hi.bin}, counts "
-                     f"{hi.count_min}-{hi.count_max}) {hi.overlap:.3f} ({hi.over_chance:.1f}x chance, {ceil(hi)}).")
-    return "\n".join(lines)
-

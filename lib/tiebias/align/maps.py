@@ -1,6 +1,7 @@
 """The paper's alignment score (Table 1, Figure 1): centre two matrices, map the source onto the target (identity,
-orthogonal or linear; in-sample or k-fold held-out) and score each token by cosine. The fitting sums are accumulated
-in float64 over row chunks (no full float64 copy); the map is applied at the inputs' precision."""
+orthogonal or linear; in-sample or k-fold held-out), score each token by cosine. Notebook 02 writes the same maps out
+in plain torch and checks them against this version, which streams row chunks (fitting sums in float64, no full float64
+copy) and applies the map at the inputs' precision."""
 
 from __future__ import annotations
 
@@ -10,21 +11,55 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from tiebias.align.embeddings import Embeddings, Which, check_which, match_vocab
-from tiebias.align.matrices import F64, Matrix, as_matrix, chunk_rows, cosine_rows, row_blocks, row_blocks_f64
-from tiebias.align.neighbours import check_knn_k, knn_overlap
 from tiebias.config.checks import is_int
 from tiebias.config.choices import METHODS
 
-_EPS64 = torch.finfo(torch.float64).eps
-_PIVOT_TOL = 1e-10  # Cholesky pivots below this (relative) fall back to a pseudo-inverse
-_POLAR_COND = 1e-12  # smallest eigenvalue ratio of C^T C for the eigh route to the polar factor
+Matrix = Tensor | np.ndarray
+F64 = torch.float64
 
 
-@dataclass(repr=False)
+def chunk_rows(width: int) -> int:
+    """Rows per streamed chunk of a ``width``-wide matrix: 32 MiB of float64, at least 256."""
+    return max(256, (1 << 25) // (8 * width))
+
+
+def as_matrix(x: Any, name: str) -> Tensor:
+    """A 2-D, non-empty, finite floating tensor (numpy arrays are wrapped without a copy; half precision -> float32)."""
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(x)
+    if not isinstance(x, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor or numpy array, got {type(x).__name__}")
+    if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
+        raise ValueError(f"{name} must be a non-empty 2-D [tokens, width] matrix, got shape {tuple(x.shape)}")
+    x = x.detach()
+    if not x.is_floating_point() or x.dtype in (torch.float16, torch.bfloat16):
+        x = x.to(torch.float32 if x.is_floating_point() else F64)
+    for blk in row_blocks(x, None, chunk_rows(x.shape[1])):  # isfinite on the whole matrix allocates ~1.7x it
+        if not math.isfinite(float(blk.sum())) and not bool(torch.isfinite(blk).all()):  # inf sum: check entries
+            raise ValueError(f"{name} contains NaN or infinite values")
+    return x
+
+
+def row_blocks(x: Tensor, rows: Tensor | None, chunk: int, dtype: torch.dtype | None = None) -> Iterator[Tensor]:
+    """Row blocks of ``x`` (all rows, or the given row indices): views in its own dtype, or fresh ``dtype`` copies."""
+    n = x.shape[0] if rows is None else rows.numel()
+    for i in range(0, n, chunk):
+        blk = x[i:i + chunk] if rows is None else x[rows[i:i + chunk]]
+        yield blk if dtype is None else blk.to(dtype, copy=True)
+
+
+def cosine_rows(a: Tensor, b: Tensor) -> Tensor:
+    """Row-wise cosine (sums in the inputs' dtype, returned as float64); a zero row scores 0."""
+    dot = (a * b).sum(1).to(F64)
+    den = torch.linalg.vector_norm(a, dim=1).to(F64) * torch.linalg.vector_norm(b, dim=1).to(F64)
+    return torch.where(den > 0, dot / den.clamp_min(torch.finfo(F64).tiny), torch.zeros_like(dot))
+
+
+@dataclass
 class AlignResult:
     """Mean and per-token cosine after mapping source onto target (``heldout``: out-of-fold scores)."""
 
@@ -35,168 +70,104 @@ class AlignResult:
     heldout: bool
     folds: int = 0
 
-    def __repr__(self) -> str:
-        how = f"{self.folds}-fold held-out" if self.heldout else "in-sample"
-        return f"AlignResult({self.method}: mean={self.mean:.4f}, n={self.n_tokens}, {how})"
-
-
-def align(source: Matrix, target: Matrix, method: str, *, heldout_folds: int = 0,
-          seed: int = 0) -> AlignResult:
-    """Mean cosine between the mapped, centred source rows and the target rows: ``identity`` (equal widths),
-    ``orthogonal`` (Procrustes W = U V^T of S_c^T T_c = U S V^T) or ``linear`` (least squares S_c M ~ T_c).
-    ``heldout_folds=k >= 2`` fits map and centring on k-1 folds of tokens (seeded) and scores the other, per fold."""
-    _check_method(method)
-    return align_all(source, target, (method,), heldout_folds=heldout_folds, seed=seed)[method]
-
 
 def align_all(source: Matrix, target: Matrix, methods: Sequence[str] = METHODS, *, heldout_folds: int = 0,
               seed: int = 0) -> dict[str, AlignResult]:
-    """``align`` for several methods at once, sharing the passes over the data (same results)."""
+    """Mean cosine between the mapped, centred source rows and the target rows, per method: ``identity`` (equal
+    widths), ``orthogonal`` (Procrustes W = U V^T of S_c^T T_c = U S V^T) or ``linear`` (least squares S_c M ~ T_c),
+    sharing the passes over the data. ``heldout_folds=k >= 2`` fits map and centring on k-1 seeded folds of tokens
+    and scores the other, per fold."""
     methods = tuple(dict.fromkeys(methods))
-    if not methods:
-        raise ValueError(f"methods must name at least one of {METHODS}")
-    for m in methods:
-        _check_method(m)
-    S = as_matrix(source, "source")
-    T = as_matrix(target, "target")
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise ValueError(f"methods: {', '.join(map(repr, bad)) or 'none'} given; each method must be one of {METHODS}")
+    S, T = as_matrix(source, "source"), as_matrix(target, "target")
     n = S.shape[0]
     if T.shape[0] != n:
-        raise ValueError(f"source and target must have the same number of rows (tokens): "
-                         f"{n} vs {T.shape[0]}; match the vocabularies first (match_vocab)")
+        raise ValueError(f"source and target must have the same number of rows (tokens): {n} vs {T.shape[0]}; "
+                         "match the vocabularies first (tokenizers.match_tokens)")
     if n < 2:
         raise ValueError(f"source: need at least 2 tokens to centre and align, got {n}")
     if "identity" in methods and S.shape[1] != T.shape[1]:
         raise ValueError(f"method 'identity' needs equal widths, got source width {S.shape[1]} and target "
                          f"width {T.shape[1]}; use 'orthogonal' or 'linear'")
-    k = _check_folds(heldout_folds, n)
+    k = heldout_folds
+    if not is_int(k, numpy_ok=True) or (k != 0 and not (2 <= k <= n and n - math.ceil(n / k) >= 2)):
+        raise ValueError(f"heldout_folds: {k!r} is not allowed; need 0 (in-sample) or an int k >= 2 that leaves "
+                         f"at least 2 of the {n} tokens to fit each fold's map")
+    k = int(k)
     cdt = F64 if F64 in (S.dtype, T.dtype) else torch.float32
     chunk = chunk_rows(max(S.shape[1], T.shape[1]))
-    need_cross = "orthogonal" in methods or "linear" in methods
-    need_gram = "linear" in methods
+    gram, cross = "linear" in methods, "orthogonal" in methods or "linear" in methods
     ref_s, ref_t = _column_mean(S, chunk), _column_mean(T, chunk)
     scores = {m: torch.full((n,), math.nan, dtype=F64) for m in methods}
-
     if k == 0:
-        if need_cross:
-            st = _accumulate(S, T, None, ref_s, ref_t, need_gram, need_cross, chunk)
+        if cross:
+            st = _accumulate(S, T, None, ref_s, ref_t, gram, cross, chunk)
         else:  # identity in-sample: the centring is the column mean itself
-            st = _Stats(n, torch.zeros_like(ref_s), torch.zeros_like(ref_t), None, None)
-        mean_s, mean_t, maps = _fit(st, methods, ref_s, ref_t)
-        _score(S, T, None, mean_s, mean_t, maps, cdt, chunk, scores)
+            st = [n, torch.zeros_like(ref_s), torch.zeros_like(ref_t), None, None]
+        _score(S, T, None, *_fit(st, methods, ref_s, ref_t), cdt, chunk, scores)
     else:
-        gen = torch.Generator().manual_seed(int(seed))
-        perm = torch.randperm(n, generator=gen)
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))
         folds = [perm[f::k].sort().values for f in range(k)]
-        stats = [_accumulate(S, T, rows, ref_s, ref_t, need_gram, need_cross, chunk) for rows in folds]
+        stats = [_accumulate(S, T, rows, ref_s, ref_t, gram, cross, chunk) for rows in folds]
         for f, rows in enumerate(folds):
-            st = _combine([s for g, s in enumerate(stats) if g != f])
-            mean_s, mean_t, maps = _fit(st, methods, ref_s, ref_t)
-            _score(S, T, rows, mean_s, mean_t, maps, cdt, chunk, scores)
-    return {m: AlignResult(method=m, mean=float(scores[m].mean()), per_token=scores[m], n_tokens=n,
-                           heldout=k > 0, folds=k) for m in methods}
-
-
-def _check_method(method: str) -> None:
-    """Refuse a method name outside ``METHODS``."""
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-
-
-def _check_folds(k: int, n: int) -> int:
-    """The fold count as an int: 0 (in-sample) or 2..n, leaving at least 2 fitting tokens per fold."""
-    if not is_int(k, numpy_ok=True):
-        raise ValueError(f"heldout_folds must be an int (0 = in-sample, >= 2 = k-fold), got {k!r}")
-    k = int(k)
-    if k == 0:
-        return 0
-    if k < 2:
-        raise ValueError(f"heldout_folds must be 0 (in-sample) or >= 2, got {k}")
-    if k > n:
-        raise ValueError(f"heldout_folds={k} exceeds the number of tokens ({n})")
-    if n - math.ceil(n / k) < 2:
-        raise ValueError(f"heldout_folds={k} leaves fewer than 2 fitting tokens out of {n}")
-    return k
+            parts = [s for g, s in enumerate(stats) if g != f]  # the sums over the other folds' rows
+            st = [sum(p[0] for p in parts)] + [None if parts[0][i] is None else
+                                               torch.stack([p[i] for p in parts]).sum(0) for i in range(1, 5)]
+            _score(S, T, rows, *_fit(st, methods, ref_s, ref_t), cdt, chunk, scores)
+    return {m: AlignResult(m, float(scores[m].mean()), scores[m], n, k > 0, k) for m in methods}
 
 
 def _column_mean(x: Tensor, chunk: int) -> Tensor:
-    """Column means in float64, streamed over row blocks (the reference point the sums are taken about)."""
+    """Column means in float64 over row blocks (the reference point the sums are taken about)."""
     total = torch.zeros(x.shape[1], dtype=F64, device=x.device)
     for blk in row_blocks(x, None, chunk):
         total += blk.sum(0).to(F64)  # native-dtype reduction: a float64 upcast first is 4x slower
     return total / x.shape[0]
 
 
-@dataclass
-class _Stats:
-    """Sums about a fixed reference point: n, sum(s-r), sum(t-r), sum(s-r)(s-r)^T, sum(s-r)(t-r)^T."""
-
-    n: int
-    sum_s: Tensor
-    sum_t: Tensor
-    gram: Tensor | None
-    cross: Tensor | None
-
-
 def _accumulate(S: Tensor, T: Tensor, rows: Tensor | None, ref_s: Tensor, ref_t: Tensor, need_gram: bool,
-                need_cross: bool, chunk: int) -> _Stats:
-    """Sums of the given rows (all when ``rows`` is None) about ``ref_s``/``ref_t``, in float64 blocks."""
+                need_cross: bool, chunk: int) -> list[Any]:
+    """n and the sums of the given rows (all when None) about ``ref_s``/``ref_t``: s, t, s s^T, s t^T (float64)."""
     ds, dt = S.shape[1], T.shape[1]
-    dev = S.device
-    sum_s = torch.zeros(ds, dtype=F64, device=dev)
-    sum_t = torch.zeros(dt, dtype=F64, device=dev)
-    gram = torch.zeros(ds, ds, dtype=F64, device=dev) if need_gram else None
-    cross = torch.zeros(ds, dt, dtype=F64, device=dev) if need_cross else None
-    for xs, xt in zip(row_blocks_f64(S, rows, chunk), row_blocks_f64(T, rows, chunk), strict=True):
+    sums: list[Any] = [torch.zeros(*shape, dtype=F64, device=S.device) for shape in ((ds,), (dt,))]
+    sums += [torch.zeros(ds, ds, dtype=F64, device=S.device) if need_gram else None,
+             torch.zeros(ds, dt, dtype=F64, device=S.device) if need_cross else None]
+    for xs, xt in zip(row_blocks(S, rows, chunk, F64), row_blocks(T, rows, chunk, F64), strict=True):
         xs -= ref_s
         xt -= ref_t
-        sum_s += xs.sum(0)
-        sum_t += xt.sum(0)
-        if gram is not None:
-            gram.addmm_(xs.T, xs)
-        if cross is not None:
-            cross.addmm_(xs.T, xt)
-    n = S.shape[0] if rows is None else int(rows.numel())
-    return _Stats(n, sum_s, sum_t, gram, cross)
+        sums[0] += xs.sum(0)
+        sums[1] += xt.sum(0)
+        if need_gram:
+            sums[2].addmm_(xs.T, xs)
+        if need_cross:
+            sums[3].addmm_(xs.T, xt)
+    return [S.shape[0] if rows is None else int(rows.numel()), *sums]
 
 
-def _combine(parts: list[_Stats]) -> _Stats:
-    """Sums over several folds' rows: the fitting set of one held-out fold."""
-    def total(xs: list[Tensor | None]) -> Tensor | None:
-        """Sum of optional matrices (None when they were not accumulated)."""
-        return None if xs[0] is None else torch.stack(xs).sum(0)  # type: ignore[arg-type]
-
-    return _Stats(sum(p.n for p in parts), torch.stack([p.sum_s for p in parts]).sum(0),
-                  torch.stack([p.sum_t for p in parts]).sum(0), total([p.gram for p in parts]),
-                  total([p.cross for p in parts]))
-
-
-def _fit(st: _Stats, methods: Sequence[str], ref_s: Tensor,
+def _fit(st: list[Any], methods: Sequence[str], ref_s: Tensor,
          ref_t: Tensor) -> tuple[Tensor, Tensor, dict[str, Tensor | None]]:
     """Column means and the requested maps, from the sums of the fitting rows."""
-    m_s, m_t = st.sum_s / st.n, st.sum_t / st.n
+    n, sum_s, sum_t, gram, cross = st
+    m_s, m_t = sum_s / n, sum_t / n
+    cross = None if cross is None else cross - n * torch.outer(m_s, m_t)
     maps: dict[str, Tensor | None] = {}
-    cross = None if st.cross is None else st.cross - st.n * torch.outer(m_s, m_t)
     for m in methods:
-        if m == "identity":
-            maps[m] = None
-        elif m == "orthogonal":
-            assert cross is not None
+        if m == "orthogonal":
             maps[m] = _procrustes(cross)
+        elif m == "linear":
+            maps[m] = _least_squares(gram - n * torch.outer(m_s, m_s), cross, n)
         else:
-            assert st.gram is not None and cross is not None
-            gram = st.gram - st.n * torch.outer(m_s, m_s)
-            maps[m] = _least_squares(gram, cross, st.n)
+            maps[m] = None
     return ref_s + m_s, ref_t + m_t, maps
 
 
 @contextmanager
 def _one_thread() -> Iterator[None]:
-    """Run small dense decompositions single-threaded (threaded LAPACK on a d x d matrix is latency-bound and far
-    slower on a busy machine); torch's thread count is process-wide, so it is restored right after."""
+    """Small dense decompositions single-threaded (threaded LAPACK on a d x d matrix is latency-bound, far slower on
+    a busy machine); torch's thread count is process-wide, so it is restored right after."""
     old = torch.get_num_threads()
-    if old == 1:
-        yield
-        return
     torch.set_num_threads(1)
     try:
         yield
@@ -205,18 +176,16 @@ def _one_thread() -> Iterator[None]:
 
 
 def _procrustes(C: Tensor) -> Tensor:
-    """Semi-orthogonal W maximising trace(W^T C): the polar factor U V^T of C = U S V^T, as C (C^T C)^(-1/2) from an
-    eigendecomposition of the smaller Gram matrix (faster than an SVD), the SVD when C is (nearly) rank-deficient."""
-    ds, dt = C.shape
-    if ds < dt:
+    """Semi-orthogonal W maximising trace(W^T C), the polar factor U V^T of C = U S V^T, as C (C^T C)^(-1/2) from an
+    eigendecomposition of the smaller Gram matrix (faster than an SVD). When C is (nearly) rank-deficient that W is not
+    orthogonal (or NaN, from a zero or negative eigenvalue): then the SVD."""
+    if C.shape[0] < C.shape[1]:
         return _procrustes(C.T).T
     with _one_thread():
         lam, V = torch.linalg.eigh(C.T @ C)
-    if lam[-1] > 0 and lam[0] > _POLAR_COND * lam[-1]:
-        W = ((C @ V) / lam.sqrt()) @ V.T
-        eye = torch.eye(dt, dtype=C.dtype, device=C.device)
-        if float((W.T @ W - eye).abs().max()) < 1e-9:
-            return W
+    W = ((C @ V) / lam.sqrt()) @ V.T
+    if float((W.T @ W - torch.eye(C.shape[1], dtype=C.dtype, device=C.device)).abs().max()) < 1e-9:
+        return W
     with _one_thread():
         U, _, Vh = torch.linalg.svd(C, full_matrices=False)
     return U @ Vh
@@ -225,16 +194,12 @@ def _procrustes(C: Tensor) -> Tensor:
 def _least_squares(G: Tensor, C: Tensor, n: int) -> Tensor:
     """Minimum-norm M solving G M = C (normal equations of S_c M ~ T_c): Cholesky when G is comfortably positive
     definite, else an eigh pseudo-inverse dropping numerically zero directions (as ``numpy.linalg.lstsq`` does)."""
-    d = G.shape[0]
-    scale = float(G.diagonal().max())
-    if scale <= 0:
-        return torch.zeros_like(C)
     with _one_thread():
         L, info = torch.linalg.cholesky_ex(G)
-        if int(info) == 0 and float(L.diagonal().square().min()) > _PIVOT_TOL * scale:
+        if int(info) == 0 and float(L.diagonal().square().min()) > 1e-10 * float(G.diagonal().max()):
             return torch.cholesky_solve(C, L)
         lam, Q = torch.linalg.eigh(G)
-    keep = lam > lam[-1] * max(n, d) * _EPS64 * 16
+    keep = lam > lam[-1] * max(n, G.shape[0]) * torch.finfo(F64).eps * 16
     Qk = Q[:, keep]
     return Qk @ ((Qk.T @ C) / lam[keep].unsqueeze(1))
 
@@ -246,48 +211,9 @@ def _score(S: Tensor, T: Tensor, rows: Tensor | None, mean_s: Tensor, mean_t: Te
     ms, mt = mean_s.to(cdt), mean_t.to(cdt)
     start = 0
     for xs, xt in zip(row_blocks(S, rows, chunk), row_blocks(T, rows, chunk), strict=True):
-        xs = xs.to(cdt) - ms
-        xt = xt.to(cdt) - mt
+        xs, xt = xs.to(cdt) - ms, xt.to(cdt) - mt
         stop = start + xs.shape[0]
         where = slice(start, stop) if rows is None else rows[start:stop]
         for m, w in maps_c.items():
-            mapped = xs if w is None else xs @ w
-            out[m][where] = cosine_rows(mapped, xt).cpu()
+            out[m][where] = cosine_rows(xs if w is None else xs @ w, xt).cpu()
         start = stop
-
-
-
-def compare(a: Embeddings, b: Embeddings, which_a: Which, which_b: Which, methods: Sequence[str] = METHODS,
-            heldout_folds: int = 0, *, seed: int = 0, allow_vocab_mismatch: bool = True,
-            knn_k: int | None = None, return_scores: bool = False) -> dict[str, Any]:
-    """One Table-1 row: ``a.<which_a>`` mapped onto ``b.<which_b>`` on their shared tokens (``identity`` NaN when the
-    widths differ); ``knn_k`` adds ``knn@k``, ``return_scores`` adds ``per_token`` and ``token_ids`` (rows of ``a``)."""
-    check_which(which_a, "which_a")
-    check_which(which_b, "which_b")
-    methods = tuple(dict.fromkeys(methods))
-    for m in methods:
-        _check_method(m)
-    check_knn_k(knn_k)
-    ia, ib, _ = match_vocab(a, b, allow=allow_vocab_mismatch)
-    check_knn_k(knn_k, int(ia.numel()))
-    S = a.matrix(which_a)
-    T = b.matrix(which_b)
-    if ia.numel() != S.shape[0] or not bool((ia == torch.arange(S.shape[0])).all()):
-        S = S[ia]
-    if ib.numel() != T.shape[0] or not bool((ib == torch.arange(T.shape[0])).all()):
-        T = T[ib]
-    run = [m for m in methods if not (m == "identity" and S.shape[1] != T.shape[1])]
-    res = align_all(S, T, run, heldout_folds=heldout_folds, seed=seed) if run else {}
-    row: dict[str, Any] = {"source": a.source, "source_matrix": which_a, "target": b.source,
-                           "target_matrix": which_b, "source_tied": a.tied, "target_tied": b.tied,
-                           "n_tokens": int(ia.numel()), "vocab_source": a.vocab_size,
-                           "vocab_target": b.vocab_size, "heldout_folds": int(heldout_folds)}
-    for m in methods:
-        row[m] = res[m].mean if m in res else math.nan
-    if knn_k is not None:
-        row[f"knn@{knn_k}"] = knn_overlap(S, T, knn_k)[0]
-    if return_scores:
-        row["per_token"] = {m: r.per_token for m, r in res.items()}
-        row["token_ids"] = ia
-    return row
-

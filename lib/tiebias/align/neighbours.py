@@ -9,27 +9,24 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tiebias.align.matrices import F64, Matrix, as_matrix
+from tiebias.align.maps import F64, Matrix, as_matrix
 from tiebias.config.checks import is_int
 
 
 def check_knn_k(knn_k: Any, n_tokens: int | None = None, name: str = "knn_k") -> int | None:
     """Validate a neighbourhood size: None (no KNN column) or an int in 1..n_tokens-1; errors name ``name``."""
-    if knn_k is None:
-        return None
-    top = f"{n_tokens - 1}" if n_tokens is not None else "n_tokens - 1"
-    if not is_int(knn_k, numpy_ok=True) or knn_k < 1 or (
-            n_tokens is not None and knn_k > n_tokens - 1):
+    if knn_k is not None and (not is_int(knn_k, numpy_ok=True) or knn_k < 1
+                              or (n_tokens is not None and knn_k > n_tokens - 1)):
+        top = "n_tokens - 1" if n_tokens is None else n_tokens - 1
         raise ValueError(f"{name}: {knn_k!r} is not allowed; need None (no KNN overlap) or an integer between 1 "
                          f"and {top} (the shared tokens minus one)")
-    return int(knn_k)
+    return None if knn_k is None else int(knn_k)
 
 
 def knn_overlap(a: Matrix, b: Matrix, k: int = 10, *, chunk: int = 4096) -> tuple[float, Tensor]:
     """Mean and per-token overlap |N_k^A(i) & N_k^B(i)| / k of cosine nearest neighbours (self excluded) of two
     matrices whose rows are the same tokens."""
-    A = as_matrix(a, "a")
-    B = as_matrix(b, "b")
+    A, B = as_matrix(a, "a"), as_matrix(b, "b")
     if B.shape[0] != A.shape[0]:
         raise ValueError(f"a and b must have the same number of rows (tokens): {A.shape[0]} vs {B.shape[0]}")
     return neighbour_overlap(nearest(A, k, chunk=chunk), nearest(B, k, chunk=chunk))
@@ -93,11 +90,7 @@ def nearest(m: Matrix, k: int = 10, *, chunk: int = 4096) -> Tensor:
     n = x.shape[0]
     if not is_int(k, numpy_ok=True) or not 1 <= k <= n - 1:
         raise ValueError(f"k must be an int between 1 and n_tokens-1={n - 1}, got {k!r}")
-    if not is_int(chunk, numpy_ok=True) or chunk < 1:
-        raise ValueError(f"chunk must be a positive int, got {chunk!r}")
-    k, chunk = int(k), int(chunk)
-    if not x.is_floating_point() or x.dtype not in (torch.float32, F64):
-        x = x.to(torch.float32)
+    k = int(k)
     norms = torch.linalg.vector_norm(x, dim=1)
     inv = torch.where(norms > 0, 1 / norms.clamp_min(torch.finfo(x.dtype).tiny), torch.zeros_like(norms))
     vals = torch.full((n, k), -math.inf, dtype=x.dtype, device=x.device)
@@ -119,8 +112,6 @@ def neighbour_overlap(idx_a: Tensor, idx_b: Tensor) -> tuple[float, Tensor]:
         raise ValueError(f"idx_a and idx_b must be [tokens, k] of one shape, got {tuple(idx_a.shape)} and "
                          f"{tuple(idx_b.shape)}")
     n, k = idx_a.shape
-    if n == 0 or k == 0:
-        raise ValueError("idx_a is empty")
     per = torch.empty(n, dtype=F64)
     step = max(1, (1 << 24) // (k * k))
     for i in range(0, n, step):

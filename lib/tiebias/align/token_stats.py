@@ -6,88 +6,54 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
+from scipy.stats import spearmanr
 from torch import Tensor
 
-from tiebias.align.matrices import F64, Matrix, as_matrix, chunk_rows, cosine_rows, row_blocks, row_blocks_f64
+from tiebias.align.maps import F64, Matrix, as_matrix, chunk_rows, cosine_rows, row_blocks
 from tiebias.config.checks import is_int
 
 
-def row_norms(m: Matrix) -> Tensor:
-    """L2 norm of every row, in float64."""
-    x = as_matrix(m, "m")
-    chunk = chunk_rows(x.shape[1])
-    return torch.cat([torch.linalg.vector_norm(blk, dim=1) for blk in row_blocks_f64(x, None, chunk)]).cpu()
-
-
-def load_counts(counts: Any, vocab_size: int) -> np.ndarray:
-    """Token counts (an array-like, a table with ``id`` and ``count`` columns, or a run's ``token_frequencies.csv``)
-    as an int64 array of length ``vocab_size``; ids missing from a table count 0."""
-    if isinstance(counts, (str, Path)):
-        p = Path(counts)
-        if not p.is_file():
-            raise ValueError(f"counts: no such file {str(p)!r}")
-        counts = pd.read_csv(p)
-    if isinstance(counts, pd.DataFrame):
-        if not {"id", "count"} <= set(counts.columns):
-            raise ValueError(f"counts table needs 'id' and 'count' columns, has {list(counts.columns)}")
-        ids = counts["id"].to_numpy(dtype=np.int64)
-        cnt = counts["count"].to_numpy(dtype=np.float64)
-        if (ids < 0).any() or len(np.unique(ids)) != len(ids):
-            raise ValueError("counts table: ids must be unique and non-negative")
-        over = ids >= vocab_size
-        if (cnt[over] > 0).any():
-            raise ValueError(f"counts table has non-zero counts for ids >= vocab_size={vocab_size}")
-        arr = np.zeros(vocab_size, dtype=np.float64)
-        arr[ids[~over]] = cnt[~over]
-    else:
-        arr = counts.detach().cpu().numpy() if isinstance(counts, Tensor) else np.asarray(counts)
-        arr = arr.astype(np.float64, copy=False).reshape(-1)
-        if arr.shape[0] != vocab_size:
-            raise ValueError(f"counts has {arr.shape[0]} entries, expected one per token ({vocab_size})")
+def _counts(counts: Any, vocab_size: int) -> np.ndarray:
+    """Token counts (array-like, one per token id, finite and non-negative) as int64."""
+    arr = counts.detach().cpu().numpy() if isinstance(counts, Tensor) else np.asarray(counts)
+    arr = arr.astype(np.float64, copy=False).reshape(-1)
+    if arr.shape[0] != vocab_size:
+        raise ValueError(f"counts has {arr.shape[0]} entries, expected one per token ({vocab_size})")
     if not np.isfinite(arr).all() or (arr < 0).any():
         raise ValueError("counts must be finite and non-negative")
     return arr.astype(np.int64)
 
 
-@dataclass(repr=False)
+@dataclass
 class NormFrequency:
-    """Per-token norm against log10 count (``table``) and their Spearman correlation over the seen tokens
-    (``spearman_all``: the unseen ones ranked too, tied and lowest)."""
+    """Per-token norm against log10 count (``table``) and their Spearman correlation over the seen tokens."""
 
     table: pd.DataFrame
     spearman: float
-    pvalue: float
-    spearman_all: float
     n_seen: int
     n_unseen: int
 
-    def __repr__(self) -> str:
-        return (f"NormFrequency(spearman={self.spearman:.4f} over {self.n_seen} seen tokens, "
-                f"all={self.spearman_all:.4f}, unseen={self.n_unseen})")
-
 
 def norm_frequency(emb_matrix: Matrix, counts: Any, *, tokens: Sequence[str] | None = None) -> NormFrequency:
-    """Row norm and log10 corpus count of every token (Figure 5), with the rank correlation (``tokens``: a column of
-    token strings).
+    """Row norm (float64) and log10 corpus count of every token (Figure 5), with their rank correlation.
 
     Args:
         emb_matrix: the matrix, one row per token.
-        counts: corpus count per token (:func:`load_counts`).
-        tokens: token strings, one per row (None: no column).
+        counts: corpus count per token id.
+        tokens: token strings, one per row (None: no ``token`` column).
 
     Returns:
         A :class:`NormFrequency`.
     """
-    from scipy.stats import spearmanr
-
-    norms = row_norms(emb_matrix).numpy()
-    c = load_counts(counts, norms.shape[0])
+    x = as_matrix(emb_matrix, "emb_matrix")
+    norms = torch.cat([torch.linalg.vector_norm(b, dim=1)
+                       for b in row_blocks(x, None, chunk_rows(x.shape[1]), F64)]).cpu().numpy()
+    c = _counts(counts, norms.shape[0])
     seen = c > 0
     with np.errstate(divide="ignore"):
         logf = np.where(seen, np.log10(np.maximum(c, 1)), np.nan)
@@ -97,9 +63,8 @@ def norm_frequency(emb_matrix: Matrix, counts: Any, *, tokens: Sequence[str] | N
         if len(tokens) != norms.shape[0]:
             raise ValueError(f"tokens has {len(tokens)} entries, expected {norms.shape[0]}")
         table.insert(1, "token", list(tokens))
-    rho, p = (spearmanr(logf[seen], norms[seen]) if seen.sum() > 2 else (math.nan, math.nan))
-    rho_all = spearmanr(c, norms)[0] if norms.shape[0] > 2 else math.nan
-    return NormFrequency(table, float(rho), float(p), float(rho_all), int(seen.sum()), int((~seen).sum()))
+    rho = spearmanr(logf[seen], norms[seen])[0] if seen.sum() > 2 else math.nan
+    return NormFrequency(table, float(rho), int(seen.sum()), int((~seen).sum()))
 
 
 def by_frequency(per_token_scores: Any, counts: Any, bins: int = 5) -> pd.DataFrame:
@@ -107,8 +72,8 @@ def by_frequency(per_token_scores: Any, counts: Any, bins: int = 5) -> pd.DataFr
     quantile bins of the seen tokens' counts (ties together, so bins may be fewer or uneven).
 
     Args:
-        per_token_scores: one score per token.
-        counts: corpus count per token.
+        per_token_scores: one score per token id.
+        counts: corpus count per token id.
         bins: quantile bins of the seen tokens.
 
     Returns:
@@ -117,11 +82,9 @@ def by_frequency(per_token_scores: Any, counts: Any, bins: int = 5) -> pd.DataFr
     s = per_token_scores.detach().cpu().numpy() if isinstance(per_token_scores, Tensor) \
         else np.asarray(per_token_scores)
     s = s.astype(np.float64).reshape(-1)
-    if s.size == 0:
-        raise ValueError("per_token_scores is empty")
     if not is_int(bins, numpy_ok=True) or bins < 1:
         raise ValueError(f"bins must be a positive int, got {bins!r}")
-    c = load_counts(counts, s.shape[0])
+    c = _counts(counts, s.shape[0])
     seen = c > 0
     labels = np.full(s.shape[0], "unseen", dtype=object)
     if seen.any():
@@ -129,9 +92,8 @@ def by_frequency(per_token_scores: Any, counts: Any, bins: int = 5) -> pd.DataFr
         codes = pd.qcut(ranks, q=min(bins, int(seen.sum())), labels=False, duplicates="drop").to_numpy()
         labels[seen] = [f"q{int(q) + 1}" for q in codes]
     df = pd.DataFrame({"bin": labels, "count": c, "score": s})
-    order = ["unseen"] + sorted({x for x in labels if x != "unseen"}, key=lambda q: int(q[1:]))
     rows = []
-    for b in order:
+    for b in ["unseen"] + sorted({x for x in labels if x != "unseen"}, key=lambda q: int(q[1:])):
         g = df[df["bin"] == b]
         if g.empty:
             continue
@@ -147,19 +109,15 @@ def by_frequency(per_token_scores: Any, counts: Any, bins: int = 5) -> pd.DataFr
 def evolution(checkpoints: Sequence[tuple[int, Matrix]]) -> pd.DataFrame:
     """Drift of one matrix over training (Figure 3), per checkpoint: mean per-token cosine to the earliest
     (``cos_to_init``) and previous one, ||W_t|| / ||W_0|| - 1 (``norm_change``) and ||W_t - W_0|| / ||W_0||."""
-    if len(checkpoints) == 0:
-        raise ValueError("checkpoints is empty")
-    items = sorted(((int(s), as_matrix(m, f"checkpoints[step={s}]")) for s, m in checkpoints),
-                   key=lambda t: t[0])
+    items = sorted(((int(s), as_matrix(m, f"checkpoints[step={s}]")) for s, m in checkpoints), key=lambda t: t[0])
     steps = [s for s, _ in items]
-    if len(set(steps)) != len(steps):
-        raise ValueError(f"checkpoints: duplicate steps in {steps}")
-    shape0 = items[0][1].shape
+    if not items or len(set(steps)) != len(steps):
+        raise ValueError(f"checkpoints: need one matrix per step, got steps {steps}")
     for s, m in items:
-        if m.shape != shape0:
+        if m.shape != items[0][1].shape:
             raise ValueError(f"checkpoints: step {s} has shape {tuple(m.shape)}, step {steps[0]} has "
-                             f"{tuple(shape0)}")
-    chunk = chunk_rows(shape0[1])
+                             f"{tuple(items[0][1].shape)}")
+    chunk = chunk_rows(items[0][1].shape[1])
     cdt = F64 if any(m.dtype == F64 for _, m in items) else torch.float32
     w0 = items[0][1]
     rows = []
@@ -185,4 +143,3 @@ def evolution(checkpoints: Sequence[tuple[int, Matrix]]) -> pd.DataFrame:
                      "dist_to_init": math.sqrt(sqd) / norm0 if norm0 > 0 else math.nan})
         prev = m
     return pd.DataFrame(rows)
-

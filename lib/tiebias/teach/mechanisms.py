@@ -56,7 +56,7 @@ def map_formulas(S: np.ndarray, T: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def map_check(n: int = 200, d: int = 8, noise: float = 0.3, seed: int = 0) -> pd.DataFrame:
-    """Mean cosine of each map computed from the formulas and by ``tiebias.align.maps.align``: they must agree.
+    """Mean cosine of each map computed from the formulas and by ``tiebias.align.maps.align_all``: they must agree.
 
     Args:
         n, d, noise, seed: the toy problem's rows, width, noise level and seed (:func:`toy_alignment`).
@@ -69,7 +69,7 @@ def map_check(n: int = 200, d: int = 8, noise: float = 0.3, seed: int = 0) -> pd
     Sc, Tc = S - S.mean(0), T - T.mean(0)
     out = {}
     for method, W in formulas.items():
-        lib = maps.align(torch.from_numpy(S), torch.from_numpy(T), method).mean
+        lib = maps.align_all(torch.from_numpy(S), torch.from_numpy(T), [method])[method].mean
         out[method] = {"formula": _mean_cosine(Sc @ W, Tc), "tiebias.align.maps": lib,
                        "max |W^T W - I|": float(np.abs(W.T @ W - np.eye(d)).max())}
     return pd.DataFrame(out).T.rename_axis("map")
