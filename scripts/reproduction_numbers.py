@@ -47,13 +47,17 @@ def main(argv: list[str] | None = None) -> None:
         for r in t.itertuples():
             print(f"| {r.measure} | {r.tied:.3g} | {r.untied:.3g} | {r.difference:+.3g} [{r.ci_low:+.3g}, "
                   f"{r.ci_high:+.3g}] |")
-        print("\n" + mechanism.sentence(t))
+        both = t.set_index("measure").loc["penalty: both"]
+        print(f"\nThe paper's reading costs the tied model {both.tied:.3g} bits at row 1 and the untied model "
+              f"{both.untied:.3g} (difference {both.difference:+.3g} [{both.ci_low:+.3g}, {both.ci_high:+.3g}]).")
     pen = run / "metrics" / "lens_row1_penalty_k.csv"
     if pen.is_file():
         p = pd.read_csv(pen)
         print("\n" + ", ".join(f"k = {k:g}: {g.penalty.mean():.3g} bits (sd {g.penalty.std():.2g})"
                               for k, g in p.groupby("k")))
-        print(mechanism.k_sentence(mechanism.k_trend(p)))
+        tr = mechanism.k_trend(p)
+        print(f"penalty against log2 k: {tr['slope']:+.3g} bits per doubling of k [{tr['ci_low']:+.3g}, "
+              f"{tr['ci_high']:+.3g}]: {tr['word']}")
 
 
 if __name__ == "__main__":

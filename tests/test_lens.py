@@ -23,8 +23,8 @@ from tuned_lens import TunedLens
 from tiebias.config.lens import LensFit, LensSettings
 from tiebias.lens import evaluate as E
 from tiebias.lens import fit as F
-from tiebias.lens import frozen, rungs
 from tiebias.lens import lenses as L
+from tiebias.lens import rungs
 from tiebias.output.plotting import lens as lplot
 from tiebias.run.files import DamagedFileError, UnsafeFileError
 
@@ -195,17 +195,17 @@ def test_fused_training_loss_equals_kl() -> None:
     log_p = final.log_softmax(-1)
     p = log_p.exp()
     stats = (p @ w, p @ b, (p * log_p).sum(-1))
-    for mine, ref in zip(frozen.target_stats(final, w, b), stats, strict=True):
+    for mine, ref in zip(F.target_stats(final, w, b), stats, strict=True):
         torch.testing.assert_close(mine, ref, rtol=1e-5, atol=1e-5)
     n = torch.randn(5, 7, 16, generator=gen, requires_grad=True)
-    fused = F._LensKL.apply(n, w, b, *stats)
+    fused = F.LensKL.apply(n, w, b, *stats)
     plain = E.kl_bits(final, n @ w.T + b) * L.LN2
     torch.testing.assert_close(fused, plain, rtol=1e-4, atol=1e-5)
     (g_fused,) = torch.autograd.grad(fused.sum(), n)
     (g_plain,) = torch.autograd.grad(plain.sum(), n)
     torch.testing.assert_close(g_fused, g_plain, rtol=1e-4, atol=1e-5)
     # bf16 logits (the package's autocast precision) stay close.
-    low = F._LensKL.apply(n, w.bfloat16(), b, *stats)
+    low = F.LensKL.apply(n, w.bfloat16(), b, *stats)
     torch.testing.assert_close(low, plain, rtol=5e-2, atol=5e-2)
 
 

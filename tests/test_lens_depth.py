@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from tiebias import stats
-from tiebias.lens import depth as lens_depth
+from tiebias.lens import tables as lens_depth
 from tiebias.verdicts import depth as verdict_depth
 
 SEEDS = [0, 1, 2, 3, 4]

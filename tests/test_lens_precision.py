@@ -11,7 +11,7 @@ import transformers as tr
 from _families import tiny_config
 
 from tiebias.config.lens import LensSettings
-from tiebias.lens import precision as LP
+from tiebias.lens import fit as LP
 from tiebias.lens import rungs as lens_rungs
 
 VOCAB, SEQ = 300, 32

@@ -1,8 +1,5 @@
-"""Figure 2's absolute level against the bigram baseline: a model's gain over a count bigram beside its layer-0 KL.
-
-A layer-0 lens reads only the current token, so at best it is a bigram predictor of the model's output: its KL is
-about CE(bigram) - CE(model) if the output were the true distribution. Written to ``metrics/lens_bigram_bound.csv``.
-"""
+"""Figure 2's absolute level against the bigram baseline: a layer-0 lens reads only the current token, so at best it is
+a bigram predictor of the model's output, with KL about (CE(bigram) - CE(model)) / ln 2 were the output the truth."""
 
 from __future__ import annotations
 
@@ -16,8 +13,7 @@ from tiebias.data.tokens import unigram_loss
 from tiebias.lens import tables
 from tiebias.run.folder import Run
 
-TABLE = "lens_bigram_bound"
-"""The table's name in the run folder (``metrics/<TABLE>.csv``)."""
+TABLE = "lens_bigram_bound"  # metrics/<TABLE>.csv
 COLUMNS = ["variant", "seed", "kl_layer0_bits", "bigram_gain_bits", "ce_model_nats", "ce_bigram_nats",
            "ce_unigram_nats", "ce_lens0_nats", "alpha", "seq_len", "n_tokens"]
 
@@ -32,18 +28,16 @@ def windows(run: Run) -> tuple[int, int]:
 
 
 def bound_table(run: Run, kl: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per model of the lens table: its layer-0 tuned-lens KL beside how far it is below the bigram baseline.
+    """One row per model: its layer-0 tuned-lens KL beside how far its test loss is below the bigram baseline's.
 
     Args:
-        run: the run (its training split fits the bigram; its test split is scored).
-        kl: the per-layer lens table (``metrics/lens_per_layer.csv``, :func:`tiebias.lens.tables.per_layer`); None
-            reads it from the run. Its package reading, first recipe and largest budget are used, at each model's
-            last step.
+        run: the run (the training split fits the bigram, the test split is scored).
+        kl: the per-layer lens table (None: the run's ``lens_per_layer``); package reading, first recipe, largest
+            budget, each model's last step.
 
     Returns:
-        :data:`COLUMNS`: ``kl_layer0_bits`` (tuned lens, layer 0), ``bigram_gain_bits`` = (CE(bigram) -
-        CE(model)) / ln 2, the three cross-entropies (nats per predicted token on the same test windows), the
-        layer-0 lens's own cross-entropy, the bigram's ``alpha``, the window length and the tokens scored.
+        :data:`COLUMNS`: cross-entropies in nats per predicted token on the lens's test windows, the gain
+        (CE(bigram) - CE(model)) / ln 2 in bits, the bigram's ``alpha``, the window length and the tokens scored.
     """
     if kl is None:
         path = run.table_path("lens_per_layer")
@@ -73,27 +67,3 @@ def bound_table(run: Run, kl: pd.DataFrame | None = None) -> pd.DataFrame:
                      "ce_lens0_nats": float(first.ce_tuned_nats), "alpha": model.alpha, "seq_len": seq_len,
                      "n_tokens": n_tokens})
     return pd.DataFrame(rows, columns=COLUMNS)
-
-
-def describe(table: pd.DataFrame) -> str:
-    """One sentence per variant: layer-0 KL against the bigram gain, mean over seeds.
-
-    Args:
-        table: the :func:`bound_table` frame.
-
-    Returns:
-        The sentences, one line each.
-    """
-    lines = []
-    for variant, g in table.groupby("variant", sort=False):
-        kl, gain = float(g.kl_layer0_bits.mean()), float(g.bigram_gain_bits.mean())
-        ce = float(g.ce_model_nats.mean())
-        where = "below" if ce < g.ce_bigram_nats.iloc[0] else "NOT below"
-        lines.append(f"{variant} ({len(g)} seed{'s' if len(g) > 1 else ''}): tuned-lens KL at layer 0 {kl:.3f} bits; "
-                     f"the model's test loss {ce:.3f} nats is {where} the bigram baseline's "
-                     f"{g.ce_bigram_nats.iloc[0]:.3f} (unigram {g.ce_unigram_nats.iloc[0]:.3f}), a gain of "
-                     f"{gain:+.3f} bits; the layer-0 lens's own loss {float(g.ce_lens0_nats.mean()):.3f} nats.")
-    return "\n".join(lines)
-
-
-__all__ = ["COLUMNS", "TABLE", "bound_table", "describe", "windows"]

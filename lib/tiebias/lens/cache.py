@@ -1,9 +1,6 @@
-"""The frozen model's activations for lens training, computed once per (model, token stream) so steps skip the model.
-
-Bit for bit: they are computed in chunks of exactly training's micro-batch shape (kernels may block by shape), the
-tail as a full chunk of the last sequences; :func:`build_cache` checks on one mixed batch that a sequence's
-activations do not depend on its batch mates and declines (with a warning) where they do, or where micro-batches are
-uneven or the cache would exceed ``max_bytes``: training then runs the model as before.
+"""The frozen model's activations for lens training, computed once per (model, token stream) so steps skip the model
+(bench/lens_cache.py measures what it buys). Bit for bit: computed in training's micro-batch shape, and declined where
+a sequence's activations depend on its batch mates, micro-batches are uneven or it would exceed ``max_bytes``.
 """
 
 from __future__ import annotations
@@ -20,41 +17,34 @@ from transformers import PreTrainedModel
 
 from tiebias.config.checks import is_int
 from tiebias.config.lens import LENS_BATCH_SIZE, LENS_SEQ_LEN, LensFit
-from tiebias.lens.frozen import LensTarget, frozen_forward
-from tiebias.lens.inputs import check_train_args, sequences
+from tiebias.lens.fit import LensTarget, check_train_args, frozen_forward
 from tiebias.lens.lenses import new_lens
 from tiebias.models.anatomy import check_model
 from tiebias.system.threads import loop_threads
 
-__all__ = ["MAX_BYTES", "MIN_VISITS", "LensCache", "build_cache", "cache_bytes", "micro_batch", "pays_off"]
-
-MAX_BYTES = 1 << 30
-"""Default cap on a cache's size: above it :func:`build_cache` declines."""
-
-MIN_VISITS = 1.5
-"""Build a cache only when training draws each sequence at least this often on average (building costs one forward
-per sequence)."""
+MAX_BYTES = 1 << 30  # default cap on a cache's size
+MIN_VISITS = 1.5  # build a cache only when training draws each sequence this often (building: one forward each)
 
 
 def pays_off(draws: int, n_sequences: int) -> bool:
-    """Whether a cache saves time for a training that draws ``draws`` sequences from ``n_sequences`` (see MIN_VISITS)."""
+    """Whether a training drawing ``draws`` sequences from ``n_sequences`` visits each :data:`MIN_VISITS` times."""
     return draws >= MIN_VISITS * n_sequences
 
 
-def micro_batch(tokens_per_step: int, seq_len: int, batch_size: int) -> int | None:
-    """Sequences per micro-batch of :func:`tiebias.lens.fit.train_lens`; None when micro-batches are uneven."""
+def _micro_batch(tokens_per_step: int, seq_len: int, batch_size: int) -> int | None:
+    """Sequences per micro-batch of lens training; None when micro-batches are uneven."""
     per_step = tokens_per_step // seq_len
     return None if per_step % min(batch_size, per_step) else min(batch_size, per_step)
 
 
 def cache_bytes(model: PreTrainedModel, n_sequences: int, seq_len: int) -> int:
-    """Size of a cache of ``n_sequences`` sequences of ``seq_len`` for ``model``, in bytes (allocated up front)."""
+    """Bytes of a cache of ``n_sequences`` sequences of ``seq_len`` for ``model`` (allocated up front)."""
     cfg = model.config
     per_position = cfg.num_hidden_layers * cfg.hidden_size * model.dtype.itemsize + (cfg.hidden_size + 2) * 4
     return n_sequences * seq_len * per_position
 
 
-def model_fingerprint(model: PreTrainedModel) -> str:
+def _fingerprint(model: PreTrainedModel) -> str:
     """SHA-256 of every parameter and buffer (names and bytes): which frozen model the cache holds."""
     h = hashlib.sha256()
     for name, t in model.state_dict().items():
@@ -65,8 +55,7 @@ def model_fingerprint(model: PreTrainedModel) -> str:
 
 @dataclass
 class LensCache:
-    """Per-sequence ``hidden_states[:-1]`` and target statistics (target_mean, target_bias, neg_entropy) of one
-    frozen model on one token stream, computed in micro-batches of ``chunk``."""
+    """Per-sequence ``hidden_states[:-1]`` and target statistics of one frozen model on one token stream."""
 
     hidden: list[Tensor]
     stats: tuple[Tensor, Tensor, Tensor]
@@ -75,8 +64,7 @@ class LensCache:
     model_sha256: str
 
     def check(self, model: PreTrainedModel, sequences: Tensor, *, tokens_per_step: int, batch_size: int) -> None:
-        """Raise ValueError (naming the parameter) unless this cache belongs to ``model``, ``sequences`` and these
-        micro-batches."""
+        """Raise ValueError (naming the parameter) unless the cache is of ``model``, ``sequences``, these micro-batches."""
         if sequences.shape[1] != self.sequences.shape[1]:
             raise ValueError(f"seq_len: {sequences.shape[1]}, but the cache holds sequences of "
                              f"seq_len={self.sequences.shape[1]}; build the cache with this seq_len")
@@ -87,14 +75,14 @@ class LensCache:
             )
         if not torch.equal(sequences.cpu(), self.sequences):
             raise ValueError("tokens: differ from the token stream the cache was built from; build it from these")
-        micro = micro_batch(tokens_per_step, sequences.shape[1], batch_size)
+        micro = _micro_batch(tokens_per_step, sequences.shape[1], batch_size)
         if micro != self.chunk:
             got = "uneven micro-batches" if micro is None else f"micro-batches of {micro} sequences"
             raise ValueError(
                 f"batch_size: tokens_per_step and batch_size give {got}, but the cache was computed in micro-batches "
                 f"of {self.chunk} (bit-identity needs the same shape); build it with these settings or pass cache=None"
             )
-        if model_fingerprint(model) != self.model_sha256:
+        if _fingerprint(model) != self.model_sha256:
             raise ValueError("model: its weights differ from the model the cache was built from; "
                              "build the cache from this model")
 
@@ -105,8 +93,8 @@ class LensCache:
 
 
 def _chunks(n: int, chunk: int) -> list[tuple[Tensor, slice]]:
-    """(indices of a full-size chunk, its rows to store) covering sequences 0..n-1 once; the tail is the last ``chunk``
-    sequences (cycled when there are fewer), so every forward has training's shape."""
+    """(indices of a full chunk, its rows to store) covering 0..n-1 once; the tail is the last ``chunk`` sequences
+    (cycled when fewer), so every forward has training's shape."""
     out = []
     for start in range(0, n, chunk):
         if start + chunk <= n:
@@ -129,15 +117,13 @@ def build_cache(
     num_threads: int | Literal["auto"] | None = "auto",
     progress: bool = False,
 ) -> LensCache | None:
-    """Run ``model`` once over every ``seq_len`` sequence of ``tokens``, in the forward shape of training with these
-    settings; None (train without a cache) where the module docstring says."""
+    """``model`` run once over every sequence of ``tokens`` in training's forward shape; None where declined."""
     check_model(model)
     shape = LensFit(steps=1, seq_len=seq_len, tokens_per_step=tokens_per_step, warmup_steps=0, batch_size=batch_size)
-    tokens = check_train_args(model, tokens, shape, num_threads)
+    seqs = check_train_args(model, tokens, shape, num_threads)
     if not is_int(max_bytes) or max_bytes < 0:
         raise ValueError(f"max_bytes: must be an int >= 0, got {max_bytes!r}")
-    seqs = sequences(tokens, seq_len)
-    micro = micro_batch(tokens_per_step, seq_len, batch_size)
+    micro = _micro_batch(tokens_per_step, seq_len, batch_size)
     if micro is None or cache_bytes(model, len(seqs), seq_len) > max_bytes:
         return None
     was_training = model.training
@@ -145,7 +131,7 @@ def build_cache(
     try:
         target = LensTarget.of(new_lens(model), low_precision=False)
         cache = LensCache(*_fill(model, target, seqs, micro, num_threads, progress), micro, seqs.cpu().clone(),
-                          model_fingerprint(model))
+                          _fingerprint(model))
         same = _rows_independent(model, target, cache)
     finally:
         model.train(was_training)
@@ -158,7 +144,7 @@ def build_cache(
 
 def _fill(model: PreTrainedModel, target: LensTarget, seqs: Tensor, micro: int, num_threads: Any,
           progress: bool) -> tuple[list[Tensor], tuple[Tensor, Tensor, Tensor]]:
-    """The cache's tensors, computed chunk by chunk with :func:`tiebias.lens.frozen.frozen_forward`."""
+    """The cache's tensors, chunk by chunk."""
     n, dev = len(seqs), model.device
     hidden: list[Tensor] = []
     stats: list[Tensor] = []
@@ -176,7 +162,7 @@ def _fill(model: PreTrainedModel, target: LensTarget, seqs: Tensor, micro: int, 
 
 
 def _rows_independent(model: PreTrainedModel, target: LensTarget, cache: LensCache) -> bool:
-    """Whether one forward on sequences from other chunks, in another order, reproduces the cache bit for bit."""
+    """Whether one forward on sequences of other chunks, in another order, reproduces the cache bit for bit."""
     n = len(cache.sequences)
     idx = torch.linspace(0, n - 1, cache.chunk).round().long().flip(0)
     hs, st = frozen_forward(model, target, cache.sequences[idx].to(model.device))

@@ -20,15 +20,24 @@ from tuned_lens.nn import Lens, LogitLens
 from tiebias.config.checks import is_int
 from tiebias.config.choices import LENS_PROTOCOLS
 from tiebias.config.lens import LENS_BATCH_SIZE, LENS_SEQ_LEN
-from tiebias.lens.inputs import read_sequences
-from tiebias.lens.lenses import LN2, _check_lens, new_logit_lens
+from tiebias.lens.lenses import LN2, _check_lens, new_logit_lens, sequences
 from tiebias.models.anatomy import check_model, checked_layout
 from tiebias.system.threads import check_num_threads, loop_threads
 
 if TYPE_CHECKING:  # plotting pulls in plotly; imported where used
     from tuned_lens.plotting import PredictionTrajectory
 
-__all__ = ["evaluate", "kl_bits", "top_tokens_by_layer", "trajectory"]
+__all__ = ["evaluate", "kl_bits", "read_sequences", "top_tokens_by_layer", "trajectory"]
+
+
+def read_sequences(tokens: Any, seq_len: int, vocab_size: int, max_tokens: int, batch_size: int) -> Tensor:
+    """The checked sequences a reading scores: the stream's first ``max_tokens`` tokens, its batch size checked."""
+    seqs = sequences(tokens, seq_len, vocab_size)
+    if not is_int(max_tokens) or max_tokens < seq_len:
+        raise ValueError(f"max_tokens: must be an int >= seq_len={seq_len}, got {max_tokens!r}")
+    if not is_int(batch_size) or batch_size <= 0:
+        raise ValueError(f"batch_size: must be a positive int, got {batch_size!r}")
+    return seqs[: max_tokens // seq_len]
 
 
 def kl_bits(p_logits: Tensor, q_logits: Tensor) -> Tensor:

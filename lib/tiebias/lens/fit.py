@@ -1,41 +1,108 @@
-"""Training a tuned lens (claim 3): the package's training loop, re-implemented to fit a CPU.
+"""Training a tuned lens: ``tuned_lens.scripts.train_loop`` (not importable: it needs the removed
+``torchdata.dataloader2``) re-implemented to fit a CPU, with a fused KL, exact resume and the lens logits' precision.
 
-Follows ``tuned_lens.scripts.train_loop`` (not importable: it needs the removed ``torchdata.dataloader2``): KL to the
-model's final distribution, translator i fed ``hidden_states[i]``, the loss summed over layers, gradient clipping,
-weight decay, linear warmup then decay to 0. The default recipe (Adam at 1e-2, short warmup) differs from the
-package's SGD because with a CPU's few tokens per step SGD stops short at layer 0 (README: "Measured here"). A call
-can continue a given lens from a ``state`` dict, bit for bit as if uninterrupted; ``cache=`` replaces the frozen
-model's forward with :mod:`tiebias.lens.cache`, the same lens bit for bit.
+KL to the model's final distribution, translator i fed ``hidden_states[i]``, the loss summed over layers, gradient
+clipping, weight decay, linear warmup then decay to 0 (README: "Measured here" for the default recipe).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 from tuned_lens import TunedLens
+from tuned_lens.nn import Unembed
 
 from tiebias.config.lens import LensFit
-from tiebias.lens.frozen import LensTarget, frozen_forward
-from tiebias.lens.inputs import check_train_args, sequences
-from tiebias.lens.lenses import LN2, _check_lens, new_lens
-from tiebias.lens.precision import logits_precision
+from tiebias.lens.lenses import LN2, _check_lens, new_lens, sequences
 from tiebias.models.anatomy import check_model
-from tiebias.system.parallel import Stopped
-from tiebias.system.threads import loop_threads
+from tiebias.system.parallel import Stopped, check_should_stop
+from tiebias.system.threads import check_num_threads, loop_threads
 
-if TYPE_CHECKING:
-    from tiebias.lens.cache import LensCache
+__all__ = ["PRECISIONS", "PRECISION_ENV", "LensKL", "LensTarget", "frozen_forward", "logits_precision", "target_stats",
+           "train_lens"]
 
-__all__ = ["train_lens"]
+PRECISION_ENV = "TIEBIAS_LENS_PRECISION"
+PRECISIONS = ("auto", "bf16", "fp32")
 
 
-class _LensKL(torch.autograd.Function):
+def logits_precision(device: torch.device, requested: str | None = None) -> str:
+    """The precision of the lens logits in lens training (README: "Lens precision").
+
+    Args:
+        device: where the lens trains. requested: "auto", "bf16" or "fp32" (None: ``$TIEBIAS_LENS_PRECISION``, else
+            "auto": bf16 where bf16 matmuls are supported, as the package's autocast).
+
+    Returns:
+        ``"bf16"`` or ``"fp32"``.
+    """
+    req = requested if requested is not None else os.environ.get(PRECISION_ENV, "auto").strip().lower() or "auto"
+    if req not in PRECISIONS:
+        where = PRECISION_ENV if requested is None else "precision"
+        raise ValueError(f"{where}: {req!r} is not allowed; allowed: {', '.join(PRECISIONS)}")
+    if req != "auto":
+        return req
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    try:
+        return "bf16" if device.type == "cpu" and torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
+    except (AttributeError, RuntimeError):
+        return "fp32"
+
+
+def target_stats(logits: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    """(p W, p . b, sum p log p) of the final distribution p = softmax(logits), in float32, exponentiating once."""
+    z = logits.float()
+    z = z - z.amax(-1, keepdim=True)
+    e = z.exp()
+    total = e.sum(-1, keepdim=True)
+    neg_entropy = torch.linalg.vecdot(e, z) / total.squeeze(-1) - total.squeeze(-1).log()
+    target_mean = (e @ weight.float()) / total
+    target_bias = (e @ bias.float()) / total.squeeze(-1) if bias is not None else torch.zeros_like(neg_entropy)
+    return target_mean, target_bias, neg_entropy
+
+
+@dataclass(frozen=True)
+class LensTarget:
+    """The frozen unembedding of the loss: final norm, weight (float32, and in the lens logits' precision), bias."""
+
+    unembed: Unembed
+    weight: Tensor
+    bias: Tensor | None
+    lens_weight: Tensor
+
+    @classmethod
+    def of(cls, lens: TunedLens, low_precision: bool) -> LensTarget:
+        unembed = lens.unembed
+        weight = unembed.unembedding.weight.detach()
+        lens_weight = weight.to(torch.bfloat16 if low_precision else torch.float32).contiguous()
+        return cls(unembed, weight, unembed.unembedding.bias, lens_weight)
+
+
+def frozen_forward(model: PreTrainedModel, target: LensTarget,
+                   x: Tensor) -> tuple[tuple[Tensor, ...], tuple[Tensor, Tensor, Tensor]]:
+    """(hidden_states[:-1], target statistics) of the frozen model on the sequences ``x``: what the loss needs."""
+    with torch.no_grad():
+        out = model(input_ids=x, output_hidden_states=True)
+        return out.hidden_states[:-1], target_stats(out.logits, target.weight, target.bias)
+
+
+def check_train_args(model: PreTrainedModel, tokens: Any, fit: Any, num_threads: Any, should_stop: object = None) -> Tensor:
+    """Validate lens training's arguments (ValueError naming the first bad one); the checked sequences."""
+    if not isinstance(fit, LensFit):
+        raise ValueError(f"fit: expected a tiebias.config.lens.LensFit, got {type(fit).__name__}")
+    check_num_threads(num_threads)
+    check_should_stop(should_stop)
+    return sequences(tokens, fit.seq_len, model.config.vocab_size)
+
+
+class LensKL(torch.autograd.Function):
     """Per-position KL(p || softmax(W n + b)) in nats with a hand-written backward: the fast path.
 
     KL = sum p log p + logsumexp(z) - (p W) . n - p . b, so with ``target_mean = p W``, ``target_bias = p . b`` and
@@ -66,29 +133,35 @@ class _LensKL(torch.autograd.Function):
 
 
 def train_lens(model: PreTrainedModel, tokens: Tensor, fit: LensFit | None = None, *, lens: TunedLens | None = None,
-               state: dict[str, Any] | None = None, cache: LensCache | None = None,
-               log: list[dict[str, float]] | None = None, progress: bool = True,
-               num_threads: int | Literal["auto"] | None = "auto",
+               state: dict[str, Any] | None = None, cache: Any = None, log: list[dict[str, float]] | None = None,
+               progress: bool = True, num_threads: int | Literal["auto"] | None = "auto",
                should_stop: Callable[[], bool] | None = None) -> TunedLens:
-    """Train a TunedLens on the frozen ``model`` to minimise the sum over layers of KL(final || lens); return it.
+    """Train a TunedLens (``lens`` in place, else a new one) on the frozen ``model``; return it.
 
-    ``tokens`` is cut into ``fit.seq_len`` sequences, shuffled with ``fit.seed`` and cycled. ``lens`` is trained in
-    place; an empty ``state`` is filled on return, a filled one resumes. ``log`` gets one dict per step
-    (``kl_bits_<i>``, ``lr``); ``should_stop`` True raises :class:`tiebias.system.parallel.Stopped`.
+    ``tokens`` are cut into ``fit.seq_len`` sequences, shuffled with ``fit.seed`` and cycled. An empty ``state`` is
+    filled on return, a filled one resumes bit for bit. ``cache``: a :class:`tiebias.lens.cache.LensCache` replacing
+    the model's forward, the same lens bit for bit. ``log`` gets ``kl_bits_<i>`` and ``lr`` per step.
     """
     model_type = check_model(model)
     fit = LensFit() if fit is None else fit
-    tokens = check_train_args(model, tokens, fit, num_threads, should_stop)
+    seqs = check_train_args(model, tokens, fit, num_threads, should_stop)
     low_precision = fit.low_precision if fit.low_precision is not None else logits_precision(model.device) == "bf16"
     steps, seq_len, optimizer = fit.steps, fit.seq_len, fit.optimizer
     if lens is not None:
         _check_lens(model, lens)
     lens = new_lens(model) if lens is None else lens
-    resume = _resume_from(state, optimizer, seq_len)
+    if state is not None and not isinstance(state, dict):
+        raise ValueError(f"state: expected a dict (empty to start) or None, got {type(state).__name__}")
+    resume = dict(state) if state else None
+    if resume is not None and resume.get("optimizer_name") != optimizer:
+        raise ValueError(f"optimizer: {optimizer!r} cannot continue a lens trained with "
+                         f"{resume.get('optimizer_name')!r}; continue with the same optimizer or start a new lens")
+    if resume is not None and resume.get("seq_len") != seq_len:
+        raise ValueError(f"seq_len: {seq_len} differs from the {resume.get('seq_len')} the lens was trained with")
     was_training = model.training
     model.eval()
     params = [p for p in lens.parameters() if p.requires_grad]
-    opt, base_lr, feed = _start(params, tokens, fit, resume)
+    opt, base_lr, feed = _start(params, seqs, fit, resume)
     target = LensTarget.of(lens, low_precision)
     per_step = fit.tokens_per_step // seq_len
     if cache is not None:
@@ -99,7 +172,9 @@ def train_lens(model: PreTrainedModel, tokens: Tensor, fit: LensFit | None = Non
             for step in bar:
                 if should_stop is not None and should_stop():
                     raise Stopped(f"lens training stopped at step {step} of {steps}")
-                factor = _lr_factor(step, steps, fit.warmup_steps)
+                # linear warmup to 1, then linear decay to 0 at ``steps`` (not at steps - warmup, as the package)
+                w = fit.warmup_steps
+                factor = (step + 1) / w if step < w else max(0.0, (steps - step) / max(1, steps - w))
                 for g, base in zip(opt.param_groups, base_lr, strict=True):
                     g["lr"] = base * factor
                 idx = feed.take(per_step)
@@ -108,38 +183,19 @@ def train_lens(model: PreTrainedModel, tokens: Tensor, fit: LensFit | None = Non
                     torch.nn.utils.clip_grad_norm_(params, fit.max_grad_norm)
                     opt.step()
                     opt.zero_grad(set_to_none=False)
-                _record(bar, log, layer_loss, opt.param_groups[0]["lr"])
+                bar.set_postfix(kl_bits=f"{sum(layer_loss) / len(layer_loss) / LN2:.3f}")
+                if log is not None:
+                    log.append({**{f"kl_bits_{i}": v / LN2 for i, v in enumerate(layer_loss)},
+                                "lr": opt.param_groups[0]["lr"]})
         finally:
             bar.close()
             model.train(was_training)
     lens.zero_grad(set_to_none=True)
     if state is not None:
-        _fill_state(state, opt, optimizer, feed, steps, seq_len)
+        state.clear()
+        state.update(optimizer=opt.state_dict(), optimizer_name=optimizer, generator=feed.gen.get_state(),
+                     order=feed.order, cursor=feed.cursor, steps_done=feed.steps_done + steps, seq_len=seq_len)
     return lens
-
-
-def _resume_from(state: Any, optimizer: str, seq_len: int) -> dict[str, Any] | None:
-    """A copy of a filled ``state`` to continue from (None: start afresh), checked against this call's settings."""
-    if state is not None and not isinstance(state, dict):
-        raise ValueError(f"state: expected a dict (empty to start) or None, got {type(state).__name__}")
-    resume = dict(state) if state else None
-    if resume is not None and resume.get("optimizer_name") != optimizer:
-        raise ValueError(
-            f"optimizer: {optimizer!r} cannot continue a lens trained with "
-            f"{resume.get('optimizer_name')!r}; continue with the same optimizer or start a new lens"
-        )
-    if resume is not None and resume.get("seq_len") != seq_len:
-        raise ValueError(f"seq_len: {seq_len} differs from the {resume.get('seq_len')} the lens was trained with")
-    return resume
-
-
-def _new_optimizer(params: list[torch.nn.Parameter], optimizer: str, lr: float, momentum: float,
-                   weight_decay: float) -> torch.optim.Optimizer:
-    """The package's optimiser: SGD + Nesterov (its lr scaled by 1 - momentum), or Adam (amsgrad, beta1 = momentum)."""
-    if optimizer == "sgd":
-        return torch.optim.SGD(params, lr=lr * (1 - momentum), momentum=momentum, nesterov=True,
-                               weight_decay=weight_decay)
-    return torch.optim.Adam(params, lr=lr, betas=(momentum, 0.999), amsgrad=True, weight_decay=weight_decay)
 
 
 @dataclass
@@ -153,7 +209,7 @@ class _Feed:
     steps_done: int
 
     def take(self, n: int) -> Tensor:
-        """Indices (into ``seqs``) of the next ``n`` sequences, reshuffling (with ``gen``) each time the order runs out."""
+        """Indices of the next ``n`` sequences, reshuffling (with ``gen``) each time the order runs out."""
         idx: list[int] = []
         while len(idx) < n:
             if self.cursor == len(self.order):
@@ -164,12 +220,17 @@ class _Feed:
         return torch.tensor(idx)
 
 
-def _start(params: list[torch.nn.Parameter], tokens: Tensor, fit: LensFit,
+def _start(params: list[torch.nn.Parameter], seqs: Tensor, fit: LensFit,
            resume: dict[str, Any] | None) -> tuple[torch.optim.Optimizer, list[float], _Feed]:
-    """Optimiser, its base learning rates (read before a resumed state overwrites them) and the data feed."""
-    opt = _new_optimizer(params, fit.optimizer, fit.lr, fit.momentum, fit.weight_decay)
+    """The package's optimiser (SGD + Nesterov, lr scaled by 1 - momentum; or Adam, amsgrad, beta1 = momentum), its
+    base learning rates (read before a resumed state overwrites them) and the data feed."""
+    if fit.optimizer == "sgd":
+        opt: torch.optim.Optimizer = torch.optim.SGD(params, lr=fit.lr * (1 - fit.momentum), momentum=fit.momentum,
+                                                     nesterov=True, weight_decay=fit.weight_decay)
+    else:
+        opt = torch.optim.Adam(params, lr=fit.lr, betas=(fit.momentum, 0.999), amsgrad=True,
+                               weight_decay=fit.weight_decay)
     base_lr = [g["lr"] for g in opt.param_groups]
-    seqs = sequences(tokens, fit.seq_len)
     gen = torch.Generator().manual_seed(fit.seed)
     if resume is None:
         return opt, base_lr, _Feed(seqs, gen, torch.randperm(len(seqs), generator=gen), 0, 0)
@@ -182,15 +243,8 @@ def _start(params: list[torch.nn.Parameter], tokens: Tensor, fit: LensFit,
     return opt, base_lr, _Feed(seqs, gen, order, cursor, steps_done)
 
 
-def _lr_factor(step: int, steps: int, warmup_steps: int) -> float:
-    """Linear warmup to 1, then linear decay to 0 at ``steps`` (not at steps - warmup, as the package does)."""
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    return max(0.0, (steps - step) / max(1, steps - warmup_steps))
-
-
 def _accumulate_gradients(model: PreTrainedModel, lens: TunedLens, target: LensTarget, seqs: Tensor, idx: Tensor,
-                          batch_size: int, cache: LensCache | None) -> list[float]:
+                          batch_size: int, cache: Any) -> list[float]:
     """One step's gradients on sequences ``idx`` over micro-batches of ``batch_size``; the mean KL per layer (nats)."""
     layer_loss = [0.0] * len(lens.layer_translators)
     per_step = len(idx)
@@ -203,26 +257,8 @@ def _accumulate_gradients(model: PreTrainedModel, lens: TunedLens, target: LensT
             hidden, (target_mean, target_bias, neg_entropy) = frozen_forward(model, target, seqs[sel].to(model.device))
         for i, h in enumerate(hidden):
             n = target.unembed.final_norm(lens.transform_hidden(h, i))
-            kl = _LensKL.apply(n, target.lens_weight, target.bias, target_mean, target_bias, neg_entropy)
+            kl = LensKL.apply(n, target.lens_weight, target.bias, target_mean, target_bias, neg_entropy)
             loss = kl.mean()
             (loss * frac).backward()
             layer_loss[i] += float(loss.detach()) * frac
     return layer_loss
-
-
-def _record(bar: Any, log: list[dict[str, float]] | None, layer_loss: list[float], lr: float) -> None:
-    """Show the step's mean KL on the progress bar and append its per-layer KL (bits) and lr to ``log``."""
-    mean_bits = sum(layer_loss) / len(layer_loss) / LN2
-    bar.set_postfix(kl_bits=f"{mean_bits:.3f}")
-    if log is not None:
-        entry = {f"kl_bits_{i}": v / LN2 for i, v in enumerate(layer_loss)}
-        entry["lr"] = lr
-        log.append(entry)
-
-
-def _fill_state(state: dict[str, Any], opt: torch.optim.Optimizer, optimizer: str, feed: _Feed, steps: int,
-                seq_len: int) -> None:
-    """Replace ``state``'s contents with what a later call needs to continue exactly where this one stopped."""
-    state.clear()
-    state.update(optimizer=opt.state_dict(), optimizer_name=optimizer, generator=feed.gen.get_state(),
-                 order=feed.order, cursor=feed.cursor, steps_done=feed.steps_done + steps, seq_len=seq_len)

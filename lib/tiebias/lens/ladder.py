@@ -21,7 +21,7 @@ from tiebias.config.lens import LensSettings, check_settings
 from tiebias.config.params import coerce
 from tiebias.config.variants import Variant, model_key
 from tiebias.lens import lenses, rungs
-from tiebias.lens.precision import logits_precision
+from tiebias.lens.fit import logits_precision
 from tiebias.lens.rungs import rung_dir, train_ladder
 from tiebias.lens.tables import convergence, ladder_gaps, per_layer
 from tiebias.run.folder import Run

@@ -1,10 +1,5 @@
-"""A tuned lens or logit lens for any decoder-only causal LM (claim 3): building, saving and loading lenses.
-
-The lens is the ``tuned_lens`` package's own ``TunedLens``, so its files load with the package. The package finds the
-final norm and head by model class; here they come from the layout (:func:`tiebias.models.anatomy.checked_layout`),
-so OLMo, Qwen3, Gemma, ... work too. ``hidden_states[i]`` (i < L) enters block i; ``hidden_states[L]`` is already
-normed, so row L reads the stream entering the final norm. :func:`load_lens` checks files, shapes and a full
-SHA-256 of the unembedding before the package (which would try the Hub or fail with a bare error) reads them.
+"""The ``tuned_lens`` package's TunedLens / LogitLens for any decoder (final norm and head from the model's layout, not
+its class), saved and loaded with checks of files, shapes and the unembedding's hash; the token sequences lenses read.
 """
 
 from __future__ import annotations
@@ -30,9 +25,26 @@ from tiebias.run.files import damaged, files_into, load_torch_file, read_json
 from tiebias.run.layout import CONFIG_NAME, LENS_PARAMS_NAME, LENS_SIDECAR_NAME
 from tiebias.system.parallel import CONSTRUCTION
 
-__all__ = ["LN2", "load_lens", "unembed_sha256", "new_lens", "new_logit_lens", "save_lens"]
+__all__ = ["LN2", "load_lens", "new_lens", "new_logit_lens", "save_lens", "sequences", "unembed_sha256"]
 
 LN2 = math.log(2.0)
+
+
+def sequences(tokens: Any, seq_len: int, vocab_size: int) -> Tensor:
+    """A checked 1-D token stream cut into (n, seq_len) sequences, the tail shorter than seq_len dropped."""
+    if not is_int(seq_len) or seq_len < 2:
+        raise ValueError(f"seq_len: must be an int >= 2, got {seq_len!r}")
+    if not isinstance(tokens, Tensor) or tokens.dim() != 1 or tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
+        shape = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
+        raise ValueError(f"tokens: expected a 1-D torch.LongTensor token stream, got {shape}")
+    if tokens.numel() < seq_len:
+        raise ValueError(f"tokens: the text has {tokens.numel()} tokens, fewer than one sequence of seq_len={seq_len}; "
+                         f"pass at least {seq_len} tokens or lower seq_len")
+    lo, hi = int(tokens.min()), int(tokens.max())
+    if lo < 0 or hi >= vocab_size:
+        raise ValueError(f"tokens: token ids must lie in [0, {vocab_size - 1}] (vocab_size), got range [{lo}, {hi}]")
+    n = tokens.numel() // seq_len
+    return tokens.long()[: n * seq_len].view(n, seq_len)
 
 
 def _check_lens(model: PreTrainedModel, lens: Any) -> None:
@@ -63,7 +75,7 @@ def unembed_sha256(model_or_weight: PreTrainedModel | Tensor) -> str:
 
 
 def _unembed(model: PreTrainedModel) -> Unembed:
-    """The package's Unembed (final norm + head) built from the layout, not the class; the head's weight is shared."""
+    """The package's Unembed (final norm + head) from the layout, not the class; the head's weight is shared."""
     layout = checked_layout(model)
     unembed = Unembed.__new__(Unembed)  # Unembed.__init__ would ask model_surgery, which knows classes only
     torch.nn.Module.__init__(unembed)

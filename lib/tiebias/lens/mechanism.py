@@ -24,8 +24,7 @@ from tuned_lens import TunedLens
 from tiebias import stats
 from tiebias.config.lens import LENS_BATCH_SIZE, LENS_SEQ_LEN, LensSettings
 from tiebias.config.variants import Variant
-from tiebias.lens.evaluate import kl_bits
-from tiebias.lens.inputs import read_sequences
+from tiebias.lens.evaluate import kl_bits, read_sequences
 from tiebias.lens.lenses import _check_lens
 from tiebias.models.anatomy import check_model
 from tiebias.stats import LEVEL
@@ -122,34 +121,6 @@ def compare(parts: pd.DataFrame, a: str = "tied", b: str = "untied", *, level: f
     return pd.DataFrame(rows)
 
 
-def sentence(table: pd.DataFrame, a: str = "tied", b: str = "untied") -> str:
-    """Which explanation the numbers support: the penalty parts whose ``a - b`` interval lies above 0.
-
-    Args:
-        table: the :func:`compare` table.
-        a, b: the variants it compared (as in :func:`compare`).
-
-    Returns:
-        The paper's reading's cost to each model and its difference, then the parts (embedding, update, interaction)
-        whose difference's interval lies above 0, or that none does; with one seed, a note that no interval exists.
-        The level named is :data:`tiebias.stats.LEVEL`.
-    """
-    pen = table[table.measure.str.startswith("penalty: ") & (table.measure != "penalty: both")].set_index("measure")
-    if pen.n_seeds.max() < 2:
-        return "One seed: no interval, so no part can be said to carry the difference."
-    both = table.set_index("measure").loc["penalty: both"]
-    named = [m.removeprefix("penalty: ") for m, r in pen.iterrows() if stats.lies_above_zero(r.ci_low)]
-    head = (f"The paper's reading costs the {a} model {both[a]:.3g} bits at row 1 and the {b} model {both[b]:.3g} "
-            f"(difference {both.difference:+.3g}, {LEVEL:.0%} CI [{both.ci_low:+.3g}, {both.ci_high:+.3g}]).")
-    if not named:
-        return head + (" No part's difference lies above 0: the data do not say which part makes the "
-                       f"{a} model pay more.")
-    parts = " and ".join(f"the {n} ({pen.loc['penalty: ' + n].difference:+.3g} bits, {LEVEL:.0%} CI "
-                         f"[{pen.loc['penalty: ' + n].ci_low:+.3g}, {pen.loc['penalty: ' + n].ci_high:+.3g}])"
-                         for n in named)
-    return head + f" The difference lies in {parts}: that is what the data support."
-
-
 def k_trend(penalty_by_k: pd.DataFrame, *, level: float = LEVEL) -> dict[str, Any]:
     """The row-1 penalty (``penalty`` column, per ``k`` and ``seed``) against log2 k: the fitted slope per doubling,
     its interval, and whether it falls, rises or shows no trend.
@@ -169,29 +140,6 @@ def k_trend(penalty_by_k: pd.DataFrame, *, level: float = LEVEL) -> dict[str, An
     s = stats.slope(x, y, level=level)
     word = "falls" if s.ci_high < 0 else "rises" if s.ci_low > 0 else "no trend"
     return {"slope": s.slope, "ci_low": s.ci_low, "ci_high": s.ci_high, "word": word, "n": s.n}
-
-
-def k_sentence(tr: dict[str, Any]) -> str:
-    """The causal check in plain words: does scaling the input path lower the row-1 penalty?
-
-    Args:
-        tr: the dict :func:`k_trend` returns.
-
-    Returns:
-        One sentence: the trend with its slope and interval (level :data:`tiebias.stats.LEVEL`) and what it means for
-        the alignment explanation, or that too few models were read.
-    """
-    if tr["word"] == "too few points":
-        return "Too few models (two or more factors k and three values) to fit a trend of the penalty against k."
-    ci = f"{tr['slope']:+.3g} bits per doubling of k, {LEVEL:.0%} CI [{tr['ci_low']:+.3g}, {tr['ci_high']:+.3g}]"
-    return {"falls": f"The row-1 penalty falls as k grows ({ci}): the more the input path shapes the tied matrix, "
-                     "the less the paper's reading costs, as it should if translator 0 was fitted to undo the "
-                     "matrix's output-space alignment.",
-            "rises": f"The row-1 penalty rises as k grows ({ci}): the opposite of what the alignment explanation "
-                     "predicts.",
-            "no trend": f"No trend of the row-1 penalty with k ({ci}): scaling the input path does not measurably "
-                        "change what the paper's reading costs."}[tr["word"]]
-
 
 
 def run_row1_parts(run: Any, variants: list[str], seeds: list[int], lens: LensSettings, *,
@@ -249,5 +197,5 @@ def penalty_by_k(run: Any, variants: Sequence[Variant], seeds: list[int], lens: 
     return pen.assign(penalty=pen["both"]).sort_values(["k", "seed"], ignore_index=True)
 
 
-__all__ = ["PARTS", "PENALTIES", "compare", "k_sentence", "k_trend", "penalties", "penalty_by_k", "row1_parts",
-           "run_row1_parts", "sentence", "split_error"]
+__all__ = ["PARTS", "PENALTIES", "compare", "k_trend", "penalties", "penalty_by_k", "row1_parts", "run_row1_parts",
+           "split_error"]

@@ -1,9 +1,5 @@
-"""Claim 3 taken apart (notebook 03): which of the paper's two lens ingredients makes tied early layers read worse?
-
-The paper's code reads hidden state i with translator i - 1 (the ``reference`` protocol) and trains each lens for
-only 100 steps (the reference budget, :data:`tiebias.paper.FIG2_LENS`). :func:`decomposition` gives the tied-untied
-gap under the four combinations: (a) neither, (b) the reading, (c) the budget, (d) both.
-"""
+"""Claim 3 taken apart (notebook 03): the tied-untied gap under the paper's two lens ingredients, its reading (hidden
+state i through translator i - 1, the ``reference`` protocol) and its 100-step lens budget, alone and together."""
 
 from __future__ import annotations
 
@@ -17,47 +13,28 @@ from tiebias.lens.tables import at_budget, at_protocol, early_gap, gaps, per_lay
 from tiebias.paper import FIG2_LENS, FIG2_OLMO_KL_BITS
 from tiebias.stats import LEVEL
 
-__all__ = ["READINGS", "REFERENCE_BUDGET_LADDER", "decomposition", "reference_budget"]
-
 READINGS: dict[str, tuple[str, str, str]] = {
     "a": ("package", "verdict", "package reading, verdict budget (neither ingredient)"),
     "b": ("reference", "verdict", "paper's reading, verdict budget (the reading alone)"),
     "c": ("package", "reference", "package reading, reference budget (the budget alone)"),
     "d": ("reference", "reference", "paper's reading, paper's budget (both ingredients)"),
 }
-"""The four readings: key -> (protocol, lens budget: the verdict's or the reference's, label)."""
+"""key -> (protocol, lens budget: the verdict's or the reference's, label)."""
 
 REFERENCE_BUDGET_LADDER: dict[str, Any] = {"recipes": ("package",), "budgets": (1,), "steps": FIG2_LENS["steps"]}
-"""The reference budget's changes to a study's lens settings: the package's SGD recipe for the paper's 100 steps, one
-rung (tokens per step stay the profile's: our models are far smaller than the paper's)."""
+"""The package's SGD recipe for the paper's 100 steps, one rung (tokens per step stay the profile's)."""
 
 
 def reference_budget(lens: LensSettings) -> LensSettings:
-    """The settings of the reference-budget ladder, trained in its own sub-folder
-    (``lens.ladder.train_lens_ladders(..., subdir=lens.ladder.REFERENCE_BUDGET)``).
+    """The reference-budget ladder's settings (trained in ``lens.ladder.REFERENCE_BUDGET``).
 
     Args:
-        lens: the study's lens settings; their tokens per step, evaluation tokens, sequence length and protocols are
-            kept.
+        lens: the study's lens settings (tokens per step, evaluation tokens, sequence length, protocols kept).
 
     Returns:
         A copy with :data:`REFERENCE_BUDGET_LADDER`'s recipe, budget and steps.
     """
     return lens.replace(**REFERENCE_BUDGET_LADDER)
-
-
-def _layer_means(sub: pd.DataFrame, a: str, b: str) -> dict[str, float]:
-    """Mean tuned-lens KL of ``a`` and ``b`` at layers 0 and 1 (NaN where a model has no such layer)."""
-    m = per_layer(sub).groupby(["variant", "layer"]).kl_tuned_bits.mean()
-    return {f"{v}_l{i}": float(m.get((v, i), math.nan)) for i in (0, 1) for v in (a, b)}
-
-
-def _per_layer(sub: pd.DataFrame, paired: bool, level: float, a: str, b: str) -> pd.DataFrame:
-    """Per-layer tied and untied KL with the gap and its CI (models of different depth: means only)."""
-    if same_depth(sub):
-        return gaps(sub, paired=paired, level=level, a=a, b=b)
-    m = per_layer(sub).groupby(["layer", "variant"]).kl_tuned_bits.mean().unstack("variant")
-    return m.reset_index().assign(gap=math.nan, ci_low=math.nan, ci_high=math.nan)
 
 
 def decomposition(verdict_table: pd.DataFrame, reference_table: pd.DataFrame, *, paired: bool = True,
@@ -79,11 +56,17 @@ def decomposition(verdict_table: pd.DataFrame, reference_table: pd.DataFrame, *,
     for key, (protocol, budget, label) in READINGS.items():
         sub = at_budget(at_protocol(verdict_table if budget == "verdict" else reference_table, protocol))
         g = early_gap(sub, paired=paired, level=level, a=a, b=b)
-        kl = _layer_means(sub, a, b)
+        m = per_layer(sub).groupby(["variant", "layer"]).kl_tuned_bits.mean()
+        kl = {f"{v}_l{i}": float(m.get((v, i), math.nan)) for i in (0, 1) for v in (a, b)}
         rows.append({"reading": key, "label": label, "protocol": protocol, "recipe": str(sub.recipe.iloc[0]),
                      "lens_steps": int(sub.lens_steps.iloc[0]), "gap": g["value"], "ci_low": g["ci_low"],
                      "ci_high": g["ci_high"], "method": g["method"], "n_seeds": g["n_seeds"], **kl,
                      "gap_l0": kl[f"{a}_l0"] - kl[f"{b}_l0"], "gap_l1": kl[f"{a}_l1"] - kl[f"{b}_l1"],
                      "paper_gap_l0": paper0, "paper_gap_l1": paper1})
-        layers.append(_per_layer(sub, paired, level, a, b).assign(reading=key, label=label))
+        if same_depth(sub):
+            per = gaps(sub, paired=paired, level=level, a=a, b=b)
+        else:  # models of different depth: means only
+            per = (per_layer(sub).groupby(["layer", "variant"]).kl_tuned_bits.mean().unstack("variant")
+                   .reset_index().assign(gap=math.nan, ci_low=math.nan, ci_high=math.nan))
+        layers.append(per.assign(reading=key, label=label))
     return pd.DataFrame(rows), pd.concat(layers, ignore_index=True)

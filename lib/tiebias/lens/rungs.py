@@ -28,7 +28,7 @@ from tiebias.config.checks import is_int
 from tiebias.config.choices import LENS_RECIPES
 from tiebias.config.lens import LensSettings, check_settings
 from tiebias.lens import cache, evaluate, fit, lenses
-from tiebias.lens.precision import logits_precision
+from tiebias.lens.fit import logits_precision
 from tiebias.run.files import damaged, load_torch_file, read_json, remove_entry, write_json_atomic
 from tiebias.run.layout import LENS_PARAMS_NAME
 from tiebias.system.atomic import atomic_path

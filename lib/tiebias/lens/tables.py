@@ -1,9 +1,7 @@
 """Tuned-lens tables of notebook 03: per-layer KL, tied-untied gaps with intervals, ladder convergence.
 
-Gaps are tied - untied with a t-interval over seeds when there are two or more, else a bootstrap over evaluation
-sequences (one pair: no seed noise floor); intervals come from :mod:`tiebias.stats`. The early layers are the input
-layer and the first third of the blocks. A ladder has converged when its last rung moved the early-layer gap by less
-than that gap's CI half-width and no layer's KL by more than a small absolute plus relative tolerance.
+Gaps are tied - untied with a t-interval over seeds (two or more), else a bootstrap over evaluation sequences. The
+early layers are the input layer and the first third of the blocks.
 """
 
 from __future__ import annotations
@@ -20,37 +18,35 @@ from tiebias.stats import LEVEL
 
 METRICS = ["kl_tuned_bits", "kl_logit_bits", "ce_tuned_nats", "ce_logit_nats", "ce_model_nats"]
 ID_COLUMNS = ["variant", "seed", "step", "recipe", "budget", "lens_steps", "protocol"]
+KL_ATOL_BITS = 0.01  # per-layer KL tolerance of the convergence rule: optimiser noise, even where the KL is 0
+KL_RTOL = 0.05  # plus this share of the KL: a lens still moving more when its training doubles is still learning
 
 
 def per_layer(seq_table: pd.DataFrame) -> pd.DataFrame:
     """Mean over evaluation sequences of a per-sequence table: one row per model, lens and layer.
 
     Args:
-        seq_table: a lens table (:func:`tiebias.lens.ladder.train_lens_ladders` with ``per_sequence=True``); one
-            without a ``sequence`` column is returned as it is.
+        seq_table: a per-sequence lens table; one without a ``sequence`` column is returned as it is.
 
     Returns:
-        The :data:`ID_COLUMNS` present, ``layer``, the :data:`METRICS` (mean over sequences) and ``n_tokens`` (their
-        sum).
+        The :data:`ID_COLUMNS` present, ``layer``, the :data:`METRICS` (means) and ``n_tokens`` (their sum).
     """
     if "sequence" not in seq_table:
         return seq_table
-    keys = [c for c in ID_COLUMNS if c in seq_table] + ["layer"]
-    g = seq_table.groupby(keys, sort=False, dropna=False)
+    g = seq_table.groupby([c for c in ID_COLUMNS if c in seq_table] + ["layer"], sort=False, dropna=False)
     out = g[METRICS].mean()
     out["n_tokens"] = g["n_tokens"].sum()
     return out.reset_index()
 
 
 def at_protocol(df: pd.DataFrame, protocol: str = "package") -> pd.DataFrame:
-    """The rows of one lens protocol (:data:`tiebias.config.choices.LENS_PROTOCOLS`); a table without the column is all package.
+    """The rows of one lens protocol, re-indexed; a table without the column is all package.
 
     Args:
-        df: a lens table, per layer or per sequence.
-        protocol: the protocol kept; one the table lacks is refused (ValueError).
+        df: a lens table. protocol: the protocol kept (one the table lacks: ValueError).
 
     Returns:
-        The rows of that protocol, re-indexed from 0 (the table itself when it has no ``protocol`` column).
+        The rows of that protocol.
     """
     if "protocol" not in df:
         if protocol != "package":
@@ -63,15 +59,13 @@ def at_protocol(df: pd.DataFrame, protocol: str = "package") -> pd.DataFrame:
 
 
 def at_budget(df: pd.DataFrame, budget: int | None = None, recipe: str | None = None) -> pd.DataFrame:
-    """The rows of one recipe (default: the first in the table) and one budget (default: its largest).
+    """The rows of one recipe (default: the table's first) at one budget (default: its largest), re-indexed.
 
     Args:
-        df: a lens table; one without a ``recipe`` column is returned as it is.
-        budget: the ladder rung kept (None: the recipe's largest); one the table lacks is refused (ValueError).
-        recipe: the lens recipe kept (None: the table's first row's); one the table lacks is refused.
+        df: a lens table (one without ``recipe`` is returned as it is). budget, recipe: the rung (absent: ValueError).
 
     Returns:
-        The rows of that rung, re-indexed from 0.
+        The rows of that rung.
     """
     if "recipe" not in df:
         return df
@@ -86,10 +80,12 @@ def at_budget(df: pd.DataFrame, budget: int | None = None, recipe: str | None = 
     return sub.reset_index(drop=True)
 
 
-def gap_table(df: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied", b: str = "untied",
-              level: float = LEVEL) -> pd.DataFrame:
-    """Per layer: means of ``a`` and ``b`` and the paired gap a - b over seeds with sd, t-interval and p-value; one lens
-    per model (:func:`at_budget` first), repeated rows refused rather than averaged."""
+def _n_seeds(df: pd.DataFrame, a: str, b: str) -> int:
+    return len(set(df[df.variant == a].seed) & set(df[df.variant == b].seed))
+
+
+def _seed_gaps(df: pd.DataFrame, column: str, a: str, b: str, level: float) -> pd.DataFrame:
+    """Per layer, the paired gap a - b over seeds with sd, t-interval and p-value; repeated rows refused."""
     df = per_layer(df)
     if df.duplicated(["layer", "seed", "variant"]).any():
         raise ValueError("df: several rows per (layer, seed, variant), e.g. several lens budgets or recipes; "
@@ -115,15 +111,9 @@ def gap_table(df: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied", 
     return pd.DataFrame(rows)
 
 
-def _n_seeds(df: pd.DataFrame, a: str, b: str) -> int:
-    """Seeds with both variants."""
-    return len(set(df[df.variant == a].seed) & set(df[df.variant == b].seed))
-
-
 def gaps(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied", b: str = "untied", *,
          paired: bool = True, level: float = LEVEL, n_boot: int = 2000) -> pd.DataFrame:
-    """Per-layer gap ``a - b`` of one rung with a CI: over seeds (t) with two or more seeds, else a bootstrap over
-    sequences; one pair of different depth has no per-layer gap (see :func:`early_gap`).
+    """Per-layer gap ``a - b`` of one rung: a t-interval over two or more seeds, else a bootstrap over sequences.
 
     Args:
         seq_table: one rung (:func:`at_budget`), per sequence for the bootstrap; column: the metric; a, b: variants.
@@ -131,10 +121,10 @@ def gaps(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied"
 
     Returns:
         Per layer: ``layer``, ``<a>``, ``<b>``, ``gap``, ``gap_sd``, ``ci_low``, ``ci_high``, ``p_value``, ``n_seeds``,
-        ``significant`` (the CI excludes 0) and ``ci_method`` (which interval).
+        ``significant`` (the CI excludes 0), ``ci_method``.
     """
     if _n_seeds(seq_table, a, b) > 1 or "sequence" not in seq_table:
-        return gap_table(seq_table, column, a, b, level)
+        return _seed_gaps(seq_table, column, a, b, level)
     depth = seq_table.groupby("variant").layer.max()
     if depth.get(a) != depth.get(b):
         raise ValueError(f"layers: {a} has {depth.get(a)} layers and {b} {depth.get(b)}; per-layer gaps need equal "
@@ -188,7 +178,7 @@ def early_gap(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "
         return out
     per_seq = e.groupby(["variant", "sequence"])[column].mean()
     mean, lo, hi = stats.bootstrap_diff(per_seq[a].to_numpy(), per_seq[b].to_numpy(),
-                                paired=paired and depth[a] == depth[b], n_boot=n_boot, level=level)
+                                        paired=paired and depth[a] == depth[b], n_boot=n_boot, level=level)
     out.update(value=mean, ci_low=lo, ci_high=hi, half_width=stats.half_width(lo, hi), sd=math.nan,
                method="one pair: no seed noise floor; bootstrap over evaluation sequences", per_seed=[mean])
     return out
@@ -196,16 +186,14 @@ def early_gap(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "
 
 def ladder_gaps(seq_table: pd.DataFrame, recipe: str | None = None, column: str = "kl_tuned_bits", *,
                 paired: bool = True, level: float = LEVEL) -> pd.DataFrame:
-    """The early-layer gap with its CI at every budget of one recipe's ladder (default: the first recipe).
+    """The early-layer gap with its CI at every budget of one recipe's ladder.
 
     Args:
-        seq_table: a lens table holding every rung (per sequence for the one-pair bootstrap).
-        recipe: the ladder read (None: the table's first row's recipe).
-        column, paired, level: as in :func:`early_gap`: the metric, pairing of sequences, confidence level.
+        seq_table: every rung. recipe: the ladder (None: the first row's). column, paired, level: as :func:`early_gap`.
 
     Returns:
-        One row per budget, ascending: ``recipe``, ``budget``, ``gap``, ``ci_low``, ``ci_high``, ``half_width``,
-        ``n_seeds`` and ``method`` (which interval).
+        One row per budget: ``recipe``, ``budget``, ``gap``, ``ci_low``, ``ci_high``, ``half_width``, ``n_seeds``,
+        ``method``.
     """
     recipe = recipe if recipe is not None else str(seq_table.recipe.iloc[0])
     rows = []
@@ -217,17 +205,10 @@ def ladder_gaps(seq_table: pd.DataFrame, recipe: str | None = None, column: str 
     return pd.DataFrame(rows)
 
 
-KL_ATOL_BITS = 0.01
-"""Absolute part of the per-layer KL tolerance: optimiser noise, even where a layer's KL is 0."""
-KL_RTOL = 0.05
-"""Relative part: a lens whose KL still changes by more than this when its training doubles is still learning (with
-two seeds the gap's CI is so wide that the gap rule alone nearly always passes)."""
-
-
 def kl_convergence(kl: pd.DataFrame, recipe: str | None = None, column: str = "kl_tuned_bits", *,
                    atol: float = KL_ATOL_BITS, rtol: float = KL_RTOL) -> dict[str, Any]:
-    """Whether every layer's mean KL (per variant, mean over seeds) moved by at most ``atol + rtol * |KL|`` between
-    the two largest budgets of one recipe's ladder; the worst layer is named. ``converged`` is None with one budget."""
+    """Whether every layer's mean KL (per variant) moved by at most ``atol + rtol * |KL|`` between the two largest
+    budgets of one recipe; the worst layer named; ``converged`` None with one budget."""
     table = per_layer(kl)
     recipe = recipe if recipe is not None else str(table.recipe.iloc[0])
     table = table[table.recipe == recipe]
@@ -244,15 +225,14 @@ def kl_convergence(kl: pd.DataFrame, recipe: str | None = None, column: str = "k
 
 
 def convergence(ladder: pd.DataFrame, kl: pd.DataFrame | None = None) -> dict[str, Any]:
-    """Whether the ladder converged: its last rung moved the early-layer gap by less than the gap's CI half-width and,
-    given ``kl``, no layer's KL by more than :func:`kl_convergence`'s tolerance.
+    """Whether the ladder converged: its last rung moved the early-layer gap by less than the gap's CI half-width
+    and, given ``kl``, no layer's KL by more than :func:`kl_convergence`'s tolerance.
 
     Args:
-        ladder: :func:`ladder_gaps` of one recipe; kl: its lens table for the per-layer part (None: the gap only).
+        ladder: :func:`ladder_gaps` of one recipe. kl: its lens table (None: the gap part only).
 
     Returns:
-        ``converged`` (None with one budget; a NaN half-width counts as not converged), ``change``, ``half_width``,
-        ``budgets``, ``gap_converged`` and ``kl`` (:func:`kl_convergence` or None).
+        ``converged`` (None with one budget), ``change``, ``half_width``, ``budgets``, ``gap_converged``, ``kl``.
     """
     lad = ladder.sort_values("budget")
     if len(lad) < 2:
@@ -261,21 +241,10 @@ def convergence(ladder: pd.DataFrame, kl: pd.DataFrame | None = None) -> dict[st
     change = float(lad.gap.iloc[-1] - lad.gap.iloc[-2])
     half = float(lad.half_width.iloc[-1])
     gap_ok = bool(math.isfinite(half) and abs(change) < half)
-    recipe = str(lad.recipe.iloc[0]) if "recipe" in lad else None
-    kl_part = kl_convergence(kl, recipe) if kl is not None else None
+    kl_part = kl_convergence(kl, str(lad.recipe.iloc[0]) if "recipe" in lad else None) if kl is not None else None
     ok = gap_ok and (kl_part is None or kl_part["converged"] is not False)
     return {"converged": ok, "change": change, "half_width": half, "budgets": lad.budget.tolist(),
             "gap_converged": gap_ok, "kl": kl_part}
-
-
-def _kl_moved(k: dict[str, Any]) -> str:
-    """The worst layer's KL change against its tolerance: "the lens's KL at the tied models' layer 0 moved by -0.101
-    bits (0.5 -> 0.399), more than its tolerance 0.035 bits (0.01 bits + 5% of the KL)"."""
-    w = k["worst"]
-    tol = k["atol"] + k["rtol"] * abs(w["before"])
-    return (f"the lens's KL at the {w['variant']} models' layer {w['layer']} moved by {w['after'] - w['before']:+.3g} "
-            f"bits ({w['before']:.3g} -> {w['after']:.3g}), more than its tolerance {tol:.2g} bits ({k['atol']:g} bits "
-            f"+ {k['rtol']:.0%} of the KL)")
 
 
 def not_converged_because(conv: dict[str, Any]) -> str:
@@ -285,7 +254,11 @@ def not_converged_because(conv: dict[str, Any]) -> str:
     parts = []
     k = conv.get("kl")
     if k and k["converged"] is False:
-        parts.append(_kl_moved(k))
+        w = k["worst"]
+        parts.append(f"the lens's KL at the {w['variant']} models' layer {w['layer']} moved by "
+                     f"{w['after'] - w['before']:+.3g} bits ({w['before']:.3g} -> {w['after']:.3g}), more than its "
+                     f"tolerance {k['atol'] + k['rtol'] * abs(w['before']):.2g} bits ({k['atol']:g} bits "
+                     f"+ {k['rtol']:.0%} of the KL)")
     if conv["gap_converged"] is False:
         parts.append(f"the early-layer gap changed by {conv['change']:+.3g} bits, not less than its CI half-width "
                      f"{conv['half_width']:.3g} bits")
@@ -293,14 +266,13 @@ def not_converged_because(conv: dict[str, Any]) -> str:
 
 
 def describe_convergence(conv: dict[str, Any]) -> str:
-    """One plain sentence: whether the lens ladder converged and, when not, what still moved (:func:`not_converged_because`).
+    """The convergence line of claim 3's recorded text: converged or not and, when not, what still moved.
 
     Args:
         conv: the dict :func:`convergence` returns.
 
     Returns:
-        The sentence. A converged ladder names no layer (every layer moved less than its tolerance); one budget says
-        the check needs two.
+        One sentence.
     """
     if conv["converged"] is None:
         return "Lens convergence not checked: one lens budget (give lens_budgets two or more rungs)."
@@ -331,16 +303,13 @@ def same_depth(table: pd.DataFrame) -> bool:
 
 
 def ladder_layers(kl: pd.DataFrame, layers: Sequence[int] = (0, 1, 2), column: str = "kl_tuned_bits") -> pd.DataFrame:
-    """Tuned-lens KL of the given layers at every rung, per variant: "mean ± sd" over seeds (rows recipe, budget).
+    """Tuned-lens KL of some layers at every rung, per variant, as "mean ± sd" over seeds.
 
     Args:
-        kl: a lens table holding every rung (per layer or per sequence).
-        layers: the layers shown.
-        column: the metric shown (one of :data:`METRICS`).
+        kl: every rung. layers: the layers shown. column: the metric.
 
     Returns:
-        A table of text cells, indexed by (``recipe``, ``budget``), columns (``layer``, ``variant``); the sd is 0
-        with one seed.
+        Text cells indexed by (``recipe``, ``budget``), columns (``layer``, ``variant``); sd 0 with one seed.
     """
     sub = per_layer(kl)
     sub = sub[sub.layer.isin(layers)]
@@ -349,43 +318,16 @@ def ladder_layers(kl: pd.DataFrame, layers: Sequence[int] = (0, 1, 2), column: s
     return cell.unstack(["layer", "variant"])
 
 
-def describe_scale(scale: pd.DataFrame, level: float = LEVEL) -> str:
-    """One sentence per checkpoint of :func:`train_checkpoint_lens_ladders`: validation loss, early-layer gap and whether its CI is above 0.
-
-    Args:
-        scale: the per-checkpoint table of :func:`tiebias.lens.ladder.train_checkpoint_lens_ladders`.
-        level: the level the table's intervals were computed at, named in the text (it does not recompute them).
-
-    Returns:
-        The sentences joined, ending with the steps whose CI lies above 0 (or that none does).
-    """
-    parts = []
-    for r in scale.itertuples():
-        where = stats.ci_position(r.ci_low, r.ci_high)
-        conv = {True: "", False: ", lens not converged", None: ""}[r.converged]
-        parts.append(f"step {r.step} (val loss {r.val_loss:.2f}): {r.gap:+.3g} bits [{r.ci_low:+.3g}, {r.ci_high:+.3g}], "
-                     f"CI {where}{conv}")
-    above = [int(r.step) for r in scale.itertuples() if stats.lies_above_zero(r.ci_low)]
-    tail = (f"Tied early layers read worse (CI above 0) at steps {above}." if above
-            else "At no checkpoint does the CI of the gap lie above 0.")
-    return f"Early-layer gap ({int(level * 100)}% CI) by training step: " + "; ".join(parts) + ". " + tail
+def per_seed_gaps(table: pd.DataFrame, protocol: str) -> list[float]:
+    """The per-seed early-layer gaps (first recipe, largest budget) under ``protocol``: what :func:`depth_trend` fits."""
+    return [float(x) for x in early_gap(at_budget(at_protocol(table, protocol)))["per_seed"]]
 
 
-def describe_gaps(gaps: pd.DataFrame) -> str:
-    """One sentence on a per-layer gap table: where tied reads worse, and where the CI excludes 0.
-
-    Args:
-        gaps: a per-layer gap table (:func:`gaps`) of the tied and untied variants.
-
-    Returns:
-        The sentence: the gap at the input layer and over the early layers, the layers where tied is larger, and
-        those whose CI (level :data:`tiebias.stats.LEVEL`) excludes 0.
-    """
-    early = early_layers(int(gaps.layer.max()))
-    value = float(gaps[gaps.layer.isin(early)].gap.mean())
-    return (f"Tied - untied tuned-lens KL: {float(gaps[gaps.layer == 0].gap.iloc[0]):+.3g} bits at the input layer, "
-            f"{value:+.3g} on average over the early layers {early}; tied > untied at layers "
-            f"{gaps[gaps.gap > 0].layer.tolist() or 'none'}; the {LEVEL:.0%} CI ({gaps.ci_method.iloc[0]}) excludes 0 at "
-            f"layers {gaps[gaps.significant].layer.tolist() or 'none'}.")
-
-
+def depth_trend(table: pd.DataFrame, protocol: str, *, level: float = LEVEL) -> stats.Slope:
+    """Slope (bits per layer) of the per-seed early-layer gap against the number of layers, from a depth table."""
+    rows = table[table.protocol == protocol]
+    if rows.empty:
+        raise ValueError(f"protocol: {protocol!r} is not in the table; have {sorted(set(table.protocol))}")
+    x = [n for n, gaps in zip(rows.n_layers, rows.per_seed, strict=True) for _ in gaps]
+    y = [g for gaps in rows.per_seed for g in gaps]
+    return stats.slope(x, y, level=level)

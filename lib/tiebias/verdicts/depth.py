@@ -9,8 +9,7 @@ import numpy as np
 import pandas as pd
 
 from tiebias import stats
-from tiebias.lens.depth import depth_trend, per_seed_gaps
-from tiebias.lens.tables import at_budget, at_protocol, gaps
+from tiebias.lens.tables import at_budget, at_protocol, depth_trend, gaps, per_seed_gaps
 from tiebias.run.folder import Run
 from tiebias.stats import LEVEL
 from tiebias.verdicts.claims import Verdict, claim3
@@ -22,7 +21,7 @@ TREND_WORDS = {"above 0": "the gap grows with depth", "below 0": "the gap shrink
 
 def depth_table(tables: Mapping[str, pd.DataFrame], protocols: Sequence[str], *, level: float = LEVEL) -> pd.DataFrame:
     """Claim 3 per depth and lens protocol, with the gap at layer 1 alone and the per-seed gaps
-    :func:`tiebias.lens.depth.depth_trend` fits.
+    :func:`tiebias.lens.tables.depth_trend` fits.
 
     Args:
         tables: preset -> that depth's per-sequence lens-ladder table; protocols: the lens protocols; level: of the CIs.
