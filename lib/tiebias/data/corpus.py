@@ -44,7 +44,13 @@ def load_corpus(source: Source = None, *, text_column: str = "text", val_fractio
     """A corpus as a ``DatasetDict`` (train, validation, test; a "text" column each) from ``source``: None or
     "shakespeare" (the embedded corpus, split by work), a local txt/jsonl/json/parquet file, folder or list of files
     (files naming a split keep it), or a hub dataset ``name``, ``user/name``, optionally ``:config``. Missing splits
-    are cut deterministically (``seed``); empty documents are dropped."""
+    are cut deterministically (``seed``); empty documents are dropped.
+
+    Args:
+        source: the corpus; text_column: its text; val_fraction, test_fraction, seed: how missing splits are cut.
+
+    Returns:
+        The ``DatasetDict``."""
     for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
             raise ValueError(f"{name}: {value!r} is not a fraction; give a number in [0, 1)")

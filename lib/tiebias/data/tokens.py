@@ -136,7 +136,14 @@ def unknown_share(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str]) -> f
 
 
 def encode(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str]) -> torch.Tensor:
-    """Tokenize documents into one 1-D ``torch.long`` stream, the eos id between documents (not before or after)."""
+    """Tokenize documents into one 1-D ``torch.long`` stream, the eos id between documents (not before or after).
+
+    Args:
+        tokenizer: one with an eos token; texts: the documents.
+
+    Returns:
+        The token stream.
+    """
     eos = tokenizer.eos_token_id
     if eos is None:
         raise ValueError(f"tokenizer: has no eos token (expected '{EOS_TOKEN}') to separate documents")

@@ -63,10 +63,17 @@ def evaluate(model: PreTrainedModel, tokens: Tensor, lens: TunedLens | None = No
              per_sequence: bool = False, logit_lens: bool = True, protocol: str = "package") -> pd.DataFrame:
     """Per layer 0..L: KL(final || lens) in bits and next-token CE in nats of the tuned and logit lens, and the model's CE.
 
-    Columns ``layer``, ``kl_tuned_bits``, ``kl_logit_bits``, ``ce_tuned_nats``, ``ce_logit_nats``, ``ce_model_nats``,
-    ``n_tokens`` (NaN for a lens not read); ``per_sequence`` adds ``sequence`` and gives one row per sequence.
-    ``protocol`` "package": translator i reads hidden state i, row L the stream entering the final norm;
-    "reference" (the paper's code): row i through translator max(0, i - 1), row L the normed state normed again.
+    Args:
+        model, tokens, lens: the model, a 1-D token stream, its tuned lens (None: the logit lens only).
+        seq_len, max_tokens, batch_size, num_threads: the sequences read (the stream's first ``max_tokens``), their
+            batches, the threads (None: as they are).
+        per_sequence: one row per sequence and layer. logit_lens: read the logit lens too.
+        protocol: "package" (translator i reads hidden state i, row L the stream entering the final norm) or
+            "reference" (the paper's code: row i through translator max(0, i - 1), row L normed twice).
+
+    Returns:
+        ``layer``, ``kl_tuned_bits``, ``kl_logit_bits``, ``ce_tuned_nats``, ``ce_logit_nats``, ``ce_model_nats``,
+        ``n_tokens`` (NaN for a lens not read), and ``sequence`` per sequence.
     """
     if protocol not in LENS_PROTOCOLS:
         raise ValueError(f"protocol: {protocol!r} is not allowed; allowed: {', '.join(LENS_PROTOCOLS)}")

@@ -57,7 +57,14 @@ def logits_precision(device: torch.device, requested: str | None = None) -> str:
 
 
 def target_stats(logits: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-    """(p W, p . b, sum p log p) of the final distribution p = softmax(logits), in float32, exponentiating once."""
+    """The loss's fixed statistics of the final distribution p = softmax(logits), in float32, exponentiating once.
+
+    Args:
+        logits: the model's final logits; weight, bias: the unembedding.
+
+    Returns:
+        (p W, p . b, sum p log p), what :class:`LensKL` takes after its first three arguments.
+    """
     z = logits.float()
     z = z - z.amax(-1, keepdim=True)
     e = z.exp()

@@ -141,7 +141,14 @@ def gaps(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied"
 
 
 def early_layers(n_layers: int) -> list[int]:
-    """The layers called "early" in verdicts: the input layer and the first third of the blocks."""
+    """The layers called "early" in verdicts: the input layer and the first third of the blocks.
+
+    Args:
+        n_layers: the model's blocks.
+
+    Returns:
+        The layer numbers.
+    """
     return list(range(0, max(1, math.ceil(n_layers / 3)) + 1))
 
 
