@@ -1,8 +1,4 @@
-"""Reading a tuned lens (claim 3): the per-layer KL and cross-entropy table, and the notebook's per-prompt views.
-
-Row L reads the residual stream entering the final norm (captured with a hook), since ``hidden_states[L]`` is already
-normed (:mod:`tiebias.lens.lenses`).
-"""
+"""Reading a tuned lens: the per-layer KL and cross-entropy table under either protocol, and per-prompt views."""
 
 from __future__ import annotations
 
@@ -49,7 +45,7 @@ def kl_bits(p_logits: Tensor, q_logits: Tensor) -> Tensor:
 
 @contextmanager
 def _capture_final_norm_input(model: PreTrainedModel) -> Iterator[list[Tensor]]:
-    """Collect the residual stream entering the final norm (hidden_states[-1] is already normed)."""
+    """The stream entering the final norm (hidden_states[-1] is already normed)."""
     store: list[Tensor] = []
     handle = checked_layout(model).final_norm.register_forward_pre_hook(lambda _m, args: store.append(args[0]))
     try:
@@ -202,15 +198,13 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
 
 
 def trajectory(model: PreTrainedModel, lens: Lens, tokenizer: Any, text: str) -> PredictionTrajectory:
-    """The package's PredictionTrajectory of ``text``, targets the next token (the last: eos or itself).
+    """The package's PredictionTrajectory of ``text``, each position's target the next token (the last: eos).
 
     Args:
-        model, lens: a supported decoder and a lens for it (a TunedLens or LogitLens); tokenizer: one with
-            ``encode``; text: a prompt of two tokens or more.
+        model, lens: a decoder and a TunedLens or LogitLens for it; tokenizer: one with ``encode``; text: 2+ tokens.
 
     Returns:
-        The ``tuned_lens.plotting.PredictionTrajectory``; a 16-bit model's logits are handed over in float32 (the
-        package converts them to numpy, which has no bfloat16).
+        The ``tuned_lens.plotting.PredictionTrajectory`` (16-bit logits handed over in float32: numpy has no bf16).
     """
     from tuned_lens.plotting import PredictionTrajectory
 
@@ -230,7 +224,7 @@ def trajectory(model: PreTrainedModel, lens: Lens, tokenizer: Any, text: str) ->
 
 
 class _Float32Logits:
-    """Calls a model or lens and returns its logits in float32 (numpy, used by the package, has no bfloat16)."""
+    """A model or lens whose logits come out in float32."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner

@@ -46,14 +46,17 @@ def logits_precision(device: torch.device, requested: str | None = None) -> str:
     if req not in PRECISIONS:
         where = PRECISION_ENV if requested is None else "precision"
         raise ValueError(f"{where}: {req!r} is not allowed; allowed: {', '.join(PRECISIONS)}")
-    if req != "auto":
-        return req
+    return req if req != "auto" else "bf16" if _bf16_matmul_supported(device) else "fp32"
+
+
+def _bf16_matmul_supported(device: torch.device) -> bool:
+    """Whether bf16 matmuls are fast here (CUDA with bf16, or a CPU whose oneDNN supports bf16)."""
     if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+        return torch.cuda.is_bf16_supported()
     try:
-        return "bf16" if device.type == "cpu" and torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
+        return device.type == "cpu" and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
-        return "fp32"
+        return False
 
 
 def target_stats(logits: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
@@ -110,12 +113,8 @@ def check_train_args(model: PreTrainedModel, tokens: Any, fit: Any, num_threads:
 
 
 class LensKL(torch.autograd.Function):
-    """Per-position KL(p || softmax(W n + b)) in nats with a hand-written backward: the fast path.
-
-    KL = sum p log p + logsumexp(z) - (p W) . n - p . b, so with ``target_mean = p W``, ``target_bias = p . b`` and
-    ``neg_entropy`` fixed per position only logsumexp needs the vocabulary, and the gradient in n is
-    ``softmax(z) W - p W``: no vocabulary-sized gradient tensor. Matmuls in ``weight.dtype``, sums in float32.
-    """
+    """Per-position KL(p || softmax(W n + b)) in nats = sum p log p + logsumexp(z) - (p W) . n - p . b, with the
+    gradient softmax(z) W - p W written by hand: no vocabulary-sized gradient. Matmuls in ``weight.dtype``."""
 
     @staticmethod
     def forward(ctx: Any, n: Tensor, weight: Tensor, bias: Tensor | None, target_mean: Tensor,  # type: ignore[override]

@@ -1,10 +1,5 @@
-"""Lens-budget ladders of a run's models, of loaded models and of checkpoints (notebook 03): train, then evaluate.
-
-Lenses train on the validation split and are read on the test split, so neither the models nor the lenses saw the
-evaluation text. Each model's ladder is :mod:`tiebias.lens.rungs`; a lens folder may also hold an extra ladder at
-the paper's lens budget in ``<lens folder>/reference-budget/``, which reads the logit-lens evaluations
-(``logit_*.csv``) of its main ladder.
-"""
+"""Lens-budget ladders of a run's models, of loaded models and of checkpoints (notebook 03): lenses train on the
+validation split and are read on the test split; each model's ladder is :mod:`tiebias.lens.rungs`."""
 
 from __future__ import annotations
 
@@ -28,17 +23,15 @@ from tiebias.run.folder import Run
 from tiebias.system.parallel import side_by_side, workers_for
 from tiebias.train import divergence
 
-REFERENCE_BUDGET = "reference-budget"
-"""Sub-folder of a lens folder holding the extra ladder at the paper's lens budget (:mod:`tiebias.lens.readings`)."""
+REFERENCE_BUDGET = "reference-budget"  # sub-folder of a lens folder: the ladder at the paper's lens budget
 
 
 def train_model_lens_ladders(model: Any, train_tokens: Any, test_tokens: Any, folder: str | Path,
                              lens: LensSettings, *, progress: bool = True, num_threads: int | str | None = "auto",
                              should_stop: Callable[[], bool] | None = None,
                              logit_folder: str | Path | None = None) -> pd.DataFrame:
-    """Train (or load) every recipe's ladder of one model and read each rung under each protocol, per sequence
-    (:func:`tiebias.lens.rungs.rung_frames`); the logit lens is read once per protocol, in ``logit_folder``
-    (default ``folder``). The first recipe's largest rung is also written to the top of ``folder``."""
+    """Every recipe's ladder of one model, trained or loaded, read per sequence under each protocol (the logit lens
+    once, cached in ``logit_folder``); the first recipe's largest rung is copied to the top of ``folder``."""
     lens = check_settings(lens)
     folder = Path(folder)
     sha = lenses.unembed_sha256(model)
@@ -59,7 +52,6 @@ def train_model_lens_ladders(model: Any, train_tokens: Any, test_tokens: Any, fo
 
 
 def _final_step(run: Run, variant: str | Variant, seed: int) -> int | None:
-    """Training steps of a finished model (None when unknown)."""
     try:
         return int(run.summary(variant, seed)["steps"])
     except (FileNotFoundError, KeyError, TypeError, ValueError):
@@ -68,19 +60,14 @@ def _final_step(run: Run, variant: str | Variant, seed: int) -> int | None:
 
 def ensure_lens(run: Run, variant: str | Variant, seed: int, lens: LensSettings, *, step: int | None = None,
                 progress: bool = True, device: str = "cpu") -> tuple[Any, Any]:
-    """(model, lens at the largest budget of the first recipe) of one model of a run (or one checkpoint at
-    ``step``), trained if not yet saved.
+    """One model of a run (or its checkpoint at ``step``) with its verdict lens, trained if not yet saved.
 
     Args:
-        run: the run folder; the lens trains on its validation split.
-        variant, seed: the model.
-        lens: the settings; only the first recipe's ladder is trained (or loaded).
-        step: a checkpoint's training step (None: the final model); its lens lives beside the checkpoint.
-        progress: show progress bars.
-        device: where the model is loaded.
+        run, variant, seed: the model. lens: the settings (the first recipe's ladder only).
+        step: a checkpoint's step (None: the final model). progress, device: progress bars; where the model runs.
 
     Returns:
-        ``(model, lens)``: the loaded model and the ``TunedLens`` of the ladder's largest rung.
+        ``(model, lens)``: the model and the ``TunedLens`` of the first recipe's largest rung.
     """
     lens = check_settings(lens)
     model = run.load_model(variant, seed, step, device=device)
@@ -93,13 +80,12 @@ def ensure_lens(run: Run, variant: str | Variant, seed: int, lens: LensSettings,
 def train_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequence[int], lens: LensSettings, *,
                        step: int | None = None, per_sequence: bool = False, progress: bool = True,
                        device: str = "cpu", workers: int | str = "auto", subdir: str = "") -> pd.DataFrame:
-    """Train (or load) and read the lens ladders of every (variant, seed) of a run, or of its checkpoints at ``step``.
+    """The lens ladders of every (variant, seed) of a run, or of its checkpoints at ``step``, trained or loaded, read.
 
     Args:
-        run, variants, seeds: the run (lenses train on validation, are read on test) and its finished models.
-        lens: the settings; step: a checkpoint's step (None: final models); per_sequence: rows per sequence.
-        progress, device: progress bars; where the models run. workers: models trained side by side on a CPU (the
-            same lenses). subdir: ladders in ``<lens folder>/<subdir>/`` (e.g. :data:`REFERENCE_BUDGET`).
+        run, variants, seeds: the run and its finished models. lens: the settings. step: a checkpoint (None: final).
+        per_sequence: rows per sequence. progress, device: progress bars; where the models run.
+        workers: models trained side by side on a CPU. subdir: ladders in ``<lens folder>/<subdir>/``.
 
     Returns:
         ``variant``, ``seed``, ``step``, ``recipe``, ``budget``, ``lens_steps``, ``protocol``, ``layer`` and the
@@ -136,16 +122,14 @@ def train_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequence[int], 
 def train_pair_lens_ladders(models: dict[str, tuple[Any, Any]], corpus: Any, lens: LensSettings, *,
                             folder: str | Path, per_sequence: bool = False, progress: bool = True,
                             subdir: str = "") -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Train (or load) and read the lens ladders of loaded models, each with its own tokenizer.
+    """The lens ladders of loaded models, each with its own tokenizer (one that cannot read the corpus is refused).
 
     Args:
-        models: {label: (model, tokenizer)}; corpus: None for the embedded one (validation trains, test reads).
-        lens: the settings; folder: the pair's folder (``<folder>/lens/<label>/``); per_sequence, progress, subdir: as
-            in :func:`train_lens_ladders`.
+        models: {label: (model, tokenizer)}. corpus: None for the embedded one. lens: the settings.
+        folder: the pair's folder. per_sequence, progress, subdir: as in :func:`train_lens_ladders`.
 
     Returns:
-        (the long table, ``variant`` = label, ``seed`` = 0; the top lens by label). Tokenizers that cannot read the
-        corpus are refused before any lens trains.
+        (the table, ``variant`` = label and ``seed`` = 0; the top lens by label).
     """
     from tiebias.align.tokenizers import check_tokenizers
     from tiebias.data import corpus as data
@@ -171,7 +155,7 @@ def train_pair_lens_ladders(models: dict[str, tuple[Any, Any]], corpus: Any, len
 
 
 def _val_loss_at(run: Run, variant: str | Variant, seed: int, step: int) -> tuple[float, int]:
-    """(validation loss, its step) of a model at training ``step``: the last evaluation at or before it."""
+    """(validation loss, its step) of the last evaluation at or before ``step``."""
     val = run.metrics(variant, seed, "val").sort_values("step")
     before = val[val.step <= step]
     if before.empty:
@@ -183,15 +167,13 @@ def _val_loss_at(run: Run, variant: str | Variant, seed: int, step: int) -> tupl
 def train_checkpoint_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequence[int],
                                   checkpoints: Sequence[int], lens: LensSettings, *, progress: bool = True,
                                   device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The early-layer gap (largest budget of the first recipe, first protocol) at each training checkpoint, beside the
-    validation loss there; a checkpoint at the final step is the final model.
+    """The verdict's early-layer gap at each training checkpoint, beside the validation loss there.
 
     Args:
-        run, variants, seeds: as in :func:`train_lens_ladders`; checkpoints: steps every model has (else named).
-        lens, progress, device: as in :func:`train_lens_ladders`.
+        run, variants, seeds, lens, progress, device: as in :func:`train_lens_ladders`; checkpoints: their steps.
 
     Returns:
-        (one row per checkpoint: ``step``, ``val_loss``, ``val_loss_<variant>``, ``val_step``, ``gap``, ``ci_low``,
+        (per checkpoint: ``step``, ``val_loss``, ``val_loss_<variant>``, ``val_step``, ``gap``, ``ci_low``,
         ``ci_high``, ``half_width``, ``n_seeds``, ``converged``, ``budget``; the per-layer table of all of them).
     """
     steps_list = coerce("lens_checkpoints", list(checkpoints))

@@ -1,12 +1,5 @@
-"""Why the paper's lens reading costs a tied model at row 1: its error taken apart, on a run's own lenses.
-
-The paper's code reads hidden state 1 with translator 0, the package with translator 1. With translator i the map
-h -> h + W_i h + b_i, the paper's reading is the package's plus an error
-
-    e = (W0 - W1) h1 + (b0 - b1) = [(W0 - W1) h0 + (b0 - b1)] + [(W0 - W1)(h1 - h0)],
-
-the part from the embedding and the part from the first block's update; :func:`row1_parts` scores each.
-"""
+"""Why the paper's reading (hidden state 1 through translator 0) costs a tied model at row 1: its error over the
+package's, e = (W0 - W1) h1 + (b0 - b1) = [(W0 - W1) h0 + (b0 - b1)] + [(W0 - W1)(h1 - h0)], taken apart."""
 
 from __future__ import annotations
 
@@ -98,15 +91,14 @@ def penalties(parts: pd.DataFrame) -> pd.DataFrame:
 
 
 def compare(parts: pd.DataFrame, a: str = "tied", b: str = "untied", *, level: float = LEVEL) -> pd.DataFrame:
-    """Each measure of stacked :func:`run_row1_parts` tables and each penalty for ``a`` and ``b``, and the paired
-    ``a - b`` difference over seeds with its t-interval.
+    """Each measure and penalty for ``a`` and ``b`` and their paired difference over seeds with its t-interval.
 
     Args:
-        parts: the stacked tables; a, b: the variants, paired by seed; level: the intervals' confidence level.
+        parts: stacked :func:`run_row1_parts` tables; a, b: the variants, paired by seed; level: of the intervals.
 
     Returns:
         Per measure (``penalty: <name>`` for the penalties): ``measure``, ``<a>``, ``<b>``, ``difference``,
-        ``ci_low``, ``ci_high`` (NaN below two paired seeds) and ``n_seeds``.
+        ``ci_low``, ``ci_high`` (NaN below two seeds), ``n_seeds``.
     """
     wide = parts.pivot_table(index=["variant", "seed"], columns="measure", values="value")
     pen = penalties(parts).set_index(["variant", "seed"])
@@ -122,16 +114,13 @@ def compare(parts: pd.DataFrame, a: str = "tied", b: str = "untied", *, level: f
 
 
 def k_trend(penalty_by_k: pd.DataFrame, *, level: float = LEVEL) -> dict[str, Any]:
-    """The row-1 penalty (``penalty`` column, per ``k`` and ``seed``) against log2 k: the fitted slope per doubling,
-    its interval, and whether it falls, rises or shows no trend.
+    """The row-1 penalty against log2 k: the fitted slope per doubling and whether it falls, rises or shows no trend.
 
     Args:
-        penalty_by_k: the :func:`penalty_by_k` table.
-        level: confidence level of the slope's interval.
+        penalty_by_k: the :func:`penalty_by_k` table. level: of the slope's interval.
 
     Returns:
-        A dict: ``slope`` (bits per doubling of k), ``ci_low``, ``ci_high``, ``word`` (``falls``, ``rises``,
-        ``no trend``, or ``too few points`` with fewer than two factors or three values) and ``n``.
+        ``slope``, ``ci_low``, ``ci_high``, ``word`` (``falls``, ``rises``, ``no trend``, ``too few points``), ``n``.
     """
     x = np.log2(penalty_by_k.k.to_numpy(dtype=float))
     y = penalty_by_k.penalty.to_numpy(dtype=float)
@@ -144,19 +133,14 @@ def k_trend(penalty_by_k: pd.DataFrame, *, level: float = LEVEL) -> dict[str, An
 
 def run_row1_parts(run: Any, variants: list[str], seeds: list[int], lens: LensSettings, *,
                    progress: bool = True) -> pd.DataFrame:
-    """:func:`row1_parts` for each finished model of a run (``variant``, ``seed`` columns added), read with its lens
-    (``lens``: the first recipe at the largest budget, trained first if not saved yet) on ``lens.eval_tokens``
-    test tokens.
+    """:func:`row1_parts` of each finished model of a run, read with its verdict lens on the test split.
 
     Args:
-        run: the run folder (:class:`tiebias.run.Run`).
-        variants, seeds: the models; those not finished are skipped, and none finished is a ValueError.
-        lens: the lens settings (:func:`tiebias.lens.ladder.ensure_lens`); its ``seq_len`` and ``eval_tokens`` set
-            the reading.
-        progress: show progress bars while a lens trains.
+        run: the run. variants, seeds: the models (unfinished ones skipped; none finished: ValueError).
+        lens: the settings (:func:`tiebias.lens.ladder.ensure_lens`). progress: progress bars.
 
     Returns:
-        The :func:`row1_parts` rows of every model stacked: ``measure``, ``value``, ``kind``, ``variant``, ``seed``.
+        The rows of every model stacked: ``measure``, ``value``, ``kind``, ``variant``, ``seed``.
     """
     from tiebias.lens.ladder import ensure_lens
 
@@ -174,19 +158,15 @@ def run_row1_parts(run: Any, variants: list[str], seeds: list[int], lens: LensSe
 
 
 def penalty_by_k(run: Any, variants: Sequence[Variant], seeds: list[int], lens: LensSettings) -> pd.DataFrame:
-    """The row-1 penalties (:func:`penalties`) of every tied model of a sweep whose output path is unscaled, with its
-    input-path factor ``k``; ``penalty`` is the paper's reading's (both parts). ``lens`` as :func:`run_row1_parts`.
+    """The row-1 penalties of a sweep's tied models with an unscaled output path, beside their input factor ``k``.
 
     Args:
-        run: the sweep's run folder.
-        variants: the sweep's variants; the tied ones with an unscaled output path are read, and they need two or more
-            different factors k (else ValueError).
-        seeds: the seeds read (unfinished models are skipped).
+        run: the sweep's run. variants: its variants (two or more factors k needed). seeds: the seeds read.
         lens: as in :func:`run_row1_parts`.
 
     Returns:
-        One row per model, sorted by ``k`` then ``seed``: ``variant``, ``seed``, each of :data:`PENALTIES`,
-        ``interaction``, ``k`` and ``penalty``.
+        Per model, by ``k`` then ``seed``: ``variant``, ``seed``, each of :data:`PENALTIES`, ``interaction``, ``k``,
+        ``penalty`` (the paper's reading's).
     """
     tied = [v for v in variants if v.tied and v.output_factor == 1.0]
     if len({v.input_factor for v in tied}) < 2:

@@ -1,16 +1,6 @@
-"""One model's lens-budget ladder of one recipe: train each rung, save it, resume an interrupted ladder, read each rung.
-
-The lens is trained to ``budgets[0] x lens_steps`` steps and saved; the same lens, with its optimiser state and data
-cursor, then continues to the next budget (a warm restart with its own warmup and decay, so every rung is annealed).
-Layout, in the tuned_lens package format::
-
-    <lens folder>/                  the largest rung of the first recipe (publish_top_rung; what other code loads)
-    <lens folder>/<recipe>-x<b>/    every rung: config.json, params.pt, rung.json (+ trainer.pt, eval_*.csv)
-
-``rung.json`` records what determines the rung and is written last; ``trainer.pt`` (optimiser and data state) is kept
-at the highest finished rung only. Each rung's evaluation under each protocol is cached as a CSV in its folder (the
-package reading keeps its historical name ``eval_<tokens>x<seq_len>.csv``).
-"""
+"""One model's lens-budget ladder of one recipe: each rung continues the last (a warm restart with its own warmup and
+decay), is saved in ``<lens folder>/<recipe>-x<b>/`` (``rung.json`` written last; ``trainer.pt`` at the highest rung
+only, to resume) and read under each protocol (cached CSVs); the first recipe's largest rung is copied to the top."""
 
 from __future__ import annotations
 
@@ -41,7 +31,6 @@ _TOP_RECIPE = "recipe.json"
 
 
 def rung_dir(folder: str | Path, recipe: str, budget: int) -> Path:
-    """Folder of one rung of a ladder: ``<lens folder>/<recipe>-x<budget>``."""
     return Path(folder) / f"{recipe}-x{int(budget)}"
 
 
@@ -68,11 +57,8 @@ def train_ladder(model: Any, tokens: Any, folder: str | Path, lens: LensSettings
                  progress: bool = True, max_cache_bytes: int = cache.MAX_BYTES,
                  num_threads: int | str | None = "auto", should_stop: Callable[[], bool] | None = None,
                  ) -> dict[int, Any]:
-    """Train (or load) a lens at every budget of ``recipe``'s ladder (default: the first); {budget: TunedLens}.
-
-    Finished rungs are loaded; an interrupted ladder resumes from the highest rung that kept its trainer state. The
-    rungs share one activation cache of at most ``max_cache_bytes`` (0: none), the same lenses either way.
-    """
+    """{budget: TunedLens} of ``recipe``'s ladder (default: the first): finished rungs loaded, an interrupted ladder
+    resumed; the rungs share one activation cache of at most ``max_cache_bytes`` (0: none), the same lenses."""
     lens = check_settings(lens)
     recipe = lens.recipe if recipe is None else recipe
     if recipe not in LENS_RECIPES:
@@ -125,7 +111,7 @@ def train_ladder(model: Any, tokens: Any, folder: str | Path, lens: LensSettings
 
 def publish_top_rung(folder: Path, recipe: str, lens: LensSettings, *, n_tokens: int, model_sha256: str,
                      precision: str) -> None:
-    """Copy the largest rung's lens files of ``recipe``'s ladder to the top of the lens folder (unless already there)."""
+    """Copy the largest rung's lens files to the top of the lens folder (unless already there)."""
     meta = _rung_meta(recipe, lens, len(lens.budgets) - 1, n_tokens=n_tokens, model_sha256=model_sha256,
                       precision=precision)
     src = rung_dir(folder, recipe, lens.budgets[-1])
@@ -146,7 +132,7 @@ def eval_name(eval_tokens: int, seq_len: int, protocol: str) -> str:
 
 
 def logit_name(model_sha256: str, eval_tokens: int, seq_len: int, protocol: str) -> str:
-    """Cache file of a model's logit-lens evaluation (shared by every rung) under one protocol."""
+    """Cache file of a model's logit-lens evaluation (shared by every rung)."""
     return f"logit_{model_sha256[:12]}_{eval_name(eval_tokens, seq_len, protocol)}"
 
 
@@ -171,7 +157,7 @@ def rung_frames(model: Any, tokens: Any, lenses: Mapping[int, Any], dirs: Mappin
                 logits: Mapping[str, pd.DataFrame], settings: LensSettings, *, recipe: str,
                 num_threads: int | str | None = "auto") -> list[pd.DataFrame]:
     """One per-sequence frame per (rung, protocol): ``recipe``, ``budget``, ``lens_steps``, ``protocol``, then
-    :func:`tiebias.lens.evaluate.evaluate`'s columns with the logit lens (``logits``, by protocol) beside."""
+    the evaluation's columns with the logit lens (``logits``, by protocol) beside."""
     frames = []
     n, seq_len = settings.eval_tokens, settings.seq_len
     for b, lens in lenses.items():
