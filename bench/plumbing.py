@@ -9,7 +9,7 @@
 
 The loop is ``bench/train_throughput.py``'s bare loop (random tokens). Usage::
 
-    python bench/plumbing.py [--preset mini] [--steps 16] [--reps 3] [--no-rival]
+    python bench/plumbing.py [--preset mini] [--steps 16] [--reps 3] [--no-rival] [--only tuner,side,alloc]
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--no-rival", action="store_true", help="no second training next to the tuner's loops")
+    ap.add_argument("--only", default="tuner,side,alloc", help="which of tuner, side, alloc to measure")
     ap.add_argument("--rival", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.rival:  # the second training: runs until killed
@@ -92,6 +93,7 @@ def main() -> None:
     parts = {"thread tuner vs default threads, next to a second training": tuner_ratio,
              "two loops side by side (1 thread each) vs one after the other": side_ratio,
              "freed memory kept vs glibc's defaults": alloc_ratio}
+    parts = {k: f for k, f in parts.items() if f.__name__.split("_")[0] in args.only.split(",")}
     ratios: dict[str, list[float]] = {k: [] for k in parts}
     try:
         loop(args.preset, 3)  # warm-up
