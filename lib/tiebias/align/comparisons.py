@@ -1,6 +1,6 @@
-"""Notebook 02's tables: Table 1 and 5 analogs with seeds and noise floors (how alike two independently trained
-matrices of the same kind are). A tied and an untied model of one seed share their initial input matrix, so the
-cross-seed pairs are the headline."""
+"""Notebook 02's tables: Table 1 with seeds and noise floors (how alike two independently trained matrices of one kind
+are), drift over checkpoints, neighbours. A tied and an untied model of one seed share their initial input matrix, so
+the cross-seed pairs are the headline."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from tiebias.align.neighbours import check_knn_k, knn_overlap
 from tiebias.models.anatomy import TyingError
 from tiebias.run import inventory
 from tiebias.run.folder import Run
-from tiebias.stats import LEVEL
 from tiebias.train import divergence
 from tiebias.train.checkpoints import require_initial
 
@@ -100,17 +99,6 @@ def load_sources(tied_source: Any, untied_source: Any, *, tied_tokenizer: Any = 
     return {0: got}
 
 
-def _pairs(seeds: list[int], same_kind: bool, within: bool) -> list[tuple[int, int, str]]:
-    """(source seed, target seed, pairing label) for one comparison."""
-    if within:
-        return [(s, s, "within model") for s in seeds]
-    if same_kind:
-        return [(a, b, "cross seed") for a, b in itertools.combinations(seeds, 2)]
-    same = [(s, s, "same seed") for s in seeds]
-    cross = [(a, b, "cross seed") for a, b in itertools.permutations(seeds, 2)]
-    return same + cross
-
-
 def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = maps.METHODS, *,
            heldout_folds: int = 0, knn_k: int | None = 10, noise_floor: bool = True,
            keep_scores: bool = False) -> pd.DataFrame:
@@ -138,7 +126,12 @@ def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = ma
     rows = []
     specs = [(c, False) for c in COMPARISONS] + ([(c, True) for c in NOISE_FLOOR] if noise_floor else [])
     for (label, ka, wa, kb, wb), same_kind in specs:
-        for sa, sb, pairing in _pairs(seeds, same_kind, label.startswith("untied input -> untied output")):
+        if label.startswith("untied input -> untied output"):
+            pairs = [(s, s, "within model") for s in seeds]
+        else:  # two seeds of one kind once (noise floors), of two kinds both ways
+            cross = (itertools.combinations if same_kind else itertools.permutations)(seeds, 2)
+            pairs = ([] if same_kind else [(s, s, "same seed") for s in seeds]) + [(a, b, "cross seed") for a, b in cross]
+        for sa, sb, pairing in pairs:
             a, b = models[sa][ka], models[sb][kb]
             ia, ib = tokenizers.match_tokens(a.tokens, b.tokens, a.source, b.source)
             check_knn_k(knn_k, int(ia.numel()))
@@ -163,7 +156,7 @@ def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = ma
 
 
 def token_gap(df: pd.DataFrame, method: str = "orthogonal", *, pairing: str = "same seed", seed_target: int | None = None,
-              n_boot: int = 2000, level: float = LEVEL, seed: int = 0) -> stats.BootstrapCI:
+              n_boot: int = 2000, level: float = stats.LEVEL, seed: int = 0) -> stats.BootstrapCI:
     """Paired bootstrap over tokens of one tied model's gap (untied output -> tied) - (untied input -> tied): both rows
     score one untied model's tokens against one tied matrix (rows of ``table1(..., keep_scores=True)``)."""
     d = df[df.pairing == pairing]

@@ -27,17 +27,6 @@ COLUMNS = ["comparison", "pairing", "bin", "count_min", "count_max", "n_tokens",
            "ceiling", "over_chance"]
 
 
-def _pairs(seeds: list[int], label: str) -> tuple[str, list[tuple[int, int]]]:
-    """The pairing and (source, target) seeds of one comparison: cross seed with two seeds or more (Table 1's
-    headline), else the same seed; the untied model's own two matrices within a model."""
-    if label == "untied input -> untied output":
-        return "within model", [(s, s) for s in seeds]
-    if len(seeds) < 2:
-        return "same seed", ([] if label == CEILING else [(s, s) for s in seeds])
-    pairs = itertools.combinations(seeds, 2) if label == CEILING else itertools.permutations(seeds, 2)
-    return "cross seed", list(pairs)
-
-
 def knn_by_frequency(models: dict[int, dict[str, Embeddings]], counts: Any, k: int = 10,
                      bins: int = 5) -> pd.DataFrame:
     """:data:`COLUMNS` per comparison and frequency bin of one run's models (one vocabulary, ``counts`` per id):
@@ -75,7 +64,14 @@ def knn_by_frequency(models: dict[int, dict[str, Embeddings]], counts: Any, k: i
 
     frames = []
     for label, (ka, wa, kb, wb) in COMPARISONS.items():
-        pairing, pairs = _pairs(seeds, label)
+        # cross seed with two seeds or more (Table 1's headline), else the same seed; within the untied model
+        if label == "untied input -> untied output":
+            pairing, pairs = "within model", [(s, s) for s in seeds]
+        elif len(seeds) < 2:
+            pairing, pairs = "same seed", ([] if label == CEILING else [(s, s) for s in seeds])
+        else:
+            pairing, order = "cross seed", itertools.combinations if label == CEILING else itertools.permutations
+            pairs = list(order(seeds, 2))
         for sa, sb in pairs:
             _, per = neighbour_overlap(idx(sa, ka, wa), idx(sb, kb, wb))
             t = token_stats.by_frequency(per.numpy(), c, bins=bins)
@@ -92,14 +88,11 @@ def knn_by_frequency(models: dict[int, dict[str, Embeddings]], counts: Any, k: i
     return out[COLUMNS]
 
 
-def cell(table: pd.DataFrame, comparison: str, bin_label: str | None = None) -> dict[str, float]:
-    """One comparison's overlap, chance, ceiling and tokens in one bin, or over all (bins weighted by their tokens)."""
+def cell(table: pd.DataFrame, comparison: str) -> dict[str, float]:
+    """One comparison's overlap, chance, ceiling and tokens over all bins (weighted by their tokens)."""
     t = table[table.comparison == comparison]
-    if bin_label is not None:
-        t = t[t.bin == bin_label]
     if t.empty:
-        raise ValueError(f"comparison / bin_label: no row for {comparison!r}, bin {bin_label!r}; have "
-                         f"{sorted(set(table.comparison))} and bins {list(dict.fromkeys(table.bin))}")
+        raise ValueError(f"comparison: no row for {comparison!r}; have {sorted(set(table.comparison))}")
     w = t.n_tokens.to_numpy(dtype=float)
     mean = lambda col: float(np.average(t[col].to_numpy(dtype=float), weights=w))  # noqa: E731
     return {"overlap": mean("overlap"), "chance": float(t.chance.iloc[0]), "ceiling": mean("ceiling"),
