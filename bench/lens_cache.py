@@ -7,8 +7,10 @@ and taking the median, so machine noise hits both alike. The token stream is siz
 sequence ``--visits`` times (the default profile draws each about 2.2 times; below 1.5 no cache is built), on one
 thread as each of a study's two side-by-side lens workers.
 
-Measured on the 2-core machine under heavy load (tiny preset, vocab 1024, seq_len 64, 20 steps x 256 tokens, two
-rungs, 72 sequences drawn 160 times): no cache / cache = 2.92, 1.34, 1.64 in three interleaved rounds, median 1.64.
+Measured on the shared 2-core machine under heavy load (load average 12 to 19), three interleaved rounds each:
+smoke-sized (tiny preset, vocab 1024, seq_len 64, 20 steps x 256 tokens, two rungs, 72 sequences drawn 160 times):
+no cache / cache = 2.92, 1.34, 1.64, median 1.64; default-sized (small, vocab 4096, seq_len 128, 50 steps x 512
+tokens, 181 sequences drawn 400 times): 8.62, 1.84, 7.77, median 7.77. The cache (about 170 lines) is kept.
 Usage::
 
     python bench/lens_cache.py [--preset small] [--vocab 4096] [--seq-len 128] [--steps 50] [--rounds 3]
