@@ -1,7 +1,8 @@
 """CPU threads that follow the load: :class:`ThreadTuner` re-chooses the intra-op thread count during long loops from
 measured step times (all cores on a quiet machine, fewer when another process holds one; next to a second training it
 made steps many times faster, ``bench/plumbing.py``). ``TIEBIAS_THREADS=N`` fixes the count instead; OpenMP's own
-settings are the user's. Only speed depends on the thread count, never the numbers."""
+settings are the user's. At small sizes only speed depends on the count; a long inner dimension or a whole-tensor sum
+can round differently with another count, so ``TIEBIAS_THREADS`` is how a run stays the same bit for bit under load."""
 
 from __future__ import annotations
 
