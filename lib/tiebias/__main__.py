@@ -96,14 +96,12 @@ def _reproduction(args: argparse.Namespace) -> int:
     from tiebias.run.guard import check_run
 
     check_run(args.run, "run")  # it writes there: only into a run folder of the kit (the study's rule)
-    runs = []
     for name, d in (("run", args.run), ("--scale", args.scale)):
         if d is not None and not Run(d).config_path.exists():
             raise ValueError(f"{name}: {d!r} is not a run folder (no config.json); give the folder of an executed "
                              "study, e.g. runs/default")
-        runs.append(Run(d) if d is not None else None)
-    print(f"reproduction: {write_reproduction(runs[0], runs[1])}")
-    print(f"report:       {write_report(runs[0])}")
+    print(f"reproduction: {write_reproduction(Run(args.run), None if args.scale is None else Run(args.scale))}")
+    print(f"report:       {write_report(Run(args.run))}")
     return 0
 
 
