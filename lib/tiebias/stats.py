@@ -1,8 +1,7 @@
-"""Every interval the claims use, one rule each: t-intervals over seeds, line fits, bootstraps, an interval against 0.
+"""Every interval the claims use: t-intervals over seeds, line fits, bootstraps, an interval against 0.
 
-The t-intervals and the line fit are written out rather than taken from ``scipy.stats.t.interval`` / ``linregress``:
-those round differently in the last bits, and the recorded claims must not move.
-"""
+Written out rather than ``scipy.stats.t.interval`` / ``linregress``: those differ in the last bits and the recorded
+claims must not move."""
 
 from __future__ import annotations
 
@@ -31,14 +30,15 @@ class Summary(NamedTuple):
     ci_high: float
 
 
-def _floats(values: Any) -> np.ndarray:
+def _floats(values: Any, what: str = "values", finite: bool = True, level: float = LEVEL) -> np.ndarray:
+    """A flat float64 array, checked: finite entries (``finite``) and a level in (0, 1)."""
     v = values.detach().cpu().numpy() if isinstance(values, Tensor) else np.asarray(values, dtype=np.float64)
-    return v.astype(np.float64).reshape(-1)
-
-
-def _check_level(level: float) -> None:
+    v = v.astype(np.float64).reshape(-1)
+    if finite and not np.isfinite(v).all():
+        raise ValueError(f"{what} contains NaN or infinite entries")
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
+    return v
 
 
 def _t(level: float, df: int) -> float:
@@ -47,9 +47,7 @@ def _t(level: float, df: int) -> float:
 
 def t_half_width(sd: float, n: int, level: float = LEVEL) -> float:
     """Half-width of the two-sided t-interval of a mean of ``n`` values with sample sd ``sd`` (NaN for n < 2)."""
-    if n < 2 or not math.isfinite(sd):
-        return math.nan
-    return _t(level, n - 1) * sd / math.sqrt(n)
+    return _t(level, n - 1) * sd / math.sqrt(n) if n >= 2 and math.isfinite(sd) else math.nan
 
 
 def t_interval(mean: float, sd: float, n: int, level: float = LEVEL) -> tuple[float, float, float]:
@@ -64,14 +62,13 @@ def half_width(low: float, high: float) -> float:
 
 
 def lies_above_zero(low: float) -> bool:
-    """Whether an interval with low end ``low`` lies wholly above 0 (a NaN end does not): "the CI is above 0".
+    """Whether an interval lies wholly above 0 (a NaN end does not): "the CI is above 0".
 
     Args:
         low: the interval's low end.
 
     Returns:
-        True when it is above 0.
-    """
+        True when it is above 0."""
     return bool(low > 0)
 
 
@@ -92,16 +89,12 @@ def pooled_sd(sds: Any) -> float:
 
 def summarise(values: Any, *, level: float = LEVEL) -> Summary:
     """Mean +- t-interval of repeated measurements (e.g. one score over seeds)."""
-    v = _floats(values)
+    v = _floats(values, level=level)
     if v.size == 0:
         raise ValueError("values is empty")
-    if not np.isfinite(v).all():
-        raise ValueError("values contains NaN or infinite entries")
-    _check_level(level)
-    mean = float(v.mean())
     if v.size == 1:
-        return Summary(mean, math.nan, 1, math.nan, math.nan)
-    std = float(v.std(ddof=1))
+        return Summary(float(v.mean()), math.nan, 1, math.nan, math.nan)
+    mean, std = float(v.mean()), float(v.std(ddof=1))
     low, high, _ = t_interval(mean, std, int(v.size), level)
     return Summary(mean, std, int(v.size), low, high)
 
@@ -123,11 +116,8 @@ def over_seeds(df: pd.DataFrame, value_cols: Sequence[str], by: Sequence[str], *
 
     Returns:
         Indexed by ``by``, columns (value column, ``mean`` / ``sd_name`` / ``n``)."""
-    g = df.groupby(list(by), sort=False)
-    res = pd.DataFrame({(c, s): getattr(g[c], f)(**kw) for c in value_cols
-                        for s, f, kw in (("mean", "mean", {}), (sd_name, "std", {"ddof": 1}), ("n", "count", {}))})
-    res.columns = pd.MultiIndex.from_tuples(res.columns)
-    return res
+    res = df.groupby(list(by), sort=False)[list(value_cols)].agg(["mean", "std", "count"])
+    return res.rename(columns={"std": sd_name, "count": "n"}, level=1)
 
 
 class Slope(NamedTuple):
@@ -139,29 +129,27 @@ class Slope(NamedTuple):
     n: int
 
 
-def _fit(x: Any, y: Any, level: float) -> tuple[np.ndarray, np.ndarray, float]:
-    """The checked points and the least-squares slope."""
-    xv, yv = _floats(x), _floats(y)
+def _fit(x: Any, y: Any, level: float) -> tuple[np.ndarray, float, float, float]:
+    """The checked x, the deviations of x from its mean, the least-squares slope and the residual variance."""
+    xv, yv = _floats(x, finite=False, level=level), _floats(y, finite=False)
     if xv.size != yv.size:
         raise ValueError(f"x and y: need the same length, got {xv.size} and {yv.size}")
     if not (np.isfinite(xv).all() and np.isfinite(yv).all()):
         raise ValueError("x and y: NaN or infinite entries")
-    _check_level(level)
     if xv.size < 2 or np.ptp(xv) == 0:
         raise ValueError("x: need at least two distinct values")
     dx = xv - xv.mean()
-    return xv, yv, float((dx * (yv - yv.mean())).sum() / (dx**2).sum())
+    b = float((dx * (yv - yv.mean())).sum() / (dx**2).sum())
+    resid = yv - yv.mean() - b * dx
+    return xv, yv.mean(), b, float((resid**2).sum()) / (xv.size - 2) if xv.size > 2 else math.nan
 
 
 def slope(x: Any, y: Any, *, level: float = LEVEL) -> Slope:
     """Slope of a straight-line fit of ``y`` on ``x`` and its t-interval (NaN interval with fewer than 3 points)."""
-    xv, yv, b = _fit(x, y, level)
+    xv, _, b, sigma2 = _fit(x, y, level)
     if xv.size < 3:
         return Slope(b, math.nan, math.nan, int(xv.size))
-    dx = xv - xv.mean()
-    resid = yv - yv.mean() - b * dx
-    se = math.sqrt(float((resid**2).sum()) / (xv.size - 2) / float((dx**2).sum()))
-    half = _t(level, xv.size - 2) * se
+    half = _t(level, xv.size - 2) * math.sqrt(sigma2 / float(((xv - xv.mean()) ** 2).sum()))
     return Slope(b, b - half, b + half, int(xv.size))
 
 
@@ -169,14 +157,11 @@ def line_at(x: Any, y: Any, x0: float, *, level: float = LEVEL,
             prediction: bool = False) -> tuple[float, float, float]:
     """The line fitted to ``y`` on ``x`` at ``x0`` with the t-interval of that mean, or with ``prediction`` of one new
     observation there (three or more points; far outside ``x`` the line is an assumption)."""
-    xv, yv, b = _fit(x, y, level)
+    xv, y_mean, b, sigma2 = _fit(x, y, level)
     if xv.size < 3:
         raise ValueError("x: need at least three points for an interval")
-    dx = xv - xv.mean()
-    fit = float(yv.mean() + b * (x0 - xv.mean()))
-    resid = yv - yv.mean() - b * dx
-    sigma2 = float((resid**2).sum()) / (xv.size - 2)
-    se = math.sqrt(sigma2 * (int(prediction) + 1 / xv.size + (x0 - xv.mean()) ** 2 / float((dx**2).sum())))
+    fit = float(y_mean + b * (x0 - xv.mean()))
+    se = math.sqrt(sigma2 * (int(prediction) + 1 / xv.size + (x0 - xv.mean()) ** 2 / float(((xv - xv.mean()) ** 2).sum())))
     half = _t(level, xv.size - 2) * se
     return fit, fit - half, fit + half
 
@@ -193,14 +178,12 @@ class BootstrapCI(NamedTuple):
 
 
 def bootstrap_mean(values: Any, *, n_boot: int = 2000, level: float = LEVEL, seed: int = 0) -> BootstrapCI:
-    """Percentile bootstrap CI for the mean of per-item values (e.g. one pair's per-token differences): how much the
-    mean depends on which items were scored. Deterministic for ``seed``; resampled in chunks to bound memory."""
-    v = _floats(values)
+    """Percentile bootstrap CI for the mean of per-item values (e.g. one pair's per-token differences); deterministic
+    for ``seed``, resampled in chunks to bound memory."""
+    v = _floats(values, finite=False)
     if v.size < 2:
         raise ValueError(f"values: need at least 2 items to bootstrap, got {v.size}")
-    if not np.isfinite(v).all():
-        raise ValueError("values contains NaN or infinite entries")
-    _check_level(level)
+    v = _floats(v, level=level)
     if not is_int(n_boot) or n_boot < 100:
         raise ValueError(f"n_boot: must be an int >= 100, got {n_boot!r}")
     rng = np.random.default_rng(seed)
@@ -225,8 +208,7 @@ def bootstrap_diff(a: np.ndarray, b: np.ndarray, *, paired: bool, n_boot: int = 
         raise ValueError(f"paired: sequences differ in number ({len(a)} vs {len(b)}); pass paired=False")
     rng = np.random.default_rng(seed)
     if paired:
-        d = a - b
-        boot = d[rng.integers(0, len(d), (n_boot, len(d)))].mean(1)
+        boot = (a - b)[rng.integers(0, len(a), (n_boot, len(a)))].mean(1)
     else:
         boot = (a[rng.integers(0, len(a), (n_boot, len(a)))].mean(1)
                 - b[rng.integers(0, len(b), (n_boot, len(b)))].mean(1))

@@ -10,6 +10,7 @@ import os
 import platform
 import re
 import shlex
+from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -138,7 +139,7 @@ def write_reproduction(run: Run, scale: Run | None = None) -> Path:
     data = {"run": path_text(run.path, "replace"), "causes_vocabulary": list(CAUSES), "causes": rep.causes(),
             "comparisons": rep.comparisons(), "comparisons_with_two_causes": rep.with_two_causes(),
             "not_meaningful": rep.not_meaningful,
-            "scale_source": rep.scale_source, "claims": rep.claims, "rows": [r.as_dict() for r in rep.rows],
+            "scale_source": rep.scale_source, "claims": rep.claims, "rows": [asdict(r) for r in rep.rows],
             "environment": env, "compute": comp, "command": command(run)}
     md = run.path / "reproduction.md"
     with run.writing("writing reproduction.md"):

@@ -1,10 +1,7 @@
 """Whether a run's numbers can be evidence at all: the rule above the four claims' own rules.
 
-A plumbing profile (``smoke``) or models not below the unigram baseline prove only that the code runs. A layer-wise
-claim (:data:`LAYERWISE`, claim 3) also needs models below the bigram baseline: a layer-0 lens reads only the current
-token, so it is at best a bigram predictor, and a model no better than a count bigram has no early-versus-late
-contribution to compare. Claims 1, 2 and 4 concern the embedding matrix, which a model below the unigram has shaped.
-"""
+A plumbing profile (``smoke``) or models not below the unigram baseline prove only that the code runs; a layer-wise
+claim (claim 3) also needs models below the bigram baseline, since a layer-0 lens is at best a bigram predictor."""
 
 from __future__ import annotations
 
@@ -16,17 +13,14 @@ from tiebias.data.tokens import unigram_loss
 from tiebias.run.folder import Run
 
 PLUMBING_PROFILES = {"smoke": "a plumbing check: its models are too small and too briefly trained to learn much"}
-"""Profiles whose runs test the code, never the claims."""
 LAYERWISE = ("claim3_tuned_lens", "claim3_tuned_lens_reference")
-"""Claims read layer by layer: evidence only from models below the bigram baseline."""
 _WHY = {"unigram": "they learned too little for their matrices to mean anything",
         "bigram": "a layer-0 lens is at best a bigram predictor, and these models have not shown that their layers add "
                   "anything beyond one token of context, so there is no early-versus-late contribution to compare"}
 
 
 def not_meaningful(run: Run, claim: str | None = None) -> str | None:
-    """Why a run's numbers cannot be evidence, or None (they can; no finished model; a folder without a
-    study record, an external pair's).
+    """Why a run's numbers cannot be evidence, or None (they can; no finished model; no study record).
 
     Args:
         run: the run folder; claim: the claim asked about (None: the unigram rule only).
@@ -35,8 +29,7 @@ def not_meaningful(run: Run, claim: str | None = None) -> str | None:
         The reason, a clause to follow "because", or None."""
     if not run.config_path.exists():
         return None
-    profile = run.profile
-    name = Path(str(profile)).stem if profile else None  # a shipped profile by name or by its file's path
+    name = Path(str(run.profile)).stem if run.profile else None  # a shipped profile by name or by its file's path
     if name in PLUMBING_PROFILES:
         return f"the {name!r} profile is {PLUMBING_PROFILES[name]}"
     m = run.models()
@@ -44,22 +37,19 @@ def not_meaningful(run: Run, claim: str | None = None) -> str | None:
     if not losses:
         return None
     why = short_of(losses, unigram_loss(run.frequencies(), run.tokens("validation")), "unigram")
-    if why or claim not in LAYERWISE:
-        return why
-    return short_of(losses, validation_bigram(run), "bigram")
+    return why if why or claim not in LAYERWISE else short_of(losses, validation_bigram(run), "bigram")
 
 
 def validation_bigram(run: Run) -> float:
-    """The bigram baseline (nats) on the validation windows the models' loss is scored on (the study's ``seq_len``
-    windows of its first ``eval_tokens``; the whole split without a study record)."""
+    """The bigram baseline (nats) on the validation windows the models' loss is scored on."""
     cfg = run.config
     study = next((cfg[s] for s in ("study", "ablation") if isinstance(cfg.get(s), dict) and cfg[s].get("seq_len")), {})
     return bigram.for_run(run).loss(run.tokens("validation"), study.get("seq_len"), study.get("eval_tokens"))
 
 
 def short_of(losses: Mapping[str, float | None], baseline: float, kind: str) -> str | None:
-    """The reason when a model's validation loss is not strictly below the ``kind`` ("unigram" or "bigram") baseline
-    (a diverged model's NaN or a missing loss counts as not below), else None."""
+    """The reason when a model's validation loss is not strictly below the ``kind`` baseline (NaN or missing: not
+    below), else None."""
     bad = {k: v for k, v in losses.items() if not (isinstance(v, (int, float)) and v < baseline)}
     if not bad:
         return None

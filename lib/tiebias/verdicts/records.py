@@ -1,8 +1,5 @@
-"""A claim's record, ``<run>/results/<claim>.json``: checked before it is written and when it is read back.
-
-The status is computed from value and threshold ("holds" when ``value > threshold``), or a rule's own outcome, or
-"not meaningful"; ``verdict`` follows the status (null for any other than holds / does not hold). A record keeps its
-models' identities (:meth:`tiebias.run.folder.Run.model_id`) and reads "stale" once one of them changes."""
+"""A claim's record, ``<run>/results/<claim>.json``: checked before it is written and when it is read back; it keeps
+its models' identities and reads "stale" once one of them changes."""
 
 from __future__ import annotations
 
@@ -28,15 +25,11 @@ CLAIMS = {
 }
 NOTEBOOK_OF = {"claim1_alignment": "02_align", "claim2_gradient_flow": "01_train", "claim3_tuned_lens": "03_lens",
                "claim3_tuned_lens_reference": "03_lens", "claim4_causality": "04_ablate"}
-"""The notebook that records each claim."""
-VALUE_RANGES = {"claim1_alignment": (-2.0, 2.0), "claim2_gradient_flow": (0.0, 1.0)}
-"""The values a claim's number can take at all (a cosine difference, a share); the others any finite number."""
+VALUE_RANGES = {"claim1_alignment": (-2.0, 2.0), "claim2_gradient_flow": (0.0, 1.0)}  # a cosine difference, a share
 
 
 def _finite(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
+    return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
 def _number(name: str, x: Any) -> float:
@@ -54,8 +47,7 @@ def _number(name: str, x: Any) -> float:
 
 @dataclass
 class Headline:
-    """What a claim's record states. ``status`` defaults to the comparison ``value > threshold``; a NaN value needs a
-    ``status`` saying why; ``models`` are the run's model keys the numbers come from."""
+    """What a claim's record states; ``status`` defaults to ``value > threshold`` (a NaN value needs one)."""
 
     claim: str
     value: float
@@ -72,9 +64,7 @@ class Headline:
 
 
 def record(run: Run, headline: Headline, not_meaningful: str | None = None) -> dict:
-    """Store one claim's record (under the run's writer lock, everything checked first); ``not_meaningful`` makes the
-    status "not meaningful" with its reason. Returns the entry, non-finite numbers as NaN; finished models among
-    ``headline.models`` are stored with their identity, others (an external pair's) left out."""
+    """Store one claim's record under the run's writer lock, everything checked first; returns the entry."""
     if not isinstance(headline, Headline):
         raise ValueError(f"headline: expected a tiebias.verdicts.records.Headline, got {type(headline).__name__}")
     h = headline
@@ -114,7 +104,6 @@ def record(run: Run, headline: Headline, not_meaningful: str | None = None) -> d
 
 
 def _identities(run: Run, models: Sequence[str] | None) -> dict[str, str]:
-    """{key: identity} of the finished models among ``models`` (a bad key is named)."""
     if models is None:
         return {}
     if isinstance(models, str) or not isinstance(models, Sequence):
@@ -132,7 +121,7 @@ def _identities(run: Run, models: Sequence[str] | None) -> dict[str, str]:
 
 
 def results(run: Run) -> dict[str, dict]:
-    """The claims recorded in a run, each checked (:func:`check_record`)."""
+    """The claims recorded in a run, each checked."""
     out = {}
     for p in sorted(run.results_dir.glob("*.json")):
         nb = NOTEBOOK_OF.get(p.stem)
@@ -153,8 +142,7 @@ def _optional_number(path: Path, entry: dict, key: str, todo: str) -> None:
 
 
 def check_record(path: Path, entry: Any, todo: str) -> dict:
-    """A record as read back, refused (:class:`~tiebias.run.files.DamagedFileError` naming file, field and
-    ``todo``) unless it is what :func:`record` writes and does not contradict itself."""
+    """A record as read back, refused (naming file, field and ``todo``) unless :func:`record` could have written it."""
     if not isinstance(entry, dict):
         raise _refused(path, f"a claim's record is a JSON object, this file holds a {type(entry).__name__}", todo)
     for key, kind in (("claim", str), ("statement", str), ("status", str), ("threshold", (int, float))):
@@ -200,8 +188,8 @@ def check_record(path: Path, entry: Any, todo: str) -> dict:
 
 
 def stale(run: Run, entry: dict, known: dict[str, str | None] | None = None) -> str | None:
-    """Why a record no longer describes the run's models (one retrained, deleted or unfinished since), with the
-    notebook to rerun; None while they are as recorded. ``known`` caches identities."""
+    """Why a record no longer describes the run's models, with the notebook to rerun; None while they are as
+    recorded (``known`` caches identities)."""
     used = entry.get("models")
     if not isinstance(used, dict) or not used:
         return None  # recorded before records named their models, or from no model of the run
@@ -220,20 +208,15 @@ def stale(run: Run, entry: dict, known: dict[str, str | None] | None = None) -> 
     if not changed and not gone:
         return None
     nb = NOTEBOOK_OF.get(entry.get("claim", ""), "the notebook that recorded it")
-    parts = []
-    if changed:
-        parts.append(f"retrained since: {', '.join(changed)}")
-    if gone:
-        parts.append(f"deleted or unfinished since: {', '.join(gone)}")
-    what = "; ".join(parts)
+    what = "; ".join([f"retrained since: {', '.join(changed)}"] * bool(changed)
+                     + [f"deleted or unfinished since: {', '.join(gone)}"] * bool(gone))
     first = "train them again (01_train, or 04_ablate for its variants), then " if gone else ""
     return (f"computed from models {what}; {first}rerun {nb} (python -m tiebias study --only {nb}, with this run's "
             "--profile and --run-dir) to record it from the models as they are")
 
 
 def current_results(run: Run) -> dict[str, dict]:
-    """The claims recorded so far, each whose models changed since marked "stale" (verdict null) with the
-    reason, the notebook to rerun and the status it was recorded with."""
+    """The claims recorded so far, each whose models changed since marked "stale"."""
     known: dict[str, str | None] = {}
     out = {}
     for claim, entry in results(run).items():

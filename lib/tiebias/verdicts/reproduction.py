@@ -39,36 +39,28 @@ from tiebias.verdicts.records import current_results
 
 CAUSES = ("agrees", "inconclusive at n seeds", "undetectable at our noise", "protocol", "window", "scale",
           "reference point", "paper inconsistency", "not measured here", "unexplained")
-"""The fixed vocabulary of a row's cause."""
-EXPLAINED = ("protocol", "window", "scale", "reference point", "paper inconsistency")
-"""The causes that explain a difference."""
-MOST = 0.5
-"""A candidate that closes at least this share of the distance to the paper's value names the cause."""
-MIN_SIZES = 4
-"""A scale axis names the cause only from a line fitted to at least this many sizes."""
+EXPLAINED = ("protocol", "window", "scale", "reference point", "paper inconsistency")  # causes that explain a difference
+MOST = 0.5  # a candidate that closes at least this share of the distance to the paper's value names the cause
+MIN_SIZES = 4  # a scale axis names the cause only from a line fitted to at least this many sizes
 SETTINGS = {("FIG4_LOG_RUN",), ("FIG4_OLD_LOG", "steps"), ("FIG4_OLD_LOG", "warmup_steps"), ("FIG2_LENS",)}
-"""Keys of :mod:`tiebias.paper` that hold the paper's settings, not results."""
 
 _OLMO1, _OLMO5 = paper.TABLE1["OLMo-1B"], paper.TABLE5["OLMo-1B"]
-_SHIFTS = [v[w] - paper.TABLE2_STEP10K[1.0][w] for v in paper.TABLE2_STEP10K.values() for w in v]
-MARGINS: dict[str, tuple[float, str]] = {
-    "cosine": (abs(_OLMO1["untied output -> tied"]["orthogonal"] - _OLMO1["untied input -> tied"]["orthogonal"]) / 4,
-               "a quarter of the paper's claim-1 effect (Table 1, OLMo-1B, orthogonal: out -> tied minus in -> tied)"),
-    "overlap": (abs(_OLMO5["tied vs untied output"] - _OLMO5["tied vs untied input"]) / 4,
-                "a quarter of the paper's neighbourhood effect (Table 5, OLMo-1B: KNN@10 of tied vs untied output "
-                "minus tied vs untied input)"),
-    "cosine change": (max(abs(x) for x in _SHIFTS) / 4,
-                      "a quarter of the largest claim-4 shift the paper reports (Table 2, k = 1 -> 5)"),
-    "share": (abs(paper.FIG4_OUTPUT_SHARE["quoted"] - 0.5) / 4,
-              "a quarter of the distance from the paper's quoted output share to 0.5, claim 2's threshold"),
-    "ratio": (abs(paper.FIG4_OUTPUT_SHARE["median_out_in_ratio"] - 1) / 4,
-              "a quarter of the distance from the paper's median output / input ratio to 1 (equal paths)"),
-    "bits": ((paper.FIG2_OLMO_KL_BITS[0]["tied"] - paper.FIG2_OLMO_KL_BITS[0]["untied"]) / 4,
-             "a quarter of the paper's claim-3 effect (Figure 2, OLMo-1B: tied minus untied KL at layer 0)"),
-    "nats": (abs(math.log(paper.TABLE7_PPL[5.0] / paper.TABLE7_PPL[1.0])) / 4,
-             "a quarter of the paper's Table 7 change (log perplexity ratio, k = 5 vs 1)"),
+MARGINS: dict[str, float] = {  # a quarter of the paper's own effect, fixed before any run is read
+    # Table 1, OLMo-1B, orthogonal: out -> tied minus in -> tied
+    "cosine": abs(_OLMO1["untied output -> tied"]["orthogonal"] - _OLMO1["untied input -> tied"]["orthogonal"]) / 4,
+    # Table 5, OLMo-1B: KNN@10 of tied vs untied output minus tied vs untied input
+    "overlap": abs(_OLMO5["tied vs untied output"] - _OLMO5["tied vs untied input"]) / 4,
+    # the largest claim-4 shift the paper reports (Table 2, k = 1 -> 5)
+    "cosine change": max(abs(v[w] - paper.TABLE2_STEP10K[1.0][w]) for v in paper.TABLE2_STEP10K.values() for w in v) / 4,
+    # the distance from the paper's quoted output share to 0.5, claim 2's threshold
+    "share": abs(paper.FIG4_OUTPUT_SHARE["quoted"] - 0.5) / 4,
+    # the distance from the paper's median output / input ratio to 1 (equal paths)
+    "ratio": abs(paper.FIG4_OUTPUT_SHARE["median_out_in_ratio"] - 1) / 4,
+    # Figure 2, OLMo-1B: tied minus untied KL at layer 0
+    "bits": (paper.FIG2_OLMO_KL_BITS[0]["tied"] - paper.FIG2_OLMO_KL_BITS[0]["untied"]) / 4,
+    # Table 7: log perplexity ratio, k = 5 vs 1
+    "nats": abs(math.log(paper.TABLE7_PPL[5.0] / paper.TABLE7_PPL[1.0])) / 4,
 }
-"""Equivalence margin per kind of quantity, fixed before any run is read: (margin, why this size)."""
 
 RULES = (
     f"Each row is one number the paper reports (or a difference of two, marked derived). \"Ours\" is the mean over "
@@ -77,7 +69,7 @@ RULES = (
     "beside the margin (were it as large as ours, fewer rows could be called anything but inconclusive). The cause "
     "is computed, never typed, by one rule set. `agrees`: the whole interval of ours minus the paper's lies within "
     "a margin fixed in advance per kind of quantity (a quarter of the paper's own effect: "
-    + "; ".join(f"{k} {m:.3g}" for k, (m, _) in MARGINS.items()) + "). `inconclusive at n seeds`: the interval "
+    + "; ".join(f"{k} {m:.3g}" for k, m in MARGINS.items()) + "). `inconclusive at n seeds`: the interval "
     "reaches both inside and beyond the margin. `undetectable at our noise`: for a change the paper reports, that "
     "change is smaller than our interval's half-width (a measure of our power, not a cause). Only when the interval "
     "lies wholly beyond the margin is there a difference to explain: a candidate (claim 2's windows and metrics, "
@@ -122,8 +114,7 @@ class Estimate:
     @classmethod
     def from_ci(cls, mean: float, low: float, high: float, n: int, label: str) -> Estimate:
         """From a t-interval of the mean over ``n`` seeds, kept as it is (NaN bounds below 2 seeds)."""
-        if n < 2:
-            low = high = math.nan
+        low, high = (low, high) if n >= 2 else (math.nan, math.nan)
         return cls(float(mean), float(low), float(high), int(n), label)
 
     @property
@@ -147,13 +138,6 @@ class Estimate:
 def paired_change(candidate: Any, ours: Any, label: str = "paired over seeds") -> Estimate:
     """The per-seed change candidate minus ours (same seeds, same order) and its t-interval."""
     return Estimate.of(np.asarray(candidate, dtype=float) - np.asarray(ours, dtype=float), label)
-
-
-def _unpaired_change(c: Estimate, kit: Estimate) -> Estimate:
-    """Candidate minus ours when the seeds cannot be paired: the half-widths added in quadrature."""
-    half = math.hypot(c.half, kit.half)
-    d = c.value - kit.value
-    return Estimate(d, d - half, d + half, min(c.n, kit.n), "unpaired (half-widths in quadrature)")
 
 
 @dataclass(frozen=True)
@@ -198,21 +182,16 @@ class Row:
     extra: dict[str, Any] = field(default_factory=dict)
     group: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        for k in ("kit", "paper_protocol"):
-            d[k] = None if getattr(self, k) is None else asdict(getattr(self, k))
-        return d
-
 
 def _qualified(pv: float, kit: Estimate, candidates: Sequence[Candidate]) -> tuple[list[tuple], list[str]]:
     """The candidates that count under :func:`judge`'s rules, closest to the paper first, and why each other did not."""
     d = pv - kit.value
     ok, not_ok = [], []
-    for c in candidates:
-        if not c.estimate.usable:
-            continue
-        ch = c.change if c.change is not None and c.change.usable else _unpaired_change(c.estimate, kit)
+    for c in (c for c in candidates if c.estimate.usable):
+        ch = c.change if c.change is not None and c.change.usable else None
+        if ch is None:  # unpaired seeds: the half-widths added in quadrature
+            half, diff = math.hypot(c.estimate.half, kit.half), c.estimate.value - kit.value
+            ch = Estimate(diff, diff - half, diff + half, min(c.estimate.n, kit.n), "unpaired (half-widths in quadrature)")
         frac = ch.value / d
         lo, hi = sorted((ch.low / d, ch.high / d))
         holds, gap = c.estimate.contains(pv), abs(pv - c.estimate.value)
@@ -229,14 +208,6 @@ def _qualified(pv: float, kit: Estimate, candidates: Sequence[Candidate]) -> tup
     return sorted(ok, key=lambda t: t[0]), not_ok
 
 
-def _direction(t: Trend, pv: float, kit: Estimate) -> str:
-    towards = "towards" if np.sign(t.slope) == np.sign(pv - kit.value) else "away from"
-    pred = (f"the line's {LEVEL:.0%} prediction interval at the paper's size is [{t.pred_low:.3g}, {t.pred_high:.3g}]"
-            if math.isfinite(t.pred_low) else "no prediction interval")
-    return (f"along {t.axis} ours {t.word} ({t.slope:+.3g} per doubling, {LEVEL:.0%} CI [{t.low:+.3g}, "
-            f"{t.high:+.3g}]) {towards} the paper's value, from {t.n_sizes} sizes; {pred}: a direction, not a cause")
-
-
 def judge(paper_value: float, kit: Estimate | None, candidates: Sequence[Candidate] = (),
           trends: Sequence[Trend] = (), spread: tuple[float, float] | None = None,
           noise: bool = False, kind: str = "cosine", paper_other: tuple[float, str] | None = None) -> tuple[str, str]:
@@ -244,8 +215,7 @@ def judge(paper_value: float, kit: Estimate | None, candidates: Sequence[Candida
     :data:`RULES`); ``spread``, the paper's values across its model pairs, is context only."""
     if kind not in MARGINS:
         raise ValueError(f"kind: unknown value {kind!r}; allowed: {', '.join(MARGINS)}")
-    margin = MARGINS[kind][0]
-    p = f"{paper_value:.3g}"
+    margin, p = MARGINS[kind], f"{paper_value:.3g}"
     context = (f" (the paper's own model pairs span [{spread[0]:.3g}, {spread[1]:.3g}]: context, not agreement)"
                if spread is not None else "")
     ours = kit.text() if kit is not None else "none"
@@ -281,9 +251,15 @@ def judge(paper_value: float, kit: Estimate | None, candidates: Sequence[Candida
             return "scale", (f"{diff}; along {t.axis} ({t.n_sizes} sizes) the line gives {t.at_paper:.3g} at the "
                              f"paper's size, {LEVEL:.0%} prediction interval [{t.pred_low:.3g}, {t.pred_high:.3g}] "
                              f"holding the paper's {p} (an extrapolation){context}")
-    tried = not_ok + [_direction(t, paper_value, kit) for t in trends if stats.excludes_zero(t.low, t.high)]
+    for t in trends:
+        if stats.excludes_zero(t.low, t.high):
+            pred = (f"the line's {LEVEL:.0%} prediction interval at the paper's size is [{t.pred_low:.3g}, "
+                    f"{t.pred_high:.3g}]" if math.isfinite(t.pred_low) else "no prediction interval")
+            not_ok.append(f"along {t.axis} ours {t.word} ({t.slope:+.3g} per doubling, {LEVEL:.0%} CI [{t.low:+.3g}, "
+                          f"{t.high:+.3g}]) {'towards' if np.sign(t.slope) == np.sign(paper_value - kit.value) else 'away from'}"
+                          f" the paper's value, from {t.n_sizes} sizes; {pred}: a direction, not a cause")
     return "unexplained", (f"{diff}, beyond the margin +-{margin:.3g}; tried: "
-                           f"{'; '.join(tried) or 'no decomposition of this number'}{context}")
+                           f"{'; '.join(not_ok) or 'no decomposition of this number'}{context}")
 
 
 @dataclass
@@ -300,16 +276,14 @@ class Evidence:
     @classmethod
     def load(cls, run: Run, scale: Run | None = None) -> Evidence:
         """The run's evidence with its own scale trends and those of ``scale`` (a scale run of the same corpus and
-        recipe, :func:`check_scale_run`), each labelled with its run."""
-        study = run.config.get("study", {})
-        ev = cls(run, current_results(run), study)
+        recipe), each labelled with its run."""
+        ev = cls(run, current_results(run), run.config.get("study", {}))
         if scale is not None:
             check_scale_run(run, scale)
         found, notes = [], []
         for src in [run] + ([scale] if scale is not None else []):
-            path = src.table_path("scale_trends")
-            if path.exists():
-                found.append(_read(path, "scale_trends").assign(source=str(src.path)))
+            if src.table_path("scale_trends").exists():
+                found.append(_read(src.table_path("scale_trends"), "scale_trends").assign(source=str(src.path)))
             elif src is scale:
                 notes.append(f"--scale {src.path} has no scale trends (no metrics/scale_trends.csv: its 04_ablate ran "
                              "without a scale axis, or has not run)")
@@ -335,18 +309,18 @@ class Evidence:
             return []
         out = []
         for r in t[(t.quantity == quantity) & t.slope.notna()].itertuples():
+            try:
+                n_sizes = len(json.loads(str(r.sizes)))
+            except (ValueError, TypeError):
+                n_sizes = 0
             pred = [float(getattr(r, c, math.nan)) for c in ("pred_low", "pred_high")]  # older tables: no prediction
             out.append(Trend(f"{r.axis} (scale run {r.source})", str(r.word), float(r.slope),
-                             float(r.ci_low), float(r.ci_high), float(r.at_paper), _n_sizes(r.sizes), *pred))
+                             float(r.ci_low), float(r.ci_high), float(r.at_paper), n_sizes, *pred))
         return out
 
     @property
     def steps(self) -> int:
         return int(self.study.get("steps", 0))
-
-    @property
-    def warmup(self) -> int:
-        return int(self.study.get("warmup_steps", 0))
 
 
 RECIPE = ("corpus_fingerprint", "family", "steps", "batch_size", "seq_len", "lr", "warmup_steps", "weight_decay",
@@ -354,22 +328,19 @@ RECIPE = ("corpus_fingerprint", "family", "steps", "batch_size", "seq_len", "lr"
 """What a scale run must share with the run it explains (its models' sizes are what it varies)."""
 
 
-def _recipe(run: Run, name: str) -> dict[str, Any]:
-    """The training recipe of a run's first tied model, else ValueError."""
-    paths = sorted(run.models_dir.glob("tied-s*/train_config.json")) if run.models_dir.is_dir() else []
-    if not paths:
-        raise ValueError(f"{name}: {run.path} has no trained tied model (models/tied-s<seed>/train_config.json) to "
-                         "compare the training recipe with; give the folder of an executed study")
-    cfg = read_json(paths[0], "delete the model folder and train it again")
-    if not isinstance(cfg, dict):
-        raise ValueError(f"{paths[0]}: not a JSON object; delete the model folder and train it again")
-    return {k: cfg.get(k) for k in RECIPE}
-
-
 def check_scale_run(run: Run, scale: Run) -> None:
-    """Refuse (ValueError) a ``--scale`` run of another corpus or training recipe than ``run``: its trends
-    would turn differences into "scale" from another study."""
-    ours, theirs = _recipe(run, "run"), _recipe(scale, "--scale")
+    """Refuse (ValueError) a ``--scale`` run of another corpus or training recipe than ``run``."""
+    recipes = []
+    for r, name in ((run, "run"), (scale, "--scale")):
+        paths = sorted(r.models_dir.glob("tied-s*/train_config.json")) if r.models_dir.is_dir() else []
+        if not paths:
+            raise ValueError(f"{name}: {r.path} has no trained tied model (models/tied-s<seed>/train_config.json) to "
+                             "compare the training recipe with; give the folder of an executed study")
+        cfg = read_json(paths[0], "delete the model folder and train it again")
+        if not isinstance(cfg, dict):
+            raise ValueError(f"{paths[0]}: not a JSON object; delete the model folder and train it again")
+        recipes.append({k: cfg.get(k) for k in RECIPE})
+    ours, theirs = recipes
     diff = [f"{k} {theirs[k]!r} there, {ours[k]!r} here" for k in RECIPE if theirs[k] != ours[k]]
     if diff:
         raise ValueError(f"--scale: {scale.path} is not a scale run of this run's corpus and recipe ({'; '.join(diff)}"
@@ -378,21 +349,31 @@ def check_scale_run(run: Run, scale: Run) -> None:
 
 
 _KL_GAP = (-KL_BITS[1], KL_BITS[1])
+_ALIGNMENT = (("method", "output_factor", "k", "step", "vs_untied_input", "vs_untied_output"),
+              {"output_factor": FINITE, "k": FINITE, "step": FINITE, "vs_untied_input": COSINE,
+               "vs_untied_output": COSINE})
 TABLES: dict[str, tuple[str, tuple[str, ...], dict[str, tuple[float, float]]]] = {
     "alignment_table1": ("02_align", ("comparison", "pairing", "seed_source", "seed_target", "orthogonal", "linear"),
                          {"orthogonal": COSINE, "linear": COSINE, "identity": COSINE, "knn@*": SHARE}),
     "alignment_evolution": ("02_align", ("matrix", "step", "cos_to_init"), {"step": FINITE, "cos_to_init": COSINE}),
+    knn_bins.TABLE: ("02_align", ("comparison", "bin", "count_min", "count_max", "n_tokens", "overlap", "chance",
+                                  "ceiling"),
+                     {"count_*": FINITE, "n_tokens": FINITE, "overlap": SHARE, "chance": SHARE, "ceiling": SHARE}),
+    checkpoint_levels.TABLE: ("02_align", ("quantity", "who", "step", "fraction", "mean", "values"),
+                              {"step": FINITE, "fraction": FINITE, "mean": COSINE}),
     "lens_per_layer": ("03_lens", ("protocol", "step", "budget", "variant", "layer", "kl_tuned_bits", "lens_steps"),
                        {"step": FINITE, "budget": FINITE, "layer": FINITE, "lens_steps": FINITE,
                         "kl_tuned_bits": KL_BITS}),
     "lens_readings_per_layer": ("03_lens", ("reading", "layer", "gap", "ci_low", "ci_high", "n_seeds", "label"),
                                 {"layer": FINITE, "n_seeds": FINITE, "gap": _KL_GAP, "ci_low": _KL_GAP,
                                  "ci_high": _KL_GAP}),
+    bigram_bound.TABLE: ("03_lens", ("variant", "seed", "kl_layer0_bits", "bigram_gain_bits", "ce_model_nats",
+                                     "ce_bigram_nats", "ce_unigram_nats"),
+                         {"seed": FINITE, "kl_layer0_bits": KL_BITS, "bigram_gain_bits": FINITE,
+                          "ce_*": (0.0, FINITE[1])}),
     "claim2_windows": ("01_train", ("window", "metric"), {"share_*": SHARE}),
-    "ablation_alignment": ("04_ablate", ("method", "output_factor", "k", "step", "vs_untied_input",
-                                         "vs_untied_output"),
-                           {"output_factor": FINITE, "k": FINITE, "step": FINITE, "vs_untied_input": COSINE,
-                            "vs_untied_output": COSINE}),
+    "ablation_alignment": ("04_ablate", *_ALIGNMENT),
+    "ablation_alignment_same_seed": ("04_ablate", *_ALIGNMENT),
     "claim4_ingredients": ("04_ablate", ("ingredient", "k", "n_seeds", *(f"vs_untied_{w}{e}" for w in ("input", "output")
                                                                           for e in ("", "_ci_low", "_ci_high"))),
                            {"k": FINITE, "n_seeds": FINITE, "vs_untied_input": COSINE_CHANGE,
@@ -406,18 +387,9 @@ TABLES: dict[str, tuple[str, tuple[str, ...], dict[str, tuple[float, float]]]] =
     "scale_trends": ("04_ablate", ("quantity", "axis", "word", "slope", "ci_low", "ci_high", "at_paper", "sizes"),
                      {"slope": FINITE, "ci_low": FINITE, "ci_high": FINITE, "at_paper": FINITE, "pred_*": FINITE}),
 }
-TABLES["ablation_alignment_same_seed"] = TABLES["ablation_alignment"]
-TABLES[bigram_bound.TABLE] = ("03_lens", ("variant", "seed", "kl_layer0_bits", "bigram_gain_bits", "ce_model_nats",
-                                          "ce_bigram_nats", "ce_unigram_nats"),
-                              {"seed": FINITE, "kl_layer0_bits": KL_BITS, "bigram_gain_bits": FINITE,
-                               "ce_*": (0.0, FINITE[1])})
-TABLES[knn_bins.TABLE] = ("02_align", ("comparison", "bin", "count_min", "count_max", "n_tokens", "overlap", "chance",
-                                       "ceiling"),
-                          {"count_*": FINITE, "n_tokens": FINITE, "overlap": SHARE, "chance": SHARE, "ceiling": SHARE})
-TABLES[checkpoint_levels.TABLE] = ("02_align", ("quantity", "who", "step", "fraction", "mean", "values"),
-                                   {"step": FINITE, "fraction": FINITE, "mean": COSINE})
 """The tables the report reads: the notebook that writes each, the columns it needs and what each number column can
 be (:func:`tiebias.run.files.read_table` refuses a table outside them, naming the file, the column and the row)."""
+MAY_BE_EMPTY = {"claim4_ingredients", "claim4_ingredients_per_seed"}  # 04 writes them header only when it measures nothing
 
 
 def _read(path: Any, name: str) -> pd.DataFrame:
@@ -426,18 +398,6 @@ def _read(path: Any, name: str) -> pd.DataFrame:
     todo = (f"delete it and rerun notebook {nb} (python -m tiebias study --only {nb}, with this run's --profile and "
             "--run-dir)" if nb else "delete it and rerun the notebook that writes it")
     return read_table(path, todo, columns=columns, bounds=bounds, allow_empty=name in MAY_BE_EMPTY)
-
-
-MAY_BE_EMPTY = {"claim4_ingredients", "claim4_ingredients_per_seed"}
-"""Tables 04 writes with their header only when it measures nothing: not measured, not damaged."""
-
-
-def _n_sizes(sizes: Any) -> int:
-    """How many sizes a trend was fitted to (its ``sizes`` cell, a JSON list)."""
-    try:
-        return len(json.loads(str(sizes)))
-    except (ValueError, TypeError):
-        return 0
 
 
 def paper_numbers() -> Iterator[tuple[tuple[str, ...], float]]:
@@ -456,166 +416,124 @@ def paper_numbers() -> Iterator[tuple[tuple[str, ...], float]]:
             yield from walk((name,), getattr(paper, name))
 
 
-def _row(key: tuple[str, ...], source: str, quantity: str, paper_value: float, kit: Estimate | None,
-         paper_protocol: Estimate | None = None, candidates: Sequence[Candidate] = (), **judged: Any) -> Row:
-    cause, why = judge(paper_value, kit, candidates, **judged)
-    return Row("/".join(key), source, quantity, float(paper_value), kit, paper_protocol, cause, why)
-
-
-def _missing(key: tuple[str, ...], source: str, quantity: str, paper_value: float, why: str) -> Row:
-    return Row("/".join(key), source, quantity, float(paper_value), None, None, "not measured here", why)
+def _row(key: tuple[str, ...], source: str, quantity: str, pv: float, kit: Estimate | None,
+         paper_protocol: Estimate | None = None, candidates: Sequence[Candidate] = (), missing: str = "",
+         short: str = "", **judged: Any) -> Row:
+    """A row judged by :func:`judge`; without ``kit``, "not measured here" because ``missing`` (quantity ``short``)."""
+    if kit is None:
+        return Row("/".join(key), source, short or quantity, float(pv), None, None, "not measured here", missing)
+    cause, why = judge(pv, kit, candidates, **judged)
+    return Row("/".join(key), source, quantity, float(pv), kit, paper_protocol, cause, why)
 
 
 def _spread(values: Sequence[float]) -> tuple[float, float] | None:
     return (min(values), max(values)) if len(values) > 1 else None
 
 
-_PAIRED = {"untied input -> untied output": "within model"}
 _KNN = {"tied vs untied input": "untied input -> tied", "tied vs untied output": "untied output -> tied",
         "untied input vs output": "untied input -> untied output"}
 _NOT_RUN = "its notebook has not run in this folder ({})"
 
 
-def _alignment(ev: Evidence, comparison: str, column: str) -> tuple[Estimate | None, list[Candidate]]:
-    """Ours for one Table 1 or 5 cell (cross-seed pairs), and the same-seed pairing as the reference-point candidate."""
-    t = ev.table("alignment_table1")
-    if t is None:
-        return None, []
-    pairing = _PAIRED.get(comparison, "cross seed")
-    sub = t[(t.comparison == comparison) & (t.pairing == pairing)]
-    kit = Estimate.of(sub[column], f"{column}, in-sample, {pairing}")
-    same = t[(t.comparison == comparison) & (t.pairing == "same seed")]
-    cands = [Candidate(Estimate.of(same[column], "same-seed pairs"), "reference point",
-                       "pairing each tied model with the untied model of its own seed")] if len(same) else []
-    return kit, cands
-
-
 def table1_rows(ev: Evidence) -> list[Row]:
-    """Table 1 (mean cosine after alignment, three maps) and its derived gap, out -> tied minus in -> tied."""
-    rows = []
+    """Tables 1 and 5 (mean cosine after alignment, KNN@10 overlap) and claim 1's gap, out -> tied minus in -> tied;
+    the same-seed pairing is the reference-point candidate."""
+    t, rows, missing = ev.table("alignment_table1"), [], _NOT_RUN.format("02_align")
+
+    def ours(comparison: str, column: str) -> tuple[Estimate | None, list[Candidate]]:
+        if t is None:
+            return None, []
+        pairing = "within model" if comparison == "untied input -> untied output" else "cross seed"
+        kit = Estimate.of(t[(t.comparison == comparison) & (t.pairing == pairing)][column],
+                          f"{column}, in-sample, {pairing}")
+        same = t[(t.comparison == comparison) & (t.pairing == "same seed")]
+        return kit, [Candidate(Estimate.of(same[column], "same-seed pairs"), "reference point",
+                               "pairing each tied model with the untied model of its own seed")] if len(same) else []
+
     for fam, comps in paper.TABLE1.items():
         for comp, maps in comps.items():
             for m, pv in maps.items():
-                key = ("TABLE1", fam, comp, m)
-                kit, cands = _alignment(ev, comp, m)
-                if kit is None:
-                    rows.append(_missing(key, "Table 1", f"{comp}, {m} map", pv, _NOT_RUN.format("02_align")))
-                    continue
-                spread = _spread([paper.TABLE1[f][comp][m] for f in paper.TABLE1])
-                rows.append(_row(key, "Table 1", f"{comp}, {m} map ({fam})", pv, kit, kit, cands, spread=spread))
+                kit, cands = ours(comp, m)
+                rows.append(_row(("TABLE1", fam, comp, m), "Table 1", f"{comp}, {m} map ({fam})", pv, kit, kit, cands,
+                                 missing, f"{comp}, {m} map", spread=_spread([paper.TABLE1[f][comp][m] for f in paper.TABLE1])))
         for m in ("orthogonal", "linear"):
-            pv = comps["untied output -> tied"][m] - comps["untied input -> tied"][m]
-            key = ("derived", "TABLE1", fam, "gap", m)
-            t = ev.table("alignment_table1")
-            if t is None:
-                rows.append(_missing(key, "Table 1 (derived)", f"claim 1 gap, {m}", pv, _NOT_RUN.format("02_align")))
-                continue
-            cross = t[t.pairing == "cross seed"].set_index(["seed_source", "seed_target", "comparison"])[m].unstack()
-            gap = cross["untied output -> tied"] - cross["untied input -> tied"]
-            kit = Estimate.of(gap, f"{m}, in-sample, cross seed")
-            trends = ev.trends("claim1_gap") if m == "orthogonal" else []
-            rows.append(_row(key, "Table 1 (derived)", f"claim 1 gap: out -> tied minus in -> tied, {m} ({fam})",
-                             pv, kit, kit, trends=trends))
-    return rows
-
-
-def table5_rows(ev: Evidence) -> list[Row]:
-    """Table 5: KNN@10 overlap of neighbourhoods."""
-    rows = []
+            kit = None
+            if t is not None:
+                cross = t[t.pairing == "cross seed"].set_index(["seed_source", "seed_target", "comparison"])[m].unstack()
+                kit = Estimate.of(cross["untied output -> tied"] - cross["untied input -> tied"],
+                                  f"{m}, in-sample, cross seed")
+            rows.append(_row(("derived", "TABLE1", fam, "gap", m), "Table 1 (derived)",
+                             f"claim 1 gap: out -> tied minus in -> tied, {m} ({fam})",
+                             comps["untied output -> tied"][m] - comps["untied input -> tied"][m], kit, kit,
+                             missing=missing, short=f"claim 1 gap, {m}",
+                             trends=ev.trends("claim1_gap") if m == "orthogonal" else []))
     for fam, cells in paper.TABLE5.items():
         for name, pv in cells.items():
-            key = ("TABLE5", fam, name)
-            t = ev.table("alignment_table1")
-            if t is not None and "knn@10" not in t:
-                ks = [c for c in t.columns if c.startswith("knn@")]
-                rows.append(_missing(key, "Table 5", f"KNN@10, {name}", pv, f"this run measured {', '.join(ks) or 'no KNN'}"
-                                     " (knn_k), the paper's Table 5 k = 10: not the same quantity"))
-                continue
-            kit, cands = _alignment(ev, _KNN[name], "knn@10")
-            if kit is None:
-                rows.append(_missing(key, "Table 5", f"KNN@10, {name}", pv, _NOT_RUN.format("02_align")))
-                continue
-            spread = _spread([paper.TABLE5[f][name] for f in paper.TABLE5])
-            rows.append(_row(key, "Table 5", f"KNN@10 overlap, {name} ({fam})", pv, kit, kit, cands, spread=spread,
-                             kind="overlap"))
+            knn = [c for c in t.columns if c.startswith("knn@")] if t is not None else []
+            other = t is not None and "knn@10" not in t
+            kit, cands = (None, []) if other else ours(_KNN[name], "knn@10")
+            rows.append(_row(("TABLE5", fam, name), "Table 5", f"KNN@10 overlap, {name} ({fam})", pv, kit, kit, cands,
+                             f"this run measured {', '.join(knn) or 'no KNN'} (knn_k), the paper's Table 5 k = 10: not "
+                             "the same quantity" if other else missing, f"KNN@10, {name}", kind="overlap",
+                             spread=_spread([paper.TABLE5[f][name] for f in paper.TABLE5])))
     return rows
-
-
-def _lens_kl(ev: Evidence, variant: str, layer: int) -> Estimate | None:
-    """Tuned-lens KL (bits) at one layer of the final models, package reading, largest lens budget, per seed."""
-    t = ev.table("lens_per_layer")
-    if t is None:
-        return None
-    t = t[(t.protocol == "package") & (t.step == t.step.max())]
-    t = t[(t.budget == t.budget.max()) & (t.variant == variant) & (t.layer == layer)]
-    return Estimate.of(t.kl_tuned_bits, f"package reading, {int(t.lens_steps.max()) if len(t) else 0}-step lens")
-
-
-def _reading_gaps(ev: Evidence, layer: int) -> dict[str, Estimate]:
-    """The tied - untied gap at one layer under each of claim 3's readings (a: the kit's; b-d: the paper's)."""
-    t = ev.table("lens_readings_per_layer")
-    if t is None:
-        return {}
-    return {r.reading: Estimate.from_ci(r.gap, r.ci_low, r.ci_high, int(r.n_seeds), str(r.label))
-            for r in t[t.layer == layer].itertuples()}
 
 
 _FIG2_PAIRS = {"OLMo-1B": ("FIG2_OLMO_KL_BITS", "Figure 2"), "GPT-Neo / Pythia": ("FIG6_INPUT_LAYER_KL_BITS", "Figure 6"),
                "Qwen3": ("FIG7_INPUT_LAYER_KL_BITS", "Figure 7")}
-"""Where each model pair's input-layer KL is held in :mod:`tiebias.paper`, and its figure."""
 
 
 def figure2_rows(ev: Evidence) -> list[Row]:
-    """Figures 2, 6 and 7: tuned-lens KL at the input layer (and OLMo's layer 1), and the tied - untied gaps."""
+    """Figures 2, 6 and 7: tuned-lens KL at the input layer (and OLMo's layer 1), and the tied - untied gaps; the
+    paper's readings of the same lenses are the protocol candidates."""
     rows: list[Row] = []
     cells = [((name, v), fig, fam, 0, x) for fam, (name, fig) in _FIG2_PAIRS.items() if fam != "OLMo-1B"
              for v, x in getattr(paper, name).items()]
     cells += [(("FIG2_OLMO_KL_BITS", str(layer), v), "Figure 2", "OLMo-1B", layer, x)
               for layer, d in paper.FIG2_OLMO_KL_BITS.items() for v, x in d.items()]
+    t = ev.table("lens_per_layer")
+    if t is not None:  # the package reading of the final models' largest lens budget
+        t = t[(t.protocol == "package") & (t.step == t.step.max())]
+        t = t[t.budget == t.budget.max()]
     for key, fig, fam, layer, pv in cells:
-        variant = key[-1]
-        what = f"tuned-lens KL at layer {layer}, {variant} ({fam}), bits"
-        kit = _lens_kl(ev, variant, layer)
-        if kit is None or not kit.usable:
-            rows.append(_missing(key, fig, what, pv, _NOT_RUN.format("03_lens")))
-            continue
+        variant, kit = key[-1], None
+        if t is not None:
+            sub = t[(t.variant == variant) & (t.layer == layer)]
+            kit = Estimate.of(sub.kl_tuned_bits, f"package reading, {int(sub.lens_steps.max()) if len(sub) else 0}-step lens")
         spread = _spread([d[variant] for d in paper.FIG2_INPUT_LAYER_KL_BITS.values()]) if layer == 0 else None
-        rows.append(_row(key, fig, what, pv, kit, kit if layer == 0 else None, spread=spread, kind="bits"))
+        rows.append(_row(key, fig, f"tuned-lens KL at layer {layer}, {variant} ({fam}), bits", pv,
+                         kit if kit is not None and kit.usable else None, kit if layer == 0 else None,
+                         missing=_NOT_RUN.format("03_lens"), spread=spread, kind="bits"))
     gaps = {("OLMo-1B", layer): d["tied"] - d["untied"] for layer, d in paper.FIG2_OLMO_KL_BITS.items()}
     gaps |= {(fam, 0): d["tied"] - d["untied"] for fam, d in paper.FIG2_INPUT_LAYER_KL_BITS.items() if fam != "OLMo-1B"}
+    readings = ev.table("lens_readings_per_layer")
     for (fam, layer), pv in gaps.items():
         name, fig = _FIG2_PAIRS[fam]
-        key = ("derived", name, str(layer), "gap")
-        what = f"tied - untied tuned-lens KL at layer {layer} ({fam}), bits"
-        g = _reading_gaps(ev, layer)
-        if "a" not in g:
-            rows.append(_missing(key, f"{fig} (derived)", what, pv, _NOT_RUN.format("03_lens with both readings")))
-            continue
-        causes = {"b": "protocol", "c": "protocol", "d": "protocol"}
-        cands = [Candidate(g[k], c, f"the {g[k].label}") for k, c in causes.items() if k in g]
-        rows.append(_row(key, f"{fig} (derived)", what, pv, g["a"], g.get("d") or g.get("b"), cands, kind="bits",
+        g = {} if readings is None else {  # the tied - untied gap under each reading (a: the kit's; b-d: the paper's)
+            r.reading: Estimate.from_ci(r.gap, r.ci_low, r.ci_high, int(r.n_seeds), str(r.label))
+            for r in readings[readings.layer == layer].itertuples()}
+        cands = [Candidate(g[k], "protocol", f"the {g[k].label}") for k in "bcd" if k in g]
+        rows.append(_row(("derived", name, str(layer), "gap"), f"{fig} (derived)",
+                         f"tied - untied tuned-lens KL at layer {layer} ({fam}), bits", pv, g.get("a"),
+                         g.get("d") or g.get("b"), cands, _NOT_RUN.format("03_lens with both readings"), kind="bits",
                          spread=_spread([v for (f, lay), v in gaps.items() if lay == 0]) if layer == 0 else None))
     return rows
 
 
 def figure3_rows(ev: Evidence) -> list[Row]:
     """Figure 3: an untied model's matrices' cosine to their initialisation."""
-    rows = []
-    t = ev.table("alignment_evolution")
+    t, rows = ev.table("alignment_evolution"), []
     for which, pv in paper.FIG3_COS_TO_INIT.items():
-        key, what = ("FIG3_COS_TO_INIT", which), f"untied {which} matrix: cosine to its initialisation"
-        if t is None:
-            rows.append(_missing(key, "Figure 3", what, pv, _NOT_RUN.format("02_align")))
-            continue
-        sub = t[(t.matrix == f"untied {which}") & (t.step == t.step.max())]
-        kit = Estimate.of(sub.cos_to_init, f"at our last step ({int(t.step.max())}; the paper's is step 20,000)")
-        rows.append(_row(key, "Figure 3", what, pv, kit))
+        kit = None if t is None else Estimate.of(
+            t[(t.matrix == f"untied {which}") & (t.step == t.step.max())].cos_to_init,
+            f"at our last step ({int(t.step.max())}; the paper's is step 20,000)")
+        rows.append(_row(("FIG3_COS_TO_INIT", which), "Figure 3", f"untied {which} matrix: cosine to its initialisation",
+                         pv, kit, missing=_NOT_RUN.format("02_align")))
     return rows
 
 
 _BY_PLACE = {"first 100 steps": "warmup", "warmup": "warmup", "after warmup": "after warmup",
-             "whole run": "whole run", "first 1000 steps": "warmup"}
-"""Our window at the same place relative to warmup as each of the paper's."""
+             "whole run": "whole run", "first 1000 steps": "warmup"}  # our window at the same place as the paper's
 _SCALE_SHARE = {"whole run": "claim2_share", "warmup": "claim2_share_warmup", "after warmup": "claim2_share_after_warmup"}
 
 
@@ -628,13 +546,7 @@ def _per_seed_share(ev: Evidence, metric: str, window: str) -> np.ndarray | None
     if t is None or not window:
         return None
     sub = t[(t.window == window) & (t.metric == metric)]
-    seeds = [c for c in sub.columns if c.startswith("share_")]
-    return sub[seeds].iloc[0].to_numpy(dtype=float) if len(sub) else None
-
-
-def _share(ev: Evidence, metric: str, window: str) -> Estimate | None:
-    x = _per_seed_share(ev, metric, window)
-    return None if x is None else Estimate.of(x, f"{metric}, {window}")
+    return sub[[c for c in sub.columns if c.startswith("share_")]].iloc[0].to_numpy(dtype=float) if len(sub) else None
 
 
 def _share_row(ev: Evidence, key: tuple[str, ...], what: str, pv: float, norm: str, window: str,
@@ -643,48 +555,39 @@ def _share_row(ev: Evidence, key: tuple[str, ...], what: str, pv: float, norm: s
     candidates paired with ours: the paper's proxy over the same steps, both metrics at the same place."""
     name = {"l2": "l2", "squared_l2": "squared l2", "l1": "l1"}[norm]
     same = {"warmup": f"first {paper_warmup} steps"}.get(window, window)  # after warmup, whole run: not our steps
-    steps_window = same if same.startswith("first ") and _share(ev, f"exact {name}", same) is not None else None
+    steps_window = same if same.startswith("first ") and _per_seed_share(ev, f"exact {name}", same) is not None else None
     place = _BY_PLACE[window]
     ours = _per_seed_share(ev, f"exact {name}", steps_window or place)
     if ours is None:
-        return _missing(key, "Figure 4", what, pv, _NOT_RUN.format("01_train with gradient windows"))
-    kit = Estimate.of(ours, f"exact {name}, {steps_window or place}")
+        return _row(key, "Figure 4", what, pv, None, missing=_NOT_RUN.format("01_train with gradient windows"))
 
-    def candidate(metric: str, win: str, cause: str, text: str) -> Candidate | None:
+    def candidate(metric: str, win: str, cause: str, text: str) -> list[Candidate]:
         x = _per_seed_share(ev, metric, win)
-        return None if x is None else Candidate(Estimate.of(x, f"{metric}, {win}"), cause, text, paired_change(x, ours))
+        return [] if x is None else [Candidate(Estimate.of(x, f"{metric}, {win}"), cause, text, paired_change(x, ours))]
 
-    proxy = candidate(f"proxy {name}", steps_window or place, "protocol", "the paper's proxy metric (gradient on the "
-                      "embedding output) over " + (f"the same steps ({_steps_text(ev, steps_window)})" if steps_window
-                                                   else f"our {place}"))
-    cands = [proxy] if proxy else []
+    n = int(steps_window.split()[1]) if steps_window else 0
+    over = ((f"the same steps ({steps_window}: our whole run of {ev.steps})" if n > ev.steps else
+             f"the same steps ({steps_window})") if steps_window else f"our {place}")
+    cands = candidate(f"proxy {name}", steps_window or place, "protocol",
+                      "the paper's proxy metric (gradient on the embedding output) over " + over)
+    proxy = cands[0].estimate if cands else None
     if steps_window and steps_window != place:
         for metric in (f"proxy {name}", f"exact {name}"):
-            c = candidate(metric, place, "window", f"{metric} over our {place}, the same place relative to warmup")
-            cands += [c] if c else []
+            cands += candidate(metric, place, "window", f"{metric} over our {place}, the same place relative to warmup")
     scale_key = {"first 1000 steps": "whole run", "first 100 steps": ""}.get(steps_window or place, steps_window or place)
-    trends = ev.trends(_SCALE_SHARE.get(scale_key, "")) if norm == "l2" else []
-    return _row(key, "Figure 4", what, pv, kit, proxy.estimate if proxy else None, cands, trends=trends, kind="share",
+    return _row(key, "Figure 4", what, pv, Estimate.of(ours, f"exact {name}, {steps_window or place}"), proxy, cands,
+                trends=ev.trends(_SCALE_SHARE.get(scale_key, "")) if norm == "l2" else [], kind="share",
                 paper_other=paper_other)
 
 
-def _steps_text(ev: Evidence, window: str) -> str:
-    n = int(window.split()[1])
-    return f"{window}: our whole run of {ev.steps}" if n > ev.steps else window
-
-
 def figure4_rows(ev: Evidence) -> list[Row]:
-    """Figure 4: the output path's share of the tied matrix's gradient, per window and norm, and its quoted means."""
-    rows = []
-    for norm, wins in paper.FIG4_LOG_WINDOWS.items():
-        for window, pv in wins.items():
-            rows.append(_share_row(ev, ("FIG4_LOG_WINDOWS", norm, window), f"output share, {norm}, {window} (the "
-                                   "paper's published log)", pv, norm, window, paper.FIG4_LOG_RUN["warmup_steps"]))
-    old = paper.FIG4_OLD_LOG["l2"]
-    for window, pv in old.items():
-        rows.append(_share_row(ev, ("FIG4_OLD_LOG", "l2", window), f"output share, l2, {window} (the paper's "
-                               "older log)", pv, "l2", window,
-                               paper.FIG4_OLD_LOG["warmup_steps"]))
+    """Figure 4: the output path's share of the tied matrix's gradient, per window and norm, its quoted means, and
+    the median output / input norm ratio per tied model."""
+    rows = [_share_row(ev, ("FIG4_LOG_WINDOWS", norm, window), f"output share, {norm}, {window} (the paper's published "
+                       "log)", pv, norm, window, paper.FIG4_LOG_RUN["warmup_steps"])
+            for norm, wins in paper.FIG4_LOG_WINDOWS.items() for window, pv in wins.items()]
+    rows += [_share_row(ev, ("FIG4_OLD_LOG", "l2", window), f"output share, l2, {window} (the paper's older log)", pv,
+                        "l2", window, paper.FIG4_OLD_LOG["warmup_steps"]) for window, pv in paper.FIG4_OLD_LOG["l2"].items()]
     q = paper.FIG4_OUTPUT_SHARE
     rows.append(_share_row(ev, ("FIG4_OUTPUT_SHARE", "quoted"), "output share over the first 1000 steps (quoted)",
                            q["quoted"], "l2", "first 1000 steps", paper.FIG4_LOG_RUN["warmup_steps"]))
@@ -692,17 +595,12 @@ def figure4_rows(ev: Evidence) -> list[Row]:
                            "log's mean", q["reproduction_log_mean"], "l2", "first 1000 steps",
                            paper.FIG4_OLD_LOG["warmup_steps"],
                            (q["quoted"], "the paper's quoted share over the first 1000 steps of its Figure 4 run")))
-    rows.append(_ratio_row(ev, q["median_out_in_ratio"]))
-    return rows
-
-
-def _ratio_row(ev: Evidence, pv: float) -> Row:
-    """The median output / input norm ratio per tied model of claim 2's record (its logs), the paper's proxy input
-    norm as the candidate; the record's pooled value when the logs are missing."""
+    # the median ratio: per tied model of claim 2's record (its logs), the proxy input norm as the candidate; the
+    # record's pooled value when the logs are missing
     key, what = ("FIG4_OUTPUT_SHARE", "median_out_in_ratio"), "median output / input gradient norm ratio"
     rec = ev.claims.get("claim2_gradient_flow", {})
     if "median_out_in_ratio" not in rec.get("details", {}):
-        return _missing(key, "Figure 4", what, pv, _NOT_RUN.format("01_train"))
+        return rows + [_row(key, "Figure 4", what, q["median_out_in_ratio"], None, missing=_NOT_RUN.format("01_train"))]
     first_n = int(rec["details"].get("first_n") or 0)
     medians: dict[str, list[float]] = {"input_norm": [], "proxy_input_norm": []}
     for model in rec.get("models") or {}:
@@ -715,22 +613,19 @@ def _ratio_row(ev: Evidence, pv: float) -> Row:
         for col, values in medians.items():
             values.append(float((log.output_norm / log[col]).median()) if col in log else math.nan)
     ours, proxy = medians["input_norm"], medians.get("proxy_input_norm", [])
-    if not ours:
-        kit = Estimate(float(rec["details"]["median_out_in_ratio"]), math.nan, math.nan, 1,
-                       "exact l2, whole run, pooled seeds")
-        return _row(key, "Figure 4", what, pv, kit, None, kind="ratio")
     steps = f"first {first_n} steps" if first_n else "whole run"
-    kit = Estimate.of(ours, f"exact l2, per tied model, {steps}")
+    kit = (Estimate.of(ours, f"exact l2, per tied model, {steps}") if ours else
+           Estimate(float(rec["details"]["median_out_in_ratio"]), math.nan, math.nan, 1, "exact l2, whole run, pooled seeds"))
     cands = [Candidate(Estimate.of(proxy, f"proxy l2, {steps}"), "protocol", "the paper's proxy input norm (gradient "
                        "on the embedding output) over the same steps", paired_change(proxy, ours))] \
-        if proxy and all(math.isfinite(x) for x in proxy) else []
-    return _row(key, "Figure 4", what, pv, kit, cands[0].estimate if cands else None, cands, kind="ratio")
+        if ours and proxy and all(math.isfinite(x) for x in proxy) else []
+    return rows + [_row(key, "Figure 4", what, q["median_out_in_ratio"], kit, cands[0].estimate if cands else None,
+                        cands, kind="ratio")]
 
 
 _COLUMN = {"vs untied input": "vs_untied_input", "vs untied output": "vs_untied_output"}
-_SHORT = {"vs untied input": "in", "vs untied output": "out"}
 _INGREDIENT_CAUSE = {"warmup10": "window", "no_embedding_decay": "protocol", "sgd": "protocol"}
-"""The cause each of claim 4's recipe ingredients stands for."""
+PAPER_RUN_STEPS = 10_000  # the length of the paper's OLMo-1B runs behind Tables 2 and 6
 
 
 def _cosines(ev: Evidence, k: float, which: str, table: str) -> Estimate | None:
@@ -762,9 +657,38 @@ def _shift(ev: Evidence, k: float, which: str) -> tuple[Estimate | None, list[Ca
         both = by[[name, KIT]].dropna()
         return paired_change(both[name], both[KIT]) if len(both) > 1 else None
 
-    cands = [Candidate(e, "reference point" if name == SAME_SEED else _INGREDIENT_CAUSE.get(name, "protocol"),
-                       INGREDIENTS.get(name, name), change(name)) for name, e in est.items()]
-    return kit, cands
+    return kit, [Candidate(e, "reference point" if name == SAME_SEED else _INGREDIENT_CAUSE.get(name, "protocol"),
+                           INGREDIENTS.get(name, name), change(name)) for name, e in est.items()]
+
+
+def _pair_values(ev: Evidence, row: pd.Series) -> np.ndarray:
+    """A levels row's per-pair cosines, refused with the file named when they are not a JSON list of cosines."""
+    try:
+        x = checkpoint_levels.values(row)
+    except (ValueError, TypeError):
+        x = np.array([np.nan])
+    if x.ndim != 1 or not len(x) or not np.all(np.abs(x) <= COSINE[1]):
+        raise DamagedFileError(f"{ev.run.table_path(checkpoint_levels.TABLE)}: column 'values' at step {row['step']} of "
+                               f"{row['quantity']!r} is not a JSON list of cosines; delete it and rerun notebook "
+                               "02_align")
+    return x
+
+
+def _clock_candidate(ev: Evidence, quantity: str) -> list[Candidate]:
+    """For a Table 6 cell at k = 1 (step 1,000, a tenth of the paper's runs): ours at our checkpoint nearest a tenth
+    of training, paired with our last step: a ``window`` candidate."""
+    t = ev.table(checkpoint_levels.TABLE)
+    if t is None or not (t.quantity == quantity).any():
+        return []
+    at = checkpoint_levels.at_fraction(t, quantity, 1000 / PAPER_RUN_STEPS)
+    last = t[(t.quantity == quantity) & (t.who == "this run")].sort_values("step").iloc[-1]
+    if at.step == last.step:
+        return []
+    x, end = _pair_values(ev, at), _pair_values(ev, last)
+    name = (f"ours at our checkpoint nearest a tenth of training (step {int(at.step)} of {int(last.step)}), where the "
+            f"paper's step 1,000 lies in its {PAPER_RUN_STEPS:,}-step runs")
+    change = paired_change(x, end, "paired over seed pairs, against our last checkpoint") if len(x) == len(end) else None
+    return [Candidate(Estimate.of(x, f"orthogonal, checkpoint step {int(at.step)}"), "window", name, change)]
 
 
 def claim4_rows(ev: Evidence) -> list[Row]:
@@ -775,54 +699,45 @@ def claim4_rows(ev: Evidence) -> list[Row]:
         src = f"Table {name[5]}"
         for k, cells in table.items():
             for which, pv in cells.items():
-                key, what = (name, str(k), which), f"cosine {which}, k = {k:g} ({when})"
                 kit = _cosines(ev, k, which, "ablation_alignment")
-                if kit is None or not kit.usable:
-                    rows.append(_missing(key, src, what, pv, _NOT_RUN.format(f"04_ablate with k = {k:g}")))
-                    continue
-                same = _cosines(ev, k, which, "ablation_alignment_same_seed")
+                kit = kit if kit is not None and kit.usable else None
+                same = _cosines(ev, k, which, "ablation_alignment_same_seed") if kit else None
                 cands = [Candidate(same, "reference point", "the same seed's untied model")] if same else []
-                clock = _clock_candidate(ev, k, which, table is paper.TABLE6_STEP1K)
-                rows.append(_row(key, src, what, pv, kit, kit, cands + ([clock] if clock else [])))
-            if k == 1.0:
-                continue
-            for which in cells:
-                pv = cells[which] - table[1.0][which]
-                key, what = ("derived", name, str(k), which, "shift"), f"shift {which}, k = 1 -> {k:g} ({when})"
+                if kit and table is paper.TABLE6_STEP1K and k == 1.0:
+                    cands += _clock_candidate(ev, {"vs untied input": "untied input -> tied",
+                                                   "vs untied output": "untied output -> tied"}[which])
+                rows.append(_row((name, str(k), which), src, f"cosine {which}, k = {k:g} ({when})", pv, kit, kit,
+                                 cands, _NOT_RUN.format(f"04_ablate with k = {k:g}")))
+            for which in (cells if k != 1.0 else ()):
                 kit, cands = _shift(ev, k, which)
-                if kit is None:
-                    rows.append(_missing(key, f"{src} (derived)", what, pv,
-                                         _NOT_RUN.format(f"04_ablate with k = 1 and {k:g} and two seeds")))
-                    continue
-                trends = ev.trends(f"claim4_{_SHORT[which]}_k{k:g}")
-                rows.append(_row(key, f"{src} (derived)", what, pv, kit, kit, cands, trends=trends, noise=True,
+                short = {"vs untied input": "in", "vs untied output": "out"}[which]
+                rows.append(_row(("derived", name, str(k), which, "shift"), f"{src} (derived)",
+                                 f"shift {which}, k = 1 -> {k:g} ({when})", cells[which] - table[1.0][which], kit, kit,
+                                 cands, _NOT_RUN.format(f"04_ablate with k = 1 and {k:g} and two seeds"),
+                                 trends=ev.trends(f"claim4_{short}_k{k:g}") if kit else [], noise=True,
                                  kind="cosine change"))
     return rows
 
 
 def table7_rows(ev: Evidence) -> list[Row]:
     """Table 7: perplexity at k = 1 and 5; only their ratio is comparable (our test-loss difference, nats)."""
-    rows = [_missing(("TABLE7_PPL", str(k)), "Table 7", f"WikiText-2 perplexity, k = {k:g}", pv,
-                     "a perplexity level depends on the corpus and the tokenizer (WikiText-2 with OLMo's 50k-token "
-                     "vocabulary there, our corpus and vocabulary here): the row below compares the change")
-            for k, pv in paper.TABLE7_PPL.items()]
-    pv = math.log(paper.TABLE7_PPL[5.0] / paper.TABLE7_PPL[1.0])
-    key, what = ("derived", "TABLE7_PPL", "log ratio"), "log perplexity ratio k = 5 vs k = 1 (test loss change, nats)"
-    t = ev.table("ablation_perplexity")
-    if t is None or not {1.0, 5.0} <= set(t.k):
-        rows.append(_missing(key, "Table 7 (derived)", what, pv, _NOT_RUN.format("04_ablate with k = 1 and 5")))
-        return rows
-    by = t[t.tied].pivot_table(index="seed", columns="k", values="test_loss")
-    kit = Estimate.of(by[5.0] - by[1.0], "test loss, tied_in5 minus tied, same seed")
-    rows.append(_row(key, "Table 7 (derived)", what, pv, kit, kit, trends=ev.trends("loss_tied_in5_minus_tied"), kind="nats",
-                     noise=True))
-    return rows
+    rows = [_row(("TABLE7_PPL", str(k)), "Table 7", f"WikiText-2 perplexity, k = {k:g}", pv, None, missing=(
+        "a perplexity level depends on the corpus and the tokenizer (WikiText-2 with OLMo's 50k-token vocabulary "
+        "there, our corpus and vocabulary here): the row below compares the change")) for k, pv in paper.TABLE7_PPL.items()]
+    t, kit = ev.table("ablation_perplexity"), None
+    if t is not None and {1.0, 5.0} <= set(t.k):
+        by = t[t.tied].pivot_table(index="seed", columns="k", values="test_loss")
+        kit = Estimate.of(by[5.0] - by[1.0], "test loss, tied_in5 minus tied, same seed")
+    return rows + [_row(("derived", "TABLE7_PPL", "log ratio"), "Table 7 (derived)", "log perplexity ratio k = 5 vs "
+                        "k = 1 (test loss change, nats)", math.log(paper.TABLE7_PPL[5.0] / paper.TABLE7_PPL[1.0]), kit,
+                        kit, missing=_NOT_RUN.format("04_ablate with k = 1 and 5"),
+                        trends=ev.trends("loss_tied_in5_minus_tied"), kind="nats", noise=True)]
 
 
 def setting_rows(ev: Evidence) -> list[Row]:
     """The paper's settings (training length, warmup, lens budget) beside this run's."""
     lens = int(ev.study.get("lens_steps", 0)) * max(ev.study.get("lens_budgets") or [1])
-    ours = {"steps": ev.steps, "warmup_steps": ev.warmup, "olmo_script_steps": lens,
+    ours = {"steps": ev.steps, "warmup_steps": int(ev.study.get("warmup_steps", 0)), "olmo_script_steps": lens,
             "olmo_script_tokens_per_step": int(ev.study.get("lens_tokens_per_step", 0))}
     rows = []
     for key, pv in paper_numbers():
@@ -842,46 +757,11 @@ def inconsistency_rows(ev: Evidence) -> list[Row]:
     rows = []
     for i, inc in enumerate(paper.INCONSISTENCIES):
         key = tuple(str(inc["held"]).split("/"))
-        logged, stated = held[key], float(inc["stated"])  # type: ignore[arg-type]
-        cause, why = judge(stated, None, kind=str(inc["kind"]), paper_other=(logged, f"its own log ({'/'.join(key)})"))
-        rows.append(Row(f"INCONSISTENCIES/{i}", "paper's sources", f"{inc['where']}", stated, None, None, cause,
-                        f"{why}; stated in {inc['where']}"))
+        cause, why = judge(float(inc["stated"]), None, kind=str(inc["kind"]),  # type: ignore[arg-type]
+                           paper_other=(held[key], f"its own log ({'/'.join(key)})"))
+        rows.append(Row(f"INCONSISTENCIES/{i}", "paper's sources", f"{inc['where']}", float(inc["stated"]), None, None,  # type: ignore[arg-type]
+                        cause, f"{why}; stated in {inc['where']}"))
     return rows
-
-
-PAPER_RUN_STEPS = 10_000
-"""The length of the paper's OLMo-1B runs behind Tables 2 and 6."""
-
-
-def _pair_values(ev: Evidence, row: pd.Series) -> np.ndarray:
-    """A levels row's per-pair cosines, refused with the file named when they are not a JSON list of cosines."""
-    try:
-        x = checkpoint_levels.values(row)
-    except (ValueError, TypeError):
-        x = np.array([np.nan])
-    if x.ndim != 1 or not len(x) or not np.all(np.abs(x) <= COSINE[1]):
-        raise DamagedFileError(f"{ev.run.table_path(checkpoint_levels.TABLE)}: column 'values' at step {row['step']} of "
-                               f"{row['quantity']!r} is not a JSON list of cosines; delete it and rerun notebook "
-                               "02_align")
-    return x
-
-
-def _clock_candidate(ev: Evidence, k: float, which: str, early: bool) -> Candidate | None:
-    """For a Table 6 cell at k = 1 (step 1,000, a tenth of the paper's runs): ours at our checkpoint nearest a
-    tenth of training, paired with our last step: a ``window`` candidate."""
-    t = ev.table(checkpoint_levels.TABLE)
-    quantity = {"vs untied input": "untied input -> tied", "vs untied output": "untied output -> tied"}[which]
-    if t is None or not early or k != 1.0 or not (t.quantity == quantity).any():
-        return None
-    at = checkpoint_levels.at_fraction(t, quantity, 1000 / PAPER_RUN_STEPS)
-    last = t[(t.quantity == quantity) & (t.who == "this run")].sort_values("step").iloc[-1]
-    if at.step == last.step:
-        return None
-    x, end = _pair_values(ev, at), _pair_values(ev, last)
-    name = (f"ours at our checkpoint nearest a tenth of training (step {int(at.step)} of {int(last.step)}), where the "
-            f"paper's step 1,000 lies in its {PAPER_RUN_STEPS:,}-step runs")
-    change = paired_change(x, end, "paired over seed pairs, against our last checkpoint") if len(x) == len(end) else None
-    return Candidate(Estimate.of(x, f"orthogonal, checkpoint step {int(at.step)}"), "window", name, change)
 
 
 def _context(row: Row, name: str, data: dict[str, Any], sentence: str) -> None:
@@ -890,168 +770,126 @@ def _context(row: Row, name: str, data: dict[str, Any], sentence: str) -> None:
     row.why = f"{row.why}; context ({name}): {sentence}"
 
 
-def _bigram_context(ev: Evidence, rows: list[Row]) -> None:
+def _bigram_context(ev: Evidence, r: Row, parts: list[str]) -> None:
     """Figures 2, 6 and 7's layer-0 KL beside how far our models beat the bigram baseline."""
     t = ev.table(bigram_bound.TABLE)
-    if t is None:
+    layer0 = parts[0] in ("FIG6_INPUT_LAYER_KL_BITS", "FIG7_INPUT_LAYER_KL_BITS") or parts[:2] == [
+        "FIG2_OLMO_KL_BITS", "0"]
+    sub = None if t is None or not layer0 else t[t.variant == parts[-1]]
+    if sub is None or sub.empty:
         return
-    for r in rows:
-        parts = r.key.split("/")
-        layer0 = parts[0] in ("FIG6_INPUT_LAYER_KL_BITS", "FIG7_INPUT_LAYER_KL_BITS") or parts[:2] == [
-            "FIG2_OLMO_KL_BITS", "0"]
-        sub = t[t.variant == parts[-1]]
-        if not layer0 or sub.empty:
-            continue
-        kl, gain = float(sub.kl_layer0_bits.mean()), float(sub.bigram_gain_bits.mean())
-        beats = bool((sub.ce_model_nats < sub.ce_bigram_nats).all())
-        data = {"kl_layer0_bits": sub.kl_layer0_bits.tolist(), "bigram_gain_bits": sub.bigram_gain_bits.tolist(),
-                "ce_model_nats": float(sub.ce_model_nats.mean()), "ce_bigram_nats": float(sub.ce_bigram_nats.iloc[0]),
-                "ce_unigram_nats": float(sub.ce_unigram_nats.iloc[0]), "beats_bigram": beats}
-        tail = ("a layer-0 lens reads only the current token, so this gain is about all the room a layer-0 KL has"
-                if beats else "the models do not beat the bigram, so claim 3 is not evidence from them")
-        _context(r, "bigram baseline", data, f"our {parts[-1]} models' test loss {data['ce_model_nats']:.3f} nats "
-                 f"against the bigram baseline's {data['ce_bigram_nats']:.3f} (unigram {data['ce_unigram_nats']:.3f}) "
-                 f"on the lens's test windows, a gain of {gain:+.3f} bits beside our layer-0 KL of {kl:.3f}: {tail}")
+    kl, gain = float(sub.kl_layer0_bits.mean()), float(sub.bigram_gain_bits.mean())
+    beats = bool((sub.ce_model_nats < sub.ce_bigram_nats).all())
+    data = {"kl_layer0_bits": sub.kl_layer0_bits.tolist(), "bigram_gain_bits": sub.bigram_gain_bits.tolist(),
+            "ce_model_nats": float(sub.ce_model_nats.mean()), "ce_bigram_nats": float(sub.ce_bigram_nats.iloc[0]),
+            "ce_unigram_nats": float(sub.ce_unigram_nats.iloc[0]), "beats_bigram": beats}
+    tail = ("a layer-0 lens reads only the current token, so this gain is about all the room a layer-0 KL has"
+            if beats else "the models do not beat the bigram, so claim 3 is not evidence from them")
+    _context(r, "bigram baseline", data, f"our {parts[-1]} models' test loss {data['ce_model_nats']:.3f} nats "
+             f"against the bigram baseline's {data['ce_bigram_nats']:.3f} (unigram {data['ce_unigram_nats']:.3f}) "
+             f"on the lens's test windows, a gain of {gain:+.3f} bits beside our layer-0 KL of {kl:.3f}: {tail}")
 
 
-def _knn_context(ev: Evidence, rows: list[Row]) -> None:
+def _knn_context(ev: Evidence, r: Row, parts: list[str]) -> None:
     """Table 5's overlap against chance and the tied-vs-tied ceiling, overall and in the extreme frequency bins."""
     t = ev.table(knn_bins.TABLE)
-    if t is None:
+    comp = _KNN.get(parts[-1]) if parts[0] == "TABLE5" else None
+    if t is None or comp is None or not (t.comparison == comp).any():
         return
-    for r in rows:
-        parts = r.key.split("/")
-        comp = _KNN.get(parts[-1]) if parts[0] == "TABLE5" else None
-        if comp is None or not (t.comparison == comp).any():
-            continue
-        c = knn_bins.cell(t, comp)
-        seen = t[(t.comparison == comp) & (t.bin != "unseen")]
-        bins = {str(b.bin): {"overlap": float(b.overlap), "ceiling": float(b.ceiling), "count_min": int(b.count_min),
-                             "count_max": int(b.count_max)} for b in seen.itertuples()}
-        lo, hi = seen.iloc[0], seen.iloc[-1]
-        _context(r, "KNN by frequency", {**c, "bins": bins},
-                 f"ours is {c['overlap'] / c['chance']:.1f}x chance ({c['chance']:.3g}, k / (V - 1)) and "
-                 f"{c['overlap'] / c['ceiling']:.0%} of the tied-vs-tied ceiling ({c['ceiling']:.3g}); rarest bin "
-                 f"{lo.overlap:.3g} (ceiling {lo.ceiling:.3g}), most frequent {hi.overlap:.3g} (ceiling "
-                 f"{hi.ceiling:.3g})")
+    c = knn_bins.cell(t, comp)
+    seen = t[(t.comparison == comp) & (t.bin != "unseen")]
+    bins = {str(b.bin): {"overlap": float(b.overlap), "ceiling": float(b.ceiling), "count_min": int(b.count_min),
+                         "count_max": int(b.count_max)} for b in seen.itertuples()}
+    lo, hi = seen.iloc[0], seen.iloc[-1]
+    _context(r, "KNN by frequency", {**c, "bins": bins},
+             f"ours is {c['overlap'] / c['chance']:.1f}x chance ({c['chance']:.3g}, k / (V - 1)) and "
+             f"{c['overlap'] / c['ceiling']:.0%} of the tied-vs-tied ceiling ({c['ceiling']:.3g}); rarest bin "
+             f"{lo.overlap:.3g} (ceiling {lo.ceiling:.3g}), most frequent {hi.overlap:.3g} (ceiling "
+             f"{hi.ceiling:.3g})")
 
 
 _LEVEL_OF = {("TABLE1", "OLMo-1B", "untied output -> tied", "orthogonal"): "untied output -> tied",
              ("TABLE1", "OLMo-1B", "untied input -> tied", "orthogonal"): "untied input -> tied",
              ("TABLE1", "OLMo-1B", "untied input -> untied output", "orthogonal"): "untied input -> untied output",
-             ("TABLE2_STEP10K", "1.0", "vs untied input"): "untied input -> tied",
-             ("TABLE2_STEP10K", "1.0", "vs untied output"): "untied output -> tied",
-             ("TABLE6_STEP1K", "1.0", "vs untied input"): "untied input -> tied",
-             ("TABLE6_STEP1K", "1.0", "vs untied output"): "untied output -> tied",
+             **{(t, "1.0", f"vs untied {w}"): f"untied {w} -> tied" for t in ("TABLE2_STEP10K", "TABLE6_STEP1K")
+                for w in ("input", "output")},
              ("FIG3_COS_TO_INIT", "input"): "untied input: cosine to initialisation",
              ("FIG3_COS_TO_INIT", "output"): "untied output: cosine to initialisation"}
 """The rows whose level :mod:`tiebias.ablate.checkpoint_levels` reads at every checkpoint, and its quantity."""
 
 
-def _clock_context(ev: Evidence, rows: list[Row]) -> None:
+def _clock_context(ev: Evidence, r: Row, parts: list[str]) -> None:
     """Whether our level of a Table 1, 2, 6 or Figure 3 number still moved over the last doubling of training."""
-    t = ev.table(checkpoint_levels.TABLE)
-    if t is None:
+    t, q = ev.table(checkpoint_levels.TABLE), _LEVEL_OF.get(tuple(parts))
+    ours = None if t is None or q is None else t[(t.quantity == q) & (t.who == "this run")].sort_values("step")
+    if ours is None or len(ours) < 2:
         return
-    for r in rows:
-        q = _LEVEL_OF.get(tuple(r.key.split("/")))
-        ours = None if q is None else t[(t.quantity == q) & (t.who == "this run")].sort_values("step")
-        if ours is None or len(ours) < 2:
-            continue
-        last = ours.iloc[-1]
-        half = checkpoint_levels.at_fraction(t, q, 0.5)
-        move = paired_change(_pair_values(ev, last), _pair_values(ev, half),
-                             "paired over seed pairs") if half.step != last.step else None
-        data = {"steps": ours.step.astype(int).tolist(), "means": ours["mean"].tolist()}
-        if move is None:
-            continue
-        data["last_doubling"] = asdict(move)
-        still = (f"still moving ({LEVEL:.0%} CI clear of 0)" if math.isfinite(move.low)
-                 and stats.excludes_zero(move.low, move.high) else "not clearly moving")
-        _context(r, "training clock", data, f"from step {int(half.step)} to our last, {int(last.step)}, ours "
-                 f"moved {move.value:+.3g} [{move.low:+.3g}, {move.high:+.3g}]: {still}")
+    last, half = ours.iloc[-1], checkpoint_levels.at_fraction(t, q, 0.5)
+    if half.step == last.step:
+        return
+    move = paired_change(_pair_values(ev, last), _pair_values(ev, half), "paired over seed pairs")
+    data = {"steps": ours.step.astype(int).tolist(), "means": ours["mean"].tolist(), "last_doubling": asdict(move)}
+    still = (f"still moving ({LEVEL:.0%} CI clear of 0)" if math.isfinite(move.low)
+             and stats.excludes_zero(move.low, move.high) else "not clearly moving")
+    _context(r, "training clock", data, f"from step {int(half.step)} to our last, {int(last.step)}, ours "
+             f"moved {move.value:+.3g} [{move.low:+.3g}, {move.high:+.3g}]: {still}")
 
 
-CONTEXT = (_bigram_context, _knn_context, _clock_context)
-"""Analyses set beside the rows they explain without being a cause of their own."""
-
-BUILDERS = (table1_rows, table5_rows, figure2_rows, figure3_rows, figure4_rows, claim4_rows, table7_rows,
-            inconsistency_rows, setting_rows)
+BUILDERS = (table1_rows, figure2_rows, figure3_rows, figure4_rows, claim4_rows, table7_rows, inconsistency_rows,
+            setting_rows)
 """Each source of the paper's numbers, in the paper's order."""
-
-
 CANNOT_BE_JUDGED = "cannot be judged"
-"""A claim line's words when the interval its rule compares cannot be computed."""
-
-
-def _re(status: str | None) -> str:
-    return {"holds": "[Re]", "does not hold": "[¬Re]"}.get(str(status), str(status or "not run"))
-
-
-def _claim2_paper(proxy: np.ndarray | None) -> str | None:
-    """Claim 2 under the paper's protocol: its proxy share over the warmup, the CI's low end above 0.5."""
-    if proxy is None:
-        return None
-    bad = [i for i, x in enumerate(proxy) if not math.isfinite(x)]
-    if bad:
-        return f"{CANNOT_BE_JUDGED} (the proxy share of {len(bad)} of {len(proxy)} seeds is not a number: no interval)"
-    if len(proxy) < 2:
-        return f"{CANNOT_BE_JUDGED} (one seed: no interval)"
-    return "holds" if stats.summarise(proxy).ci_low > 0.5 else "does not hold"
-
-
-def _claim4_paper(kit5: pd.DataFrame | None) -> str | None:
-    """Claim 4 under the paper's protocol: the k = 5 shift towards input and away from output, both CIs clear of 0."""
-    if kit5 is None or not len(kit5):
-        return None
-    ends = [float(kit5[c].iloc[0]) for c in ("vs_untied_input_ci_low", "vs_untied_output_ci_high")]
-    if not all(math.isfinite(x) for x in ends):
-        return f"{CANNOT_BE_JUDGED} (no {LEVEL:.0%} interval of the k = 5 shift: one seed, or not a number)"
-    return "holds" if ends[0] > 0 > ends[1] else "does not hold"
 
 
 def claim_lines(ev: Evidence) -> list[dict[str, str]]:
     """Per claim: [Re] or [¬Re] at our scale under the kit's protocol and under the paper's, and why."""
     c = ev.claims
-    shift = ev.table("claim4_ingredients")
+    proxy = _per_seed_share(ev, "proxy l2", "warmup")  # claim 2 under the paper's protocol: the CI's low end above 0.5
+    two = (None if proxy is None else f"{CANNOT_BE_JUDGED} (the proxy share of {sum(not math.isfinite(x) for x in proxy)}"
+           f" of {len(proxy)} seeds is not a number: no interval)" if not np.isfinite(proxy).all() else
+           f"{CANNOT_BE_JUDGED} (one seed: no interval)" if len(proxy) < 2 else
+           "holds" if stats.summarise(proxy).ci_low > 0.5 else "does not hold")
+    shift = ev.table("claim4_ingredients")  # claim 4: the k = 5 shift towards input, away from output, CIs clear of 0
     kit5 = None if shift is None else shift[(shift.ingredient == KIT) & (shift.k == 5.0)]
+    ends = [] if kit5 is None or not len(kit5) else [float(kit5[e].iloc[0]) for e in ("vs_untied_input_ci_low",
+                                                                                       "vs_untied_output_ci_high")]
+    four = (None if not ends else f"{CANNOT_BE_JUDGED} (no {LEVEL:.0%} interval of the k = 5 shift: one seed, or not a "
+            "number)" if not all(map(math.isfinite, ends)) else "holds" if ends[0] > 0 > ends[1] else "does not hold")
     lines = []
     for claim, kit_key, paper_status, why in (
             ("1. alignment", "claim1_alignment", c.get("claim1_alignment", {}).get("status"),
              "the paper's protocol is the kit's here (centred, in-sample Procrustes, two separately trained models)"),
-            ("2. gradient imbalance", "claim2_gradient_flow", _claim2_paper(_per_seed_share(ev, "proxy l2", "warmup")),
+            ("2. gradient imbalance", "claim2_gradient_flow", two,
              f"paper's protocol: its proxy metric (l2) over the warmup, share above 0.5 with the {LEVEL:.0%} CI"),
             ("3. early layers pay", "claim3_tuned_lens", c.get("claim3_tuned_lens_reference", {}).get("status"),
              "paper's protocol: its code's lens reading (hidden state i through translator i - 1)"),
-            ("4. causality", "claim4_causality", _claim4_paper(kit5),
+            ("4. causality", "claim4_causality", four,
              "paper's protocol: the k = 5 shift against another run's untied model, towards input and away from "
              f"output with the {LEVEL:.0%} CI clear of 0")):
         rec = c.get(kit_key, {})
-        lines.append({"claim": claim, "kit": _re(rec.get("status")),
-                      "paper_protocol": _re(paper_status) if paper_status else "not measured here",
-                      "kit_statement": str(rec.get("statement", "not run")), "paper_protocol_is": why})
+        re_of = {"holds": "[Re]", "does not hold": "[¬Re]"}
+        lines.append({"claim": claim, "kit": re_of.get(str(rec.get("status")), str(rec.get("status") or "not run")),
+                      "paper_protocol": re_of.get(str(paper_status), str(paper_status)) if paper_status
+                      else "not measured here", "kit_statement": str(rec.get("statement", "not run")),
+                      "paper_protocol_is": why})
     return lines
 
 
 CLAIM_SOURCES = {"1. alignment": ("Table 1",), "2. gradient imbalance": ("Figure 4",),
                  "3. early layers pay": ("Figure 2",), "4. causality": ("Table 2", "Table 6")}
-"""Where each claim's headline numbers are in the paper."""
 
 
 def which_part(line: dict[str, str], rows: Sequence[Row]) -> str:
     """For a [Re] claim whose headline numbers differ from ours without a cause: what reproduced (the sign and
     ordering the rule compares) and what did not (the size); empty otherwise."""
-    if line["kit"] != "[Re]":
-        return ""
-    mine = [r for r in rows if not r.setting and r.kit is not None and r.source.startswith(CLAIM_SOURCES.get(
-        line["claim"], ("-",))) and r.cause in ("agrees", "unexplained")]
+    mine = [r for r in rows if line["kit"] == "[Re]" and not r.setting and r.kit is not None and r.source.startswith(
+        CLAIM_SOURCES.get(line["claim"], ("-",))) and r.cause in ("agrees", "unexplained")]
     off = [r for r in mine if r.cause == "unexplained"]
     if not off:
         return ""
-    r = off[0]
     return (f"reproduced: the sign and the ordering the claim's rule compares; not reproduced: the size, {len(off)} of "
             f"{len(mine)} of its headline numbers ({', '.join(sorted({x.source for x in off}))}) differ from ours "
-            f"without a found cause (e.g. {r.quantity}: paper {r.paper:.3g}, ours {r.kit.value:.3g})")
+            f"without a found cause (e.g. {off[0].quantity}: paper {off[0].paper:.3g}, ours {off[0].kit.value:.3g})")
 
 
 @dataclass
@@ -1063,47 +901,45 @@ class Reproduction:
     not_meaningful: str | None
     scale_source: str | None
 
-    def causes(self) -> dict[str, int]:
-        """How many comparisons each cause names (rows of one ``group`` count once per cause)."""
-        seen = {(r.group or r.key, r.cause) for r in self.rows if not r.setting}
-        return {c: sum(cause == c for _, cause in seen) for c in CAUSES}
-
-    def comparisons(self) -> int:
-        """How many distinct comparisons the rows make."""
-        return len({r.group or r.key for r in self.rows if not r.setting})
-
-    def with_two_causes(self) -> int:
-        """How many comparisons get more than one cause (against different model pairs): they count under each, so
-        the counts add up to more than :meth:`comparisons` by this much or more."""
+    def _by(self) -> dict[str, set[str]]:
         by: dict[str, set[str]] = {}
         for r in self.rows:
             if not r.setting:
                 by.setdefault(r.group or r.key, set()).add(r.cause)
-        return sum(len(c) > 1 for c in by.values())
+        return by
+
+    def causes(self) -> dict[str, int]:
+        """How many comparisons each cause names (rows of one ``group`` count once per cause)."""
+        return {c: sum(c in causes for causes in self._by().values()) for c in CAUSES}
+
+    def comparisons(self) -> int:
+        """How many distinct comparisons the rows make."""
+        return len(self._by())
+
+    def with_two_causes(self) -> int:
+        """How many comparisons get more than one cause (against different model pairs): each counts under each."""
+        return sum(len(c) > 1 for c in self._by().values())
 
 
 def build(run: Run, scale: Run | None = None) -> Reproduction:
     """Every number of :mod:`tiebias.paper` beside this run's, each with its computed cause."""
     ev = Evidence.load(run, scale)
     rows = [r for b in BUILDERS for r in b(ev)]
-    for add in CONTEXT:
-        add(ev, rows)
     for r in rows:
+        parts = r.key.split("/")
+        for add in (_bigram_context, _knn_context, _clock_context):  # context, never a cause of its own
+            add(ev, r, parts)
         if r.kit is not None and r.kit.usable and not r.setting:
             r.group = f"{r.kit.label} = {r.kit.value!r} [{r.kit.low!r}, {r.kit.high!r}], n {r.kit.n}"
     why = not_meaningful(run)
     lines = claim_lines(ev)
     for line in lines:
         line["which_part"] = which_part(line, rows)
-    if why:
-        for r in rows:
+    layerwise = None if why else not_meaningful(run, LAYERWISE[0])  # claim 3's numbers: models short of the bigram
+    for r in rows:
+        if why or (layerwise and r.source.startswith(("Figure 2", "Figure 6", "Figure 7"))):
             r.meaningful = False
-            r.why = f"not meaningful ({why}); {r.why}"
-        for line in lines:
-            line["kit"] = line["paper_protocol"] = "not meaningful"
-    elif layerwise := not_meaningful(run, LAYERWISE[0]):  # claim 3's numbers: models short of the bigram baseline
-        for r in rows:
-            if r.source.startswith(("Figure 2", "Figure 6", "Figure 7")):
-                r.meaningful = False
-                r.why = f"not meaningful ({layerwise}); {r.why}"
+            r.why = f"not meaningful ({why or layerwise}); {r.why}"
+    for line in lines if why else ():
+        line["kit"] = line["paper_protocol"] = "not meaningful"
     return Reproduction(rows, lines, why, ev.scale_source)

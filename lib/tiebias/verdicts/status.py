@@ -1,12 +1,6 @@
-"""The words of a verdict, defined once: "holds", "does not hold", a rule's own outcome (claim 3's "not converged"),
-"not meaningful" for a run that is not evidence, and "stale" for a record whose models changed since."""
+"""The words of a verdict: "holds", "does not hold", a rule's own outcome, "not meaningful", "stale"."""
 
-from __future__ import annotations
-
-HOLDS = "holds"
-DOES_NOT_HOLD = "does not hold"
-NOT_MEANINGFUL = "not meaningful"
-STALE = "stale"
+HOLDS, DOES_NOT_HOLD, NOT_MEANINGFUL, STALE = "holds", "does not hold", "not meaningful", "stale"
 
 
 def status_of(holds: bool) -> str:
