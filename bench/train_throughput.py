@@ -26,9 +26,8 @@ from tiebias.config.presets import get_preset
 from tiebias.models.build import build, count_parameters
 from tiebias.run.folder import Run
 from tiebias.system.alloc import MALLOC_ENV, kept_heap
-from tiebias.train.steploop import batch_for_step, checkpoint_steps, lr_at
 from tiebias.train.sweeps import train_many
-from tiebias.train.trainer import TrainConfig, train
+from tiebias.train.trainer import TrainConfig, batch_for_step, checkpoint_steps, lr_at, train
 
 
 def bare_loop(run: Run, cfg: TrainConfig, seed: int = 0, compiled: bool = False, heap: str = "keep") -> float:

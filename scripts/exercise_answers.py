@@ -33,7 +33,6 @@ from tiebias.run.files import read_json, write_text_atomic  # noqa: E402
 from tiebias.run.folder import Run  # noqa: E402
 from tiebias.study import parse_set  # noqa: E402
 from tiebias.teach import exercises, schedule  # noqa: E402
-from tiebias.train import windows  # noqa: E402
 from tiebias.verdicts import claims  # noqa: E402
 
 NUMBERS = notebooks_dir() / "exercise_numbers.json"
@@ -67,7 +66,8 @@ def _training(run: Run, summary: dict[str, Any]) -> dict[str, float]:
                    share_ratio=c2["value"] / (1 - c2["value"]))
         logs = {s: pd.read_csv(run.metrics_dir / f"tied-s{s}.csv") for s in run.models().query("variant == 'tied'").seed}
         flow = pd.concat(list(logs.values()))
-        first, second = windows.halves(logs)  # the numbers 01 prints
+        half = flow.step.max() // 2  # the numbers 01 prints
+        first, second = (float(flow[(flow.step > half) == h].output_share.mean()) for h in (False, True))
         out.update(input_rows=float(flow.input_rows.mean()), input_rows_frac=float(flow.input_rows.mean()) / run.config[
             "vocab_size"], share_first_half=first, share_second_half=second)
     m = run.models()

@@ -5,22 +5,50 @@
 The paper's hook saw one micro-batch of 8 x 4,096 tokens; the kit's sees a whole step (16 x 128 in the class and
 default recipes). For the tied models of ``run`` (every seed, at each checkpoint of ``--steps``) it measures the output
 share, exact and under the paper's proxy, on the same weights at the recipe's batch times each of ``--times``
-(:func:`tiebias.train.windows.shares_at_tokens`), and with ``--windows`` it sets the training logs of runs trained
+(:func:`shares_at_tokens`), and with ``--windows`` it sets the training logs of runs trained
 at different batch sizes side by side (window shares, exact and proxy). Mean and 95% interval over seeds.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
+
+import pandas as pd
+import torch
+from transformers import PreTrainedModel
 
 from tiebias import stats
 from tiebias.config.variants import Variant
 from tiebias.run.files import read_json
 from tiebias.run.folder import Run
 from tiebias.train import windows
+from tiebias.train.gradients import GradientProvenance
+from tiebias.train.trainer import batch_for_step
 
 SHOWN = ("exact l2", "proxy l2")
+
+
+def shares_at_tokens(model: PreTrainedModel, ids: torch.Tensor, seq_len: int, batch_sizes: Sequence[int], *,
+                     batches: int = 4, seed: int = 0) -> pd.DataFrame:
+    """A tied model's output share under each metric on the same weights at several batch sizes (batch ``b`` drawn as
+    step ``b`` of ``seed``): the proxy shrinks with the tokens one measurement sees, the exact split less."""
+    if not batch_sizes or any(b < 1 for b in batch_sizes) or batches < 1:
+        raise ValueError(f"batch_sizes: {list(batch_sizes)} and batches: {batches}; need one or more of each, each >= 1")
+    rows = []
+    for bs in batch_sizes:
+        for b in range(batches):
+            x = batch_for_step(ids, b, seed, bs, seq_len)
+            model.zero_grad(set_to_none=True)
+            with GradientProvenance(model) as gp:
+                model(input_ids=x, labels=x).loss.backward()
+                st = gp.pop()
+            model.zero_grad(set_to_none=True)
+            shares = windows.step_shares(pd.DataFrame([{"step": b, **st._asdict()}])).iloc[0]
+            rows.append({"batch_size": bs, "tokens": bs * seq_len, "batch": b,
+                         **{m: float(shares[m]) for m in windows.METRICS}})
+    return pd.DataFrame(rows)
 
 
 def _ci(values: list[float]) -> str:
@@ -40,7 +68,7 @@ def at_tokens(run: Run, steps: list[int | None], times: list[int], batches: int)
     for seed in seeds:
         for step in steps:
             model = run.load_model(Variant(True), seed, step)
-            t = windows.shares_at_tokens(model, ids, cfg["seq_len"], sizes, batches=batches, seed=seed)
+            t = shares_at_tokens(model, ids, cfg["seq_len"], sizes, batches=batches, seed=seed)
             for bs, g in t.groupby("batch_size"):
                 d = per.setdefault((step, int(bs)), {m: [] for m in SHOWN})
                 for m in SHOWN:

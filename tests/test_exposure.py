@@ -1,8 +1,10 @@
 """The exposure axis (``exposure`` profile, ``scale_steps``): training length separated from size, and tokens seen per
 embedding row as a column of every scale point."""
 
+import importlib.util
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,9 +14,12 @@ import torch
 from tiebias.ablate import scale, sweep
 from tiebias.config import profiles
 from tiebias.models.build import build
-from tiebias.train import windows
 from tiebias.train.gradients import GradientProvenance
-from tiebias.train.steploop import batch_for_step
+from tiebias.train.trainer import batch_for_step
+
+_spec = importlib.util.spec_from_file_location("proxy_tokens", Path(__file__).parents[1] / "scripts" / "proxy_tokens.py")
+proxy_tokens = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(proxy_tokens)
 
 
 def test_the_exposure_profile_trains_the_class_model_at_four_lengths(tmp_path) -> None:
@@ -94,7 +99,7 @@ def test_shares_at_tokens_measures_the_same_weights_at_each_batch_size(prepared_
     model = build("tiny", vocab_size=prepared_run.config["tokenizer_size"], seed=0)
     ids = prepared_run.tokens("validation")
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    t = windows.shares_at_tokens(model, ids, 32, [2, 8], batches=2, seed=3)
+    t = proxy_tokens.shares_at_tokens(model, ids, 32, [2, 8], batches=2, seed=3)
     assert t.batch_size.tolist() == [2, 2, 8, 8] and t.tokens.tolist() == [64, 64, 256, 256]
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())  # only measured
     # the last row recomputed on its own: batch 1 of seed 3 at 8 sequences
@@ -107,4 +112,4 @@ def test_shares_at_tokens_measures_the_same_weights_at_each_batch_size(prepared_
     assert t.iloc[3]["proxy l2"] == pytest.approx(st.output_norm / (st.output_norm + st.proxy_input_norm), rel=1e-4)
     assert t.iloc[1]["exact l2"] != pytest.approx(t.iloc[3]["exact l2"], rel=1e-4)  # another batch is another draw
     with pytest.raises(ValueError, match="batch_sizes"):
-        windows.shares_at_tokens(model, ids, 32, [], batches=2)
+        proxy_tokens.shares_at_tokens(model, ids, 32, [], batches=2)

@@ -12,7 +12,7 @@ import pytest
 from tiebias.align import comparisons
 from tiebias.run.files import RunFolderError
 from tiebias.run.folder import Run
-from tiebias.train import trainer as train_module
+from tiebias.train import checkpoints as train_module
 from tiebias.train.trainer import TrainConfig, train
 
 

@@ -18,7 +18,7 @@ from tiebias.lens import rungs as lens_rungs
 from tiebias.lens import tables as lens_study
 from tiebias.models import sources
 from tiebias.run.folder import Run
-from tiebias.train.depths import train_depth_models
+from tiebias.train.sweeps import train_depth_models
 from tiebias.verdicts import claims, records
 
 LENS = LensSettings(steps=6, tokens_per_step=256, seq_len=32, eval_tokens=256)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tiebias.system.memory import free_memory
-from tiebias.train import memory
+from tiebias.train import trainer as memory
 
 
 def _meminfo(key: str) -> int:

@@ -6,9 +6,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tiebias.config.training import checkpoint_steps
 from tiebias.run.folder import Run
-from tiebias.train.steploop import checkpoint_steps, lr_at
-from tiebias.train.trainer import TrainConfig, train
+from tiebias.train.trainer import TrainConfig, lr_at, train
 
 
 def _weights(run: Run, variant: str, seed: int) -> dict[str, torch.Tensor]:

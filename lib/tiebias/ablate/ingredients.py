@@ -19,8 +19,7 @@ from tiebias.config.variants import Variant
 from tiebias.paper import TABLE2_STEP10K
 from tiebias.run.folder import Run
 from tiebias.stats import LEVEL
-from tiebias.train.depths import share_data
-from tiebias.train.sweeps import train_many
+from tiebias.train.sweeps import share_data, train_many
 from tiebias.train.trainer import TrainConfig
 
 K = 5.0
@@ -69,7 +68,7 @@ def recipe(name: str, cfg: TrainConfig) -> TrainConfig:
 def train_ingredients(run: Run, names: Sequence[str], seeds: Sequence[int], cfg: TrainConfig, *,
                       progress: bool = True) -> dict[str, Run]:
     """Train (or reuse) each ingredient's k = 1 and k = 5 tied models in ``<run>/ingredients/<name>/``, a copy of the
-    run's data (:func:`tiebias.train.depths.share_data`), so only the recipe differs.
+    run's data (:func:`tiebias.train.sweeps.share_data`), so only the recipe differs.
 
     Args:
         run, names, seeds, cfg: the sweep's run, the ingredients (:func:`check`), the seeds and the kit's recipe.

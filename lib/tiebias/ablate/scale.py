@@ -23,7 +23,7 @@ from tiebias.config.variants import Variant
 from tiebias.run.files import read_json
 from tiebias.run.folder import Run
 from tiebias.stats import LEVEL
-from tiebias.train.depths import share_data
+from tiebias.train.sweeps import share_data
 from tiebias.train.trainer import TrainConfig
 
 PAPER_TOKENS_PER_ROW = 10_000 * 512 * 4096 / 50280

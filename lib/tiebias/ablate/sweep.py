@@ -19,9 +19,8 @@ from tiebias.config.training import check_factor, factors_problem
 from tiebias.config.variants import Variant, parse_key
 from tiebias.run.folder import Run
 from tiebias.train import divergence
-from tiebias.train.steploop import evaluate_loss
 from tiebias.train.sweeps import train_many
-from tiebias.train.trainer import TrainConfig
+from tiebias.train.trainer import TrainConfig, evaluate_loss
 
 
 def check_factors(factors: Any, name: str = "factors", minimum: int = 1) -> list[float]:
@@ -75,7 +74,7 @@ def _sweep_models(variants: Sequence[Variant], seeds: Sequence[int]) -> list[tup
 
 def _probe_tokens_per_second(run: Run, cfg: TrainConfig, steps: int = 3) -> float:
     from tiebias.models.build import build
-    from tiebias.train.steploop import batch_for_step
+    from tiebias.train.trainer import batch_for_step
 
     model = build(cfg.preset, family=cfg.family, vocab_size=run.config["tokenizer_size"])
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)

@@ -2,6 +2,5 @@
 (``anatomy``: text config, tying, layer layout) and external model pairs by hub id or local path (``sources``)."""
 
 from tiebias.models import anatomy, build, sources
-from tiebias.models.anatomy import is_tied
 
-__all__ = ["anatomy", "build", "is_tied", "sources"]
+__all__ = ["anatomy", "build", "sources"]

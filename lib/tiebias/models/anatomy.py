@@ -12,47 +12,19 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-FINAL_NORM_NAMES = (
-    "norm",  # llama, mistral, olmo, olmo2/3, qwen2/3, gemma 1-3, ...
-    "final_layer_norm",  # gpt_neox
-    "ln_f",  # gpt2, gpt_neo, gptj, bloom, falcon
-    "final_layernorm",  # phi, jamba
-    "norm_f",  # mpt, dbrx
-    "final_norm",  # recurrent_gemma, modernbert decoder
-    "decoder.final_layer_norm",  # opt
-)
-"""Attribute paths of the final norm, tried in order on ``model.get_decoder()`` then ``model.base_model``."""
+FINAL_NORM_NAMES = ("norm", "final_layer_norm", "ln_f", "final_layernorm", "norm_f", "final_norm",
+                    "decoder.final_layer_norm")
+"""Attribute paths of the final norm, tried in order on ``model.get_decoder()`` then ``model.base_model``: llama,
+olmo, qwen, gemma / gpt_neox / gpt2, gpt_neo, bloom, falcon / phi / mpt / recurrent_gemma / opt."""
 
 _LOGIT_POSTPROCESSING = {"final_logit_softcapping": None, "logit_scale": 1.0, "logits_scaling": 1.0}
-"""Config fields of families that transform the head's output (value that means "off"): the lens's
-unembedding (final norm + head) would not reproduce such a model's logits."""
+"""Config fields of families that transform the head's output (value that means "off"): final norm + head would not
+reproduce such a model's logits."""
 
 
 def text_config(config: Any) -> Any:
     """The text part of a (possibly multimodal) config; a text-only config is its own text part."""
     return config.get_text_config() if hasattr(config, "get_text_config") else config
-
-
-def is_tied(model_or_config: Any) -> bool:
-    """Whether input and output embeddings are one matrix: a model's hold the same tensor (object, or storage of real
-    tensors); a config's text part says ``tie_word_embeddings`` (False when absent)."""
-    if isinstance(model_or_config, torch.nn.Module):
-        inp, out = model_or_config.get_input_embeddings(), model_or_config.get_output_embeddings()
-        if inp is None or out is None:
-            return False
-        a, b = inp.weight, out.weight
-        if a is b:
-            return True
-        return "meta" not in (a.device.type, b.device.type) and a.data_ptr() == b.data_ptr()
-    return bool(getattr(text_config(model_or_config), "tie_word_embeddings", False))
-
-
-class TyingError(ValueError):
-    """A model whose config and weights disagree on tying: ``where`` names the model, ``conflict`` what disagrees."""
-
-    def __init__(self, where: str, conflict: str) -> None:
-        super().__init__(f"{where}: {conflict}")
-        self.where, self.conflict = where, conflict
 
 
 def same_matrix(a: Tensor, b: Tensor) -> bool:
@@ -64,6 +36,18 @@ def same_matrix(a: Tensor, b: Tensor) -> bool:
     return a.data_ptr() == b.data_ptr() or (a.shape == b.shape and a.device == b.device and torch.equal(a, b))
 
 
+def is_tied(model_or_config: Any) -> bool:
+    """Whether input and output embeddings are one matrix: a model's hold the same tensor (object, or storage of real
+    tensors); a config's text part says ``tie_word_embeddings`` (False when absent)."""
+    if not isinstance(model_or_config, torch.nn.Module):
+        return bool(getattr(text_config(model_or_config), "tie_word_embeddings", False))
+    inp, out = model_or_config.get_input_embeddings(), model_or_config.get_output_embeddings()
+    if inp is None or out is None:
+        return False
+    a, b = inp.weight, out.weight
+    return a is b or ("meta" not in (a.device.type, b.device.type) and a.data_ptr() == b.data_ptr())
+
+
 def weights_tied(model: torch.nn.Module) -> bool:
     """Whether a loaded model's weights are tied in fact, whatever its config says (transformers unties a tied config
     whose checkpoint holds an output matrix of its own)."""
@@ -71,25 +55,31 @@ def weights_tied(model: torch.nn.Module) -> bool:
     return inp is not None and out is not None and same_matrix(inp.weight, out.weight)
 
 
+class TyingError(ValueError):
+    """A model whose config and weights disagree on tying: ``where`` names the model, ``conflict`` what disagrees."""
+
+    def __init__(self, where: str, conflict: str) -> None:
+        super().__init__(f"{where}: {conflict}")
+        self.where, self.conflict = where, conflict
+
+
 def tying_conflict(config_tied: bool, tied: bool, *, output_missing: bool = False) -> str | None:
     """Why a model's config and its weights disagree on tying, for an error message; None when they agree."""
+    says = f"its config.json says tie_word_embeddings={config_tied}, but its"
     if config_tied and not tied:
-        return ("its config.json says tie_word_embeddings=True, but its weights hold an output matrix of their own "
-                "that differs from the input embedding (transformers then loads the two untied)")
+        return (f"{says} weights hold an output matrix of their own that differs from the input embedding "
+                "(transformers then loads the two untied)")
     if not config_tied and tied:
-        return ("its config.json says tie_word_embeddings=False, but its output matrix equals its input embedding "
-                "(one matrix in fact)")
+        return f"{says} output matrix equals its input embedding (one matrix in fact)"
     if not config_tied and output_missing:
-        return ("its config.json says tie_word_embeddings=False, but its weights hold no output matrix "
-                "(transformers would draw one at random)")
+        return f"{says} weights hold no output matrix (transformers would draw one at random)"
     return None
 
 
 def check_loaded_tying(model: torch.nn.Module, where: str, missing_keys: Any = ()) -> bool:
     """A loaded model's tying; :class:`TyingError` naming ``where`` when its config disagrees (``missing_keys``: what
     transformers reported missing on load)."""
-    tied = weights_tied(model)
-    out = model.get_output_embeddings()
+    tied, out = weights_tied(model), model.get_output_embeddings()
     out_names = {n for n, p in model.named_parameters(remove_duplicate=False) if out is not None and p is out.weight}
     conflict = tying_conflict(is_tied(model.config), tied, output_missing=bool(out_names & set(missing_keys)))
     if conflict:
@@ -108,48 +98,35 @@ class Layout:
     project_out: torch.nn.Module | None = None  # optional projection between norm and head (OPT-350m style)
 
 
-def describe_model(model: Any) -> str:
-    """``model_type='...' (ClassName)`` for error messages."""
-    return f"model_type={getattr(model.config, 'model_type', '?')!r} ({type(model).__name__})"
-
-
 def _attr_path(root: Any, path: str) -> tuple[bool, Any]:
     """(found, value) of a dotted attribute path; found is False when any step is missing."""
-    obj = root
     for key in path.split("."):
-        if not hasattr(obj, key):
+        if not hasattr(root, key):
             return False, None
-        obj = getattr(obj, key)
-    return True, obj
+        root = getattr(root, key)
+    return True, root
 
 
-def _linear_head(model: Any, what: str) -> torch.nn.Linear:
-    """The model's head, refused unless it is a linear unembedding whose output the model does not transform."""
+def find_layout(model: Any) -> Layout:
+    """Find the final norm and the head by layout (no forward pass, so a meta-device skeleton works too); refuse a
+    head that is not a linear unembedding or whose output the model transforms."""
+    if not isinstance(model, PreTrainedModel):
+        raise ValueError(f"model: expected a transformers PreTrainedModel (e.g. LlamaForCausalLM, "
+                         f"OlmoForCausalLM), got {type(model).__name__}")
+    model_type = str(getattr(model.config, "model_type", "?"))
+    what = f"model_type={model_type!r} ({type(model).__name__})"
     head = model.get_output_embeddings()
     if head is None:
         raise ValueError(f"model: {what} has no causal-LM head (get_output_embeddings() is None); "
                          f"load it with AutoModelForCausalLM")
     if not isinstance(head, torch.nn.Linear):
         raise ValueError(
-            f"model: {what} has a {type(head).__name__} head; the lens needs a linear unembedding (nn.Linear)"
-        )
-    text = text_config(model.config)
+            f"model: {what} has a {type(head).__name__} head; the lens needs a linear unembedding (nn.Linear)")
     for key, off in _LOGIT_POSTPROCESSING.items():
-        value = getattr(text, key, off)
+        value = getattr(text_config(model.config), key, off)
         if value is not None and value != off:
             raise ValueError(f"model: {what} transforms its logits after the head ({key}={value!r}), so final norm + "
                              f"head would not reproduce its output distribution; allowed: {key}={off!r}")
-    return head
-
-
-def find_layout(model: Any) -> Layout:
-    """Find the final norm and the head by layout (no forward pass, so a meta-device skeleton works too)."""
-    if not isinstance(model, PreTrainedModel):
-        raise ValueError(f"model: expected a transformers PreTrainedModel (e.g. LlamaForCausalLM, "
-                         f"OlmoForCausalLM), got {type(model).__name__}")
-    what = describe_model(model)
-    model_type = str(getattr(model.config, "model_type", "?"))
-    head = _linear_head(model, what)
     roots: list[tuple[str, Any]] = []
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     for label, root in (("decoder", decoder), ("base_model", getattr(model, "base_model", None))):
@@ -158,19 +135,14 @@ def find_layout(model: Any) -> Layout:
     for label, root in roots:
         for name in FINAL_NORM_NAMES:
             found, norm = _attr_path(root, name)
-            if not found:
-                continue
-            path = f"{label}.{name}"
-            if norm is None:
-                raise ValueError(f"model: {what} has no final norm ({path} is None, e.g. a post-norm model such as "
-                                 f"OPT-350m); the lens needs a final norm before the head")
-            if not isinstance(norm, torch.nn.Module):
-                continue
-            owner = _attr_path(root, name.rsplit(".", 1)[0])[1] if "." in name else root
-            project_out = getattr(owner, "project_out", None)  # OPT with word_embed_proj_dim != hidden_size
-            if not isinstance(project_out, torch.nn.Module):
-                project_out = None
-            return Layout(model_type, path, norm, head, project_out)
+            if found and norm is None:
+                raise ValueError(f"model: {what} has no final norm ({label}.{name} is None, e.g. a post-norm model "
+                                 f"such as OPT-350m); the lens needs a final norm before the head")
+            if found and isinstance(norm, torch.nn.Module):
+                owner = _attr_path(root, name.rsplit(".", 1)[0])[1] if "." in name else root
+                project_out = getattr(owner, "project_out", None)  # OPT with word_embed_proj_dim != hidden_size
+                return Layout(model_type, f"{label}.{name}", norm, head,
+                              project_out if isinstance(project_out, torch.nn.Module) else None)
     raise ValueError(f"model: {what} has no recognisable final norm: none of {', '.join(FINAL_NORM_NAMES)} on "
                      f"{' or '.join(label for label, _ in roots) or 'the model (no base_model)'}")
 
@@ -185,7 +157,7 @@ def checked_layout(model: Any) -> Layout:
     if cached is not None:
         return cached
     layout = find_layout(model)
-    what = describe_model(model)
+    what = f"model_type={layout.model_type!r} ({type(model).__name__})"
     n_layers = int(model.config.num_hidden_layers)
     ids = torch.arange(min(4, int(model.config.vocab_size)), device=model.device).unsqueeze(0)
     store: list[Tensor] = []
@@ -200,10 +172,8 @@ def checked_layout(model: Any) -> Layout:
                 raise ValueError(f"model: {what} returns {n_states} hidden states for num_hidden_layers={n_layers}; "
                                  f"the lens needs L + 1 (embedding output, then one per block)")
             if len(store) != 1:
-                raise ValueError(
-                    f"model: {what}: its final norm {layout.norm_path} ran {len(store)} times in one forward "
-                    f"pass; the lens needs it to run once, after the last block"
-                )
+                raise ValueError(f"model: {what}: its final norm {layout.norm_path} ran {len(store)} times in one "
+                                 f"forward pass; the lens needs it to run once, after the last block")
             n = layout.final_norm(store[0])
             mine = layout.head(n if layout.project_out is None else layout.project_out(n)).float()
             theirs = out.logits.float()
@@ -211,15 +181,14 @@ def checked_layout(model: Any) -> Layout:
         handle.remove()
         model.train(was_training)
     # Same modules on the same input: equal up to kernel differences (float32) or rounding (16-bit).
-    exact = layout.head.weight.dtype in (torch.float32, torch.float64)
-    tol = (1e-4 if exact else 1e-2) * max(1.0, float(theirs.abs().max()))
+    tol = (1e-4 if layout.head.weight.dtype in (torch.float32, torch.float64) else 1e-2) * max(
+        1.0, float(theirs.abs().max()))
     diff = float((mine - theirs).abs().max()) if mine.shape == theirs.shape else math.inf
     if not diff <= tol:
         raise ValueError(
             f"model: {what}: final norm ({layout.norm_path}) + head does not reproduce the model's logits "
             f"(max difference {diff:.3g}, shapes {tuple(mine.shape)} vs {tuple(theirs.shape)}); the family "
-            f"transforms its logits or hidden states in a way the lens cannot follow"
-        )
+            f"transforms its logits or hidden states in a way the lens cannot follow")
     _VERIFIED[model] = layout
     return layout
 

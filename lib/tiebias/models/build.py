@@ -27,14 +27,8 @@ def make_config(preset: str, *, family: str = "llama", vocab_size: int = DEFAULT
         raise ValueError(f"vocab_size: {vocab_size!r} is not a valid vocabulary size; need an int >= 2")
     sizes = config_sizes(preset, family, vocab_size)
     sizes.pop("model_type")
-    common = dict(
-        **sizes,
-        tie_word_embeddings=tied,
-        initializer_range=0.02,
-        bos_token_id=bos_token_id,
-        eos_token_id=eos_token_id,
-        use_cache=False,
-    )
+    common = dict(**sizes, tie_word_embeddings=tied, initializer_range=0.02, bos_token_id=bos_token_id,
+                  eos_token_id=eos_token_id, use_cache=False)
     if family == "llama":
         cfg = LlamaConfig(rms_norm_eps=1e-5, attention_dropout=0.0, **common)
     else:
@@ -47,10 +41,8 @@ def make_config(preset: str, *, family: str = "llama", vocab_size: int = DEFAULT
 
 def build(preset: str = "small", *, family: str = "llama", tied: bool = True, vocab_size: int = DEFAULT_PROFILE["vocab_size"],
           seed: int = 0, eos_token_id: int | None = 0) -> PreTrainedModel:
-    """A freshly initialised decoder: the untied model of the seed first, which the tied one copies where they overlap.
-
-    Initialisation draws from torch's global generator, so builds take ``CONSTRUCTION`` (threads building at once get
-    the same models as one after the other).
+    """A freshly initialised decoder: the untied model of the seed first, which the tied one copies where they overlap
+    (under ``CONSTRUCTION``: threads building at once get the same models as one after the other).
 
     Args:
         preset: the model shape (:mod:`tiebias.config.presets`).
@@ -63,50 +55,31 @@ def build(preset: str = "small", *, family: str = "llama", tied: bool = True, vo
     Returns:
         The model, in training mode.
     """
-    with CONSTRUCTION:
-        return _init(preset, family, tied, vocab_size, seed, eos_token_id)
-
-
-def _init(preset: str, family: str, tied: bool, vocab_size: int, seed: int, eos_token_id: int | None) -> PreTrainedModel:
     untied_cfg = make_config(preset, family=family, vocab_size=vocab_size, tied=False,
                              bos_token_id=eos_token_id, eos_token_id=eos_token_id)
     cls = LlamaForCausalLM if family == "llama" else GPTNeoXForCausalLM
-    torch.manual_seed(seed)
-    base = cls(untied_cfg)
-    if not tied:
-        gen = torch.Generator().manual_seed(seed + 1_000_003)
-        out = base.get_output_embeddings().weight
-        with torch.no_grad():
-            out.copy_(torch.randn(out.shape, generator=gen) * untied_cfg.initializer_range)
-        base.train()
-        return base
-    tied_cfg = make_config(preset, family=family, vocab_size=vocab_size, tied=True,
-                           bos_token_id=eos_token_id, eos_token_id=eos_token_id)
-    model = cls(tied_cfg)
+    with CONSTRUCTION:
+        torch.manual_seed(seed)
+        base = cls(untied_cfg)
+        if not tied:
+            gen = torch.Generator().manual_seed(seed + 1_000_003)
+            out = base.get_output_embeddings().weight
+            with torch.no_grad():
+                out.copy_(torch.randn(out.shape, generator=gen) * untied_cfg.initializer_range)
+            return base.train()
+        model = cls(make_config(preset, family=family, vocab_size=vocab_size, tied=True, bos_token_id=eos_token_id,
+                                eos_token_id=eos_token_id))
     out_names = {n for n, p in base.named_parameters() if p is base.get_output_embeddings().weight}
     # the shared matrix is loaded through the input-embedding key; the output key would overwrite it
-    state = {k: v for k, v in base.state_dict().items() if k not in out_names}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if unexpected:
-        raise RuntimeError(f"unexpected keys copying the shared initialisation: {unexpected}")
-    if not is_tied(model):
-        raise RuntimeError("tied model does not share its input and output embedding")
-    model.train()
-    return model
+    missing, unexpected = model.load_state_dict({k: v for k, v in base.state_dict().items() if k not in out_names},
+                                                strict=False)
+    if unexpected or not is_tied(model):
+        raise RuntimeError(f"the tied model does not take the shared initialisation (unexpected keys {unexpected})")
+    return model.train()
 
 
 def count_parameters(model: PreTrainedModel) -> dict[str, int]:
     """Unique parameter counts: total, embedding matrices, and the rest."""
-    seen: set[int] = set()
-    total = emb = 0
-    emb_ptrs = {model.get_input_embeddings().weight.data_ptr()}
-    if model.get_output_embeddings() is not None:
-        emb_ptrs.add(model.get_output_embeddings().weight.data_ptr())
-    for p in model.parameters():
-        if p.data_ptr() in seen:
-            continue
-        seen.add(p.data_ptr())
-        total += p.numel()
-        if p.data_ptr() in emb_ptrs:
-            emb += p.numel()
+    total = sum(p.numel() for p in model.parameters())  # a shared matrix counted once
+    emb = sum(p.numel() for p in {m.weight for m in (model.get_input_embeddings(), model.get_output_embeddings())})
     return {"total": total, "embedding": emb, "non_embedding": total - emb}

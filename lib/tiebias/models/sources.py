@@ -1,7 +1,6 @@
-"""External models named by the user (local folders or hub ids): everything a ``config.json`` tells is checked on a
-meta-device skeleton before any weights load (role and tying, causal-LM head, lens layout, memory), then the loaded
-weights must be tied as the config and the role say. Labels are roles (``tied``, ``untied``); errors name the
-notebook parameter ``<label>_source``."""
+"""External models by hub id or local folder: what ``config.json`` tells is checked on a meta-device skeleton before
+any weights load (role and tying, causal-LM head, lens layout, memory), then the loaded weights must be tied as the
+config and the role (label ``tied`` or ``untied``) say. Errors name the notebook parameter ``<label>_source``."""
 
 from __future__ import annotations
 
@@ -9,53 +8,26 @@ import hashlib
 import os
 import re
 import warnings
-from dataclasses import dataclass, replace
+from collections import namedtuple
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from tiebias.config.paths import RUNS
-from tiebias.models.anatomy import (
-    TyingError,
-    check_loaded_tying,
-    check_model,
-    find_layout,
-    is_tied,
-    text_config,
-)
+from tiebias.models import anatomy
 from tiebias.run.files import check_safetensors, pickles_refused
 from tiebias.run.folder import Run
 from tiebias.run.guard import check_folder, mark
 from tiebias.run.layout import CONFIG_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 from tiebias.system.memory import free_memory
 
-ROLES = {"tied": True, "untied": False}
-"""Labels whose tying is required: ``tied`` must share one matrix, ``untied`` must not."""
-
-Need = Literal["model", "embeddings"]
+ROLES = {"tied": True, "untied": False}  # labels whose tying is required
 
 
-@dataclass(frozen=True)
-class SourceInfo:
-    """What a model's config says, read without loading weights."""
-
-    label: str
-    source: str
-    model_type: str
-    architecture: str
-    tied: bool
-    tie_word_embeddings: Any
-    num_hidden_layers: int
-    hidden_size: int
-    vocab_size: int
-    n_params: int
-    local_safetensors: bool
-
-    @property
-    def param(self) -> str:
-        """The notebook parameter that named this source."""
-        return param_name(self.label)
+SourceInfo = namedtuple("SourceInfo", "label param source model_type tied tie_word_embeddings num_hidden_layers "
+                                      "hidden_size vocab_size n_params local_safetensors")
+"""What a model's config says, read without loading weights (``param``: the notebook parameter that named it)."""
 
 
 def param_name(label: str) -> str:
@@ -63,65 +35,45 @@ def param_name(label: str) -> str:
     return f"{label}_source"
 
 
-def _source_str(source: Any, label: str) -> str:
-    """The source as a string (folder or hub id), or ValueError naming the parameter."""
-    if source is None:
-        raise ValueError(f"{param_name(label)}: missing; give a model folder or a hub id")
-    if not isinstance(source, (str, os.PathLike)):
-        raise ValueError(f"{param_name(label)}: expected a model folder or a hub id, got {type(source).__name__}")
-    text = str(source)
-    path = Path(text).expanduser()
+def inspect(source: Any, label: str, *, lens: bool = False) -> SourceInfo:
+    """Read one source's config (no weights) and check it on a meta-device skeleton: a causal-LM head, and with
+    ``lens`` a layout the lens can follow; errors name ``<label>_source``."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    param = param_name(label)
+    if source is None or not isinstance(source, (str, os.PathLike)):
+        raise ValueError(f"{param}: " + ("missing; give a model folder or a hub id" if source is None else
+                                         f"expected a model folder or a hub id, got {type(source).__name__}"))
+    path = Path(str(source)).expanduser()
     if path.is_dir() and not (path / CONFIG_NAME).is_file():
-        raise ValueError(f"{param_name(label)}: {text!r} is a folder without config.json, not a model folder")
-    return str(path) if path.is_dir() else text
-
-
-def _skeleton(config: Any, label: str, source: str) -> Any:
-    """The causal-LM model of ``config`` on the meta device (no memory), or ValueError if the family has none."""
-    from transformers import AutoModelForCausalLM
-
+        raise ValueError(f"{param}: {str(source)!r} is a folder without config.json, not a model folder")
+    src = str(path) if path.is_dir() else str(source)
+    try:
+        config = AutoConfig.from_pretrained(src)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ValueError(f"{param}: cannot read a model config from {src!r} ({exc})") from exc
     model_type = getattr(config, "model_type", "?")
     try:
         with torch.device("meta"):
             skeleton = AutoModelForCausalLM.from_config(config)
     except ValueError as exc:
         raise ValueError(
-            f"{param_name(label)}: {source!r} is a {model_type!r} model ({type(config).__name__}) with no causal-LM "
-            f"head in transformers (AutoModelForCausalLM does not support it); allowed: decoder-only causal LMs"
-        ) from exc
+            f"{param}: {src!r} is a {model_type!r} model ({type(config).__name__}) with no causal-LM head in "
+            f"transformers (AutoModelForCausalLM does not support it); allowed: decoder-only causal LMs") from exc
     if skeleton.get_output_embeddings() is None or skeleton.get_input_embeddings() is None:
-        raise ValueError(f"{param_name(label)}: {source!r} ({model_type!r}, {type(skeleton).__name__}) has no "
+        raise ValueError(f"{param}: {src!r} ({model_type!r}, {type(skeleton).__name__}) has no "
                          f"{'output' if skeleton.get_output_embeddings() is None else 'input'} embedding")
-    return skeleton
-
-
-def inspect(source: Any, label: str, *, lens: bool = False, revision: str | None = None) -> SourceInfo:
-    """Read one source's config (no weights); ``lens`` also checks the lens can follow the family (its layout)."""
-    from transformers import AutoConfig
-
-    src = _source_str(source, label)
-    try:
-        config = AutoConfig.from_pretrained(src, revision=revision)
-    except (OSError, ValueError, KeyError) as exc:
-        raise ValueError(f"{param_name(label)}: cannot read a model config from {src!r} ({exc})") from exc
-    skeleton = _skeleton(config, label, src)
     if lens:
         try:
-            find_layout(skeleton)
+            anatomy.find_layout(skeleton)
         except ValueError as exc:
-            raise ValueError(f"{param_name(label)}: {src!r}: {str(exc).removeprefix('model: ')}") from None
-    text = text_config(config)
-    path = Path(src)
-    return SourceInfo(
-        label=label, source=src, model_type=str(getattr(config, "model_type", "?")),
-        architecture=type(skeleton).__name__, tied=is_tied(skeleton),
-        tie_word_embeddings=getattr(text, "tie_word_embeddings", None),
-        num_hidden_layers=int(getattr(text, "num_hidden_layers", 0) or 0),
-        hidden_size=int(getattr(text, "hidden_size", 0) or 0),
-        vocab_size=int(skeleton.get_output_embeddings().weight.shape[0]),
-        n_params=sum(p.numel() for p in skeleton.parameters()),
-        local_safetensors=path.is_dir() and ((path / WEIGHTS_NAME).is_file() or (path / WEIGHTS_INDEX_NAME).is_file()),
-    )
+            raise ValueError(f"{param}: {src!r}: {str(exc).removeprefix('model: ')}") from None
+    text = anatomy.text_config(config)
+    return SourceInfo(label, param, src, str(model_type), anatomy.is_tied(skeleton),
+                      getattr(text, "tie_word_embeddings", None), int(getattr(text, "num_hidden_layers", 0) or 0),
+                      int(getattr(text, "hidden_size", 0) or 0), int(skeleton.get_output_embeddings().weight.shape[0]),
+                      sum(p.numel() for p in skeleton.parameters()),
+                      path.is_dir() and ((path / WEIGHTS_NAME).is_file() or (path / WEIGHTS_INDEX_NAME).is_file()))
 
 
 def _check_role(info: SourceInfo) -> None:
@@ -131,19 +83,16 @@ def _check_role(info: SourceInfo) -> None:
         return
     why = ("the tied side needs one matrix shared by the input and output embeddings" if want else
            "the untied side needs separate input and output embedding matrices")
-    raise ValueError(
-        f"{info.param}: {info.source!r} is {'untied' if want else 'tied'} (its config has tie_word_embeddings="
-        f"{info.tie_word_embeddings!r}, {info.model_type}); {why}. Were {param_name('tied')} and "
-        f"{param_name('untied')} swapped?"
-    )
+    raise ValueError(f"{info.param}: {info.source!r} is {'untied' if want else 'tied'} (its config has "
+                     f"tie_word_embeddings={info.tie_word_embeddings!r}, {info.model_type}); {why}. Were "
+                     f"{param_name('tied')} and {param_name('untied')} swapped?")
 
 
-def estimate_bytes(info: SourceInfo, dtype: torch.dtype = torch.float32, *, need: Need = "model",
+def estimate_bytes(info: SourceInfo, dtype: torch.dtype = torch.float32, *, need: str = "model",
                    lens: bool = False) -> int:
-    """Memory to load a source: all weights, or only its embeddings (read straight from local safetensors);
-    ``lens`` adds a tuned lens with Adam state (a float32 width x width translator per layer, four copies)."""
-    if need not in ("model", "embeddings"):
-        raise ValueError(f"need: must be 'model' or 'embeddings', got {need!r}")
+    """Memory to load a source: all weights (``need="model"``), or only its embeddings (``"embeddings"``: read straight
+    from local safetensors); ``lens`` adds a tuned lens with Adam state (a float32 width x (width + 1) translator per
+    layer, four copies)."""
     size = torch.empty((), dtype=dtype).element_size()
     if need == "embeddings" and info.local_safetensors:
         total = info.vocab_size * info.hidden_size * (1 if info.tied else 2) * size
@@ -155,7 +104,7 @@ def estimate_bytes(info: SourceInfo, dtype: torch.dtype = torch.float32, *, need
 
 
 def check_sources(sources: dict[str, Any], *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
-                  need: Need = "model", lens: bool = False) -> dict[str, SourceInfo]:
+                  need: str = "model", lens: bool = False) -> dict[str, SourceInfo]:
     """Check every source from its config before any weights load (role, head, lens layout, free memory on
     ``device`` for all together); with ``lens``, warns when the depths differ. Errors name ``<label>_source``."""
     if not isinstance(sources, dict) or not sources:
@@ -169,11 +118,10 @@ def check_sources(sources: dict[str, Any], *, dtype: torch.dtype = torch.float32
     if total > free:
         parts = ", ".join(f"{infos[k].param} {infos[k].source!r} {gib(v)} ({infos[k].n_params / 1e9:.2f} B params)"
                           for k, v in need_bytes.items())
-        raise ValueError(
-            f"{', '.join(i.param for i in infos.values())}: loading needs about {gib(total)} "
-            f"({parts}; {str(dtype).removeprefix('torch.')}{' weights' if need == 'model' else ''}) but only "
-            f"{gib(free)} is free on {torch.device(device)}; use a machine with more memory or a 16-bit dtype"
-        )
+        raise ValueError(f"{', '.join(i.param for i in infos.values())}: loading needs about {gib(total)} "
+                         f"({parts}; {str(dtype).removeprefix('torch.')}{' weights' if need == 'model' else ''}) but "
+                         f"only {gib(free)} is free on {torch.device(device)}; use a machine with more memory or a "
+                         "16-bit dtype")
     if lens and len({i.num_hidden_layers for i in infos.values()}) > 1:
         desc = " and ".join(f"{i.param} {i.source!r} has {i.num_hidden_layers} layers" for i in infos.values())
         warnings.warn(f"{desc}: layers are compared on relative depth (layer / number of layers)", UserWarning,
@@ -218,21 +166,21 @@ def load_models(sources: dict[str, Any], *, device: str | torch.device = "cpu",
         with pickles_refused(info.source, info.param):
             model, loading = AutoModelForCausalLM.from_pretrained(info.source, dtype=dtype, output_loading_info=True)
         try:  # the config was checked before loading; the loaded weights decide
-            tied = check_loaded_tying(model, f"{info.param}: {info.source!r}", loading.get("missing_keys", ()))
-        except TyingError as exc:
+            tied = anatomy.check_loaded_tying(model, f"{info.param}: {info.source!r}", loading.get("missing_keys", ()))
+        except anatomy.TyingError as exc:
             raise not_as_configured(exc) from None
-        _check_role(replace(info, tied=tied))
+        _check_role(info._replace(tied=tied))
         model = model.to(device).eval()
-        check_model(model)
+        anatomy.check_model(model)
         out[label] = (model, tokenizers[label])
     return out
 
 
-def not_as_configured(exc: TyingError, where: str | None = None) -> TyingError:
+def not_as_configured(exc: anatomy.TyingError, where: str | None = None) -> anatomy.TyingError:
     """The error for an external model whose weights are not tied as its config says, with what to do."""
-    return TyingError(exc.where if where is None else where, f"{exc.conflict}; the model is not the one its config "
-                      "describes: correct tie_word_embeddings in its config.json or restore its weights, or use "
-                      "another model")
+    return anatomy.TyingError(exc.where if where is None else where, f"{exc.conflict}; the model is not the one its "
+                              "config describes: correct tie_word_embeddings in its config.json or restore its "
+                              "weights, or use another model")
 
 
 def pair_slug(tied_source: Any, untied_source: Any) -> str:
@@ -267,8 +215,7 @@ def external_path(tied_source: Any, untied_source: Any, run_dir: Any = None, *, 
 
 def external_dir(tied_source: Any, untied_source: Any, run_dir: Any = None, *, root: Any = RUNS,
                  corpus: Any = None) -> Run:
-    """The external pair's folder (:func:`external_path`), created and marked, as a ``Run`` with figures/ and
-    metrics/.
+    """The external pair's folder (:func:`external_path`), created and marked, as a ``Run`` with figures/, metrics/.
 
     Args:
         tied_source, untied_source, run_dir, root, corpus: as in :func:`external_path`.
@@ -279,6 +226,6 @@ def external_dir(tied_source: Any, untied_source: Any, run_dir: Any = None, *, r
     path = external_path(tied_source, untied_source, run_dir, root=root, corpus=corpus)
     mark(path, "pair")
     out = Run(path)
-    out.figures_dir.mkdir(parents=True, exist_ok=True)
-    out.metrics_dir.mkdir(parents=True, exist_ok=True)
+    for d in (out.figures_dir, out.metrics_dir):
+        d.mkdir(parents=True, exist_ok=True)
     return out

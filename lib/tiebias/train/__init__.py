@@ -1,25 +1,11 @@
 """Training the kit's models: per-path gradient provenance and scaling (``gradients``), one model's training as named
-steps (``trainer``, ``job``, ``steploop``), atomic checkpoints and exact resume (``checkpoints``), diverged trainings
-(``divergence``), the memory check (``memory``), several models at once (``sweeps``), other depths (``depths``) and
-claim 2's shares per window and metric (``windows``)."""
+steps (``trainer``), atomic checkpoints and exact resume (``checkpoints``), diverged trainings
+(``divergence``), several models at once and other depths (``sweeps``), claim 2's shares per window (``windows``)."""
 
-from tiebias.train import (
-           checkpoints,
-           depths,
-           divergence,
-           gradients,
-           job,
-           memory,
-           steploop,
-           sweeps,
-           trainer,
-           windows,
-)
-from tiebias.train.depths import train_depth_models
-from tiebias.train.gradients import GradientProvenance, summarise_flow
-from tiebias.train.sweeps import train_many
-from tiebias.train.trainer import pick_device, train
+from tiebias.train import divergence, windows
+from tiebias.train.gradients import GradientProvenance
+from tiebias.train.sweeps import train_depth_models, train_many
+from tiebias.train.trainer import batch_for_step, pick_device, train
 
-__all__ = ["GradientProvenance", "checkpoints", "depths", "divergence", "gradients", "job", "memory", "pick_device",
-           "steploop", "summarise_flow", "sweeps", "train", "train_depth_models", "train_many", "trainer",
-           "windows"]
+__all__ = ["GradientProvenance", "batch_for_step", "divergence", "pick_device", "train", "train_depth_models",
+           "train_many", "windows"]

@@ -13,20 +13,7 @@ from safetensors.torch import load_file
 from transformers import PreTrainedModel
 
 from tiebias.config.variants import STEP_PREFIX, step_dir, step_of
-from tiebias.run.files import (
-    OVERWRITE_HINT,
-    DamagedFileError,
-    RunFolderError,
-    UnsafeFileError,
-    atomic_folder,
-    check_model_folder,
-    damaged,
-    files_into,
-    load_torch_file,
-    read_log_lines,
-    remove_entry,
-    write_text_atomic,
-)
+from tiebias.run import files as rf
 from tiebias.run.layout import CONFIG_NAME, TRAINER_STATE_NAME, WEIGHTS_NAME
 
 # the columns of metrics/<key>.csv and metrics/<key>_val.csv
@@ -39,8 +26,7 @@ _TMP_PREFIX = f".tmp-{STEP_PREFIX}"  # a checkpoint being written: .tmp-step-<N>
 
 def _step_key(d: Path) -> int:
     """The step of a ``step-<N>`` folder, -1 for any other name (sorts before every checkpoint)."""
-    step = step_of(d)
-    return -1 if step is None else step
+    return -1 if step_of(d) is None else step_of(d)
 
 
 def require_initial(ckpt_root: Path) -> Path:
@@ -49,64 +35,70 @@ def require_initial(ckpt_root: Path) -> Path:
     path = ckpt_root / step_dir(0)
     if not (path / CONFIG_NAME).is_file():
         mdir = ckpt_root.parent
-        raise RunFolderError(f"{path}: missing: the step-0 checkpoint holds the initial weights of {mdir.name} "
-                             f"(was {mdir} deleted or moved?); {mdir.name} cannot be trained on or compared "
-                             f"with its start without it. Delete {mdir} if it is still there and train "
-                             f"{mdir.name} again (rerun 01_train, or 04_ablate for its variants): it starts "
-                             "from scratch")
+        raise rf.RunFolderError(f"{path}: missing: the step-0 checkpoint holds the initial weights of {mdir.name} "
+                                f"(was {mdir} deleted or moved?); {mdir.name} cannot be trained on or compared "
+                                f"with its start without it. Delete {mdir} if it is still there and train "
+                                f"{mdir.name} again (rerun 01_train, or 04_ablate for its variants): it starts "
+                                "from scratch")
     return path
 
 
-def save_checkpoint(model: PreTrainedModel, ckpt_root: Path, step: int, state: dict | None) -> None:
+def save_checkpoint(model: PreTrainedModel, ckpt_root: Path, step: int, state: dict) -> None:
     """Write ``step-N`` atomically (after step 0, only while step 0 is there); the two newest keep the optimiser state
     (the older is the fallback when the newest is damaged)."""
     if step > 0:
         require_initial(ckpt_root)
-    with atomic_folder(ckpt_root / step_dir(step), f"{_TMP_PREFIX}{step}.") as tmp:
+    with rf.atomic_folder(ckpt_root / step_dir(step), f"{_TMP_PREFIX}{step}.") as tmp:
         model.save_pretrained(tmp)
-        if state is not None:
-            torch.save(state, tmp / TRAINER_STATE_NAME)
-    if state is not None:
-        prune_states(ckpt_root, keep=2)
+        torch.save(state, tmp / TRAINER_STATE_NAME)
+    prune_states(ckpt_root, keep=2)
 
 
 def prune_states(ckpt_root: Path, keep: int) -> None:
     """Delete the optimiser state of all but the ``keep`` newest checkpoints."""
     with_state = sorted((_step_key(d), d) for d in ckpt_root.glob(f"{STEP_PREFIX}*")
                         if (d / TRAINER_STATE_NAME).exists())
-    for _, d in with_state[:-keep] if keep else with_state:
+    for _, d in with_state[:-keep]:
         (d / TRAINER_STATE_NAME).unlink()
 
 
 def load_resume_point(model: PreTrainedModel, opt: torch.optim.Optimizer, ckpt_root: Path, dev: torch.device,
-                       tied: bool, key: str) -> tuple[int, float] | None:
+                      tied: bool, key: str) -> tuple[int, float] | None:
     """Load the newest checkpoint whose weights and optimiser state both load (the others skipped with a warning);
-    (step, elapsed) or None. Never restarts from step 0 silently; an unsafe optimiser state is refused, not skipped."""
-    dirs = sorted((d for d in ckpt_root.glob(f"{STEP_PREFIX}*") if _step_key(d) >= 0), key=_step_key,
-                  reverse=True)
+    (step, elapsed) or None. Never restarts from step 0 silently; an unsafe optimiser state is refused, not skipped.
+    A tied model's checkpoint must hold one matrix under every name of the shared one."""
+    dirs = sorted((d for d in ckpt_root.glob(f"{STEP_PREFIX}*") if _step_key(d) >= 0), key=_step_key, reverse=True)
     if dirs and _step_key(dirs[0]) > 0:
         require_initial(ckpt_root)  # a trained model without its initial weights is not resumed
     problems = []
     todo = (f"delete it: training then resumes from the previous checkpoint that kept its optimiser state, or "
-            f"{OVERWRITE_HINT} to retrain {key} from scratch")
+            f"{rf.OVERWRITE_HINT} to retrain {key} from scratch")
+    out_w = model.get_output_embeddings().weight
+    names = [n for n, p in model.named_parameters(remove_duplicate=False) if p is out_w]
     for d in dirs:
-        state_file, weights = d / TRAINER_STATE_NAME, d / WEIGHTS_NAME
+        state_file = d / TRAINER_STATE_NAME
         if not state_file.exists():
             problems.append(f"{d.name}: no optimiser state (trainer_state.pt)")
             continue
         try:
-            check_model_folder(d, "")
-            state = load_torch_file(state_file, "a checkpoint's optimiser state, step and elapsed time", todo,
-                                    map_location=dev)
+            rf.check_model_folder(d, "")
+            state = rf.load_torch_file(state_file, "a checkpoint's optimiser state, step and elapsed time", todo,
+                                       map_location=dev)
             if not isinstance(state, dict) or "optimizer" not in state:
-                raise damaged(state_file, "not a trainer state (no 'optimizer' entry)", todo)
-        except UnsafeFileError:
+                raise rf.damaged(state_file, "not a trainer state (no 'optimizer' entry)", todo)
+        except rf.UnsafeFileError:
             raise
-        except DamagedFileError as e:
+        except rf.DamagedFileError as e:
             problems.append(f"{d.name}: {str(e).split(';')[0]}")
             continue
         try:
-            _load_weights(model, load_file(str(weights), device=str(dev)), tied)
+            sd = load_file(str(d / WEIGHTS_NAME), device=str(dev))
+            held = [sd[n] for n in names if n in sd]
+            if tied and any(t.shape != held[0].shape or not torch.equal(t, held[0]) for t in held[1:]):
+                raise ValueError(f"the model is tied but the checkpoint holds different matrices for {names}")
+            missing, unexpected = model.load_state_dict(sd, strict=False)
+            if unexpected or set(missing) - (set(names) if tied else set()):
+                raise ValueError(f"weights do not match the model: missing {missing}, unexpected {unexpected}")
             opt.load_state_dict(state["optimizer"])
         except Exception as e:  # weights or optimiser state of another shape
             problems.append(f"{d.name}: {d} does not match this model ({type(e).__name__}: {e})")
@@ -118,62 +110,9 @@ def load_resume_point(model: PreTrainedModel, opt: torch.optim.Optimizer, ckpt_r
         return _step_key(d), float(state.get("elapsed_s", 0.0))
     if any(_step_key(d) > 0 for d in dirs):
         raise ValueError(f"model {key}: no checkpoint in {ckpt_root} can be resumed ({'; '.join(problems)}); "
-                         f"training would restart from step 0: {OVERWRITE_HINT} to retrain it from scratch, "
+                         f"training would restart from step 0: {rf.OVERWRITE_HINT} to retrain it from scratch, "
                          "or restore the checkpoint files")
     return None
-
-
-def _load_weights(model: PreTrainedModel, sd: dict[str, torch.Tensor], tied: bool) -> None:
-    """Load a checkpoint's weights into ``model``; ValueError when they are not the model's (other names, or a
-    tied model's checkpoint holding an output matrix of its own that differs from the input embedding)."""
-    out_w = model.get_output_embeddings().weight
-    names = [n for n, p in model.named_parameters(remove_duplicate=False) if p is out_w]
-    if tied:
-        held = [sd[n] for n in names if n in sd]
-        if any(t.shape != held[0].shape or not torch.equal(t, held[0]) for t in held[1:]):
-            raise ValueError(f"the model is tied but the checkpoint holds different matrices for {names}")
-    missing, unexpected = model.load_state_dict(sd, strict=False)
-    if unexpected or set(missing) - (set(names) if tied else set()):
-        raise ValueError(f"weights do not match the model: missing {missing}, unexpected {unexpected}")
-
-
-def kept_log(path: Path, header: list[str], upto: int, expected: list[int], key: str) -> tuple[list[str], list[str]]:
-    """Rows of a metrics log to keep when resuming at ``upto`` (verbatim), plus notes on what was dropped: later rows,
-    a row cut mid-write and repeats go; a missing row before ``upto`` cannot be recomputed and stops with an error."""
-    todo = (f"remove the bad lines (rows after step {upto} are recomputed), or {OVERWRITE_HINT} to retrain {key} "
-            "from scratch")
-    if not path.exists():
-        if not expected:
-            return [], []
-        raise DamagedFileError(f"{path}: missing, but the checkpoint at step {upto} needs its rows for steps "
-                               f"{_span(expected)}; restore it, or {OVERWRITE_HINT} to retrain {key} from scratch")
-    cols, rows, dropped = read_log_lines(path, todo=todo)
-    notes = [f"{path.name}: dropped a last row cut mid-write"] if dropped else []
-    if cols != header and header[:len(cols)] == cols:
-        # a log written before columns were added at the end: its rows get empty (missing) values for them
-        rows = [(step, line + "," * (len(header) - len(cols))) for step, line in rows]
-        notes.append(f"{path.name}: written before the columns {', '.join(header[len(cols):])} existed; "
-                     "its earlier rows leave them empty")
-    elif cols != header:
-        read_log_lines(path, header, todo=todo)  # the error naming both headers
-    kept, seen = [], set()
-    for step, line in rows:
-        if step > upto:
-            continue
-        if step in seen:
-            notes.append(f"{path.name}: dropped a repeated row for step {step}")
-            continue
-        seen.add(step)
-        kept.append(line)
-    missing = sorted(set(expected) - seen)
-    extra = sorted(seen - set(expected))
-    if missing or extra:
-        detail = (f"lacks the rows of steps {_span(missing)}" if missing else "") + \
-                 (" and " if missing and extra else "") + (f"has unexpected steps {_span(extra)}" if extra else "")
-        raise DamagedFileError(f"{path}: {detail} up to the checkpoint at step {upto}; they cannot be recomputed "
-                               f"without retraining: restore the file, or {OVERWRITE_HINT} to retrain {key} from "
-                               "scratch")
-    return kept, notes
 
 
 def _span(steps: list[int]) -> str:
@@ -181,20 +120,50 @@ def _span(steps: list[int]) -> str:
     return str(steps) if len(steps) <= 6 else f"[{steps[0]}, {steps[1]}, ..., {steps[-1]}] ({len(steps)} steps)"
 
 
+def kept_log(path: Path, header: list[str], upto: int, expected: list[int], key: str) -> tuple[list[str], list[str]]:
+    """Rows of a metrics log to keep when resuming at ``upto`` (verbatim), plus notes on what was dropped: later rows,
+    a row cut mid-write and repeats go; a missing row before ``upto`` cannot be recomputed and stops with an error."""
+    again = f"{rf.OVERWRITE_HINT} to retrain {key} from scratch"
+    if not path.exists():
+        if not expected:
+            return [], []
+        raise rf.DamagedFileError(f"{path}: missing, but the checkpoint at step {upto} needs its rows for steps "
+                                  f"{_span(expected)}; restore it, or {again}")
+    todo = f"remove the bad lines (rows after step {upto} are recomputed), or {again}"
+    cols, rows, dropped = rf.read_log_lines(path, todo=todo)
+    notes = [f"{path.name}: dropped a last row cut mid-write"] if dropped else []
+    if cols != header and header[:len(cols)] == cols:
+        # a log written before columns were added at the end: its rows get empty (missing) values for them
+        rows = [(step, line + "," * (len(header) - len(cols))) for step, line in rows]
+        notes.append(f"{path.name}: written before the columns {', '.join(header[len(cols):])} existed; "
+                     "its earlier rows leave them empty")
+    elif cols != header:
+        rf.read_log_lines(path, header, todo=todo)  # the error naming both headers
+    kept, seen = [], set()
+    for step, line in rows:
+        if step <= upto and step in seen:
+            notes.append(f"{path.name}: dropped a repeated row for step {step}")
+        elif step <= upto:
+            seen.add(step)
+            kept.append(line)
+    missing, extra = sorted(set(expected) - seen), sorted(seen - set(expected))
+    if missing or extra:
+        detail = " and ".join(([f"lacks the rows of steps {_span(missing)}"] if missing else [])
+                              + ([f"has unexpected steps {_span(extra)}"] if extra else []))
+        raise rf.DamagedFileError(f"{path}: {detail} up to the checkpoint at step {upto}; they cannot be recomputed "
+                                  f"without retraining: restore the file, or {again}")
+    return kept, notes
+
+
 def write_log(path: Path, header: list[str], lines: list[str]) -> None:
     """Rewrite a metrics log with the given verbatim rows (through a temporary file and a rename)."""
-    write_text_atomic(path, "".join(f"{line}\r\n" for line in [",".join(header), *lines]))
-
-
-def has_trained_checkpoints(ckpt_root: Path) -> bool:
-    """Whether a checkpoints folder holds a checkpoint past the initialisation (step > 0)."""
-    return any(_step_key(d) > 0 for d in ckpt_root.glob(f"{STEP_PREFIX}*"))
+    rf.write_text_atomic(path, "".join(f"{line}\r\n" for line in [",".join(header), *lines]))
 
 
 def clear_after(ckpt_root: Path, start: int) -> None:
     """Delete half-written checkpoints and every checkpoint after ``start`` (they are recomputed)."""
     for p in ckpt_root.glob(f"{_TMP_PREFIX}*"):
-        remove_entry(p)
+        rf.remove_entry(p)
     for p in ckpt_root.glob(f"{STEP_PREFIX}*"):
         if _step_key(p) > start:  # recomputed; a damaged one must not linger as a checkpoint
             shutil.rmtree(p)
@@ -202,6 +171,6 @@ def clear_after(ckpt_root: Path, start: int) -> None:
 
 def save_final(model: PreTrainedModel, tok: Any, mdir: Path) -> None:
     """The final model and tokenizer, moved into ``mdir`` from a private folder (a link planted there is replaced)."""
-    with files_into(mdir) as tmp:
+    with rf.files_into(mdir) as tmp:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)

@@ -14,17 +14,13 @@ from tiebias.config.variants import Variant, model_key
 if TYPE_CHECKING:
     from tiebias.run.folder import Run
 
-KEY = "diverged"
-LOSSES = ("final_train_loss", "final_val_loss", "initial_val_loss")
 AGAIN = "train it again in a fresh run_dir (or with overwrite=true)"
 ADVICE = f"lower lr and {AGAIN}"
 
 
 def at_step(step: int, loss: float, grad_norm: float) -> dict[str, Any] | None:
-    """The divergence record of optimiser step ``step`` (1-based), or None when its loss and gradient norm are finite.
-
-    Values are kept as text (``"nan"``, ``"inf"``) so the record stays strict JSON.
-    """
+    """The divergence record of optimiser step ``step`` (1-based), or None when its loss and gradient norm are finite;
+    values kept as text (``"nan"``, ``"inf"``) so the record stays strict JSON."""
     if math.isfinite(loss) and math.isfinite(grad_norm):
         return None
     return {"step": int(step), "loss": f"{loss:g}", "grad_norm": f"{grad_norm:g}"}
@@ -37,10 +33,11 @@ def _finite(x: Any) -> bool:
 def reason(summary: Mapping[str, Any]) -> str | None:
     """Why a finished model's weights mean nothing (its ``diverged`` record, or for older ones a final loss that is
     not finite), or None."""
-    d = summary.get(KEY)
+    d = summary.get("diverged")
     if isinstance(d, Mapping):
         return f"training diverged at step {d['step']} (loss {d['loss']}, gradient norm {d['grad_norm']})"
-    bad = [k for k in LOSSES if k in summary and not _finite(summary[k])]
+    bad = [k for k in ("final_train_loss", "final_val_loss", "initial_val_loss") if k in summary
+           and not _finite(summary[k])]
     return f"training diverged ({bad[0]} is not a finite number)" if bad else None
 
 
@@ -57,24 +54,19 @@ def reasons(summaries: pd.DataFrame) -> dict[str, str]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def _lr(run: Run, variant: str | Variant, seed: int) -> str:
-    """``" (it trained with lr=...)"``, or nothing when its train_config.json cannot say."""
-    from tiebias.run.files import read_json
-
-    try:
-        lr = read_json(run.train_config_path(variant, seed), "").get("lr")
-    except (OSError, ValueError, AttributeError):  # missing or damaged: the advice goes without it
-        return ""
-    return f" (it trained with lr={lr:g})" if _finite(lr) else ""
-
-
 def check_models(run: Run, models: Iterable[tuple[str | Variant, int]], what: str) -> None:
     """Refuse a diverged model among ``models`` of ``run`` before ``what`` is computed from it (unfinished ones are
     left to the caller)."""
+    from tiebias.run.files import read_json
+
     for variant, seed in models:
-        if not run.is_complete(variant, seed):
+        why = reason(run.summary(variant, seed)) if run.is_complete(variant, seed) else None
+        if why is None:
             continue
-        why = reason(run.summary(variant, seed))
-        if why is not None:
-            raise ValueError(f"model {model_key(variant, seed)} in {run.path}: {why}, so {what} from its weights "
-                             f"would mean nothing; lower lr{_lr(run, variant, seed)} and {AGAIN}")
+        try:  # the learning rate it trained with, when its train_config.json can say
+            lr = read_json(run.train_config_path(variant, seed), "").get("lr")
+        except (OSError, ValueError, AttributeError):
+            lr = None
+        lr_note = f" (it trained with lr={lr:g})" if _finite(lr) else ""
+        raise ValueError(f"model {model_key(variant, seed)} in {run.path}: {why}, so {what} from its weights "
+                         f"would mean nothing; lower lr{lr_note} and {AGAIN}")

@@ -1,16 +1,16 @@
 """Exact per-path gradient provenance and scaling for the (shared) embedding matrix.
 
 A tied model uses one matrix W twice, as the input lookup ``W[ids]`` and the output projection ``h W^T``; autograd
-sums both into ``W.grad``. Here each use reads W through its own identity alias, whose backward sees exactly its
-path's gradient on the weight, records it and can scale it (no extra matmul). The paper's proxy (the gradient on the
+sums both into ``W.grad``. Here each use reads W through its own view, whose gradient hook sees exactly its path's
+gradient on the weight, records it and can scale it (no extra matmul). The paper's proxy (the gradient on the
 lookup's output, one vector per token position) is recorded beside it (``proxy_input_norm``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections import namedtuple
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import PreTrainedModel
@@ -18,60 +18,9 @@ from transformers import PreTrainedModel
 from tiebias.config.training import check_factor
 from tiebias.models.anatomy import is_tied
 
-
-def _world_size() -> int:
-    """Number of data-parallel processes (1 when torch.distributed is not initialised)."""
-    import torch.distributed as dist
-
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
-class _ActivationProbe(torch.autograd.Function):
-    """Identity on the embedding lookup's output whose backward hands the activation gradient to a recorder."""
-
-    @staticmethod
-    def forward(ctx: Any, emb_out: Tensor, recorder: GradientProvenance) -> Tensor:  # type: ignore[override]
-        ctx.recorder = recorder
-        return emb_out.view_as(emb_out)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
-        ctx.recorder._on_activation_grad(grad)
-        return grad, None
-
-
-class _PathAlias(torch.autograd.Function):
-    """Identity on the weight whose backward hands the path's gradient to a recorder."""
-
-    @staticmethod
-    def forward(ctx: Any, weight: Tensor, recorder: GradientProvenance, path: str) -> Tensor:  # type: ignore[override]
-        ctx.recorder = recorder
-        ctx.path = path
-        return weight.view_as(weight)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
-        return ctx.recorder._on_grad(ctx.path, grad), None, None
-
-
-@dataclass
-class PathStats:
-    """Statistics of one optimiser step's embedding gradient, split by path (after any scaling)."""
-
-    input_norm: float
-    output_norm: float
-    output_share: float
-    cosine: float
-    input_rows: int
-    input_factor: float
-    output_factor: float
-    input_l1: float = float("nan")
-    output_l1: float = float("nan")
-    proxy_input_norm: float = float("nan")
-    proxy_input_l1: float = float("nan")
-
-    def as_dict(self) -> dict[str, float]:
-        return dict(self.__dict__)
+PathStats = namedtuple("PathStats", "input_norm output_norm output_share cosine input_rows input_factor output_factor "
+                                    "input_l1 output_l1 proxy_input_norm proxy_input_l1")
+"""Statistics of one optimiser step's embedding gradient, split by path (after any scaling)."""
 
 
 class GradientProvenance:
@@ -81,65 +30,62 @@ class GradientProvenance:
             model(ids, labels=ids).loss.backward()
             stats = prov.pop()   # PathStats of the gradients applied (after scaling)
 
-    Backward passes before :meth:`pop` are summed per path. Untied models work too (scaling refused unless
-    ``allow_untied_scaling``). Under data parallelism the proxy is this process's slice of the batch.
+    Backward passes before :meth:`pop` are summed per path. Untied models can be recorded, not scaled. Under data
+    parallelism the proxy is this process's slice of the batch; ``proxy=False`` skips it (to measure its cost).
     """
 
     def __init__(self, model: PreTrainedModel, *, input_factor: float = 1.0, output_factor: float = 1.0,
-                 record: bool = True, allow_untied_scaling: bool = False, proxy: bool = True) -> None:
-        self.model = model
+                 record: bool = True, proxy: bool = True) -> None:
         self.input_factor = check_factor("input_factor", input_factor)
         self.output_factor = check_factor("output_factor", output_factor)
-        self.record = record
-        self.proxy = proxy  # also record the paper's proxy (off: only to measure what it costs, bench/)
-        emb = model.get_input_embeddings()
-        out = model.get_output_embeddings()
-        if not isinstance(emb, nn.Embedding) or not isinstance(out, nn.Linear):
+        self.record, self.proxy = record, proxy
+        self.emb, self.out = model.get_input_embeddings(), model.get_output_embeddings()
+        if not isinstance(self.emb, nn.Embedding) or not isinstance(self.out, nn.Linear):
             raise TypeError(
-                f"model: {type(model).__name__} has input {type(emb).__name__} / output {type(out).__name__}; "
-                "gradient provenance needs an nn.Embedding input and an nn.Linear output projection")
-        self.emb, self.out = emb, out
+                f"model: {type(model).__name__} has input {type(self.emb).__name__} / output "
+                f"{type(self.out).__name__}; gradient provenance needs an nn.Embedding input and an nn.Linear output")
         self.tied = is_tied(model)
-        if not self.tied and not allow_untied_scaling and (self.input_factor != 1.0 or self.output_factor != 1.0):
+        if not self.tied and (self.input_factor != 1.0 or self.output_factor != 1.0):
             raise ValueError(
                 f"input_factor/output_factor: scaling ({self.input_factor}, {self.output_factor}) was asked for "
                 "an untied model; gradient scaling is defined for tied models only (factors must be 1)")
-        self._grads: dict[str, Tensor | None] = {"input": None, "output": None}
-        self._proxy: list[float] = [0.0, 0.0]  # squared L2 and L1 of the activation gradient (summed over backwards)
-        self._active = False
+        self.reset()
+
+    def _alias(self, weight: Tensor, path: str) -> Tensor:
+        """W read through a view whose gradient hook receives (and may scale) this path's gradient."""
+        w = weight.view_as(weight)
+        if w.requires_grad:
+            w.register_hook(lambda grad: self._on_grad(path, grad))
+        return w
 
     def __enter__(self) -> GradientProvenance:
         emb, out = self.emb, self.out
 
         def emb_forward(ids: Tensor) -> Tensor:
-            w = _PathAlias.apply(emb.weight, self, "input")
-            out = F.embedding(ids, w, emb.padding_idx, emb.max_norm, emb.norm_type,
-                              emb.scale_grad_by_freq, emb.sparse)
-            return _ActivationProbe.apply(out, self) if self.record and self.proxy else out
-
-        def out_forward(h: Tensor) -> Tensor:
-            w = _PathAlias.apply(out.weight, self, "output")
-            return F.linear(h, w, out.bias)
+            e = F.embedding(ids, self._alias(emb.weight, "input"), emb.padding_idx, emb.max_norm, emb.norm_type,
+                            emb.scale_grad_by_freq, emb.sparse)
+            if not (self.record and self.proxy):
+                return e
+            e = e.view_as(e)
+            if e.requires_grad:
+                e.register_hook(self._on_activation_grad)
+            return e
 
         emb.forward = emb_forward  # type: ignore[method-assign]
-        out.forward = out_forward  # type: ignore[method-assign]
-        self._active = True
+        out.forward = lambda h: F.linear(h, self._alias(out.weight, "output"), out.bias)  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *exc: object) -> None:
         for m in (self.emb, self.out):
-            if "forward" in m.__dict__:
-                del m.forward
-        self._active = False
+            m.__dict__.pop("forward", None)
         self.reset()
 
     def _on_grad(self, path: str, grad: Tensor) -> Tensor:
         factor = self.input_factor if path == "input" else self.output_factor
         if factor != 1.0:
             grad = grad * factor
-        if self.record:
+        if self.record:  # a reference (not a copy) unless accumulating over several backward passes
             prev = self._grads[path]
-            # keep a reference (not a copy) unless accumulating over several backward passes
             self._grads[path] = grad if prev is None else prev + grad
         return grad
 
@@ -152,87 +98,38 @@ class GradientProvenance:
 
     def reset(self) -> None:
         """Forget the gradients held since the last :meth:`pop`."""
-        self._grads = {"input": None, "output": None}
-        self._proxy = [0.0, 0.0]
+        self._grads: dict[str, Tensor | None] = {"input": None, "output": None}
+        self._proxy = [0.0, 0.0]  # squared L2 and L1 of the activation gradient (summed over backwards)
+
+    def path_grads(self) -> dict[str, Tensor | None]:
+        """The per-path gradients held since the last :meth:`pop`."""
+        return dict(self._grads)
 
     def pop(self) -> PathStats | None:
         """Statistics of the gradients received since the last call, then reset; None if nothing arrived."""
         g_in, g_out = self._grads["input"], self._grads["output"]
-        if g_in is None and g_out is None:
-            self.reset()
+        (proxy_l2, proxy_l1), nan = (self._proxy[0] ** 0.5, self._proxy[1]), float("nan")
+        self.reset()
+        if g_in is None or g_out is None:
             return None
         with torch.no_grad():
-            if _world_size() > 1:
-                g_in, g_out = self._reduced(g_in)
+            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+                # after DDP averaging: the input path's is the all-reduced mean of the local ones, the output
+                # path's the rest of the (already averaged) weight.grad
+                if self.tied:
+                    g_in = g_in.clone()
+                    dist.all_reduce(g_in)
+                    g_in /= dist.get_world_size()
+                    g_out = self.emb.weight.grad - g_in
+                else:
+                    g_in, g_out = self.emb.weight.grad, self.out.weight.grad
             # rows the input path really reached (a token seen only at a sequence's last position gets none)
-            rows = int((g_in != 0).any(dim=1).sum().item()) if g_in is not None else 0
-            n_in = torch.linalg.vector_norm(g_in).item() if g_in is not None else 0.0
-            n_out = torch.linalg.vector_norm(g_out).item() if g_out is not None else 0.0
-            l1_in = g_in.abs().sum().item() if g_in is not None else 0.0
-            l1_out = g_out.abs().sum().item() if g_out is not None else 0.0
-            dot = (g_in * g_out).sum().item() if g_in is not None and g_out is not None else 0.0
-        proxy_l2, proxy_l1 = self._proxy[0] ** 0.5, self._proxy[1]
+            rows = int((g_in != 0).any(dim=1).sum().item())
+            n_in, n_out = torch.linalg.vector_norm(g_in).item(), torch.linalg.vector_norm(g_out).item()
+            l1_in, l1_out = g_in.abs().sum().item(), g_out.abs().sum().item()
+            dot = (g_in * g_out).sum().item()
         total = n_in + n_out
-        stats = PathStats(
-            input_norm=n_in,
-            output_norm=n_out,
-            output_share=n_out / total if total > 0 else float("nan"),
-            cosine=dot / (n_in * n_out) if n_in > 0 and n_out > 0 else float("nan"),
-            input_rows=rows,
-            input_factor=self.input_factor,
-            output_factor=self.output_factor,
-            input_l1=l1_in,
-            output_l1=l1_out,
-            proxy_input_norm=proxy_l2 if g_in is not None and self.proxy else float("nan"),
-            proxy_input_l1=proxy_l1 if g_in is not None and self.proxy else float("nan"),
-        )
-        self.reset()
-        return stats
-
-    def _reduced(self, g_in: Tensor | None) -> tuple[Tensor, Tensor]:
-        """Per-path gradients after DDP averaging: the input path's is the all-reduced mean of the local ones, the
-        output path's the rest of the (already averaged) ``weight.grad``. Once per step, after backward."""
-        import torch.distributed as dist
-
-        if self.tied:
-            if g_in is None:
-                raise RuntimeError("no input-path gradient recorded on this process")
-            g_in = g_in.clone()
-            dist.all_reduce(g_in)
-            g_in /= dist.get_world_size()
-            g_out = self.emb.weight.grad - g_in
-        else:
-            g_in, g_out = self.emb.weight.grad, self.out.weight.grad
-        return g_in, g_out
-
-    def path_grads(self) -> dict[str, Tensor | None]:
-        """The per-path gradients held since the last :meth:`pop` (for tests and inspection)."""
-        return dict(self._grads)
-
-
-def summarise_flow(metrics: list[dict] | object, first_n: int | None = None) -> dict[str, float]:
-    """Headline numbers of a tied model's training log (steps up to ``first_n``; steps without a share skipped): last
-    step, mean and median output share, median output/input norm ratio, mean cosine and mean rows touched.
-
-    Args:
-        metrics: the training log (a DataFrame or per-step dicts).
-        first_n: read steps up to this one (None: all).
-
-    Returns:
-        The headline numbers, by name.
-    """
-    import pandas as pd
-
-    df = metrics if isinstance(metrics, pd.DataFrame) else pd.DataFrame(metrics)
-    if first_n is not None:
-        if first_n <= 0:
-            raise ValueError(f"first_n: {first_n!r} is not allowed; need an integer > 0")
-        df = df[df.step <= first_n]
-    df = df.dropna(subset=["output_share"])
-    if df.empty:
-        raise ValueError("metrics: no gradient provenance recorded (was record_provenance off?)")
-    ratio = df.output_norm / df.input_norm
-    return {"steps": int(df.step.max()), "mean_output_share": float(df.output_share.mean()),
-            "median_output_share": float(df.output_share.median()),
-            "median_out_in_ratio": float(ratio.median()), "mean_cosine": float(df.cosine.mean()),
-            "mean_input_rows": float(df.input_rows.mean())}
+        return PathStats(n_in, n_out, n_out / total if total > 0 else nan,
+                         dot / (n_in * n_out) if n_in > 0 and n_out > 0 else nan, rows, self.input_factor,
+                         self.output_factor, l1_in, l1_out, proxy_l2 if self.proxy else nan,
+                         proxy_l1 if self.proxy else nan)

@@ -181,7 +181,7 @@ def claim2(flow: pd.DataFrame, first_n: int, windows: dict[str, dict[str, float]
     """Claim 2: the output path's share of the tied matrix's gradient above ``CLAIM2_SHARE``.
 
     Args:
-        flow: one :func:`tiebias.train.gradients.summarise_flow` row per tied model, indexed by model key;
+        flow: one row per tied model (notebook 01's ``summarise_flow``), indexed by model key;
         first_n: the steps read; windows: :func:`tiebias.train.windows.record_details` for the details (None: none).
 
     Returns:
