@@ -7,8 +7,6 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
 from tiebias.config.variants import Variant, model_key
 
 if TYPE_CHECKING:
@@ -32,26 +30,20 @@ def _finite(x: Any) -> bool:
 
 def reason(summary: Mapping[str, Any]) -> str | None:
     """Why a finished model's weights mean nothing (its ``diverged`` record, or for older ones a final loss that is
-    not finite), or None."""
+    not finite).
+
+    Args:
+        summary: the model's completion record.
+
+    Returns:
+        The reason, or None when it trained normally.
+    """
     d = summary.get("diverged")
     if isinstance(d, Mapping):
         return f"training diverged at step {d['step']} (loss {d['loss']}, gradient norm {d['grad_norm']})"
     bad = [k for k in ("final_train_loss", "final_val_loss", "initial_val_loss") if k in summary
            and not _finite(summary[k])]
     return f"training diverged ({bad[0]} is not a finite number)" if bad else None
-
-
-def reasons(summaries: pd.DataFrame) -> dict[str, str]:
-    """``{key: reason}`` of the diverged models in a table of completion records indexed by model key.
-
-    Args:
-        summaries: completion records indexed by model key.
-
-    Returns:
-        Model key -> why it diverged, for the diverged models only.
-    """
-    out = {str(k): reason(row) for k, row in summaries.iterrows()}
-    return {k: v for k, v in out.items() if v is not None}
 
 
 def check_models(run: Run, models: Iterable[tuple[str | Variant, int]], what: str) -> None:
