@@ -104,6 +104,9 @@ class LensSettings:
             raise ValueError(f"seq_len: must be an int >= 2, got {self.seq_len!r}")
         check_shape(self.tokens_per_step, self.eval_tokens, self.seq_len)
 
+    PARAM_KEYS = ("lens_steps", "lens_tokens_per_step", "lens_eval_tokens", "seq_len", "lens_budgets", "lens_recipes",
+                  "lens_protocols")  # the resolved parameters from_params reads
+
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> LensSettings:
         """The settings of resolved notebook parameters.
