@@ -38,7 +38,6 @@ def test_orthogonal_matches_scipy_procrustes() -> None:
     res = align(s, t, "orthogonal")
     np.testing.assert_allclose(res.per_token.numpy(), ref, atol=1e-10)
     assert res.mean == pytest.approx(ref.mean(), abs=1e-12)
-    assert res.n_tokens == 400 and not res.heldout
 
 
 @pytest.mark.parametrize(("ds", "dt"), [(24, 16), (16, 24)])
@@ -145,7 +144,6 @@ def test_heldout_not_above_in_sample_on_noise() -> None:
     out = align_all(s, t, heldout_folds=5, seed=1)
     assert ins["linear"].mean > 0.6  # 40 free dims per output on 60 points: overfits
     for m in ("orthogonal", "linear"):
-        assert out[m].heldout and out[m].folds == 5
         assert not torch.isnan(out[m].per_token).any()
         assert out[m].mean < ins[m].mean - 0.2
         assert abs(out[m].mean) < 0.15

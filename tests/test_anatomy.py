@@ -9,7 +9,7 @@ import pytest
 import torch
 import transformers as tr
 
-from tiebias.models.anatomy import TyingError, check_loaded_tying, is_tied, text_config, weights_tied
+from tiebias.models.anatomy import TyingError, check_loaded_tying, is_tied, text_config
 from tiebias.models.build import build, make_config
 
 
@@ -61,10 +61,9 @@ def test_a_text_config_is_its_own_text_part_and_a_missing_flag_means_untied() ->
 
 
 def test_weights_decide_tying_when_the_config_disagrees() -> None:
-    """weights_tied reads the loaded tensors: shared storage or equal values are one matrix, whatever the config says;
-    check_loaded_tying refuses a config that says otherwise, naming where the model came from."""
+    """check_loaded_tying reads the loaded tensors: shared storage or equal values are one matrix, whatever the config
+    says; it refuses a config that says otherwise, naming where the model came from."""
     tied, untied = (build("tiny", tied=t, vocab_size=300, seed=0) for t in (True, False))
-    assert weights_tied(tied) and not weights_tied(untied)
     assert check_loaded_tying(tied, "m") and not check_loaded_tying(untied, "m")
     untied.config.tie_word_embeddings = True  # a tied config over two different matrices
     with pytest.raises(TyingError, match=r"^here: its config.json says tie_word_embeddings=True, but its weights hold "
@@ -75,6 +74,6 @@ def test_weights_decide_tying_when_the_config_disagrees() -> None:
         check_loaded_tying(untied, "here", missing_keys={"lm_head.weight"})
     with torch.no_grad():
         untied.get_output_embeddings().weight.copy_(untied.get_input_embeddings().weight)
-    assert weights_tied(untied) and not is_tied(untied)  # equal values, two tensors
+    assert not is_tied(untied)  # equal values, two tensors: check_loaded_tying calls them one matrix
     with pytest.raises(TyingError, match="says tie_word_embeddings=False, but its output matrix equals its input"):
         check_loaded_tying(untied, "here")

@@ -101,7 +101,7 @@ def test_a_pair_folder_is_not_a_run_folder_and_back(prepared_run: Run, tmp_path:
 
 
 def test_an_older_external_pair_folder_at_the_kits_own_place_is_reused(tmp_path: Path) -> None:
-    old = tmp_path / "external" / sources.pair_slug("a/tied", "b/untied")
+    old = sources.external_path("a/tied", "b/untied", root=tmp_path)  # where the kit names it, created by hand
     (old / "figures").mkdir(parents=True)
     (old / "figures" / "02_table1.html").write_text("old")
     out = sources.external_dir("a/tied", "b/untied", root=tmp_path)

@@ -68,7 +68,7 @@ def test_external_pair_gets_its_own_folder(tmp_path: Path, two_seed_run) -> None
     assert out.path.name.startswith("tied-s0__untied-s0__")
     assert sources.external_dir(t, u, root=tmp_path).path == out.path  # stable
     assert sources.external_dir(u, t, root=tmp_path).path != out.path
-    assert sources.pair_slug("allenai/OLMo-1B-hf", "allenai/OLMo-1B-0724-hf").startswith(
+    assert sources.external_path("allenai/OLMo-1B-hf", "allenai/OLMo-1B-0724-hf", root=tmp_path).name.startswith(
         "allenai--OLMo-1B-hf__allenai--OLMo-1B-0724-hf__")
     mine = sources.external_dir(t, u, tmp_path / "mine")
     assert mine.path == (tmp_path / "mine").resolve()

@@ -89,7 +89,7 @@ def load_sources(tied_source: Any, untied_source: Any, *, tied_tokenizer: Any = 
         try:
             got[label] = embeddings.extract(source, tokenizer)
         except TyingError as exc:
-            raise sources.not_as_configured(exc, f"{sources.param_name(label)}: {exc.where!r}") from None
+            raise sources.not_as_configured(exc, f"{label}_source: {exc.where!r}") from None
     if not got["tied"].tied:
         raise ValueError(f"tied_source: {got['tied'].source!r} is an untied model; the tied side needs one shared "
                          "matrix")

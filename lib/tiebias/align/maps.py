@@ -6,9 +6,9 @@ copy) and applies the map at the inputs' precision."""
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -59,16 +59,8 @@ def cosine_rows(a: Tensor, b: Tensor) -> Tensor:
     return torch.where(den > 0, dot / den.clamp_min(torch.finfo(F64).tiny), torch.zeros_like(dot))
 
 
-@dataclass
-class AlignResult:
-    """Mean and per-token cosine after mapping source onto target (``heldout``: out-of-fold scores)."""
-
-    method: str
-    mean: float
-    per_token: Tensor
-    n_tokens: int
-    heldout: bool
-    folds: int = 0
+AlignResult = namedtuple("AlignResult", "mean per_token")
+"""Mean and per-token (float64) cosine after mapping source onto target."""
 
 
 def align_all(source: Matrix, target: Matrix, methods: Sequence[str] = METHODS, *, heldout_folds: int = 0,
@@ -116,7 +108,7 @@ def align_all(source: Matrix, target: Matrix, methods: Sequence[str] = METHODS, 
             st = [sum(p[0] for p in parts)] + [None if parts[0][i] is None else
                                                torch.stack([p[i] for p in parts]).sum(0) for i in range(1, 5)]
             _score(S, T, rows, *_fit(st, methods, ref_s, ref_t), cdt, chunk, scores)
-    return {m: AlignResult(m, float(scores[m].mean()), scores[m], n, k > 0, k) for m in methods}
+    return {m: AlignResult(float(scores[m].mean()), scores[m]) for m in methods}
 
 
 def _column_mean(x: Tensor, chunk: int) -> Tensor:

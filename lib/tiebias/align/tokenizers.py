@@ -10,7 +10,6 @@ import torch
 from torch import Tensor
 
 from tiebias.data import tokens
-from tiebias.models.sources import param_name
 from tiebias.run.layout import TOKENIZER_FILE, TOKENIZER_SUBDIR
 
 _TOKENIZER_FILES = (TOKENIZER_FILE, "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -116,7 +115,7 @@ def check_tokenizers(models: dict[str, tuple[Any, Any]], texts: list[str], corpu
         if share > MAX_UNKNOWN_SHARE:
             unk = tok.convert_ids_to_tokens(tokens.unknown_id(tok))
             raise ValueError(
-                f"{param_name(label)}: the tokenizer of {name(model)!r} writes {share:.0%} of the corpus {corpus!r} "
+                f"{label}_source: the tokenizer of {name(model)!r} writes {share:.0%} of the corpus {corpus!r} "
                 f"as its unknown token {unk!r}, so a lens would be measured on that token, not on the text; allowed: "
                 f"at most {MAX_UNKNOWN_SHARE:.0%}. Give a corpus the tokenizer reads (corpus=...), or a model whose "
                 "tokenizer covers this text")
@@ -125,6 +124,6 @@ def check_tokenizers(models: dict[str, tuple[Any, Any]], texts: list[str], corpu
         try:
             match_tokens(token_strings(a[1]), token_strings(b[1]), name(a[0]), name(b[0]))
         except ValueError as e:
-            raise ValueError(f"{param_name(labels[0])}, {param_name(label)}: {e}; a pair is compared on the tokens its "
+            raise ValueError(f"{labels[0]}_source, {label}_source: {e}; a pair is compared on the tokens its "
                              "vocabularies share (02 refuses this pair too); allowed: models whose tokenizers share "
                              "tokens") from None

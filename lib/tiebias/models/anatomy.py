@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 import weakref
-from dataclasses import dataclass
+from collections import namedtuple
+from operator import attrgetter
 from typing import Any
 
 import torch
@@ -48,13 +49,6 @@ def is_tied(model_or_config: Any) -> bool:
     return a is b or ("meta" not in (a.device.type, b.device.type) and a.data_ptr() == b.data_ptr())
 
 
-def weights_tied(model: torch.nn.Module) -> bool:
-    """Whether a loaded model's weights are tied in fact, whatever its config says (transformers unties a tied config
-    whose checkpoint holds an output matrix of its own)."""
-    inp, out = model.get_input_embeddings(), model.get_output_embeddings()
-    return inp is not None and out is not None and same_matrix(inp.weight, out.weight)
-
-
 class TyingError(ValueError):
     """A model whose config and weights disagree on tying: ``where`` names the model, ``conflict`` what disagrees."""
 
@@ -77,9 +71,11 @@ def tying_conflict(config_tied: bool, tied: bool, *, output_missing: bool = Fals
 
 
 def check_loaded_tying(model: torch.nn.Module, where: str, missing_keys: Any = ()) -> bool:
-    """A loaded model's tying; :class:`TyingError` naming ``where`` when its config disagrees (``missing_keys``: what
-    transformers reported missing on load)."""
-    tied, out = weights_tied(model), model.get_output_embeddings()
+    """Whether a loaded model's weights are tied in fact (whatever its config says: transformers unties a tied config
+    whose checkpoint holds an output matrix of its own); :class:`TyingError` naming ``where`` when its config
+    disagrees (``missing_keys``: what transformers reported missing on load)."""
+    inp, out = model.get_input_embeddings(), model.get_output_embeddings()
+    tied = inp is not None and out is not None and same_matrix(inp.weight, out.weight)
     out_names = {n for n, p in model.named_parameters(remove_duplicate=False) if out is not None and p is out.weight}
     conflict = tying_conflict(is_tied(model.config), tied, output_missing=bool(out_names & set(missing_keys)))
     if conflict:
@@ -87,24 +83,9 @@ def check_loaded_tying(model: torch.nn.Module, where: str, missing_keys: Any = (
     return tied
 
 
-@dataclass(frozen=True, eq=False)
-class Layout:
-    """Where a causal LM keeps what the lens needs: its final norm and its head (modules of the model itself)."""
-
-    model_type: str
-    norm_path: str
-    final_norm: torch.nn.Module  # applied after the last block; its input is what the lens reads at layer L
-    head: torch.nn.Linear
-    project_out: torch.nn.Module | None = None  # optional projection between norm and head (OPT-350m style)
-
-
-def _attr_path(root: Any, path: str) -> tuple[bool, Any]:
-    """(found, value) of a dotted attribute path; found is False when any step is missing."""
-    for key in path.split("."):
-        if not hasattr(root, key):
-            return False, None
-        root = getattr(root, key)
-    return True, root
+Layout = namedtuple("Layout", "model_type norm_path final_norm head project_out")
+"""Where a causal LM keeps what the lens needs: its final norm (its input is what the lens reads at layer L), its head
+and an optional projection between them (OPT-350m style); modules of the model itself."""
 
 
 def find_layout(model: Any) -> Layout:
@@ -134,12 +115,15 @@ def find_layout(model: Any) -> Layout:
             roots.append((label, root))
     for label, root in roots:
         for name in FINAL_NORM_NAMES:
-            found, norm = _attr_path(root, name)
-            if found and norm is None:
+            try:
+                norm = attrgetter(name)(root)
+            except AttributeError:
+                continue
+            if norm is None:
                 raise ValueError(f"model: {what} has no final norm ({label}.{name} is None, e.g. a post-norm model "
                                  f"such as OPT-350m); the lens needs a final norm before the head")
-            if found and isinstance(norm, torch.nn.Module):
-                owner = _attr_path(root, name.rsplit(".", 1)[0])[1] if "." in name else root
+            if isinstance(norm, torch.nn.Module):
+                owner = attrgetter(name.rsplit(".", 1)[0])(root) if "." in name else root
                 project_out = getattr(owner, "project_out", None)  # OPT with word_embed_proj_dim != hidden_size
                 return Layout(model_type, f"{label}.{name}", norm, head,
                               project_out if isinstance(project_out, torch.nn.Module) else None)

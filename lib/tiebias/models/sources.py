@@ -22,17 +22,9 @@ from tiebias.run.guard import check_folder, mark
 from tiebias.run.layout import CONFIG_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 from tiebias.system.memory import free_memory
 
-ROLES = {"tied": True, "untied": False}  # labels whose tying is required
-
-
 SourceInfo = namedtuple("SourceInfo", "label param source model_type tied tie_word_embeddings num_hidden_layers "
                                       "hidden_size vocab_size n_params local_safetensors")
 """What a model's config says, read without loading weights (``param``: the notebook parameter that named it)."""
-
-
-def param_name(label: str) -> str:
-    """``tied`` -> ``tied_source``: the parameter a source comes from, for error messages."""
-    return f"{label}_source"
 
 
 def inspect(source: Any, label: str, *, lens: bool = False) -> SourceInfo:
@@ -40,7 +32,7 @@ def inspect(source: Any, label: str, *, lens: bool = False) -> SourceInfo:
     ``lens`` a layout the lens can follow; errors name ``<label>_source``."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    param = param_name(label)
+    param = f"{label}_source"
     if source is None or not isinstance(source, (str, os.PathLike)):
         raise ValueError(f"{param}: " + ("missing; give a model folder or a hub id" if source is None else
                                          f"expected a model folder or a hub id, got {type(source).__name__}"))
@@ -78,14 +70,14 @@ def inspect(source: Any, label: str, *, lens: bool = False) -> SourceInfo:
 
 def _check_role(info: SourceInfo) -> None:
     """Refuse a ``tied`` source that is untied and an ``untied`` source that is tied."""
-    want = ROLES.get(info.label)
+    want = {"tied": True, "untied": False}.get(info.label)
     if want is None or info.tied == want:
         return
     why = ("the tied side needs one matrix shared by the input and output embeddings" if want else
            "the untied side needs separate input and output embedding matrices")
     raise ValueError(f"{info.param}: {info.source!r} is {'untied' if want else 'tied'} (its config has "
                      f"tie_word_embeddings={info.tie_word_embeddings!r}, {info.model_type}); {why}. Were "
-                     f"{param_name('tied')} and {param_name('untied')} swapped?")
+                     "tied_source and untied_source swapped?")
 
 
 def estimate_bytes(info: SourceInfo, dtype: torch.dtype = torch.float32, *, need: str = "model",
@@ -131,10 +123,8 @@ def check_sources(sources: dict[str, Any], *, dtype: torch.dtype = torch.float32
 
 def load_models(sources: dict[str, Any], *, device: str | torch.device = "cpu",
                 dtype: torch.dtype = torch.float32) -> dict[str, tuple[Any, Any]]:
-    """Load causal LMs with their tokenizers for lensing (label -> (model, tokenizer), eval mode on ``device``).
-
-    Every refusal comes before the first weight is read (config checks, tokenizers no larger than the head, local
-    safetensors files checked); each loaded model must be tied as its config and role say and pass ``check_model``.
+    """Load causal LMs with their tokenizers for lensing, in eval mode; every refusal (configs, tokenizers larger than
+    the head, damaged safetensors) comes before the first weight is read, then the weights' tying is checked.
 
     Args:
         sources: role label -> model folder or hub id.
@@ -183,20 +173,10 @@ def not_as_configured(exc: anatomy.TyingError, where: str | None = None) -> anat
                               "weights, or use another model")
 
 
-def pair_slug(tied_source: Any, untied_source: Any) -> str:
-    """A folder name for an external pair: both model names plus a short hash of the full sources."""
-    srcs = (tied_source, untied_source)
-    paths = [Path(str(s)).expanduser() for s in srcs]
-    names = [p.name if p.is_dir() else str(s).replace("/", "--") for p, s in zip(paths, srcs, strict=True)]
-    full = [str(p.resolve()) if p.is_dir() else str(s) for p, s in zip(paths, srcs, strict=True)]
-    digest = hashlib.sha1("\n".join(full).encode()).hexdigest()[:8]
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{names[0]}__{names[1]}__{digest}")
-
-
 def external_path(tied_source: Any, untied_source: Any, run_dir: Any = None, *, root: Any = RUNS,
                   corpus: Any = None) -> Path:
-    """Where an external pair's outputs go (``run_dir``, else ``<root>/external/<slug>``), checked, creating nothing:
-    never a run's folder, the corpus's or a folder of the user's (:func:`tiebias.run.guard.check_folder`).
+    """Where an external pair's outputs go, checked, creating nothing: ``run_dir``, else ``<root>/external/`` and both
+    model names with a short hash of the full sources; never a run's, the corpus's or a user's folder.
 
     Args:
         tied_source, untied_source: the pair, which names the default folder.
@@ -209,19 +189,25 @@ def external_path(tied_source: Any, untied_source: Any, run_dir: Any = None, *, 
     """
     if run_dir is not None:
         return check_folder(run_dir, "pair", corpus=corpus)
-    path = Path(root).expanduser().resolve() / "external" / pair_slug(tied_source, untied_source)
+    srcs = (tied_source, untied_source)
+    paths = [Path(str(s)).expanduser() for s in srcs]
+    names = [p.name if p.is_dir() else str(s).replace("/", "--") for p, s in zip(paths, srcs, strict=True)]
+    full = [str(p.resolve()) if p.is_dir() else str(s) for p, s in zip(paths, srcs, strict=True)]
+    digest = hashlib.sha1("\n".join(full).encode()).hexdigest()[:8]
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{names[0]}__{names[1]}__{digest}")
+    path = Path(root).expanduser().resolve() / "external" / slug
     return check_folder(path, "pair", corpus=corpus, kit_made=True)  # the kit's own name: an older pair folder
 
 
 def external_dir(tied_source: Any, untied_source: Any, run_dir: Any = None, *, root: Any = RUNS,
                  corpus: Any = None) -> Run:
-    """The external pair's folder (:func:`external_path`), created and marked, as a ``Run`` with figures/, metrics/.
+    """The external pair's folder (:func:`external_path`), created and marked, with figures/ and metrics/.
 
     Args:
         tied_source, untied_source, run_dir, root, corpus: as in :func:`external_path`.
 
     Returns:
-        A :class:`tiebias.run.folder.Run` on the folder.
+        A ``Run`` on the folder.
     """
     path = external_path(tied_source, untied_source, run_dir, root=root, corpus=corpus)
     mark(path, "pair")
