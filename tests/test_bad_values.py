@@ -24,7 +24,7 @@ from tiebias.align import comparisons
 from tiebias.config import profiles
 from tiebias.config.choices import LENS_RECIPES
 from tiebias.config.lens import LensSettings, lens_seq_len
-from tiebias.config.params import PARAMS
+from tiebias.config.params import PARAMS, coerce
 from tiebias.config.training import check_factor
 from tiebias.config.variants import Variant
 from tiebias.lens import ladder as lens_ladder
@@ -51,8 +51,11 @@ def test_lr_above_one_is_refused_up_front() -> None:
     with pytest.raises(ValueError, match=r"^lr: 1000000.0 is not allowed; need a finite number > 0 and at most 1"):
         TrainConfig(preset="tiny", lr=1e6).validate()
     for bad in (0, -1e-3, math.nan, True):
-        with pytest.raises(ValueError, match=r"^lr: .* is not allowed; need a finite number > 0 and at most 1"):
+        with pytest.raises(ValueError) as schema:
+            coerce("lr", bad)
+        with pytest.raises(ValueError, match=r"^lr: .* is not allowed; ") as library:
             TrainConfig(preset="tiny", lr=bad).validate()
+        assert str(library.value) == str(schema.value)
     assert TrainConfig(preset="tiny", lr=1.0).validate().lr == 1.0
 
 

@@ -105,11 +105,12 @@ def test_different_config_is_refused_unless_overwrite(fresh_run: Run, tiny_confi
 
 
 @pytest.mark.parametrize("field,value,msg", [
-    ("preset", "huge", "preset: unknown value 'huge'"),
+    ("preset", "huge", "preset: 'huge' is not allowed; input should be 'tiny'"),
     ("steps", 0, "steps: 0 is not allowed"),
     ("steps", -3, "steps: -3 is not allowed"),
     ("lr", float("nan"), "lr: nan"),
-    ("family", "gpt2", "family: unknown value"),
+    ("family", "gpt2", "family: 'gpt2' is not allowed; input should be 'llama' or 'neox'"),
+    ("batch_size", "4", "batch_size: '4' is not allowed; input should be a valid integer"),
     ("seq_len", 5000, "seq_len: 5000 exceeds"),
 ])
 def test_bad_config(field: str, value, msg: str, fresh_run: Run) -> None:

@@ -82,11 +82,6 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def _declared(name: str, source: Source | None = None) -> set[str]:
-    """The names a notebook's papermill parameters cell declares."""
-    return set(pm.inspect_notebook(source if source is not None else str(notebooks_dir() / f"{name}.ipynb")))
-
-
 def committed_sources(names: list[str]) -> tuple[dict[str, Source], str]:
     """The notebooks as git HEAD holds them (an exercise runs these, so a half-written edit cannot break it), and a
     line saying so; outside git, the files on disk."""
@@ -111,19 +106,13 @@ def committed_sources(names: list[str]) -> tuple[dict[str, Source], str]:
                      "notebooks/: edits there do not change it (python -m tiebias study runs them)")
 
 
-def refuse_inside_study() -> None:
-    """Refuse a study inside a notebook a study runs: it would run the notebooks again, level after level."""
-    if environment.in_study():
-        raise ValueError(f"study: refused inside a notebook that a study runs ({environment.STUDY_ENV}=1): it would "
-                         "run the notebooks again, level after level; start studies and exercises in a terminal")
-
-
 def check_study(profile: str | Path | None = None, run_dir: str | Path | None = None,
-                overrides: dict[str, Any] | None = None, only: list[str] | None = None,
-                sources: dict[str, Source] | None = None) -> tuple[dict[str, Any], list[str]]:
+                overrides: dict[str, Any] | None = None, only: list[str] | None = None) -> tuple[dict[str, Any], list[str]]:
     """Check everything a study would run with, writing nothing: every override a parameter of a notebook that runs,
     the run folder (:mod:`tiebias.run.guard`); returns the resolved parameters and the notebooks."""
-    refuse_inside_study()
+    if environment.in_study():  # it would run the notebooks again, level after level
+        raise ValueError(f"study: refused inside a notebook that a study runs ({environment.STUDY_ENV}=1): it would "
+                         "run the notebooks again, level after level; start studies and exercises in a terminal")
     overrides = dict(overrides or {})
     for k in ("profile", "run_dir"):
         if k in overrides:
@@ -133,13 +122,10 @@ def check_study(profile: str | Path | None = None, run_dir: str | Path | None = 
         if name not in NOTEBOOKS or not (notebooks_dir() / f"{name}.ipynb").exists():
             raise ValueError(f"notebook: {name!r} not found; available: {', '.join(NOTEBOOKS)}")
     params = profiles.resolve(profile, run_dir, notebooks=names, **overrides)
-    declared = set().union(*(_declared(name, (sources or {}).get(name)) for name in names))
     for k in overrides:
-        if k not in declared:
-            raise ValueError(f"{k}: not a parameter of the notebooks run ({', '.join(names)}); used by "
-                             f"{', '.join(PARAMS[k].notebooks)}")
+        profiles.check_used(k, names)
     check_folder(params["run_dir"], folder_kind_of(params, names),
-                 corpus=params["corpus"] if "corpus" in declared else None)
+                 corpus=params["corpus"] if set(names) & set(PARAMS["corpus"].notebooks) else None)
     if {"01_train", "04_ablate"} & set(names):  # their Run.prepare would refuse another corpus or vocab_size
         Run(params["run_dir"]).check_data(params["corpus"], params["vocab_size"])
     elif folder_kind_of(params, names) == "run":  # 02 or 03 alone: refused with another profile than the run's
@@ -225,12 +211,11 @@ def run_study(profile: str | Path | None = None, run_dir: str | Path | None = No
     """Execute the notebooks in order into ``<run>/notebooks/``, then write summary.json, the reproduction report and
     report.html; everything is checked first. ``committed`` (an exercise) runs the notebooks as committed."""
     overrides = dict(overrides or {})
+    params, names = check_study(profile, run_dir, overrides, only)
     sources: dict[str, Source] = {}
     if committed:
-        refuse_inside_study()
-        sources, line = committed_sources(list(only) if only else list(NOTEBOOKS))
+        sources, line = committed_sources(names)
         print(line, flush=True)
-    params, names = check_study(profile, run_dir, overrides, only, sources)
     out_dir = Run(params["run_dir"]).notebooks_dir
     try:
         mark(params["run_dir"], folder_kind_of(params, names))  # checked above: the folder is the kit's from now on
@@ -244,9 +229,8 @@ def run_study(profile: str | Path | None = None, run_dir: str | Path | None = No
     memory: dict[str, float] = {}
     for name in names:
         src = sources.get(name, notebooks_dir() / f"{name}.ipynb")
-        declared = _declared(name, src)
         p = notebook_values({"profile": params["profile"], "run_dir": params["run_dir"],
-                             **{k: params[k] for k in overrides if k in declared}})
+                             **{k: params[k] for k in overrides if name in PARAMS[k].notebooks}})
         t0 = time.perf_counter()
         try:
             _execute(name, src, out_dir / f"{name}.ipynb", p, progress)

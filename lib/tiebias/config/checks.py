@@ -20,13 +20,8 @@ def is_int(value: Any, *, numpy_ok: bool = False) -> bool:
     return not isinstance(value, bool) and isinstance(value, numbers.Integral if numpy_ok else int)
 
 
-def check_int(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None,
-              need: str | None = None) -> int:
+def check_int(name: str, value: Any, need: str, minimum: int = 0, maximum: float = float("inf")) -> int:
     """``value`` when it is an int within [minimum, maximum]; else ``name: value is not allowed; need <need>``."""
-    if is_int(value) and (minimum is None or value >= minimum) and (maximum is None or value <= maximum):
+    if is_int(value) and minimum <= value <= maximum:
         return value
-    if need is None:
-        need = (f"an integer {minimum} <= {name} <= {maximum}" if minimum is not None and maximum is not None else
-                "an integer" + (f" >= {minimum}" if minimum is not None else "")
-                + (f" <= {maximum}" if maximum is not None else ""))
     raise ValueError(f"{name}: {value!r} is not allowed; need {need}")

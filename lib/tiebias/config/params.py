@@ -24,6 +24,9 @@ from tiebias.config.variants import Variant
 
 PATH_PARAMETERS = ("corpus", "tied_source", "untied_source")  # local paths or hub names
 MIN_VOCAB = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
+MAX_LR = 1.0  # Adam moves each weight by about lr per step and weights start near 0.02: above 1 training diverges
+LR_RANGE = (f"need a finite number > 0 and at most {MAX_LR:g} (Adam moves each weight by about lr per step; the "
+            "profiles use 1e-3 to 3e-3)")
 
 
 def _rule(problem: Callable[[Any], str | None]) -> AfterValidator:
@@ -92,7 +95,7 @@ class Params(BaseModel):
     steps: Int = _p("optimiser steps per model", _TRAIN, ge=1)
     batch_size: Int = _p("sequences per step", _TRAIN, ge=1)
     seq_len: Int = _p("tokens per sequence", _TRAIN, ge=2)
-    lr: Annotated[Num, _rule(training.lr_problem)] = _p("peak learning rate (AdamW, warmup then cosine), at most 1", _TRAIN)
+    lr: Annotated[Num, _rule(lambda v: None if 0 < v <= MAX_LR else LR_RANGE)] = _p("peak learning rate (AdamW, warmup then cosine), at most 1", _TRAIN)
     warmup_steps: Int = _p("linear warmup steps (fewer than steps)", _TRAIN, ge=0)
     eval_every: Int = _p("validation loss every N steps", _TRAIN, ge=1)
     eval_tokens: Int = _p("validation tokens per evaluation", _TRAIN, ge=1)
@@ -230,12 +233,14 @@ def unknown_name(name: str, allowed: list[str] | tuple[str, ...], what: str) -> 
 _REWORDED = {"too_short": "need one or more values", "string_pattern_mismatch": "need a non-empty text"}
 
 
-def coerce(name: str, value: Any) -> Any:
-    """One value checked against :class:`Params` and typed; a ValueError names the parameter, the value and the rule."""
+def coerce(name: str, value: Any, strict: bool = False) -> Any:
+    """One value checked against :class:`Params` and typed (``strict``: no text or float for an int); a ValueError
+    names the parameter, the value and the rule."""
     if name not in PARAMS:
         raise unknown_name(name, list(PARAMS), "not a parameter")
     try:
-        out = getattr(Params.__pydantic_validator__.validate_assignment(Params.model_construct(), name, value), name)
+        model = Params.__pydantic_validator__.validate_assignment(Params.model_construct(), name, value, strict=strict)
+        out = getattr(model, name)
     except ValidationError as e:
         err = e.errors()[0]
         why = str(err["ctx"]["error"]) if err["type"] == "value_error" else _REWORDED.get(

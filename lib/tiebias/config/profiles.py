@@ -1,8 +1,5 @@
-"""Profiles: small TOML files of the vocabulary's profile keys, and the resolution of a study's or a notebook's values.
-
-A notebook's profile keys default to ``None``: "take it from the profile"; a value given explicitly (papermill ``-p``,
-``--set``, ``make study STEPS=...``) wins. The profile is the ``profile`` parameter, by default ``$TIEBIAS_PROFILE``.
-"""
+"""Profiles (TOML files of profile keys) and the resolution of a study's or a notebook's values: a profile key left
+``None`` takes the profile's value, one given explicitly (papermill ``-p``, ``--set``, ``make``) wins."""
 
 from __future__ import annotations
 
@@ -99,6 +96,15 @@ def injected_names(namespace: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys(re.findall(r"(?m)^([A-Za-z_]\w*) = ", "\n".join(cells))))
 
 
+def check_used(name: str, notebooks: Sequence[str]) -> None:
+    """Refuse a name that is not a parameter of any of ``notebooks``."""
+    if name not in PARAMS:
+        raise unknown_name(name, list(PARAMS), "not a parameter")
+    if not set(notebooks) & set(PARAMS[name].notebooks):
+        raise ValueError(f"{name}: not a parameter of the notebooks run ({', '.join(notebooks)}); used by "
+                         f"{', '.join(PARAMS[name].notebooks)}")
+
+
 def resolve_notebook(notebook: str, namespace: Mapping[str, Any]) -> dict[str, Any]:
     """Every parameter a notebook declares, from its namespace, resolved as :func:`resolve` does.
 
@@ -110,11 +116,7 @@ def resolve_notebook(notebook: str, namespace: Mapping[str, Any]) -> dict[str, A
         Every parameter, checked, with ``profile`` and ``run_dir`` (absolute).
     """
     for name in injected_names(namespace):  # a papermill -p name it does not declare is refused as --set refuses it
-        if name not in PARAMS:
-            raise unknown_name(name, list(PARAMS), "not a parameter")
-        if notebook not in PARAMS[name].notebooks:
-            raise ValueError(f"{name}: not a parameter of the notebooks run ({notebook}); used by "
-                             f"{', '.join(PARAMS[name].notebooks)}")
+        check_used(name, [notebook])
     if PROFILE_ENV not in os.environ and namespace.get("profile") == NOTEBOOK_PROFILE:
         print(f"profile: {NOTEBOOK_PROFILE!r}, because TIEBIAS_PROFILE is not set (a notebook opened on its own, outside "
               "`make lab` and `python -m tiebias study`, uses the lesson's profile: a few minutes for all four "
@@ -179,15 +181,12 @@ def _check_lens(params: Mapping[str, Any]) -> None:
 
 def _check_pairs(params: Mapping[str, Any], notebooks: Sequence[str]) -> None:
     """Refuse ``variants`` without tied and untied where 02 (after 01) or 03 compares them, unless on an external pair."""
-    if params.get("tied_source") is not None or params.get("untied_source") is not None:
-        return
+    why = {nb: w for nb, w in (
+        ("02_align", "it compares each seed's tied and untied models, which 01_train trains from them"),
+        ("03_lens", "it gives a lens to each of them and compares each seed's tied model with its untied one"))
+        if nb in notebooks and (nb == "03_lens" or "01_train" in notebooks)}
     names = [Variant.parse(v).name for v in params["variants"]]
-    why: dict[str, str] = {}
-    if "01_train" in notebooks and "02_align" in notebooks:
-        why["02_align"] = "it compares each seed's tied and untied models, which 01_train trains from them"
-    if "03_lens" in notebooks:
-        why["03_lens"] = "it gives a lens to each of them and compares each seed's tied model with its untied one"
-    if not why or {"tied", "untied"} <= set(names):
+    if not why or {"tied", "untied"} <= set(names) or params.get("tied_source") or params.get("untied_source"):
         return
     alone = ", or run 01_train alone (--only 01_train)" if "01_train" in notebooks else ""
     raise ValueError(f"variants: {params['variants']} is not allowed with {' and '.join(why)}: "

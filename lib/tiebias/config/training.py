@@ -10,9 +10,8 @@ from dataclasses import asdict, dataclass
 from types import MappingProxyType
 from typing import Any
 
-from tiebias.config.checks import check_int
 from tiebias.config.paths import PROFILE_DIR
-from tiebias.config.presets import FAMILIES, get_preset
+from tiebias.config.presets import get_preset
 
 # the ``default`` profile as written: the one owner of every default a profile key has in code
 DEFAULT_PROFILE: Mapping[str, Any] = MappingProxyType(tomllib.loads((PROFILE_DIR / "default.toml").read_text()))
@@ -21,7 +20,6 @@ SEED_LIMIT = 2**32  # numpy's seed range, so a seed means the same everywhere (a
 MAX_FACTOR = 1000.0  # gradient factors lie in [1/MAX_FACTOR, MAX_FACTOR]: far larger ones overflow the gradient norm
 FACTOR_RANGE = f"a finite number between {1 / MAX_FACTOR:g} and {MAX_FACTOR:g}"
 DOSE_RESPONSE_FACTORS = 2  # fewest factors k of notebook 04's dose-response (a library sweep may train one)
-MAX_LR = 1.0  # Adam moves each weight by about lr per step and weights start near 0.02: above 1 training diverges
 OPTIMIZERS = ("adamw", "sgd")  # sgd: momentum beta1, claim 4's contrast without per-coordinate scaling
 # recipe keys added after models were first trained: recorded only when they differ, so older models still match
 ADDED_KEYS: Mapping[str, Any] = MappingProxyType({"optimizer": "adamw", "decay_embeddings": True})
@@ -49,14 +47,6 @@ def factors_problem(factors: list[float], minimum: int = 1) -> str | None:
     if len(factors) < minimum:
         return (f"need at least {minimum} factors k > 0 for a dose-response (e.g. [1, 5])" if minimum > 1
                 else "empty; give one or more factors k > 0 (e.g. [1, 2, 5, 10])")
-    return None
-
-
-def lr_problem(v: object) -> str | None:
-    """What is wrong with a peak learning rate, or None: AdamW needs 0 < lr <= MAX_LR."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 < v <= MAX_LR:
-        return (f"need a finite number > 0 and at most {MAX_LR:g} (Adam moves each weight by about lr per step; "
-                "the profiles use 1e-3 to 3e-3)")
     return None
 
 
@@ -96,28 +86,25 @@ class TrainConfig:
     decay_embeddings: bool = True
 
     def validate(self) -> TrainConfig:
-        """Stop at once on a bad value, naming the parameter, the value and what is allowed."""
-        preset = get_preset(self.preset)
-        for name, allowed in (("family", FAMILIES), ("optimizer", OPTIMIZERS), ("precision", ("auto", "fp32", "bf16"))):
+        """Stop at once on a bad value, naming the parameter, the value and what is allowed (the vocabulary's rules)."""
+        from tiebias.config.params import TRAIN_KEYS, coerce  # the vocabulary is built on this module
+
+        for name in TRAIN_KEYS:
+            coerce(name, getattr(self, name), strict=True)
+        for name, allowed in (("optimizer", OPTIMIZERS), ("precision", ("auto", "fp32", "bf16"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}: unknown value {getattr(self, name)!r}; allowed: "
                                  f"{', '.join(map(repr, allowed))}")
         if not isinstance(self.decay_embeddings, bool):
             raise ValueError(f"decay_embeddings: {self.decay_embeddings!r} is not allowed; need true or false")
-        for name in ("steps", "batch_size", "eval_every", "eval_tokens", "checkpoint_every"):
-            check_int(name, getattr(self, name), minimum=1, need="an integer > 0")
-        check_int("seq_len", self.seq_len, minimum=2, need="an integer >= 2 (each window predicts its next tokens)")
-        check_int("warmup_steps", self.warmup_steps, minimum=0)
         if self.warmup_steps >= self.steps:  # the learning rate would still be ramping up when training ends
             raise ValueError(f"warmup_steps: {self.warmup_steps} is not allowed with steps={self.steps}; need "
                              f"warmup_steps < steps, else the learning rate never reaches its peak lr={self.lr:g}")
-        if (why := lr_problem(self.lr)) is not None:
-            raise ValueError(f"lr: {self.lr!r} is not allowed; {why}")
         for name in ("grad_clip", "min_lr_ratio", "weight_decay", "beta1", "beta2"):
             v, clip = getattr(self, name), name == "grad_clip"
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < math.inf if clip else 0 <= v <= 1):
                 raise ValueError(f"{name}: {v!r} is not allowed; need {'a finite number > 0' if clip else 'a number in [0, 1]'}")
-        if self.seq_len > preset.max_positions:
+        if self.seq_len > (preset := get_preset(self.preset)).max_positions:
             raise ValueError(f"seq_len: {self.seq_len} exceeds preset {self.preset!r}'s {preset.max_positions} "
                              "positions")
         return self

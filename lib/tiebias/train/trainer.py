@@ -270,9 +270,9 @@ def _checked_args(variant: str | Variant, seed: int, config: TrainConfig | None,
                   stop_at: int | None) -> tuple[Variant, TrainConfig]:
     """The variant and the validated config; a bad seed or stop_at stops here, naming the value."""
     v = Variant.parse(variant)
-    check_int("seed", seed, minimum=0, maximum=SEED_LIMIT - 1, need=f"an integer 0 <= seed < 2**32 ({SEED_LIMIT})")
+    check_int("seed", seed, f"an integer 0 <= seed < 2**32 ({SEED_LIMIT})", maximum=SEED_LIMIT - 1)
     if stop_at is not None:
-        check_int("stop_at", stop_at, minimum=0, need="None or an integer >= 0")
+        check_int("stop_at", stop_at, "None or an integer >= 0")
     return v, (config or TrainConfig()).validate()
 
 
