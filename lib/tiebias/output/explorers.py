@@ -1,6 +1,5 @@
-"""The notebooks' explorers: nearest neighbours of a word in each embedding space (02) and the top next tokens by
-layer after a prompt (03). Typed text becomes a one-line message and a table, never a traceback; it is stripped and
-cut (the message says so); tokens show in :mod:`tiebias.output.token_text`'s notation (``␣king``)."""
+"""The notebooks' explorers: a word's nearest neighbours in each embedding space (02), the top next tokens by layer
+after a prompt (03). Typed text gives a one-line message and a table, never a traceback."""
 
 from __future__ import annotations
 
@@ -80,9 +79,8 @@ def _check_k(k: Any) -> None:
 
 
 def resolve_token(text: str, space: Space) -> Resolved:
-    """Typed text as a token of ``space``: a word, tokenized with a leading space or as typed (fewer pieces wins), or
-    a token string as the tables show it or as stored (``␣king``, ``Ġking``) when tokenizing gives several; the
-    message says which token(s) it became and which is shown."""
+    """Typed text as a token of ``space``: a word, tokenized with a leading space or as typed (fewer pieces wins),
+    else a token string as shown or stored (``␣king``, ``Ġking``); the message says what it became."""
     text, cut = _clean(text, MAX_WORD_CHARS)
     if not text:
         return Resolved([], None, EMPTY_WORD)
@@ -107,8 +105,8 @@ def resolve_token(text: str, space: Space) -> Resolved:
 
 
 def neighbour_view(text: str, spaces: Mapping[str, Space], k: int = 10) -> View:
-    """The ``k`` nearest neighbours (cosine) of the typed word's token in each space (each with its own tokenizer), a
-    ``token cosine`` column per space that names the token; the message groups spaces that agree.
+    """The ``k`` nearest neighbours (cosine) of the typed word's token in each space, a column per space; the message
+    groups spaces that agree.
 
     Args: text: the typed word; spaces: name -> space (:func:`neighbour_spaces`); k: neighbours per space.
     Returns: a :class:`View` (its table None when no space names the token)."""
@@ -143,25 +141,21 @@ def neighbour_spaces(pair: Mapping[str, Embeddings], tied_tokenizer: Any,
     missing = [k for k in ("tied", "untied") if k not in pair]
     if missing:
         raise ValueError(f"pair: needs 'tied' and 'untied' embeddings, missing {missing}; got {sorted(pair)}")
-    toks = {}
-    for label, source in (("tied_tokenizer", tied_tokenizer), ("untied_tokenizer", untied_tokenizer)):
-        if isinstance(source, (str, Path)):
-            source = load_tokenizer(source)
-        elif source is None and label == "tied_tokenizer":
-            raise ValueError(f"{label}: give a tokenizer, a folder holding one, or a hub id; got None")
-        elif source is not None and not hasattr(source, "convert_ids_to_tokens"):
+    toks = []
+    for label, source in (("tied_tokenizer", tied_tokenizer),
+                          ("untied_tokenizer", tied_tokenizer if untied_tokenizer is None else untied_tokenizer)):
+        source = load_tokenizer(source) if isinstance(source, (str, Path)) else source
+        if not hasattr(source, "convert_ids_to_tokens"):
             raise ValueError(f"{label}: expected a transformers tokenizer, a folder or a hub id, got "
                              f"{type(source).__name__}")
-        toks[label] = source
-    tt, ut = toks["tied_tokenizer"], toks["untied_tokenizer"]
-    ut = tt if ut is None else ut
+        toks.append(source)
+    tt, ut = toks
     return {"tied": Space(pair["tied"], "input", tt), "untied input": Space(pair["untied"], "input", ut),
             "untied output": Space(pair["untied"], "output", ut)}
 
 
 def prompt_view(text: str, loaded: Mapping[str, tuple[Any, Any, Any]], k: int = 3) -> View:
-    """Top-``k`` next tokens by layer (tuned lens) after the typed prompt, a column per model; a model that gives no
-    reading is named in the message.
+    """Top-``k`` next tokens by layer (tuned lens) after the typed prompt, a column per model.
 
     Args: text: the typed prompt; loaded: label -> ``(model, lens, tokenizer)``; k: tokens per layer.
     Returns: a :class:`View` (its table None when no model gives a reading)."""
@@ -190,8 +184,7 @@ def prompt_view(text: str, loaded: Mapping[str, tuple[Any, Any, Any]], k: int = 
 
 def explorer(view: Callable[[str], View], *, value: str = "", description: str = "",
              placeholder: str = "", width: str = "80%") -> Any:
-    """An ``ipywidgets.VBox``: a text box (updates on Enter), a message line and an output area showing
-    ``view(text)``; prints the token notation's legend once, as text a saved notebook keeps.
+    """A text box (updates on Enter), a message line and ``view(text)``'s table; prints the token legend once.
 
     Args: view: text -> :class:`View`; value, description, placeholder, width: the text box's settings.
     Returns: the ``ipywidgets.VBox``."""

@@ -1,7 +1,5 @@
-"""Text from a run folder (untrusted: names, config values, statuses, notebook HTML may hold backticks, tags or
-links) made safe for the Markdown and HTML pages the kit writes, whose renderers may pass raw HTML through: every
-piece goes through :func:`md_text`, :func:`md_code`, :func:`md_fence`, :func:`safe_html` or a template (:func:`render`).
-"""
+"""Untrusted run-folder text (names, config values, notebook HTML) made safe for the kit's Markdown and HTML pages:
+every piece goes through :func:`md_text`, :func:`md_code`, :func:`md_fence`, :func:`safe_html` or :func:`render`."""
 
 from __future__ import annotations
 
@@ -22,9 +20,8 @@ HTML_ATTRIBUTES = frozenset({"colspan", "rowspan", "border", "class", "align", "
 
 
 def md_text(value: object) -> str:
-    """``value`` as Markdown that reads as exactly that text, inside a line or a GFM table cell: line breaks become
-    spaces, ``& < > |`` entities, what opens code, emphasis, links, math or headings (and a leading list marker) is
-    backslash-escaped."""
+    """``value`` as Markdown that reads as that text in a line or GFM table cell: line breaks become spaces,
+    ``& < > |`` entities; what opens code, emphasis, links, math, headings or a list is backslash-escaped."""
     text = _CONTROL.sub(" ", str(value)).strip()
     text = "".join(_ENTITIES.get(ch) or ("\\" + ch if ch in _BACKSLASHED else ch) for ch in text)
     m = _LEADING.match(text)
@@ -34,8 +31,7 @@ def md_text(value: object) -> str:
 
 
 def md_code(value: object) -> str:
-    """``value`` as an inline code span on one line, its fence longer than any backtick run inside (not for a table
-    cell, where a ``|`` would still split it)."""
+    """``value`` as a one-line code span fenced longer than any backtick run inside (not for a table cell)."""
     text = _CONTROL.sub(" ", str(value))
     if not text.strip():
         return "` `"
@@ -51,8 +47,8 @@ def md_fence(text: str, lang: str = "") -> str:
 
 
 def safe_html(fragment: str) -> str:
-    """An HTML fragment with only harmless tags and attributes left (tables, text markup), every text escaped; a
-    script's or style's content goes with its tag (``bleach`` would keep it as text)."""
+    """An HTML fragment with only harmless tags and attributes left, every text escaped; a script's or style's
+    content goes with its tag (``bleach`` would keep it as text)."""
     import bleach
     from bs4 import BeautifulSoup
 
@@ -73,6 +69,6 @@ _MARKDOWN.filters["code"] = lambda v: Markup(md_code(v))
 
 
 def render(template: str, **values: object) -> str:
-    """A page from ``templates/<template>``: in HTML every value autoescaped; in Markdown (``*.md.j2``) through
-    :func:`md_text`, or :func:`md_code` with ``|code``; a :class:`~markupsafe.Markup` value is written as it is."""
+    """A page from ``templates/<template>``, every value escaped (HTML) or through :func:`md_text` (``*.md.j2``;
+    ``|code``: :func:`md_code`); a :class:`~markupsafe.Markup` value is written as it is."""
     return (_MARKDOWN if template.endswith(".md.j2") else _HTML).get_template(template).render(**values)

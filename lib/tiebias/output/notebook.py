@@ -1,5 +1,5 @@
-"""Notebook setup and saved figures: plotly figures as their mimetype (JupyterLab draws them; the notebook holds the
-figure's data, not the 4.8 MB plotly.js), tables' floats without "-0", figures saved as offline HTML and JSON."""
+"""Notebook setup (plotly figures as their mimetype, not the 4.8 MB plotly.js; floats without "-0") and figures
+saved as offline HTML and JSON."""
 
 from __future__ import annotations
 
@@ -25,8 +25,7 @@ def table_number(x: float) -> str:
 
 
 def setup() -> None:
-    """Plotly figures as their mimetype, table floats by :func:`table_number`, no HF progress bars, the cells' times
-    recorded once the notebook's parameters are resolved."""
+    """Plotly figures as their mimetype, floats by :func:`table_number`, no HF progress bars, cells' times recorded."""
     from transformers.utils import logging as hf_logging
 
     pio.renderers.default = "plotly_mimetype"
@@ -38,8 +37,8 @@ def setup() -> None:
 
 
 def save_figure(fig: go.Figure, folder: str | Path, name: str) -> Path:
-    """``<folder>/<name>.html`` (offline, ``plotly.min.js`` once per folder) and ``<name>.json``; a folder that is a
-    symbolic link is refused.
+    """``<folder>/<name>.html`` (offline, ``plotly.min.js`` once per folder) and ``<name>.json``; a linked folder is
+    refused.
 
     Args: fig: the figure; folder: where it goes; name: the file name without suffix.
     Returns: the path of ``<name>.html``."""

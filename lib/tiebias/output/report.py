@@ -1,11 +1,9 @@
-"""``summary.json`` and ``report.html`` of a run: every claim's record (stale when its models changed since), the
-executed notebooks as pages and the key figures."""
+"""A run's ``summary.json`` and ``report.html``: the claims' records, the executed notebooks as pages, key figures."""
 
 from __future__ import annotations
 
 import json
 import math
-import shutil
 import tempfile
 import warnings
 from pathlib import Path
@@ -31,8 +29,8 @@ def _finite(t: Any) -> bool:
 
 
 def write_summary(run: Run, timings: dict[str, float] | None = None, memory: dict[str, float] | None = None) -> Path:
-    """``<run>/summary.json``: the claims' records, the models, each notebook's wall time and peak memory merged over
-    the file's earlier ones and those JupyterLab kernels recorded. A damaged earlier file is rewritten, with a warning.
+    """``<run>/summary.json``: the claims' records, the models, each notebook's wall time and peak memory (merged
+    over the earlier file's and JupyterLab kernels'); a damaged earlier file is rewritten, with a warning.
 
     Args: run: the run; timings, memory: notebook -> wall time (s) / peak memory (MiB) to merge in.
     Returns: the path of ``summary.json``."""
@@ -41,7 +39,7 @@ def write_summary(run: Run, timings: dict[str, float] | None = None, memory: dic
             if not _finite(t) or t < 0:
                 raise ValueError(f"{what}: {k!r} has {t!r}; need a finite number of {unit} >= 0")
     claims = current_results(run)
-    kernel_times, kernel_memory = kernel_times_of(run)  # notebooks run in JupyterLab; the study's own come as arguments
+    kernel_times, kernel_memory = kernel_times_of(run)  # notebooks run in JupyterLab
     with run.writing("writing summary.json"):
         prev: dict = {}
         path = run.summary_path
@@ -72,17 +70,16 @@ def fmt(x: Any) -> str:
 
 
 def write_report(run: Run) -> Path:
-    """``<run>/report.html``: the claims table, the key figures, and the executed notebooks as offline pages in
-    ``report/``; a notebook that does not convert stops the call, named, before anything is written.
+    """``<run>/report.html``: the claims, the key figures and the executed notebooks as offline pages in ``report/``;
+    a notebook that does not convert stops the call, named, before anything is written.
 
     Args: run: the run.
     Returns: the path of ``report.html``."""
     from tiebias.output.notebook import PLOTLY_JS
     from tiebias.output.static_pages import export_offline_html
 
-    scratch = Path(tempfile.mkdtemp(prefix="tiebias-report-"))  # the notebooks' HTML, before it is written
-    try:
-        bodies = {}
+    with tempfile.TemporaryDirectory(prefix="tiebias-report-") as tmp:  # the notebooks' HTML, before it is written
+        scratch, bodies = Path(tmp), {}
         for nb in sorted(run.notebooks_dir.glob("*.ipynb")):
             try:  # plotly figures drawn from their mimetype; plotly.min.js written once, beside the pages
                 bodies[nb.stem] = export_offline_html(nb, scratch / f"{nb.stem}.html").read_text(encoding="utf-8")
@@ -97,13 +94,11 @@ def write_report(run: Run) -> Path:
             if bodies and (scratch / PLOTLY_JS).exists():
                 write_text_atomic(run.report_dir / PLOTLY_JS, (scratch / PLOTLY_JS).read_text(encoding="utf-8"))
             write_text_atomic(run.report_path, doc)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     return run.report_path
 
 
 def _page(run: Run, converted: list[str]) -> str:
-    """report.html's text: every value from the run folder escaped by the template."""
+    """report.html's text, every value from the run folder escaped by the template."""
     from plotly.offline import get_plotlyjs
 
     claims = current_results(run)
@@ -118,7 +113,7 @@ def _page(run: Run, converted: list[str]) -> str:
 
 
 def _figure(run: Run, name: str) -> dict:
-    """A key figure's plotly JSON, every ``<`` escaped so the untrusted file cannot end its script element."""
+    """A key figure's plotly JSON, every ``<`` escaped so that it cannot end its script element."""
     try:
         fig = read_json(run.figure_path(name, "json"), "")
         data = json.dumps({"data": fig.get("data", []), "layout": fig.get("layout", {})}, allow_nan=False)
@@ -128,7 +123,7 @@ def _figure(run: Run, name: str) -> dict:
 
 
 def _notebooks(run: Run, converted: list[str]) -> list[dict]:
-    """The notebooks run, with their times: linked to their page, else said to have run in JupyterLab if they did."""
+    """The notebooks run, with their times, linked to their pages (else "run in JupyterLab" if they were)."""
     try:
         times = read_json(run.summary_path, "").get("timings_seconds") or {}
     except (FileNotFoundError, DamagedFileError, AttributeError):
@@ -144,7 +139,7 @@ def _notebooks(run: Run, converted: list[str]) -> list[dict]:
 
 
 def _claim_row(desc: str, r: dict | None) -> dict:
-    """A claim's row: its record, its status and what follows it (the rule, what did not converge, why stale)."""
+    """A claim's row: its record, status and what follows it (the rule, what did not converge, why stale)."""
     if r is None:
         return {"desc": desc, "record": None}
     verdict = r.get("verdict")  # true / false only for "holds" / "does not hold"; null for any other status

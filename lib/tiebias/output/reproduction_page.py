@@ -1,6 +1,5 @@
-"""``reproduction.md``, ``.json`` and ``.html`` of a run: the paper's numbers beside ours
-(:func:`tiebias.verdicts.reproduction.build`) with what a reproduction report also states (ReScience C, the ML
-Reproducibility Challenge): the compute, the environment, the seeds and the command that reproduces the run."""
+"""A run's ``reproduction.md``, ``.json`` and ``.html``: the paper's numbers beside ours
+(:func:`tiebias.verdicts.reproduction.build`), the compute, environment, seeds and the command that reruns it."""
 
 from __future__ import annotations
 
@@ -69,7 +68,7 @@ def compute(run: Run) -> dict[str, Any]:
 
 
 def command(run: Run) -> str:
-    """The study commands run on this folder, shell-quoted and joined by ``&&``; else its profile's; else why not."""
+    """The study commands run on this folder joined by ``&&``, else its profile's, else why not."""
     argvs = study_commands(run)
     if not argvs and run.profile is not None:
         argvs = [["study", "--profile", run.profile, "--run-dir", path_text(run.path, "replace")]]
@@ -88,7 +87,7 @@ _NUMBER = re.compile(r"^[-–+0-9.e\[\], ]*( \(one seed: no range\))?$|^not avai
 
 
 def _md_table(head: tuple[str, ...], rows: list[list[str]]) -> Markup:
-    """A GFM table, every cell escaped (pandas' ``to_markdown`` needs ``tabulate``, which the kit does not install)."""
+    """A GFM table, every cell escaped (pandas' ``to_markdown`` needs ``tabulate``, not installed)."""
     out = ["| " + " | ".join(md_text(h) for h in head) + " |", "|" + "---|" * len(head)]
     out += ["| " + " | ".join(c if _NUMBER.match(c) else md_text(c) for c in map(str, row)) + " |" for row in rows]
     return Markup("\n".join(out))

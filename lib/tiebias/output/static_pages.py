@@ -1,6 +1,5 @@
-"""Executed notebooks as pages that need no network: nbconvert's page without its CDN scripts, each widget output
-replaced by what its last saved state showed (a progress bar as a text line, an explorer's box, message and output),
-each plotly figure drawn with the ``plotly.min.js`` written beside the page."""
+"""Executed notebooks as pages that need no network: nbconvert's page without CDN scripts, each widget shown as its
+saved state showed it, plotly figures drawn by the ``plotly.min.js`` beside the page."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 
 def _line(mid: str, models: dict) -> str:
-    """A widget (and its children) as one line of text, as a tqdm bar's HBox reads; a progress bar 20 cells wide."""
+    """A widget and its children as one line of text (a tqdm bar's HBox), a progress bar 20 cells wide."""
     m = models.get(mid, {})
     name, st = m.get("model_name", ""), m.get("state", {})
     if name in ("HBoxModel", "VBoxModel", "BoxModel"):

@@ -1,14 +1,12 @@
-"""Ablation figures: the tied matrix's alignment against the input-gradient factor k, its ingredients and the scale
-axes."""
+"""Ablation figures: the tied matrix's alignment against the input-gradient factor k, its ingredients, scale axes."""
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from tiebias.output.plotting.style import ci_bars, log_axis, reference_line
+from tiebias.output.plotting.style import ci_bars, log_axis, mean_sd, reference_line
 from tiebias.stats import LEVEL
 from tiebias.verdicts import claims
 
@@ -16,19 +14,9 @@ SERIES = {"vs_untied_input": ("untied input -> tied", "#1f77b4"),
           "vs_untied_output": ("untied output -> tied", "#d62728")}
 
 
-def _band(fig: go.Figure, g, name: str, color: str, col: int, show: bool) -> None:  # noqa: ANN001
-    """The mean of ``g`` (a grouped column) as a line in a ± sd band."""
-    x, mean, std = g.mean().index, g.mean().values, g.std(ddof=1).values
-    lo, hi = mean - np.nan_to_num(std), mean + np.nan_to_num(std)
-    fig.add_scatter(x=list(x) + list(x)[::-1], y=list(hi) + list(lo)[::-1], fill="toself", fillcolor=color,
-                    opacity=0.15, line=dict(width=0), hoverinfo="skip", showlegend=False, row=1, col=col)
-    fig.add_scatter(x=x, y=mean, mode="lines+markers", line=dict(color=color), name=name, legendgroup=name,
-                    showlegend=show, row=1, col=col)
-
-
 def dose_response(table: pd.DataFrame, shares: pd.DataFrame | None = None, *, step: int | None = None) -> go.Figure:
     """Both untied matrices' cosine to the tied one against k (:func:`tiebias.ablate.sweep.alignment_table`), a panel
-    per method, mean ± sd over seeds; ``shares`` adds the output path's gradient share per k with claim 2's threshold.
+    per method; ``shares`` adds the output path's gradient share per k with claim 2's threshold.
 
     Args: table: the alignment table; shares: the gradient shares (None: no share panel); step: the step shown
         (None: the last).
@@ -42,17 +30,17 @@ def dose_response(table: pd.DataFrame, shares: pd.DataFrame | None = None, *, st
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=titles, horizontal_spacing=0.1)
     for i, (m, dm, ytitle) in enumerate(panels, start=1):
         if m is None:
-            _band(fig, dm.groupby("k").output_share, "output share", "#7f7f7f", i, True)
+            mean_sd(fig, dm.groupby("k").output_share, "output share", "#7f7f7f", row=1, col=i)
             reference_line(fig, claims.CLAIM2_SHARE, f"claim 2 threshold {claims.CLAIM2_SHARE:.0%}", row=1, col=i)
             fig.update_yaxes(range=[0, 1.05], row=1, col=i)
         else:
             for col, (label, color) in SERIES.items():
-                _band(fig, dm.groupby("k")[col], label, color, i, i == 1)
+                mean_sd(fig, dm.groupby("k")[col], label, color, showlegend=i == 1, row=1, col=i)
         log_axis(fig, dm.k, "x", row=1, col=i)
         fig.update_xaxes(title_text="input-gradient factor k", row=1, col=i)
         fig.update_yaxes(title_text=ytitle, row=1, col=i)
     return fig.update_layout(height=440, margin=dict(t=110), title=f"Dose-response at step {int(d.step.max())} "
-                             f"(bands: ± sd over {d.seed.nunique()} seeds)")
+                             f"(mean ± sd over {d.seed.nunique()} seeds)")
 
 
 def over_steps(table: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
@@ -75,8 +63,8 @@ def over_steps(table: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
 
 
 def ingredients(summary: pd.DataFrame, k: float) -> go.Figure:
-    """The shift at ``k`` of both cosines under each ingredient (:func:`tiebias.ablate.ingredients.summary`), mean
-    with its interval over seeds, the paper's shift dashed where the table has it.
+    """The shift at ``k`` of both cosines per ingredient (:func:`tiebias.ablate.ingredients.summary`) with its
+    interval, the paper's dashed.
 
     Args: summary: the ingredients summary; k: the k whose shift is shown.
     Returns: the figure."""
@@ -85,7 +73,7 @@ def ingredients(summary: pd.DataFrame, k: float) -> go.Figure:
                                                         f"from the untied output matrix (k={k:g} - k=1)"])
     for col, (c, (label, color)) in enumerate(SERIES.items(), start=1):
         fig.add_scatter(x=d[c], y=d.ingredient, mode="markers", marker=dict(color=color, size=10), name=label,
-                        error_x=ci_bars(d[c], d[f"{c}_ci_low"], d[f"{c}_ci_high"]), row=1, col=col)
+                        error_x=ci_bars(d, c, f"{c}_ci_low", f"{c}_ci_high"), row=1, col=col)
         paper = d[f"paper_{c}"].dropna()
         if not paper.empty:
             fig.add_vline(x=float(paper.iloc[0]), line_dash="dash", line_color="black", row=1, col=col,
@@ -98,8 +86,8 @@ def ingredients(summary: pd.DataFrame, k: float) -> go.Figure:
 
 def scale_axes(summary: pd.DataFrame, quantities: dict[str, str], title: str, base_vocab: int,
                base_width: int, base_steps: int | None = None) -> go.Figure:
-    """Each quantity (a row) of :func:`tiebias.ablate.scale.summary` against vocabulary size, width and, where the
-    summary holds several lengths, tokens seen per row, the other axes held at the base values. Mean and interval.
+    """Each quantity (a row) of :func:`tiebias.ablate.scale.summary` against vocabulary, width and training length,
+    the other axes held at the base values.
 
     Args: summary: the scale summary; quantities: column -> label; title: the figure's title; base_vocab,
         base_width, base_steps: the values held fixed on the other axes (base_steps None: no ``steps`` column).
@@ -120,7 +108,7 @@ def scale_axes(summary: pd.DataFrame, quantities: dict[str, str], title: str, ba
         for col, (axis, fixed, _) in enumerate(panels, start=1):
             g = d[(d[list(fixed)] == pd.Series(fixed)).all(axis=1)].sort_values(axis)
             fig.add_scatter(x=g[axis], y=g["mean"], mode="lines+markers", showlegend=False, line=dict(color="#1f77b4"),
-                            row=row, col=col, error_y=ci_bars(g["mean"], g.ci_low, g.ci_high))
+                            row=row, col=col, error_y=ci_bars(g, "mean"))
             fig.update_xaxes(type="log", tickvals=list(g[axis]), ticktext=[f"{round(v):,}" for v in g[axis]], row=row, col=col,
                              title_text=axis.replace("_", " ") if row == len(quantities) else None)
     fig.update_annotations(font_size=10)

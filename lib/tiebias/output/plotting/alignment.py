@@ -1,5 +1,4 @@
-"""Alignment figures: Table 1 bars, Figure 1 histograms, Figure 3 evolution, Figure 5 norms, frequency bins, Table 5
-by frequency and the levels at every checkpoint."""
+"""Alignment figures: Table 1, Figures 1, 3 and 5, frequency bins, Table 5 by frequency, levels at checkpoints."""
 
 from __future__ import annotations
 
@@ -24,8 +23,8 @@ def _at_half(steps: pd.Series | np.ndarray) -> np.ndarray:
 
 
 def table1_bars(df: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
-    """Table 1 (:func:`tiebias.align.comparisons.table1`): bars per comparison and pairing, mean ± sd over seed pairs
-    of the ``method`` column, the paper's values as diamonds.
+    """Table 1 (:func:`tiebias.align.comparisons.table1`): mean ± sd bars per comparison and pairing, the paper's as
+    diamonds.
 
     Args: df: the Table 1 table; method: the alignment column shown.
     Returns: the figure."""
@@ -46,7 +45,7 @@ def table1_bars(df: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
 
 
 def cosine_histograms(scores: dict[str, np.ndarray], method: str = "linear") -> go.Figure:
-    """Figure 1: overlaid histograms of per-token cosines after the ``method`` map, one per comparison, with its mean.
+    """Figure 1: histograms of per-token cosines after the ``method`` map, one per comparison.
 
     Args: scores: comparison -> per-token cosines; method: the map's name, for the axis title.
     Returns: the figure."""
@@ -59,8 +58,8 @@ def cosine_histograms(scores: dict[str, np.ndarray], method: str = "linear") -> 
 
 
 def evolution(ev: pd.DataFrame) -> go.Figure:
-    """Figure 3 (:func:`tiebias.align.comparisons.evolution_table`): cosine to initialisation and to the previous
-    checkpoint per matrix, mean ± sd over seeds against step.
+    """Figure 3 (:func:`tiebias.align.comparisons.evolution_table`): each matrix's cosine to initialisation and to
+    the previous checkpoint against step.
 
     Args: ev: the evolution table.
     Returns: the figure."""
@@ -77,8 +76,8 @@ def evolution(ev: pd.DataFrame) -> go.Figure:
 
 
 def norm_frequency(tables: dict[str, pd.DataFrame], rhos: dict[str, float]) -> go.Figure:
-    """Figure 5: row norm against log10 training frequency of seen tokens
-    (:func:`tiebias.align.token_stats.norm_frequency`), a panel per matrix titled with its Spearman rho.
+    """Figure 5 (:func:`tiebias.align.token_stats.norm_frequency`): row norm against log10 frequency, a panel per
+    matrix.
 
     Args: tables: matrix -> norm/frequency table; rhos: matrix -> Spearman rho.
     Returns: the figure."""
@@ -94,8 +93,7 @@ def norm_frequency(tables: dict[str, pd.DataFrame], rhos: dict[str, float]) -> g
 
 
 def by_frequency(tables: dict[str, pd.DataFrame]) -> go.Figure:
-    """Mean per-token cosine per frequency bin (:func:`tiebias.align.token_stats.by_frequency`), grouped bars per
-    comparison; error bars ± the per-token sd in the bin, clipped to [-1, 1].
+    """Mean cosine per frequency bin (:func:`tiebias.align.token_stats.by_frequency`), ± per-token sd within [-1, 1].
 
     Args: tables: comparison -> per-bin table.
     Returns: the figure."""
@@ -114,8 +112,8 @@ def by_frequency(tables: dict[str, pd.DataFrame]) -> go.Figure:
 
 
 def knn_by_frequency(table: pd.DataFrame) -> go.Figure:
-    """Table 5 by frequency (:func:`tiebias.align.knn_bins.knn_by_frequency`): KNN overlap per bin, a line per
-    comparison ± sd over pairs; tied -> tied is the ceiling, the dashed line chance, k / (V - 1).
+    """Table 5 by frequency (:func:`tiebias.align.knn_bins.knn_by_frequency`): KNN overlap per bin per comparison,
+    chance dashed.
 
     Args: table: the KNN overlap table per bin.
     Returns: the figure."""
@@ -134,8 +132,8 @@ def knn_by_frequency(table: pd.DataFrame) -> go.Figure:
 
 
 def levels_at_checkpoints(table: pd.DataFrame) -> go.Figure:
-    """Tables 1, 2, 6 and Figure 3 at every checkpoint (:func:`tiebias.ablate.checkpoint_levels.levels`): ours mean ±
-    sd against step, the paper's levels as dashed lines labelled with their table and step.
+    """Tables 1, 2, 6 and Figure 3 at every checkpoint (:func:`tiebias.ablate.checkpoint_levels.levels`), the paper's
+    levels dashed.
 
     Args: table: the levels table (ours and the paper's).
     Returns: the figure."""

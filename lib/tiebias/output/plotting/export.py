@@ -1,8 +1,6 @@
-"""Plotly figures as PNG images drawn by plotly.js itself (``Plotly.toImage``, what kaleido does) in one headless
-Chromium start: no toolbar, no blank margin, no second browser download.
+"""Plotly figures as PNGs drawn by plotly.js (``Plotly.toImage``, as kaleido does) in one headless Chromium start.
 
-``python -m tiebias.output.plotting.export RUN_DIR [OUT_DIR] [NAME ...]``: the README's PNGs redrawn from a run's
-saved figures (``figures/<name>.json``), each at its own size."""
+``python -m tiebias.output.plotting.export RUN_DIR [OUT_DIR] [NAME ...]``: the README's PNGs from a run's figures."""
 
 from __future__ import annotations
 
@@ -86,8 +84,7 @@ def write_pngs(figs: list[go.Figure], outs: list[str | Path]) -> list[Path]:
 
 
 def from_run(run_dir: str | Path, out_dir: str | Path, names: list[str] | None = None) -> list[Path]:
-    """PNGs of a run's saved figures into ``out_dir``; ``names`` (None: the PNGs already there, the README's images);
-    a name the run has no figure for is reported and skipped."""
+    """PNGs of a run's saved figures into ``out_dir``; ``names`` None: those already there; missing ones skipped."""
     layout, out_dir = RunLayout(Path(run_dir)), Path(out_dir)
     if not layout.figure_path("x").parent.is_dir():
         raise ValueError(f"run_dir: {str(run_dir)!r} has no figures/ folder (run the notebooks on it first)")

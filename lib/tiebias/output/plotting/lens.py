@@ -1,5 +1,5 @@
-"""Lens figures: per-layer KL (paper Figure 2), the tied - untied gap, the lens-budget ladder, the scale axis, claim 3
-under four readings, row 1's penalty and one prompt's prediction trajectory."""
+"""Lens figures: per-layer KL (Figure 2), the tied - untied gap, lens budgets, depth and scale, the four readings,
+row 1's penalty and one prompt's trajectory."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tiebias import stats
 from tiebias.config.checks import is_int
 from tiebias.output import token_text
 from tiebias.output.plotting import style
-from tiebias.output.plotting.style import color, gap_bars, log_axis, mean_ci, mean_sd, palette, zero_line
+from tiebias.output.plotting.style import ZERO, ci_bars, color, log_axis, mean_ci, mean_sd, palette
 
 if TYPE_CHECKING:
     from tuned_lens.plotting import PredictionTrajectory
@@ -40,34 +40,33 @@ def per_layer(df: pd.DataFrame, columns: dict[str, str], title: str, yaxis: str)
 
 
 def gap(gaps: pd.DataFrame, title: str = f"tied - untied tuned-lens KL per layer (mean, {CI} over seeds)") -> go.Figure:
-    """The per-layer gap (:func:`tiebias.lens.tables.gaps`) with its CI, a bar per layer, red where significant.
+    """The per-layer gap (:func:`tiebias.lens.tables.gaps`), a bar per layer with its CI, red where significant.
 
     Args: gaps: the gap table; title: the figure's title.
     Returns: the figure."""
     fig = go.Figure(go.Bar(x=gaps.layer, y=gaps.gap, marker_color=["#d62728" if s else "#aaaaaa" for s in gaps.significant],
-                           error_y=gap_bars(gaps)))
-    zero_line(fig)
+                           error_y=ci_bars(gaps)))
+    fig.add_hline(y=0, line=ZERO)
     return fig.update_layout(height=380, title=title + " (red: CI excludes 0)", xaxis_title="layer",
                              yaxis_title=GAP_AXIS, xaxis=dict(dtick=1))
 
 
 def gap_by_depth(gaps: dict[str, pd.DataFrame]) -> go.Figure:
-    """The gap against relative depth (layer / layers), a line with CIs per gap table (one model depth each).
+    """The gap against relative depth (layer / layers), a line with CIs per model depth.
 
     Args: gaps: name -> gap table.
     Returns: the figure."""
     fig = go.Figure()
     for (name, g), c in zip(gaps.items(), palette(len(gaps), ["#d62728", "#1f77b4", "#2ca02c"]), strict=True):
         fig.add_scatter(x=g.layer / g.layer.max(), y=g.gap, mode="lines+markers", line=dict(color=c),
-                        name=f"{name} ({int(g.layer.max())} layers)", error_y=gap_bars(g))
-    zero_line(fig)
+                        name=f"{name} ({int(g.layer.max())} layers)", error_y=ci_bars(g))
+    fig.add_hline(y=0, line=ZERO)
     return fig.update_layout(height=380, title=f"tied - untied tuned-lens KL by relative depth (mean, {CI})",
                              xaxis_title="layer / number of layers", yaxis_title=GAP_AXIS)
 
 
 def ladder(df: pd.DataFrame, column: str = "kl_tuned_bits", title: str = "") -> go.Figure:
-    """KL against lens budget, a panel per layer but the model output's (0 bits by construction), a line per variant
-    (mean ± sd over seeds); recipes after the first dashed.
+    """KL against lens budget, a panel per layer but the output's (0 bits), a line per variant and recipe.
 
     Args: df: a ladder lens table; column: the KL column shown; title: the figure's title (empty: a default).
     Returns: the figure."""
@@ -92,36 +91,35 @@ def ladder(df: pd.DataFrame, column: str = "kl_tuned_bits", title: str = "") -> 
 
 
 def ladder_gap(ladder_gaps: pd.DataFrame) -> go.Figure:
-    """The early-layer gap with its CI at each lens budget (:func:`tiebias.lens.tables.ladder_gaps`), a line per recipe.
+    """The early-layer gap with its CI per lens budget (:func:`tiebias.lens.tables.ladder_gaps`), a line per recipe.
 
     Args: ladder_gaps: the gap table per budget and recipe.
     Returns: the figure."""
     fig = go.Figure()
     for recipe, g in ladder_gaps.groupby("recipe", sort=False):
-        fig.add_scatter(x=g.budget, y=g.gap, mode="lines+markers", name=str(recipe), error_y=gap_bars(g))
-    zero_line(fig)
+        fig.add_scatter(x=g.budget, y=g.gap, mode="lines+markers", name=str(recipe), error_y=ci_bars(g))
+    fig.add_hline(y=0, line=ZERO)
     fig.update_layout(height=360, title=f"early-layer tuned-lens KL gap (tied - untied) by lens budget, {CI}",
                       xaxis_title="lens budget (multiple of lens_steps)", yaxis_title=GAP_AXIS)
     return log_axis(fig, ladder_gaps.budget, "x")
 
 
 def gap_vs_loss(scale: pd.DataFrame, extra: dict[str, dict] | None = None) -> go.Figure:
-    """The early-layer gap against validation loss, a point per checkpoint, plus ``extra`` labelled points; the loss
-    axis reversed (better-trained to the right).
+    """The early-layer gap against validation loss (reversed), a point per checkpoint plus ``extra`` points.
 
     Args: scale: a gap and loss per checkpoint; extra: name -> {"val_loss", "gap", "ci_low", "ci_high"} (None: none).
     Returns: the figure."""
     fig = go.Figure()
     fig.add_scatter(x=scale.val_loss, y=scale.gap, mode="lines+markers+text", name="checkpoints of the run",
                     text=[f"step {s}" for s in scale.step], textposition="top center",
-                    error_y=gap_bars(scale), line=dict(color="#d62728"))
+                    error_y=ci_bars(scale), line=dict(color="#d62728"))
     extra = extra or {}
     for (name, pt), c in zip(extra.items(), palette(len(extra), ["#1f77b4", "#2ca02c", "#9467bd"]), strict=True):
         g = pd.DataFrame([pt])
         fig.add_scatter(x=g.val_loss, y=g.gap, mode="markers+text", name=name, text=[name],
                         textposition="bottom center", marker=dict(size=11, symbol="diamond", color=c),
-                        error_y=gap_bars(g))
-    zero_line(fig)
+                        error_y=ci_bars(g))
+    fig.add_hline(y=0, line=ZERO)
     return fig.update_layout(height=400, title=f"early-layer tuned-lens KL gap (tied - untied) against model quality, {CI}",
                              xaxis_title="validation loss (nats; lower = better trained)", yaxis_title=GAP_AXIS,
                              xaxis=dict(autorange="reversed"))
@@ -139,12 +137,11 @@ class _Formatter:
 
 def trajectory_figure(traj: PredictionTrajectory, statistic: str = "cross_entropy", title: str = "",
                       token_width: int = 80, max_width: int = 900) -> Any:
-    """A heatmap of one trajectory statistic (layers x tokens), each cell labelled with the lens's top token,
-    ``token_width`` px per token plus 200, at most ``max_width`` (>= 300). Re-implements ``TrajectoryStatistic.figure``,
-    whose ``colorbar.titleside`` plotly >= 6 rejects.
+    """A heatmap of a trajectory statistic (layers x tokens) labelled with the lens's top tokens, as
+    ``TrajectoryStatistic.figure`` draws it (whose ``colorbar.titleside`` plotly >= 6 rejects).
 
-    Args: traj: the trajectory; statistic: the one shown; title: the figure's title; token_width: pixels per
-        token; max_width: the largest width (pixels).
+    Args: traj: the trajectory; statistic: the one shown; title: the title; token_width: pixels per token;
+        max_width: the largest width (pixels, >= 300).
     Returns: the figure."""
     if statistic not in STATISTICS:
         raise ValueError(f"statistic: must be one of {', '.join(STATISTICS)}; got {statistic!r}")
@@ -166,8 +163,8 @@ def trajectory_figure(traj: PredictionTrajectory, statistic: str = "cross_entrop
 
 
 def readings(layers: pd.DataFrame, table: pd.DataFrame, a: str = "tied", b: str = "untied") -> go.Figure:
-    """Claim 3 under four readings (:func:`tiebias.lens.readings.decomposition`): per-layer KL of ``a`` and ``b``, a
-    panel per reading titled with its early-layer gap and CI.
+    """Per-layer KL of ``a`` and ``b`` under the four readings (:func:`tiebias.lens.readings.decomposition`), a panel
+    per reading titled with its early-layer gap.
 
     Args: layers: per-layer KL per reading; table: a gap per reading; a, b: the variants compared.
     Returns: the figure."""
@@ -186,8 +183,7 @@ def readings(layers: pd.DataFrame, table: pd.DataFrame, a: str = "tied", b: str 
 
 
 def row1_parts(parts: pd.DataFrame, readings: tuple[str, ...]) -> go.Figure:
-    """Row-1 KL under each of ``readings`` (:func:`tiebias.lens.mechanism.run_row1_parts`' "kl" rows), grouped bars
-    per variant: mean and t-interval over seeds.
+    """Row-1 KL under each of ``readings`` (:func:`tiebias.lens.mechanism.run_row1_parts`), bars per variant.
 
     Args: parts: the row-1 parts table; readings: the readings shown.
     Returns: the figure."""
@@ -201,8 +197,7 @@ def row1_parts(parts: pd.DataFrame, readings: tuple[str, ...]) -> go.Figure:
 
 
 def penalty_vs_k(by_k: pd.DataFrame) -> go.Figure:
-    """The paper's reading's row-1 penalty (:func:`tiebias.lens.mechanism.penalty_by_k`) of tied models against k:
-    per seed (points) and mean with t-interval, log k axis.
+    """Tied models' row-1 penalty against k (:func:`tiebias.lens.mechanism.penalty_by_k`): seeds and their mean.
 
     Args: by_k: the penalty per seed and k.
     Returns: the figure."""
@@ -217,8 +212,8 @@ def penalty_vs_k(by_k: pd.DataFrame) -> go.Figure:
 
 
 def bigram_bound(table: pd.DataFrame) -> go.Figure:
-    """Layer-0 tuned-lens KL against the gain over the bigram baseline (:func:`tiebias.lens.bigram_bound.bound_table`),
-    a point per model; on the dotted diagonal a layer-0 lens would be as good as the best bigram.
+    """Layer-0 KL against the gain over the bigram (:func:`tiebias.lens.bigram_bound.bound_table`), a point per model;
+    on the dotted diagonal a layer-0 lens is as good as the best bigram.
 
     Args: table: the bound table, a row per model.
     Returns: the figure."""

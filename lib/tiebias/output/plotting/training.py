@@ -18,8 +18,7 @@ WINDOW_COLORS = ["#1f77b4", "#aec7e8", "#9edae5", "#d62728", "#ff9896", "#f7b6d2
 
 def loss_curves(train: dict[str, pd.DataFrame], val: dict[str, pd.DataFrame], *, smooth: int = 10,
                 unigram: float | None = None, bigram: float | None = None) -> go.Figure:
-    """Training loss (rolling mean over ``smooth`` steps, thin) and validation loss (markers) per model key, with the
-    unigram (dashed) and bigram (dotted) baselines when given.
+    """Training loss (rolling mean) and validation loss per model key, with the unigram and bigram baselines.
 
     Args: train, val: model key -> training / validation log; smooth: the rolling window (steps); unigram,
         bigram: the baselines (None: not drawn).
@@ -45,8 +44,8 @@ def loss_curves(train: dict[str, pd.DataFrame], val: dict[str, pd.DataFrame], *,
 
 
 def gradient_flow(metrics: dict[str, pd.DataFrame], *, first_n: int | None = None, smooth: int = 5) -> go.Figure:
-    """Paper Figure 4 from tied models' training logs: each path's gradient norm (log axis) above, the mean output
-    share below with the paper's values and claim 2's threshold; steps up to ``first_n`` (None: all).
+    """Figure 4 from tied models' logs: each path's gradient norm above, the output share below with the paper's
+    values and claim 2's threshold.
 
     Args: metrics: model key -> a tied model's training log; first_n: the last step shown (None: all); smooth: the
         rolling window (steps).
@@ -80,8 +79,8 @@ def gradient_flow(metrics: dict[str, pd.DataFrame], *, first_n: int | None = Non
 
 
 def claim2_windows(table: pd.DataFrame) -> go.Figure:
-    """The output share per window and metric (:func:`tiebias.train.windows.window_shares`), bars with the interval
-    over seeds; a ``paper`` column adds the paper's log as diamonds beside the ``proxy l2`` bars.
+    """The output share per window and metric (:func:`tiebias.train.windows.window_shares`) with its interval, the
+    paper's log (a ``paper`` column) as diamonds.
 
     Args: table: the window shares table.
     Returns: the figure."""
@@ -90,7 +89,7 @@ def claim2_windows(table: pd.DataFrame) -> go.Figure:
     for i, (metric, g) in enumerate(table.groupby("metric", sort=False)):
         g = g.set_index("window").reindex(windows)
         fig.add_bar(x=windows, y=g["mean"], name=metric, marker_color=WINDOW_COLORS[i % len(WINDOW_COLORS)],
-                    error_y=ci_bars(g["mean"], g.ci_low, g.ci_high))
+                    error_y=ci_bars(g, "mean"))
     if "paper" in table:
         p = table[table.metric == "proxy l2"].set_index("window").reindex(windows)
         fig.add_scatter(x=windows, y=p.paper, mode="markers", name="paper's log (proxy l2)",
