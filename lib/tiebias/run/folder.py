@@ -8,7 +8,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,33 +78,24 @@ class ForeignModelError(RunFolderError):
 
 
 _HELD: dict[str, int] = {}  # run folder -> PID of this process while it holds the folder's writer lock
-_TOKENIZER_FPS: dict[tuple, str] = {}  # remembered while the file is unchanged (every model load asks)
-_WEIGHTS_IDS: dict[tuple, str] = {}
+_HASHES: dict[tuple, str] = {}  # fingerprints and weights hashes, remembered while their files are unchanged
 
 
 def _corpus_name(corpus: str | Path | None) -> str:
     return "shakespeare" if corpus in (None, "", "shakespeare") else str(corpus)
 
 
-def _tokenizer_fp(path: Path, todo: str) -> str:
-    st = path.stat()
-    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
-    if key not in _TOKENIZER_FPS:
-        try:
-            _TOKENIZER_FPS[key] = tokenizer_fingerprint(path)
-        except (OSError, ValueError) as e:
-            raise damaged(path, e, todo) from None
-    return _TOKENIZER_FPS[key]
+def _remembered(where: Path, files: list[Path], compute: Callable[[], str]) -> str:
+    """``compute()``, remembered while ``files`` keep their names, sizes, inodes and times (every model load asks)."""
+    key = (str(where.resolve()), *((f.name, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+                                   for f in files for st in [f.stat()]))
+    if key not in _HASHES:
+        _HASHES[key] = compute()
+    return _HASHES[key]
 
 
 def _weights_id(mdir: Path, todo: str) -> str:
-    """:func:`weights_sha256`, remembered while the weights files keep their names, sizes, inodes and times."""
-    stats = tuple((f.name, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
-                  for f in sorted(mdir.glob("model*.safetensors*")) for st in [f.stat()])
-    key = (str(mdir.resolve()), stats)
-    if key not in _WEIGHTS_IDS:
-        _WEIGHTS_IDS[key] = weights_sha256(mdir, todo)
-    return _WEIGHTS_IDS[key]
+    return _remembered(mdir, sorted(mdir.glob("model*.safetensors*")), lambda: weights_sha256(mdir, todo))
 
 
 def _short(fingerprint: Any) -> str:
@@ -119,8 +110,8 @@ class Run(RunLayout):
 
     @contextlib.contextmanager
     def writing(self, what: str = "writing") -> Iterator[Run]:
-        """Hold this folder's writer lock for the block (reentrant in this process); a second writer gets
-        :class:`RunLockedError` naming the holder. An OS lock (``filelock``): a killed holder never blocks."""
+        """Hold this folder's writer lock (``filelock``: a killed holder never blocks) for the block, reentrant in this
+        process; a second writer gets :class:`RunLockedError` naming the holder."""
         from filelock import FileLock, Timeout
 
         key = str(self.path.resolve())
@@ -406,18 +397,18 @@ class Run(RunLayout):
 
     def _check_model_config(self, variant: str | Variant, seed: int, step: int | None, folder: Path) -> None:
         """Refuse a config.json whose sizes are not those its train_config.json gives, before an edited
-        ``num_hidden_layers: 100000`` is allocated (an earlier version's model, without one, is not compared)."""
+        ``num_hidden_layers: 100000`` is allocated."""
         cfg_file, todo = self.train_config_path(variant, seed), self.repair_hint(variant, seed, step)
-        recorded = read_json(cfg_file, todo) if cfg_file.exists() else None
-        if not isinstance(recorded, dict) or "preset" not in recorded:
-            return
+        recorded = read_json(cfg_file, todo)
+        if not isinstance(recorded, dict):
+            raise damaged(cfg_file, "not a JSON object", todo)
         vocab, run_vocab = recorded.get("vocab_size"), self.config.get("tokenizer_size")
         if vocab is not None and run_vocab is not None and vocab != run_vocab:
             raise DamagedFileError(f"{cfg_file}: vocab_size is {vocab!r}, but the run's config.json gives "
                                    f"tokenizer_size {run_vocab!r}; nothing was loaded. To fix: {todo}")
         family = recorded.get("family", TrainConfig.family)
         try:
-            want = config_sizes(recorded["preset"], family, vocab if vocab is not None else run_vocab)
+            want = config_sizes(recorded.get("preset"), family, vocab if vocab is not None else run_vocab)
         except (ValueError, TypeError) as e:
             raise damaged(cfg_file, e, todo) from None
         saved = read_json(folder / CONFIG_NAME, todo)
@@ -425,7 +416,7 @@ class Run(RunLayout):
             if k in want and (not isinstance(saved, dict) or saved.get(k) != want[k]):
                 have = saved.get(k) if isinstance(saved, dict) else saved
                 raise DamagedFileError(f"{folder / CONFIG_NAME}: {k} is {have!r}, but {cfg_file} (preset "
-                                       f"{recorded['preset']!r}, family {family!r}, vocab_size {vocab!r}) gives "
+                                       f"{recorded.get('preset')!r}, family {family!r}, vocab_size {vocab!r}) gives "
                                        f"{want[k]!r}; nothing was loaded. To fix: {todo}")
 
     def fingerprints(self) -> dict[str, str | None]:
@@ -433,68 +424,51 @@ class Run(RunLayout):
         file = self.tokenizer_dir / TOKENIZER_FILE
         if not file.is_file():
             self.tokenizer()  # raises FileNotFoundError naming the folder and how to restore it
+
+        def tokenizer_fp() -> str:
+            try:
+                return tokenizer_fingerprint(file)
+            except (OSError, ValueError) as e:
+                raise damaged(file, e, "rerun Run.prepare (notebook 01_train) to rebuild it") from None
+
         corpus = self.config.get("corpus_fingerprint")
         return {"corpus_fingerprint": corpus.get("sha256") if isinstance(corpus, dict) else None,
-                "tokenizer_fingerprint": _tokenizer_fp(file, "rerun Run.prepare (notebook 01_train) to rebuild it")}
+                "tokenizer_fingerprint": _remembered(file, [file], tokenizer_fp)}
 
     def check_model_origin(self, variant: str | Variant, seed: int) -> None:
         """Refuse (:class:`ForeignModelError`) a model folder holding another model than its name says, or trained on
-        other data: its complete.json, variant, seed, fingerprints and saved tokenizer must be this run's (an earlier
-        version's folder without fingerprints is judged by its saved tokenizer, refused without one)."""
-        mdir, key, name = self.model_dir(variant, seed), model_key(variant, seed), Variant.parse(variant).name
-        by = "01_train" if name in ("tied", "untied") else "04_ablate"
+        other data: its complete.json (key, variant, seed, the weights' hash) and train_config.json (variant, seed,
+        corpus and tokenizer fingerprints) must be this model's and this run's."""
+        v, key = Variant.parse(variant), model_key(variant, seed)
+        mdir, by = self.model_dir(v, seed), "01_train" if v.name in ("tied", "untied") else "04_ablate"
         todo = (f"retrain {key} in this run (delete {mdir} and run {by} again, or run {by} with overwrite: "
                 f"{OVERWRITE_HINT}), or use it with the run it came from")
-        if self.is_complete(variant, seed):
-            self.check_completion(variant, seed)
-        cfg_file = self.train_config_path(variant, seed)
+        cfg_file = self.train_config_path(v, seed)
         recorded = read_json(cfg_file, f"restore it, or {todo}") if cfg_file.exists() else {}
         recorded = recorded if isinstance(recorded, dict) else {}
-        if named := [f"its {k} is {recorded[k]!r}, not {want!r}" for k, want in (("variant", name), ("seed", seed))
-                     if k in recorded and recorded[k] != want]:
-            raise ForeignModelError(f"{cfg_file} belongs to another model than {key}: {'; '.join(named)} (a folder "
-                                    f"copied from another model's). To fix: {todo}")
-        mine, then = self.fingerprints(), recorded.get("tokenizer_fingerprint")
-        if then not in (None, mine["tokenizer_fingerprint"]) and then == tokenizer_fingerprint(
-                self.tokenizer_dir / TOKENIZER_FILE, whole=False):  # an earlier version's record: judged by the saved tokenizer
-            recorded = {**recorded, "tokenizer_fingerprint": None}
-        differs = [f"its {label} {_short(recorded[k])} is not this run's ({_short(mine[k])})"
-                   for k, label in FINGERPRINTS.items()
-                   if recorded.get(k) is not None and mine[k] is not None and recorded[k] != mine[k]]
-        copy = mdir / TOKENIZER_FILE
-        if copy.is_file() and (fp := _tokenizer_fp(copy, todo)) not in (mine["tokenizer_fingerprint"],
-                                                                         recorded.get("tokenizer_fingerprint")):
-            differs.append(f"its saved tokenizer ({copy.name}, fingerprint {_short(fp)}) is not this run's "
-                           f"({_short(mine['tokenizer_fingerprint'])})")
-        if differs:
+        checks = [(cfg_file, recorded, {"variant": v.name, "seed": seed})]
+        held = WEIGHTS_NAME if (mdir / WEIGHTS_NAME).exists() else "the sharded weights"
+        if self.is_complete(v, seed):
+            check_model_folder(mdir, self.repair_hint(v, seed))  # a damaged file is named as such, not as another model
+            checks.insert(0, (self.complete_path(v, seed), self.summary(v, seed), {
+                "key": key, "variant": v.name, "seed": seed, WEIGHTS_ID: _weights_id(mdir, todo)}))
+        for file, record, want in checks:
+            record = record if isinstance(record, dict) else {}
+            if wrong := [f"its {k} is {_short(record[k])}, but the weights in the folder ({held}) hash to "
+                         f"{_short(value)}" if k == WEIGHTS_ID else f"its {k} is {record[k]!r}, not {value!r}"
+                         for k, value in want.items() if record.get(k) is not None and record[k] != value]:
+                raise ForeignModelError(f"{file} does not describe the model in {mdir}: {'; '.join(wrong)} (a folder "
+                                        f"copied from another model's, or its weights replaced). To fix: {todo}")
+        mine = self.fingerprints()
+        if all(recorded.get(k) is None for k in FINGERPRINTS):
+            raise ForeignModelError(f"model folder {mdir} records no corpus or tokenizer fingerprint (trained by an "
+                                    "earlier version, which this one does not read), so whether it was trained on "
+                                    f"this run's data cannot be told. To fix: {todo}")
+        if differs := [f"its {label} {_short(recorded[k])} is not this run's ({_short(mine[k])})"
+                       for k, label in FINGERPRINTS.items()
+                       if recorded.get(k) is not None and mine[k] is not None and recorded[k] != mine[k]]:
             raise ForeignModelError(f"model folder {mdir} was trained on other data than run {self.path}: "
                                     f"{'; '.join(differs)}. To fix: {todo}")
-        if not copy.is_file() and all(recorded.get(k) is None for k in FINGERPRINTS):
-            raise ForeignModelError(f"model folder {mdir} records no corpus or tokenizer fingerprint (trained by an "
-                                    "earlier version) and holds no saved tokenizer to compare with this run's, so "
-                                    f"whether it was trained on this run's data cannot be told. To fix: {todo}")
-
-    def check_completion(self, variant: str | Variant, seed: int) -> str:
-        """A finished model's identity once its complete.json is its own (key, variant, seed, and weights_sha256 the
-        weights' hash); else :class:`ForeignModelError` names each value and the one expected."""
-        v, key = Variant.parse(variant), model_key(variant, seed)
-        mdir, file = self.model_dir(v, seed), self.complete_path(v, seed)
-        todo = f"retrain {key} in this run ({OVERWRITE_HINT}), or put back the folder's own files"
-        done = self.summary(v, seed)
-        done = done if isinstance(done, dict) else {}
-        check_model_folder(mdir, self.repair_hint(v, seed))  # a damaged file is named as such, not as another model
-        computed = _weights_id(mdir, todo)
-        wrong = [f"its {k} is {done[k]!r}, not {want!r}" for k, want in (("key", key), ("variant", v.name),
-                                                                         ("seed", seed))
-                 if done.get(k) is not None and done[k] != want]
-        if done.get(WEIGHTS_ID) is not None and done[WEIGHTS_ID] != computed:
-            held = WEIGHTS_NAME if (mdir / WEIGHTS_NAME).exists() else "the sharded weights"
-            wrong.append(f"its {WEIGHTS_ID} is {_short(done[WEIGHTS_ID])}, but the weights in the folder ({held}) "
-                         f"hash to {_short(computed)}")
-        if wrong:
-            raise ForeignModelError(f"{file} does not describe the model in {mdir}: {'; '.join(wrong)} (a model "
-                                    f"copied from another folder, or its weights replaced). To fix: {todo}")
-        return computed
 
     def model_id(self, variant: str | Variant, seed: int) -> str | None:
         """The sha256 of a finished model's weights as they are now (a record from it turns stale when they

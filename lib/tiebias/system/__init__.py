@@ -1,5 +1,2 @@
-"""The machine: files written in place (never through a link), CPU thread settings, the allocator during hot loops, jobs side by side, free memory."""
-
-from tiebias.system import alloc, atomic, memory, parallel, threads
-
-__all__ = ["alloc", "atomic", "memory", "parallel", "threads"]
+"""The machine: atomic writes that never follow a link (``atomic``), CPU threads (``threads``), the allocator during
+hot loops (``alloc``), jobs side by side (``parallel``), free memory (``memory``)."""

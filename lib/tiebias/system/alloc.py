@@ -1,7 +1,6 @@
-"""Keep freed memory in the process during hot loops: glibc maps each large block (a step's logits and their
-gradient) afresh and returns it on ``free``, paying page faults and zeroing every step. :func:`kept_heap` turns that
-off for the block (``mallopt``; the same numbers bit for bit) and restores glibc's defaults after, returning the
-memory; nothing off glibc, with the user's ``MALLOC_*_`` settings or another allocator, or ``TIEBIAS_MALLOC=default``."""
+"""Keep freed memory in the process during hot loops (glibc otherwise maps and zeroes each step's large blocks
+afresh): ``mallopt`` for the block, glibc's defaults restored after; the same numbers bit for bit. Left alone off
+glibc, under the user's ``MALLOC_*_`` settings or another allocator, or with ``TIEBIAS_MALLOC=default``."""
 
 from __future__ import annotations
 
@@ -16,12 +15,11 @@ from contextlib import contextmanager
 from typing import Any
 
 MALLOC_ENV = "TIEBIAS_MALLOC"  # keep (default) or default (glibc's settings left alone)
-
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
 _DEFAULTS = {_M_MMAP_MAX: 65536, _M_TRIM_THRESHOLD: 128 * 1024}  # glibc's, restored on leaving
 _KEEP = {_M_MMAP_MAX: 0, _M_TRIM_THRESHOLD: 2**31 - 1}
 _USER_SETTINGS = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_",
-                  "GLIBC_TUNABLES")
+                  "GLIBC_TUNABLES", "jemalloc", "tcmalloc", "mimalloc")  # variables, or libraries in LD_PRELOAD
 _lock = threading.Lock()
 _depth = 0
 
@@ -35,9 +33,8 @@ def mode() -> str:
 
 def _libc() -> Any | None:
     """glibc with ``mallopt`` and ``malloc_trim``, or None where it is not the allocator in use or the user's wins."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc" or any(v in os.environ for v in _USER_SETTINGS):
-        return None
-    if any(name in os.environ.get("LD_PRELOAD", "") for name in ("jemalloc", "tcmalloc", "mimalloc")):
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc" or any(
+            v in os.environ or v in os.environ.get("LD_PRELOAD", "") for v in _USER_SETTINGS):
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
@@ -48,7 +45,7 @@ def _libc() -> Any | None:
         return None
 
 
-libc = functools.cache(_libc)  # looked up once
+libc = functools.cache(_libc)
 
 
 @contextmanager

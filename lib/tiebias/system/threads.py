@@ -1,8 +1,6 @@
 """CPU threads that follow the load: :class:`ThreadTuner` re-chooses the intra-op thread count during long loops from
-measured step times (all cores on a quiet machine, fewer when another process holds one; next to a second training it
-made steps many times faster, ``bench/plumbing.py``). ``TIEBIAS_THREADS=N`` fixes the count instead; OpenMP's own
-settings are the user's. At small sizes only speed depends on the count; a long inner dimension or a whole-tensor sum
-can round differently with another count, so ``TIEBIAS_THREADS`` is how a run stays the same bit for bit under load."""
+measured step times (``bench/plumbing.py``). ``TIEBIAS_THREADS=N`` fixes it instead, which keeps a run the same bit for
+bit under load (a long inner dimension can round differently with another count); OpenMP's settings are the user's."""
 
 from __future__ import annotations
 
@@ -18,11 +16,9 @@ from tiebias.config.environment import fixed_threads
 
 
 class ThreadTuner:
-    """Keeps the fastest thread count for a loop of similar steps (wrap each step's compute in :meth:`step`).
-
-    Times ``probe`` steps at each candidate, keeps the fastest, probes again after ``every`` steps (doubling up to
-    ``max_every`` while the choice holds), and at once when ``patience`` steps in a row take ``jump`` times as long.
-    """
+    """Keeps the fastest thread count for a loop of similar steps (wrap each step in :meth:`step`): times ``probe``
+    steps per candidate, probes again after ``every`` steps (doubling up to ``max_every`` while the choice holds) and
+    at once when ``patience`` steps in a row take ``jump`` times as long."""
 
     def __init__(self, candidates: Sequence[int] | None = None, *, every: int = 100, max_every: int = 800,
                  probe: int = 2, jump: float = 1.5, patience: int = 3) -> None:
@@ -86,7 +82,7 @@ def _set_threads(n: int) -> None:
 
 
 class FixedThreads:
-    """A loop whose thread count is fixed: :meth:`step` does nothing, so loops call it either way."""
+    """A loop whose thread count is fixed: :meth:`step` does nothing."""
 
     def step(self) -> nullcontext:
         return nullcontext()
@@ -100,8 +96,8 @@ def check_num_threads(num_threads: object, name: str = "num_threads") -> None:
 @contextmanager
 def loop_threads(num_threads: int | str | None = "auto", device_type: str = "cpu",
                  ) -> Iterator[ThreadTuner | FixedThreads]:
-    """Threads for one loop, restored on exit: ``"auto"`` tunes on a CPU, an int fixes them, None keeps them; yields
-    what wraps each step. The loop runs with freed memory kept (:func:`tiebias.system.alloc.kept_heap`)."""
+    """Threads for one loop, restored after: ``"auto"`` tunes on a CPU, an int fixes them, None keeps them; yields
+    what wraps each step. Freed memory is kept meanwhile (:func:`tiebias.system.alloc.kept_heap`)."""
     from tiebias.system.alloc import kept_heap
 
     check_num_threads(num_threads)
