@@ -47,10 +47,8 @@ def test_knn_self_and_independent() -> None:
 
 
 @pytest.mark.parametrize(("call", "pattern"), [
-    (lambda s, t: knn_overlap(s, t, 20), "k must be"),
-    (lambda s, t: knn_overlap(s, t, 0), "k must be"),
-    (lambda s, t: knn_overlap(s, t[:-1], 3), "same number of rows"),
-    (lambda s, t: neighbour_overlap(torch.zeros(3, 2), torch.zeros(3, 3)), "one shape"),
+    (lambda s, t: knn_overlap(s, t, 20), "k: 20 is not allowed.*between 1 and 19"),
+    (lambda s, t: knn_overlap(s, t, 0), "k: 0 is not allowed"),
 ])
 def test_bad_inputs_raise(call: Callable[[np.ndarray, np.ndarray], object], pattern: str) -> None:
     rng = np.random.default_rng(17)

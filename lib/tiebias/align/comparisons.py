@@ -1,6 +1,5 @@
-"""Notebook 02's tables: Table 1 with seeds and noise floors (how alike two independently trained matrices of one kind
-are), drift over checkpoints, neighbours. A tied and an untied model of one seed share their initial input matrix, so
-the cross-seed pairs are the headline."""
+"""Notebook 02's tables: Table 1 with seeds and noise floors, drift over checkpoints, neighbours. A tied and an untied
+model of one seed share their initial input matrix, so the cross-seed pairs are the headline."""
 
 from __future__ import annotations
 
@@ -37,8 +36,7 @@ NOISE_FLOOR = [
 
 
 def load_models(run: Run, seeds: Sequence[int] | None = None, step: int | None = None) -> dict[int, dict[str, Embeddings]]:
-    """Seed -> ``{"tied": Embeddings, "untied": Embeddings}`` of a run (the final models, or checkpoint ``step``);
-    ``seeds`` None: every seed, all of which must be finished. Diverged models are refused.
+    """A run's finished tied and untied models' embeddings per seed; diverged models are refused.
 
     Args:
         run: the run holding the models.
@@ -66,8 +64,8 @@ def load_models(run: Run, seeds: Sequence[int] | None = None, step: int | None =
 
 def load_sources(tied_source: Any, untied_source: Any, *, tied_tokenizer: Any = None,
                  untied_tokenizer: Any = None) -> dict[int, dict[str, Embeddings]]:
-    """One tied / untied pair from any two HF models (folders, hub ids or loaded models) as ``{0: {...}}``, only their
-    embeddings read; folders and hub ids are checked from their configs first, so a swapped pair is refused early.
+    """One tied / untied pair from any two HF models (folders, hub ids or loaded models), only their embeddings read;
+    folders and hub ids are checked from their configs first, so a swapped pair is refused early.
 
     Args:
         tied_source, untied_source: each side's folder, hub id or loaded model.
@@ -102,10 +100,8 @@ def load_sources(tied_source: Any, untied_source: Any, *, tied_tokenizer: Any = 
 def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = maps.METHODS, *,
            heldout_folds: int = 0, knn_k: int | None = 10, noise_floor: bool = True,
            keep_scores: bool = False) -> pd.DataFrame:
-    """One row per (comparison, pairing, seeds), the source mapped onto the target on their shared tokens: mean cosine
-    per method (``identity`` NaN when the widths differ), ``<method> (held-out)`` (k-fold, ``heldout_folds`` >= 2),
-    ``knn@<k>`` (Table 5), noise-floor rows and (``keep_scores``) ``per_token`` / ``token_ids`` (rows of the source).
-    Pairings: ``within model``, ``same seed``, ``cross seed`` (the headline).
+    """Table 1: the source mapped onto the target on their shared tokens, mean cosine per method (``identity`` NaN
+    when the widths differ), held-out columns, ``knn@<k>`` (Table 5) and noise-floor rows.
 
     Args:
         models: seed -> tied and untied embeddings.
@@ -116,13 +112,11 @@ def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = ma
         keep_scores: add per-token scores.
 
     Returns:
-        The table, one row per comparison, pairing and seeds.
+        One row per comparison, pairing (``within model``, ``same seed``, ``cross seed``) and seeds.
     """
     check_knn_k(knn_k)
     methods = list(dict.fromkeys(methods))
     seeds = sorted(models)
-    if not seeds:
-        raise ValueError("models: empty; give at least one seed's {'tied': ..., 'untied': ...} (see load_models)")
     rows = []
     specs = [(c, False) for c in COMPARISONS] + ([(c, True) for c in NOISE_FLOOR] if noise_floor else [])
     for (label, ka, wa, kb, wb), same_kind in specs:
@@ -157,23 +151,19 @@ def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = ma
 
 def token_gap(df: pd.DataFrame, method: str = "orthogonal", *, pairing: str = "same seed", seed_target: int | None = None,
               n_boot: int = 2000, level: float = stats.LEVEL, seed: int = 0) -> stats.BootstrapCI:
-    """Paired bootstrap over tokens of one tied model's gap (untied output -> tied) - (untied input -> tied): both rows
-    score one untied model's tokens against one tied matrix (rows of ``table1(..., keep_scores=True)``)."""
+    """Paired bootstrap over tokens of one tied model's gap (untied output -> tied) - (untied input -> tied), from
+    ``table1(..., keep_scores=True)``."""
     d = df[df.pairing == pairing]
     if seed_target is None:
         seed_target = int(d.seed_target.min())
     rows = {}
     for comp in ("untied output -> tied", "untied input -> tied"):
         r = d[(d.comparison == comp) & (d.seed_target == seed_target)]
-        if r.empty:
-            raise ValueError(f"df: no {comp!r} row for pairing {pairing!r} and tied seed {seed_target}")
         if "per_token" not in r:
             raise ValueError("df: one pair needs per-token scores for the token bootstrap; build the table with "
                              "table1(..., keep_scores=True)")
         rows[comp] = r.iloc[0]
     a, b = rows["untied output -> tied"], rows["untied input -> tied"]
-    if method not in a.per_token or method not in b.per_token:
-        raise ValueError(f"method: no per-token {method!r} scores in the table; have {sorted(a.per_token)}")
     ids_a, ids_b = a.token_ids.cpu().numpy(), b.token_ids.cpu().numpy()
     _, ia, ib = np.intersect1d(ids_a, ids_b, assume_unique=True, return_indices=True)
     diff = a.per_token[method].double().cpu().numpy()[ia] - b.per_token[method].double().cpu().numpy()[ib]
@@ -182,7 +172,7 @@ def token_gap(df: pd.DataFrame, method: str = "orthogonal", *, pairing: str = "s
 
 def evolution_table(run: Run, seeds: Sequence[int]) -> pd.DataFrame:
     """Figure 3 analog: drift of the untied input and output (and tied) matrices through the checkpoints, per seed,
-    from the step-0 checkpoint every model must still have (and trained on this run's data).
+    from the step-0 checkpoint every model must still have.
 
     Args:
         run: the run holding the models.

@@ -29,8 +29,8 @@ COLUMNS = ["comparison", "pairing", "bin", "count_min", "count_max", "n_tokens",
 
 def knn_by_frequency(models: dict[int, dict[str, Embeddings]], counts: Any, k: int = 10,
                      bins: int = 5) -> pd.DataFrame:
-    """:data:`COLUMNS` per comparison and frequency bin of one run's models (one vocabulary, ``counts`` per id):
-    ``overlap`` is the mean over pairs of models of the bin's mean overlap, ``ceiling`` NaN with one seed.
+    """Per comparison and frequency bin of one run's models: the mean over pairs of models of the bin's mean overlap,
+    beside chance and the ceiling (NaN with one seed).
 
     Args:
         models: seed -> tied and untied embeddings of one run.
@@ -39,11 +39,9 @@ def knn_by_frequency(models: dict[int, dict[str, Embeddings]], counts: Any, k: i
         bins: frequency quantile bins of the seen tokens.
 
     Returns:
-        The :data:`COLUMNS` frame.
+        A frame of :data:`COLUMNS`.
     """
     seeds = sorted(models)
-    if not seeds:
-        raise ValueError("models: empty; give at least one seed's {'tied': ..., 'untied': ...} (see load_models)")
     sizes = {m.vocab_size for s in seeds for m in models[s].values()}
     c = np.asarray(counts)
     if len(sizes) != 1 or c.shape != (next(iter(sizes)),):
@@ -52,8 +50,6 @@ def knn_by_frequency(models: dict[int, dict[str, Embeddings]], counts: Any, k: i
                          "(an external pair with two tokenizers has no shared frequency bins)")
     vocab = next(iter(sizes))
     k = check_knn_k(k, vocab, "k")
-    if k is None:
-        raise ValueError("k: None is not allowed here; give the neighbourhood size, e.g. 10")
     near: dict[tuple[int, str, str], Any] = {}
 
     def idx(seed: int, kind: str, which: str) -> Any:

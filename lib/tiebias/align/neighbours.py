@@ -1,5 +1,5 @@
 """Cosine nearest neighbours of every token of a matrix (in blocks, memory O(V k)), and how much two matrices'
-neighbourhoods agree (the paper's Table 5)."""
+neighbourhoods agree (Table 5)."""
 
 from __future__ import annotations
 
@@ -26,10 +26,8 @@ def check_knn_k(knn_k: Any, n_tokens: int | None = None, name: str = "knn_k") ->
 def knn_overlap(a: Matrix, b: Matrix, k: int = 10, *, chunk: int = 4096) -> tuple[float, Tensor]:
     """Mean and per-token overlap |N_k^A(i) & N_k^B(i)| / k of cosine nearest neighbours (self excluded) of two
     matrices whose rows are the same tokens."""
-    A, B = as_matrix(a, "a"), as_matrix(b, "b")
-    if B.shape[0] != A.shape[0]:
-        raise ValueError(f"a and b must have the same number of rows (tokens): {A.shape[0]} vs {B.shape[0]}")
-    return neighbour_overlap(nearest(A, k, chunk=chunk), nearest(B, k, chunk=chunk))
+    check_knn_k(k, len(a), "k")
+    return neighbour_overlap(nearest(a, k, chunk=chunk), nearest(b, k, chunk=chunk))
 
 
 def _fold_dense(vals: Tensor, idx: Tensor, r0: int, sims: Tensor, c0: int) -> None:
@@ -84,13 +82,10 @@ def _fold_block(vals: Tensor, idx: Tensor, i0: int, j0: int, sims: Tensor) -> No
 
 
 def nearest(m: Matrix, k: int = 10, *, chunk: int = 4096) -> Tensor:
-    """Ids of each row's k most cosine-similar other rows, [V, k] (order within a row not meaningful), from
-    ``chunk x chunk`` blocks of the upper triangle, each serving its rows and its columns."""
+    """Ids of each row's k (checked by the caller: :func:`check_knn_k`) most cosine-similar other rows, [V, k], order
+    within a row not meaningful, from ``chunk x chunk`` blocks of the upper triangle serving their rows and columns."""
     x = as_matrix(m, "m")
-    n = x.shape[0]
-    if not is_int(k, numpy_ok=True) or not 1 <= k <= n - 1:
-        raise ValueError(f"k must be an int between 1 and n_tokens-1={n - 1}, got {k!r}")
-    k = int(k)
+    n, k = x.shape[0], int(k)
     norms = torch.linalg.vector_norm(x, dim=1)
     inv = torch.where(norms > 0, 1 / norms.clamp_min(torch.finfo(x.dtype).tiny), torch.zeros_like(norms))
     vals = torch.full((n, k), -math.inf, dtype=x.dtype, device=x.device)
@@ -108,9 +103,6 @@ def nearest(m: Matrix, k: int = 10, *, chunk: int = 4096) -> Tensor:
 
 def neighbour_overlap(idx_a: Tensor, idx_b: Tensor) -> tuple[float, Tensor]:
     """Mean and per-token fraction of shared ids between two [V, k] neighbour lists."""
-    if idx_a.ndim != 2 or idx_a.shape != idx_b.shape:
-        raise ValueError(f"idx_a and idx_b must be [tokens, k] of one shape, got {tuple(idx_a.shape)} and "
-                         f"{tuple(idx_b.shape)}")
     n, k = idx_a.shape
     per = torch.empty(n, dtype=F64)
     step = max(1, (1 << 24) // (k * k))

@@ -13,7 +13,6 @@ from transformers import (
     PreTrainedModel,
 )
 
-from tiebias.config.checks import is_int
 from tiebias.config.presets import config_sizes
 from tiebias.config.training import DEFAULT_PROFILE
 from tiebias.models.anatomy import is_tied
@@ -23,8 +22,6 @@ from tiebias.system.parallel import CONSTRUCTION
 def make_config(preset: str, *, family: str = "llama", vocab_size: int = DEFAULT_PROFILE["vocab_size"], tied: bool = True,
                 bos_token_id: int | None = 0, eos_token_id: int | None = 0) -> PretrainedConfig:
     """The transformers config for a preset; no dropout, sdpa attention, init std 0.02."""
-    if not is_int(vocab_size) or vocab_size < 2:
-        raise ValueError(f"vocab_size: {vocab_size!r} is not a valid vocabulary size; need an int >= 2")
     sizes = config_sizes(preset, family, vocab_size)
     sizes.pop("model_type")
     common = dict(**sizes, tie_word_embeddings=tied, initializer_range=0.02, bos_token_id=bos_token_id,
