@@ -33,7 +33,6 @@ from tiebias.run.folder import FINGERPRINTS, Run
 from tiebias.train import divergence
 from tiebias.train.gradients import GradientProvenance
 from tiebias.train.trainer import TrainConfig, train
-from tiebias.verdicts import claims
 
 LENS = LensSettings(steps=2, tokens_per_step=64, seq_len=32, eval_tokens=64)
 
@@ -199,17 +198,13 @@ def test_diverged_training_stops_and_is_recorded(diverged_run: Run) -> None:
 def test_01_reports_diverged_models_plainly(diverged_run: Run) -> None:
     S = pd.DataFrame([diverged_run.summary(v, 0) for v in ("tied", "untied")]).set_index("key")
     S.loc["tied-s0", "final_val_loss"] = None  # the record may hold null for a loss that was not a number
-    text = claims.below_unigram(S, 6.0)
-    for key in ("tied-s0", "untied-s0"):
-        assert f"{key}: training diverged at step" in text
-    assert "lower lr and train it again in a fresh run_dir" in text
-    assert {k for k, row in S.iterrows() if divergence.reason(row)} == {"tied-s0", "untied-s0"}
+    why = {k: divergence.reason(row) for k, row in S.iterrows()}  # what 01 prints beside divergence.ADVICE
+    assert all(why[key].startswith("training diverged at step") for key in ("tied-s0", "untied-s0"))
+    assert "lower lr and train it again in a fresh run_dir" in divergence.ADVICE
     # a record written before the diverged field: a final loss that is null is enough
-    legacy = pd.DataFrame([{"key": "tied-s1", "final_train_loss": None, "final_val_loss": None,
-                            "initial_val_loss": 6.9}]).set_index("key")
-    assert "tied-s1: training diverged (final_train_loss is not a finite number)" in claims.below_unigram(legacy, 6.0)
-    fine = pd.DataFrame([{"key": "tied-s2", "final_val_loss": 5.0, "initial_val_loss": 6.9}]).set_index("key")
-    assert claims.below_unigram(fine, 6.0).startswith("tied-s2: validation loss 5.000 nats")
+    legacy = pd.Series({"final_train_loss": None, "final_val_loss": None, "initial_val_loss": 6.9})
+    assert "training diverged (final_train_loss is not a finite number)" in divergence.reason(legacy)
+    assert divergence.reason(pd.Series({"final_val_loss": 5.0, "initial_val_loss": 6.9})) is None
 
 
 def test_analyses_refuse_a_diverged_model_by_name(diverged_run: Run) -> None:

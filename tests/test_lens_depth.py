@@ -1,8 +1,11 @@
-"""Claim 3 across depths: the per-depth table, the slope of the gap against depth, and its sentence."""
+"""Claim 3 across depths: the per-depth table, the slope of the gap against depth, and notebook 03's sentence."""
 
 from __future__ import annotations
 
+import json
 import math
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,6 +16,18 @@ from tiebias.lens import tables as lens_depth
 from tiebias.verdicts import depth as verdict_depth
 
 SEEDS = [0, 1, 2, 3, 4]
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "03_lens.ipynb"
+
+
+def describe_depth(table: pd.DataFrame) -> str:
+    """What notebook 03's depth cell prints for a depth table (its own code, run on ``table``)."""
+    cell = next("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if "against_first" in
+                "".join(c["source"]))
+    code = textwrap.dedent(cell[cell.index("    def against_first"):cell.index("else:\n    DEPTH = None")])
+    said: list[str] = []
+    ns = {"DEPTH": table, "tables": lens_depth, "pd": pd, "why": None, "print": lambda *a, **_: said.extend(a)}
+    exec(code, ns)
+    return " ".join(said)
 
 
 def ladder_table(n_layers: int, early_gap: float, *, noise: float = 0.05, moved: float = 0.0) -> pd.DataFrame:
@@ -67,14 +82,14 @@ def test_depth_trend_and_sentence_say_whether_the_gap_grows() -> None:
     grows = verdict_depth.depth_table(four, ["package"])
     s = lens_depth.depth_trend(grows, "package")
     assert s.ci_low > 0 and 0.03 < s.slope < 0.05
-    assert "the gap grows with depth" in verdict_depth.describe_depth(grows)
+    assert "the gap grows with depth" in describe_depth(grows)
     flat = verdict_depth.depth_table({f"d{n}": ladder_table(n, 0.2) for n in (6, 8, 12, 16)}, ["package"])
-    assert "no measurable trend" in verdict_depth.describe_depth(flat)
+    assert "no measurable trend" in describe_depth(flat)
     shrinks = verdict_depth.depth_table({f"d{n}": ladder_table(n, 0.04 * (16 - n)) for n in (6, 8, 12, 16)},
                                         ["package"])
-    assert "shrinks" in verdict_depth.describe_depth(shrinks)
+    assert "shrinks" in describe_depth(shrinks)
     one = verdict_depth.depth_table({"a": ladder_table(6, 0.2)}, ["package"])
-    assert "one depth only" in verdict_depth.describe_depth(one)
+    assert "one depth only" in describe_depth(one)
     with pytest.raises(ValueError, match="^protocol: 'reference'"):
         lens_depth.depth_trend(grows, "reference")
 
@@ -82,7 +97,7 @@ def test_depth_trend_and_sentence_say_whether_the_gap_grows() -> None:
 def test_three_depths_are_compared_by_their_intervals_not_a_slope() -> None:
     t = verdict_depth.depth_table({"a": ladder_table(6, 0.6), "b": ladder_table(10, 0.0), "c": ladder_table(16, 0.0)},
                                   ["package"])
-    text = verdict_depth.describe_depth(t)
+    text = describe_depth(t)
     assert "too few points to claim a slope from" in text and "shrinks" not in text
     assert "10 layers' interval below 6's, 16 layers' interval below 6's" in text
     # the row-1 gap beside the window mean (the fake tables put the same gap on every layer but the output)

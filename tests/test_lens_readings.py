@@ -167,8 +167,6 @@ def test_second_claim3_record_beside_the_first(readings_tables, fresh_run: Run) 
     stored = records.results(fresh_run)
     assert {"claim3_tuned_lens", "claim3_tuned_lens_reference"} <= set(stored)
     assert stored["claim3_tuned_lens_reference"]["value"] == pytest.approx(v_ref.value)
-    side = claims.claim3_side_by_side({"package": v_pkg, "reference": v_ref})
-    assert "package reading" in side and "the paper's reading" in side and "Figure 2" in side
     with pytest.raises(ValueError, match="^protocol: 'paper' is not allowed"):
         claims.claim3(seq, protocol="paper")
     assert "claim3_tuned_lens_reference" in records.CLAIMS and records.NOTEBOOK_OF["claim3_tuned_lens_reference"] == "03_lens"

@@ -331,7 +331,13 @@ def per_seed_gaps(table: pd.DataFrame, protocol: str) -> list[float]:
 
 
 def depth_trend(table: pd.DataFrame, protocol: str, *, level: float = LEVEL) -> stats.Slope:
-    """Slope (bits per layer) of the per-seed early-layer gap against the number of layers, from a depth table."""
+    """Slope (bits per layer) of the per-seed early-layer gap against the number of layers, from a depth table.
+
+    Args:
+        table: :func:`tiebias.verdicts.depth.depth_table`; protocol: the lens protocol; level: of the interval.
+
+    Returns:
+        The :class:`tiebias.stats.Slope`."""
     rows = table[table.protocol == protocol]
     if rows.empty:
         raise ValueError(f"protocol: {protocol!r} is not in the table; have {sorted(set(table.protocol))}")

@@ -4,9 +4,7 @@
    bootstrap CI over tokens above 0);
 2. gradient flow: the output path's share of the tied matrix's gradient above ``CLAIM2_SHARE``;
 3. tuned lens: the CI of the early-layer KL gap (tied - untied) above 0, at a converged lens budget;
-4. causality: with k, the input cosine rises and the output cosine falls by more than ``NOISE_SDS`` seed sd each.
-
-A run that is not evidence (:func:`tiebias.verdicts.evidence.not_meaningful`) records "not meaningful" (:func:`record`)."""
+4. causality: with k, the input cosine rises and the output cosine falls by more than ``NOISE_SDS`` seed sd each."""
 
 from __future__ import annotations
 
@@ -29,15 +27,13 @@ from tiebias.lens.tables import (
     early_gap,
     ladder_gaps,
 )
-from tiebias.paper import FIG4_LOG_WINDOWS, FIG4_OUTPUT_SHARE, TABLE1, TABLE2_STEP10K, TABLE7_PPL
+from tiebias.paper import FIG4_LOG_WINDOWS, FIG4_OUTPUT_SHARE, TABLE1, TABLE2_STEP10K
 from tiebias.run.folder import Run
 from tiebias.stats import LEVEL
-from tiebias.train import divergence
 from tiebias.verdicts import evidence, records
 from tiebias.verdicts.status import DOES_NOT_HOLD, HOLDS, NOT_MEANINGFUL, printed, status_of
 
-CLAIM3_KEYS = {"package": "claim3_tuned_lens", "reference": "claim3_tuned_lens_reference"}
-"""Claim 3's record under each lens protocol: one rule, two readings."""
+CLAIM3_KEYS = {"package": "claim3_tuned_lens", "reference": "claim3_tuned_lens_reference"}  # one rule, two readings
 NOISE_SDS = 2  # "beyond noise": a change larger than this many seed standard deviations
 CLAIM2_SHARE = 0.5  # claim 2 holds when the output path carries more than half of the gradient
 CLAIM4_RATIO = 1.0  # claim 4 holds when both changes, in units of NOISE_SDS seed sd, are above this
@@ -45,8 +41,7 @@ CLAIM4_RATIO = 1.0  # claim 4 holds when both changes, in units of NOISE_SDS see
 
 @dataclass
 class Verdict(records.Headline):
-    """One claim's headline (what its record stores), ``text`` (what the notebook prints) and ``models`` (the keys
-    of the models behind the numbers); ``holds`` is ``value > threshold``."""
+    """One claim's headline (what its record stores), ``text`` (what the notebook prints) and its models' keys."""
 
     details: dict = field(default_factory=dict)
     models: list[str] = field(default_factory=list)
@@ -58,14 +53,13 @@ class Verdict(records.Headline):
 
 
 def record(dest: Run, v: Verdict) -> dict:
-    """Store a verdict as the record of its claim; from a run that is not evidence the status is "not meaningful"
-    (the rule's reading kept in ``details["reading"]``) and ``v`` changes to match: the banner first, the same status.
+    """Store a verdict as its claim's record; from a run that is not evidence "not meaningful", the banner first.
 
     Args:
         dest: the run (or an external pair's folder) whose ``results/`` holds the record; v: the verdict.
 
     Returns:
-        The stored entry (:func:`tiebias.verdicts.records.record`)."""
+        The stored entry."""
     why = evidence.not_meaningful(dest, v.claim)
     if why and v.status != NOT_MEANINGFUL:
         v.details["reading"] = v.status or status_of(v.holds)
@@ -92,14 +86,10 @@ def beyond_noise(change: float, sd: float) -> bool | None:
     return bool(abs(change) > NOISE_SDS * sd) if math.isfinite(sd) else None
 
 
-# --------------------------------------------------------------------------- claim 1
-
-
 def alignment_gap(df: pd.DataFrame, method: str = "orthogonal", *, n_boot: int = 2000, level: float = LEVEL,
                   seed: int = 0) -> dict[str, Any]:
-    """Claim 1's numbers on the headline pairing (``cross seed`` when present): the gap per tied model, its
-    threshold ``NOISE_SDS`` sd over seeds; with one pair a paired bootstrap CI over tokens
-    (:func:`tiebias.align.comparisons.token_gap`), the threshold its lower half-width (gap > threshold: CI above 0)."""
+    """Claim 1's numbers on the headline pairing (``cross seed`` when present): the gap per tied model against
+    ``NOISE_SDS`` sd over seeds; with one pair a paired bootstrap CI over tokens (threshold: its lower half-width)."""
     pairing = "cross seed" if (df.pairing == "cross seed").any() else "same seed"
     d = df[df.pairing == pairing]
     out_t = d[d.comparison == "untied output -> tied"].groupby("seed_target")[method].mean()
@@ -125,8 +115,16 @@ def alignment_gap(df: pd.DataFrame, method: str = "orthogonal", *, n_boot: int =
     return out
 
 
-def _claim1_lines(c1: dict[str, Any]) -> list[str]:
-    """The numbers of claim 1 beside the paper's, and the noise floor when the table has one."""
+def claim1(table1: pd.DataFrame, method: str, n_seeds: int, *, where: str = "in this run") -> Verdict:
+    """Claim 1: the tied matrix sits nearer the output space (:func:`alignment_gap`'s rule).
+
+    Args:
+        table1: :func:`tiebias.align.comparisons.table1` (``keep_scores=True`` for one pair); method: the map that
+        decides; n_seeds: recorded with the verdict; where: how the closing line names the models.
+
+    Returns:
+        The :class:`Verdict` ``claim1_alignment``, the paper's OLMo-1B values and the noise floor beside."""
+    c1 = alignment_gap(table1, method)
     if c1["basis"] == "seeds":
         spread = f" ± {c1['gap_sd']:.3f} (sd over {c1['n']} tied models)"
     else:  # one pair: the CI is a bootstrap over tokens, not a spread over seeds
@@ -146,24 +144,8 @@ def _claim1_lines(c1: dict[str, Any]) -> list[str]:
         if tt:
             lines.append(f"The tied matrix aligns with the untied output matrix {c1['out_to_tied'] / tt:.0%} as well as "
                          f"with another tied matrix, and with the untied input matrix {c1['in_to_tied'] / tt:.0%} as well.")
-    return lines
-
-
-def claim1(table1: pd.DataFrame, method: str, n_seeds: int, *, where: str = "in this run") -> Verdict:
-    """Claim 1: the tied matrix sits nearer the output space (:func:`alignment_gap`'s rule).
-
-    Args:
-        table1: :func:`tiebias.align.comparisons.table1` (``keep_scores=True`` for one pair); method: the map that decides;
-        n_seeds: recorded with the verdict; where: how the closing line names the models.
-
-    Returns:
-        The :class:`Verdict` ``claim1_alignment``, the paper's OLMo-1B values and the noise floor beside."""
-    c1 = alignment_gap(table1, method)
-    lines = _claim1_lines(c1)
-    holds = c1["gap"] > c1["threshold"]
     lines.append(f"Claim 1 (tied closer to untied output than to untied input; rule: {c1['rule']}) "
-                 f"{printed(status_of(holds))} {where}.")
-    olmo = TABLE1["OLMo-1B"]
+                 f"{printed(status_of(c1['gap'] > c1['threshold']))} {where}.")
     return Verdict("claim1_alignment", value=c1["gap"], threshold=c1["threshold"], unit=f"{method} cosine gap",
                    statement=f"untied output -> tied {c1['out_to_tied']:.3f} vs untied input -> tied "
                              f"{c1['in_to_tied']:.3f} ({c1['pairing']}, {method}); {c1['rule']}",
@@ -172,9 +154,6 @@ def claim1(table1: pd.DataFrame, method: str, n_seeds: int, *, where: str = "in 
                    paper={"OLMo-1B out->tied": olmo["untied output -> tied"]["orthogonal"],
                           "OLMo-1B in->tied": olmo["untied input -> tied"]["orthogonal"]}, details=c1,
                    models=models_of(table1, ("tied", "untied")))
-
-
-# --------------------------------------------------------------------------- claim 2
 
 
 def claim2(flow: pd.DataFrame, first_n: int, windows: dict[str, dict[str, float]] | None = None) -> Verdict:
@@ -213,53 +192,17 @@ def claim2(flow: pd.DataFrame, first_n: int, windows: dict[str, dict[str, float]
                           "log_after_warmup": FIG4_LOG_WINDOWS["l2"]["after warmup"]},
                    details={"median_out_in_ratio": float(ratio.mean()), "first_n": first_n,
                             "per_seed": share.round(4).to_dict(), **({"windows": windows} if windows else {})},
-                   models=_keys_in(flow.index))
+                   models=sorted(str(k) for k in flow.index if _is_key(k)))
 
 
-def _keys_in(labels: Any) -> list[str]:
-    """The labels that are model keys."""
-    out = []
-    for label in labels:
-        try:
-            parse_key(label)
-        except (TypeError, ValueError):
-            continue
-        out.append(str(label))
-    return sorted(out)
+def _is_key(label: Any) -> bool:
+    try:
+        parse_key(label)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
-def below_unigram(summaries: pd.DataFrame, unigram: float, bigram: float | None = None) -> str:
-    """One line per model: below the unigram (and bigram) baseline or not; a diverged model says so instead,
-    and with several models per variant a last line gives each variant's mean.
-
-    Args:
-        summaries: training summaries indexed by model key; unigram, bigram: the baselines, nats (bigram None: not shown).
-
-    Returns:
-        The lines joined by newlines."""
-    lines = "\n".join(f"{k}: {why}; not compared with the unigram baseline, and no claim is taken from it: "
-                     f"{divergence.ADVICE}." if (why := divergence.reason(s)) else
-                     f"{k}: validation loss {s.final_val_loss:.3f} nats vs unigram baseline {unigram:.3f} "
-                     f"({'below' if s.final_val_loss < unigram else 'NOT below'} by {unigram - s.final_val_loss:.3f})"
-                     + ("" if bigram is None else f"; vs bigram baseline {bigram:.3f} ("
-                        f"{'below' if s.final_val_loss < bigram else 'NOT below'} by {bigram - s.final_val_loss:.3f})")
-                     + "." for k, s in summaries.iterrows())
-    fine = [(parse_key(str(k))[0].name, s.final_val_loss) for k, s in summaries.iterrows() if not divergence.reason(s)]
-    by_variant: dict[str, list[float]] = {}
-    for variant, loss in fine:
-        by_variant.setdefault(variant, []).append(float(loss))
-    if not any(len(v) > 1 for v in by_variant.values()):
-        return lines
-    means = ", ".join(f"{v} {sum(x) / len(x):.2f}" for v, x in by_variant.items())
-    bi = "" if bigram is None else f", bigram baseline {bigram:.2f}"
-    return f"{lines}\nMean validation loss over seeds: {means} nats; unigram baseline {unigram:.2f}{bi}."
-
-
-# --------------------------------------------------------------------------- claim 3
-
-
-READING_NAMES = {"package": "package reading", "reference": "the paper's reading"}
-"""One name per lens protocol, the same in 03, summary.json and the report."""
 REFERENCE_READING = ("the paper's public code: hidden state i through translator i - 1, the last, already normed, "
                      "state through the last translator and the final norm again")
 
@@ -272,26 +215,6 @@ def claim3_rule(converged: bool | None, ci_low: float) -> str:
     if not math.isfinite(ci_low):
         return "undetermined (no confidence interval)"
     return status_of(stats.lies_above_zero(ci_low))
-
-
-def _claim3_lines(g: dict[str, Any], conv: dict[str, Any], recipe: str, budget: int, level: float) -> list[str]:
-    """The gap, its CI, and whether the lens ladder converged."""
-    lines = [f"Early-layer gap (tied - untied tuned-lens KL, layers {g['early_layers']['tied']}), recipe "
-             f"{recipe!r} at {budget}x lens_steps: {g['value']:+.3g} bits, {int(level * 100)}% CI "
-             f"[{g['ci_low']:+.3g}, {g['ci_high']:+.3g}] ({g['method']})."]
-    if g["depth_note"]:
-        lines.append(f"Note: {g['depth_note']}.")
-    lines.append(describe_convergence(conv))
-    return lines
-
-
-def _claim3_closing(status: str) -> str:
-    if status == "not converged":
-        return "Claim 3: NOT CONVERGED at this lens budget (raise lens_budgets or lens_steps); no verdict."
-    if status.startswith("undetermined"):
-        return "Claim 3: undetermined (no confidence interval for the gap)."
-    return (f"Claim 3 (tied early layers read worse: CI of the gap above 0) "
-            f"{printed(status)} here.")
 
 
 def claim3(seq_table: pd.DataFrame, *, paired: bool = True, level: float = LEVEL,
@@ -314,12 +237,20 @@ def claim3(seq_table: pd.DataFrame, *, paired: bool = True, level: float = LEVEL
     g = early_gap(at_budget(seq_table, None, recipes[0]), paired=paired, level=level)
     budget = int(ladder.budget.max())
     status = claim3_rule(conv["converged"], g["ci_low"])
-    lines = _claim3_lines(g, conv, recipes[0], budget, level)
+    lines = [f"Early-layer gap (tied - untied tuned-lens KL, layers {g['early_layers']['tied']}), recipe "
+             f"{recipes[0]!r} at {budget}x lens_steps: {g['value']:+.3g} bits, {int(level * 100)}% CI "
+             f"[{g['ci_low']:+.3g}, {g['ci_high']:+.3g}] ({g['method']})."]
+    if g["depth_note"]:
+        lines.append(f"Note: {g['depth_note']}.")
+    lines.append(describe_convergence(conv))
     for r in recipes[1:]:
         o = early_gap(at_budget(seq_table, None, r), paired=paired, level=level)
         lines.append(f"For comparison, recipe {r!r} at its largest budget: {o['value']:+.3g} bits "
                      f"[{o['ci_low']:+.3g}, {o['ci_high']:+.3g}].")
-    lines.append(_claim3_closing(status))
+    lines.append({"not converged": "Claim 3: NOT CONVERGED at this lens budget (raise lens_budgets or lens_steps); no "
+                                   "verdict.",
+                  "undetermined (no confidence interval)": "Claim 3: undetermined (no confidence interval for the gap)."}
+                 .get(status, f"Claim 3 (tied early layers read worse: CI of the gap above 0) {printed(status)} here."))
     details = {"verdict": status, "ci_low": g["ci_low"], "ci_high": g["ci_high"], "method": g["method"],
                "budget": budget, "recipe": recipes[0], "converged": conv["converged"], "convergence": conv,
                "ladder": ladder.to_dict(orient="records"), "early_layers": g["early_layers"]}
@@ -331,25 +262,6 @@ def claim3(seq_table: pd.DataFrame, *, paired: bool = True, level: float = LEVEL
     return Verdict(CLAIM3_KEYS[protocol], value=g["value"], threshold=threshold, unit="bits (early layers)",
                    statement=text, text=text, spread=g["sd"], n_seeds=g["n_seeds"], paper=paper, details=details,
                    status=status, models=models_of(seq_table))
-
-
-def claim3_side_by_side(verdicts: dict[str, Verdict]) -> str:
-    """One sentence comparing claim 3 under each lens reading of the same lenses.
-
-    Args:
-        verdicts: protocol -> its :func:`claim3` verdict.
-
-    Returns:
-        The sentence."""
-    parts = [f"{READING_NAMES.get(p, p + ' reading')} {v.value:+.3g} bits [{v.details['ci_low']:+.3g}, {v.details['ci_high']:+.3g}], {v.status}"
-             for p, v in verdicts.items()]
-    return (f"Claim 3 under each reading of the same lenses (early-layer gap, {LEVEL:.0%} CI, verdict): {'; '.join(parts)}. "
-            f"Only the reading differs: the paper's reading (protocol 'reference') is {REFERENCE_READING}; the "
-            "package reading puts translator i on hidden state i and the model's own head on the last; the paper's "
-            "Figure 2 numbers come from the paper's reading.")
-
-
-# --------------------------------------------------------------------------- claim 4
 
 
 ONE_SEED_STATUS = "cannot be judged (one seed: no seed noise to compare the change with)"
@@ -399,65 +311,28 @@ def dose_response(table: pd.DataFrame, method: str = "orthogonal", step: int | N
     return out
 
 
-def _claim4_word(status: str) -> str:
-    """The printed verdict for a claim-4 status."""
-    return printed(status) + (" in this run" if status in (HOLDS, DOES_NOT_HOLD) else "")
-
-
 _LABELS = (("vs_untied_input", "untied input -> tied"), ("vs_untied_output", "untied output -> tied"))
-
-
-def _trend(v: dict[str, Any], r: dict[str, Any]) -> str:
-    """The trend words of one change (two doses have no trend beyond the change itself)."""
-    if len(v["k"]) < 3:
-        return "two doses: no trend to test beyond this change"
-    return f"Spearman {r['spearman']:+.2f}, monotone in the claimed direction: {r['monotone']}"
-
-
-def _short_of(v: dict[str, Any]) -> str:
-    """Why one map's reading is not "holds": each change that went the wrong way or stayed within the noise."""
-    parts = []
-    for col, label in _LABELS:
-        r = v[col]
-        if not r["direction_as_claimed"]:
-            parts.append(f"{label} changed by {r['change']:+.4f}, against the claim ({r['expected']})")
-        elif r["exceeds_noise"] is False:
-            parts.append(f"{label} changed by {r['change']:+.4f}, within {NOISE_SDS} seed sd "
-                         f"({NOISE_SDS * r['seed_std']:.4f})")
-    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def claim4_sentence(verdicts: dict[str, dict], head: str | None = None) -> str:
     """Claim 4 stated once: the verdict under ``head`` (None: the first map), every other map's reading beside
     it with what fell short (``verdicts``: map -> :func:`dose_response`)."""
+    def reading(m: str) -> str:
+        status, short = verdicts[m]["claim4_status"], []
+        for col, label in _LABELS if status == DOES_NOT_HOLD else ():
+            r = verdicts[m][col]
+            if not r["direction_as_claimed"]:
+                short.append(f"{label} changed by {r['change']:+.4f}, against the claim ({r['expected']})")
+            elif r["exceeds_noise"] is False:
+                short.append(f"{label} changed by {r['change']:+.4f}, within {NOISE_SDS} seed sd "
+                             f"({NOISE_SDS * r['seed_std']:.4f})")
+        word = printed(status) + (" in this run" if status in (HOLDS, DOES_NOT_HOLD) else "")
+        return word + (f" ({'; '.join(short)})" if short else "")
+
     head = head if head is not None else next(iter(verdicts))
-    others = [m for m in verdicts if m != head]
-    beside = "".join(f"; under the {m} map it {_claim4_word(verdicts[m]['claim4_status'])}"
-                     + (_short_of(verdicts[m]) if verdicts[m]["claim4_status"] == DOES_NOT_HOLD else "")
-                     for m in others)
+    beside = "".join(f"; under the {m} map it {reading(m)}" for m in verdicts if m != head)
     return (f"Claim 4 (input cosine rises and output cosine falls with k, beyond seed noise), judged under the "
-            f"{head} map: {_claim4_word(verdicts[head]['claim4_status'])}"
-            + (_short_of(verdicts[head]) if verdicts[head]["claim4_status"] == DOES_NOT_HOLD else "") + f"{beside}.")
-
-
-def _claim4_lines(verdicts: dict[str, dict], reference: str) -> list[str]:
-    """Each map's two changes, then the verdict once."""
-    lines = []
-    for m, v in verdicts.items():
-        for col, label in _LABELS:
-            r = v[col]
-            noise = ("n/a (one seed)" if r["exceeds_noise"] is None
-                     else ("exceeds" if r["exceeds_noise"] else "does NOT exceed"))
-            lines.append(f"[{m}, step {v['step']}, {reference}-seed reference] {label}: expected: {r['expected']}; "
-                         f"change k={v['k'][0]:g}->{v['k'][-1]:g} = {r['change']:+.4f} ({_trend(v, r)}); seed sd "
-                         f"{r['seed_std']:.4f}: {noise} {NOISE_SDS} sd.")
-    lines.append(claim4_sentence(verdicts))
-    return lines
-
-
-def _other_readings(verdicts: dict[str, dict]) -> str:
-    """Every map after the verdict's with its status, for the one-line statement."""
-    return "".join(f"; {m} map's reading: {v['claim4_status']}" for m, v in list(verdicts.items())[1:])
+            f"{head} map: {reading(head)}{beside}.")
 
 
 def ingredient_details(summary: pd.DataFrame) -> dict[str, dict[str, dict[str, float | None]]]:
@@ -486,29 +361,27 @@ def claim4(table: pd.DataFrame, methods: Sequence[str], reference: str,
     head = verdicts[methods[0]]
     r_in, r_out = head["vs_untied_input"], head["vs_untied_output"]
     value, status = head["claim4_value"], head["claim4_status"]
+    lines = []
+    for m, v in verdicts.items():
+        for col, label in _LABELS:
+            r = v[col]
+            noise = ("n/a (one seed)" if r["exceeds_noise"] is None
+                     else ("exceeds" if r["exceeds_noise"] else "does NOT exceed"))
+            trend = ("two doses: no trend to test beyond this change" if len(v["k"]) < 3 else
+                     f"Spearman {r['spearman']:+.2f}, monotone in the claimed direction: {r['monotone']}")
+            lines.append(f"[{m}, step {v['step']}, {reference}-seed reference] {label}: expected: {r['expected']}; "
+                         f"change k={v['k'][0]:g}->{v['k'][-1]:g} = {r['change']:+.4f} ({trend}); seed sd "
+                         f"{r['seed_std']:.4f}: {noise} {NOISE_SDS} sd.")
+    lines.append(claim4_sentence(verdicts))
+    others = "".join(f"; {m} map's reading: {v['claim4_status']}" for m, v in list(verdicts.items())[1:])
     return Verdict("claim4_causality", value=value, threshold=CLAIM4_RATIO, unit=f"min change / ({NOISE_SDS} seed sd)",
                    statement=f"{methods[0]} map (the verdict's): k {head['k'][0]:g}->{head['k'][-1]:g} changes untied-input cosine by "
                              f"{r_in['change']:+.4f} and untied-output cosine by {r_out['change']:+.4f} "
-                             f"({reference}-seed reference){_other_readings(verdicts)}",
-                   text="\n".join(_claim4_lines(verdicts, reference)), n_seeds=head["seeds"],
+                             f"({reference}-seed reference){others}",
+                   text="\n".join(lines), n_seeds=head["seeds"],
                    noise_floor=NOISE_SDS * max(r_in["seed_std"], r_out["seed_std"]) if head["seeds"] > 1 else None,
                    paper={"k=1": TABLE2_STEP10K[1.0], "k=5": TABLE2_STEP10K[5.0]},
                    details={"verdicts": verdicts, "reference": reference,
                             **({"ingredients": ingredient_details(ingredients)} if ingredients is not None
                                and not ingredients.empty else {})}, status=status, models=models_of(table))
-
-
-def claim4_cost(ppl: pd.DataFrame) -> str:
-    """What scaling costs, beside the paper's Table 7.
-
-    Args:
-        ppl: :func:`tiebias.ablate.sweep.perplexities` (``variant``, ``k``, ``validation_ppl``).
-
-    Returns:
-        One sentence: mean validation perplexity at k = 1 and at the largest k."""
-    base = ppl[ppl.variant == "tied"].validation_ppl.mean()
-    k_max = ppl.k.max()
-    top = ppl[ppl.k == k_max].validation_ppl.mean()
-    return (f"Cost: validation perplexity {base:.2f} (k=1) -> {top:.2f} (k={k_max:g}); paper {TABLE7_PPL[1.0]:.2f} -> "
-            f"{TABLE7_PPL[5.0]:.2f} at k=5.")
 
