@@ -27,9 +27,6 @@ def half_made(two_seed_run: Run, tmp_path: Path) -> Run:
 
 
 def test_status_and_refusal_name_the_unfinished_models(half_made: Run, tmp_path: Path) -> None:
-    st = inventory.model_status(half_made, ["tied", "untied"])
-    assert dict(zip(st.key, st.status, strict=True)) == {
-        "tied-s0": "complete", "untied-s0": "complete", "tied-s1": "interrupted", "untied-s1": "complete"}
     # every seed of the run (02's default), not the complete ones only: claim 1 would change method unsaid
     with pytest.raises(ValueError, match=r"unfinished models: tied-s1 \(interrupted: no complete.json\)\. Run "
                                          r"01_train again with the same parameters: it resumes the interrupted "

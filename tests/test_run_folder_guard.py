@@ -63,15 +63,6 @@ def test_new_empty_and_kit_folders_are_allowed(tmp_path: Path) -> None:
     locked.mkdir()
     (locked / ".lock").write_text("")
     check_folder(locked)
-    old = tmp_path / "old"  # an earlier version's run: no marker, but its config.json
-    old.mkdir()
-    (old / "config.json").write_text(json.dumps({"corpus": "shakespeare", "vocab_size": 512, "tokenizer_size": 512}))
-    (old / "models").mkdir()
-    assert folder_guard.folder_kind(old) == "run" and check_folder(old) == old
-    started = tmp_path / "started"  # an earlier version's study made notebooks/ before 01 failed
-    (started / "notebooks").mkdir(parents=True)
-    (started / "notebooks" / "01_train.ipynb").write_text("{}")
-    check_folder(started)
     mine = users_folder(tmp_path)
     mark(mine, "run")
     assert (mine / MARKERS["run"]).is_file() and check_folder(mine) == mine
@@ -100,12 +91,20 @@ def test_a_pair_folder_is_not_a_run_folder_and_back(prepared_run: Run, tmp_path:
     study.check_study("smoke", pair.path, {"tied_source": "a/tied", "untied_source": "b/untied"}, only=["02_align"])
 
 
-def test_an_older_external_pair_folder_at_the_kits_own_place_is_reused(tmp_path: Path) -> None:
-    old = sources.external_path("a/tied", "b/untied", root=tmp_path)  # where the kit names it, created by hand
-    (old / "figures").mkdir(parents=True)
-    (old / "figures" / "02_table1.html").write_text("old")
-    out = sources.external_dir("a/tied", "b/untied", root=tmp_path)
-    assert out.path == old and out.marker_path("pair").is_file()
+def test_unmarked_folders_of_an_earlier_version_are_refused_by_name(tmp_path: Path) -> None:
+    """Folders made before the kit marked them (a run with its config.json, a pair folder at the kit's own place)."""
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "config.json").write_text(json.dumps({"corpus": "shakespeare", "vocab_size": 512, "tokenizer_size": 512}))
+    (old / "models").mkdir()
+    assert folder_guard.folder_kind(old) is None
+    msg = refused(lambda: Run.prepare(old, vocab_size=512), old)
+    assert msg.startswith(f"run_dir: {str(old)!r} is not a run folder of this kit") and "earlier version" in msg
+    pair = sources.external_path("a/tied", "b/untied", root=tmp_path / "runs")
+    (pair / "figures").mkdir(parents=True)
+    (pair / "figures" / "02_table1.html").write_text("old")
+    msg = refused(lambda: sources.external_dir("a/tied", "b/untied", root=tmp_path / "runs"), pair)
+    assert "is not an external pair's folder of this kit" in msg and "figures/" in msg
 
 
 # -- case 1: a folder of the user's (report.html, summary.json, figures/) --------------------------------

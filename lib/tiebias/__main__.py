@@ -89,9 +89,9 @@ def _reproduction(args: argparse.Namespace) -> int:
     from tiebias.output.report import write_report
     from tiebias.output.reproduction_page import write_reproduction
     from tiebias.run.folder import Run
-    from tiebias.run.guard import check_run
+    from tiebias.run.guard import check_folder
 
-    check_run(args.run, "run")  # it writes there: only into a run folder of the kit (the study's rule)
+    check_folder(args.run, param="run", existing=True)  # it writes there: only into a run folder of the kit
     for name, d in (("run", args.run), ("--scale", args.scale)):
         if d is not None and not Run(d).config_path.exists():
             raise ValueError(f"{name}: {d!r} is not a run folder (no config.json); give the folder of an executed "

@@ -196,7 +196,7 @@ def external_path(tied_source: Any, untied_source: Any, run_dir: Any = None, *, 
     digest = hashlib.sha1("\n".join(full).encode()).hexdigest()[:8]
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{names[0]}__{names[1]}__{digest}")
     path = Path(root).expanduser().resolve() / "external" / slug
-    return check_folder(path, "pair", corpus=corpus, kit_made=True)  # the kit's own name: an older pair folder
+    return check_folder(path, "pair", corpus=corpus)
 
 
 def external_dir(tied_source: Any, untied_source: Any, run_dir: Any = None, *, root: Any = RUNS,

@@ -1,21 +1,18 @@
-"""Which folders the kit writes into: its own (marked, :data:`tiebias.run.layout.MARKERS`, or an earlier version's
-run with its ``config.json``), or a new or empty one; never a user's folder, the corpus's, or through a link."""
+"""Which folders the kit writes into: its own (marked, :data:`tiebias.run.layout.MARKERS`) or a new or empty one;
+never a user's folder, the corpus's, or through a link."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any, Literal
 
 from tiebias.config.checks import HOW_TO_PASS, check_run_dir_text
-from tiebias.config.paths import NOTEBOOKS
 from tiebias.run.files import RunFolderError, write_json_atomic
 from tiebias.run.layout import LOCK_HOLDER, LOCK_NAME, MARKERS, RunLayout
 
 Kind = Literal["run", "pair"]
-KIT_CONFIG_KEYS = ("corpus", "vocab_size")  # every config.json the kit writes has these
 _WHAT = {"run": "a run folder", "pair": "an external pair's folder"}
 _FOR = {"run": "", "pair": " (the folder notebooks 02 / 03 write to for tied_source / untied_source)"}
 FOLDER_NAMES = frozenset({"report", "results", "metrics", "figures", "models", "notebooks", "tokenizer", "tokens",
@@ -26,31 +23,16 @@ class NotARunFolderError(RunFolderError):
     """A folder the kit must not write into: not its own, the corpus's, or of the other kind."""
 
 
-def _kit_config(path: Path) -> str:
-    try:
-        cfg = json.loads(RunLayout(path).config_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        return f"its config.json does not load as JSON, {type(e).__name__}"
-    if isinstance(cfg, dict) and all(k in cfg for k in KIT_CONFIG_KEYS):
-        return ""
-    return f"its config.json is not one this kit writes, with no {' / '.join(KIT_CONFIG_KEYS)} keys"
-
-
 def folder_kind(path: str | Path) -> Kind | None:
-    """``"run"`` or ``"pair"`` for a folder of the kit (marked, or an earlier version's run), else None."""
-    layout = RunLayout(path)
-    for kind in MARKERS:
-        if layout.marker_path(kind).is_file():
-            return kind  # type: ignore[return-value]
-    return "run" if layout.config_path.is_file() and not _kit_config(layout.path) else None
+    """``"run"`` or ``"pair"`` for a folder the kit marked, else None."""
+    return next((kind for kind in MARKERS if RunLayout(path).marker_path(kind).is_file()), None)  # type: ignore
 
 
-def _leftovers(path: Path) -> list[str]:
-    """The entries that make a folder non-empty: all but a writer lock and an earlier study's notebooks."""
-    kit_notebooks = {f"{name}.ipynb" for name in NOTEBOOKS}
-    return [p.name + ("/" if p.is_dir() else "") for p in sorted(path.iterdir()) if p.name not in (
-        LOCK_NAME, LOCK_HOLDER) and not (p.name == "notebooks" and p.is_dir() and all(
-            q.name in kit_notebooks for q in p.iterdir()))]
+def _not_ours(p: Path, kind: Kind) -> str:
+    """Why a folder without ``kind``'s marker is not the kit's."""
+    if (p / "config.json").exists():
+        return "its config.json is not one this kit writes (or one of an earlier version, before folders were marked)"
+    return f"no {MARKERS[kind]} file" + ("" if kind == "pair" else ", no config.json")
 
 
 def check_corpus(path: Path, corpus: Any, param: str = "run_dir") -> None:
@@ -58,16 +40,13 @@ def check_corpus(path: Path, corpus: Any, param: str = "run_dir") -> None:
     if not isinstance(corpus, (str, Path)) or not str(corpus).strip() or not Path(corpus).expanduser().exists():
         return  # the embedded corpus or a hub dataset: nothing on disk to protect
     c = Path(corpus).expanduser().resolve()
-    if path == c or c in path.parents:
-        where = "is the corpus folder" if path == c else "lies inside the corpus folder"
-    elif path in c.parents:
-        where = "holds the corpus"
-    else:
-        return
-    raise NotARunFolderError(
-        f"{param}, corpus: {param} {str(path)!r} {where} {str(c)!r}; the run's files would be written among "
-        f"the texts and read as texts the next time the corpus is loaded. Choose a {param} outside the corpus "
-        f"({HOW_TO_PASS}), or move the corpus out of the run folder. Nothing was written.")
+    where = ("is the corpus folder" if path == c else "lies inside the corpus folder" if c in path.parents else
+             "holds the corpus" if path in c.parents else None)
+    if where:
+        raise NotARunFolderError(
+            f"{param}, corpus: {param} {str(path)!r} {where} {str(c)!r}; the run's files would be written among "
+            f"the texts and read as texts the next time the corpus is loaded. Choose a {param} outside the corpus "
+            f"({HOW_TO_PASS}), or move the corpus out of the run folder. Nothing was written.")
 
 
 def check_links(path: str | Path, param: str = "run_dir", limit: int = 6) -> None:
@@ -90,51 +69,36 @@ def check_links(path: str | Path, param: str = "run_dir", limit: int = 6) -> Non
 
 
 def check_folder(path: str | Path, kind: Kind = "run", *, corpus: Any = None, param: str = "run_dir",
-                 kit_made: bool = False) -> Path:
-    """The resolved folder if the kit may write there as ``kind`` (new, empty, the kit's of that kind, or with
-    ``kit_made`` an unmarked one at a place only the kit names); else :class:`NotARunFolderError`."""
+                 existing: bool = False) -> Path:
+    """The resolved folder if the kit may write there as ``kind``: the kit's of that kind, or (unless ``existing``)
+    new or empty; else :class:`NotARunFolderError`."""
     check_run_dir_text(path, param, NotARunFolderError)
     p = Path(path).expanduser().resolve()
     check_corpus(p, corpus, param)
-    if p.exists() and not p.is_dir():
-        raise NotARunFolderError(f"{param}: {str(p)!r} is a file, not a folder; choose another {param} "
-                                 f"({HOW_TO_PASS}). Nothing was written.")
-    have = folder_kind(p) if p.exists() else None
-    if have == kind or not p.exists() or (have is None and kit_made):
+    have = folder_kind(p) if p.is_dir() else None
+    left = [q.name + ("/" if q.is_dir() else "") for q in sorted(p.iterdir() if p.is_dir() else [])
+            if q.name not in (LOCK_NAME, LOCK_HOLDER)]
+    if have == kind or (not existing and not left and not p.is_file()):
         check_links(p, param)
         return p
+    fix = (f"give a new or empty folder, or leave {param} None for runs/external/<pair>" if kind == "pair"
+           else f"choose another {param} ({HOW_TO_PASS})")
+    if existing:
+        why = ("it does not exist" if not p.exists() else "it is a file" if p.is_file() else
+               f"it is {_WHAT[have]}" if have else _not_ours(p, kind))
+        raise NotARunFolderError(f"{param}: {str(p)!r} is not a run folder of this kit ({why}); give the folder of an "
+                                 "executed study, e.g. runs/default. Nothing was written.")
+    if p.is_file():
+        raise NotARunFolderError(f"{param}: {str(p)!r} is a file, not a folder; {fix}. Nothing was written.")
     if have is not None:
-        fix = (f"give a new or empty folder, or leave {param} None for runs/external/<pair>" if kind == "pair"
-               else f"choose another {param} ({HOW_TO_PASS})")
         held = "holds a run or a model (config.json or models/)" if have == "run" else f"is {_WHAT[have]}"
         raise NotARunFolderError(f"{param}: {str(p)!r} {held}, not {_WHAT[kind]}{_FOR[kind]}: {fix}. "
                                  "Nothing was written.")
-    if not (left := _leftovers(p)):
-        return p
-    why = f"no {MARKERS[kind]} file" + ("" if kind == "pair" else ", no config.json")
-    if kind == "run" and RunLayout(p).config_path.exists():
-        why = _kit_config(p)
     shown = ", ".join(left[:6]) + (", ..." if len(left) > 6 else "")
     raise NotARunFolderError(
-        f"{param}: {str(p)!r} is not {_WHAT[kind]} of this kit{_FOR[kind]}: {why}, and it is not empty (it "
-        f"holds {shown}). The kit writes only into its own folders or into a new or empty one, so that nothing "
-        f"of yours is replaced. Choose another {param} ({HOW_TO_PASS}). Nothing was written.")
-
-
-def check_run(path: str | Path, param: str = "run") -> Path:
-    """The resolved folder if it is an existing run folder of the kit holding no linked folder; else
-    :class:`NotARunFolderError`."""
-    check_run_dir_text(path, param, NotARunFolderError)
-    p = Path(path).expanduser().resolve()
-    have = folder_kind(p) if p.is_dir() else None
-    if have != "run":
-        why = ("it does not exist" if not p.exists() else "it is a file" if not p.is_dir() else
-               f"it is {_WHAT[have]}" if have is not None else
-               _kit_config(p) if RunLayout(p).config_path.exists() else f"no {MARKERS['run']} file, no config.json")
-        raise NotARunFolderError(f"{param}: {str(p)!r} is not a run folder of this kit ({why}); give the folder of an "
-                                 "executed study, e.g. runs/default. Nothing was written.")
-    check_links(p, param)
-    return p
+        f"{param}: {str(p)!r} is not {_WHAT[kind]} of this kit{_FOR[kind]}: {_not_ours(p, kind)}, and it is "
+        f"not empty (it holds {shown}). The kit writes only into its own folders or into a new or empty one, so "
+        f"that nothing of yours is replaced. Choose another {param} ({HOW_TO_PASS}). Nothing was written.")
 
 
 def mark(path: str | Path, kind: Kind = "run") -> None:

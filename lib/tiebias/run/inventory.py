@@ -5,25 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import pandas as pd
-
 from tiebias.config.variants import Variant, model_key
 from tiebias.run.folder import Run
 from tiebias.run.variation import ParameterChangedError
 
-__all__ = ["check_profile", "model_status", "require_complete"]
-
-
-def model_status(run: Run, variants: Sequence[str | Variant], seeds: Sequence[int] | None = None) -> pd.DataFrame:
-    """One row per variant and seed: key, variant, seed, status (complete, interrupted or missing); ``seeds`` None:
-    every seed that has a model folder of any of ``variants``."""
-    names = [Variant.parse(v).name for v in variants]
-    if seeds is None:
-        listed = run.models()
-        seeds = sorted(set(listed[listed.variant.isin(names)].seed.tolist()))
-    return pd.DataFrame([{"key": model_key(v, s), "variant": v, "seed": int(s), "status": (
-        "complete" if run.is_complete(v, s) else "interrupted" if run.model_dir(v, s).is_dir() else "missing")}
-        for s in seeds for v in names], columns=["key", "variant", "seed", "status"])
+__all__ = ["check_profile", "require_complete"]
 
 
 def require_complete(run: Run, variants: Sequence[str | Variant], seeds: Sequence[int] | None = None, *,
@@ -32,25 +18,31 @@ def require_complete(run: Run, variants: Sequence[str | Variant], seeds: Sequenc
     naming each unfinished model and saying to run ``trained_by`` again or to choose the finished seeds.
 
     Args:
-        run: the run. variants, seeds: the models needed. trained_by: the notebook named in the error.
+        run: the run. variants, seeds: the models needed (seeds None: every seed with a folder of these variants).
+        trained_by: the notebook named in the error.
 
     Returns:
         The seeds whose models are all finished and belong to the run.
     """
-    status = model_status(run, variants, seeds)
-    bad = status[status.status != "complete"]
-    if bad.empty:
-        for r in status.itertuples():
-            run.check_model_origin(r.variant, r.seed)
-        return sorted(set(status.seed.tolist()))
-    what = {"interrupted": "interrupted: no complete.json", "missing": "not trained"}
-    listed = ", ".join(f"{r.key} ({what[r.status]})" for r in bad.itertuples())
-    done = sorted(set(status.seed) - set(bad.seed))
+    names = [Variant.parse(v).name for v in variants]
+    if seeds is None:
+        listed = run.models()
+        seeds = sorted(set(listed[listed.variant.isin(names)].seed.tolist()))
+    status = {(v, int(s)): "complete" if run.is_complete(v, s) else "interrupted: no complete.json"
+              if run.model_dir(v, s).is_dir() else "not trained" for s in seeds for v in names}
+    bad = {vs: st for vs, st in status.items() if st != "complete"}
+    if not bad:
+        for v, s in status:
+            run.check_model_origin(v, s)
+        return sorted({s for _, s in status})
+    listed = ", ".join(f"{model_key(v, s)} ({st})" for (v, s), st in bad.items())
+    done = sorted({s for _, s in status} - {s for _, s in bad})
     alternative = f"; or analyse only the finished seeds: seeds={done}" if done else ""
-    missing = bad[bad.status == "missing"]
+    missing = [vs for vs, st in bad.items() if st == "not trained"]
     # a model never started may be one the last run's parameters left out: then "the same parameters" would loop
-    how = (f"with variants that include {', '.join(repr(v) for v in dict.fromkeys(missing.variant))} and seeds that "
-           f"include {', '.join(map(str, dict.fromkeys(missing.seed)))}" if len(missing) else "with the same parameters")
+    how = (f"with variants that include {', '.join(repr(v) for v in dict.fromkeys(v for v, _ in missing))} and seeds "
+           f"that include {', '.join(map(str, dict.fromkeys(s for _, s in missing)))}" if missing
+           else "with the same parameters")
     raise ValueError(f"run {run.path}: unfinished models: {listed}. Run {trained_by} again {how}: it resumes the "
                      f"interrupted models and trains the missing ones{alternative}")
 

@@ -1,5 +1,5 @@
-"""How long each notebook ran in a kernel a person started (JupyterLab): its cells' run times (not the minutes
-spent reading between them), written after each cell to ``notebook_times.json`` for the summary and the report."""
+"""How long each notebook ran in a kernel a person started (JupyterLab): its cells' run times (not the minutes spent
+reading between them), written after each cell to ``notebook_times.json`` for the summary and the report."""
 
 from __future__ import annotations
 
@@ -32,9 +32,6 @@ def record_cells(notebook: str, run_dir: str | Path) -> bool:
         shell.events.unregister(event, callback)
     layout, state = RunLayout(run_dir), {"seconds": 0.0, "cells": 0, "started": time.perf_counter()}
 
-    def pre_run_cell(*_: Any) -> None:
-        state["started"] = time.perf_counter()
-
     def post_run_cell(*_: Any) -> None:
         state["seconds"] += time.perf_counter() - state["started"]
         state["cells"] += 1
@@ -42,14 +39,14 @@ def record_cells(notebook: str, run_dir: str | Path) -> bool:
             return
         peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 if sys.platform == "darwin" else 1)
         try:
-            write_json_atomic(layout.kernel_times_path, {**recorded(layout), notebook: {
+            write_json_atomic(layout.kernel_times_path, {**_recorded(layout), notebook: {
                 "seconds": round(state["seconds"], 1), "cells": state["cells"], "peak_memory_mib": round(peak_kib / 1024, 1),
                 "ended": datetime.now(UTC).isoformat(timespec="seconds")}})
         except OSError:
             pass
 
     _HOOKS.clear()
-    _HOOKS.update(pre_run_cell=pre_run_cell, post_run_cell=post_run_cell)
+    _HOOKS.update(pre_run_cell=lambda *_: state.update(started=time.perf_counter()), post_run_cell=post_run_cell)
     for event, callback in _HOOKS.items():
         shell.events.register(event, callback)
     return True
@@ -59,9 +56,8 @@ def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
 
 
-def recorded(layout: RunLayout) -> dict[str, dict[str, Any]]:
-    """notebook -> seconds, cells, peak memory (MiB), end; {} for a missing or damaged file, and an entry without a
-    finite time left out."""
+def _recorded(layout: RunLayout) -> dict[str, dict[str, Any]]:
+    """notebook -> its entry; {} for a missing or damaged file, and an entry without a finite time left out."""
     try:
         data = read_json(layout.kernel_times_path, "")
     except (FileNotFoundError, DamagedFileError):
@@ -72,6 +68,6 @@ def recorded(layout: RunLayout) -> dict[str, dict[str, Any]]:
 
 def timings(layout: RunLayout) -> tuple[dict[str, float], dict[str, float]]:
     """notebook -> seconds, and notebook -> peak memory (MiB), as ``summary.json`` holds them."""
-    times = recorded(layout)
+    times = _recorded(layout)
     return ({name: float(e["seconds"]) for name, e in times.items()},
             {name: float(e["peak_memory_mib"]) for name, e in times.items() if _finite(e.get("peak_memory_mib"))})
