@@ -15,7 +15,7 @@ import torch
 from tiebias import stats
 from tiebias.ablate import ingredients, scale
 from tiebias.config import profiles
-from tiebias.config.training import TrainConfig, recorded_recipe
+from tiebias.config.params import TrainConfig, recorded_recipe
 from tiebias.models.build import build
 from tiebias.paper import FIG4_LOG_WINDOWS
 from tiebias.train import windows

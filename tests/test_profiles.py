@@ -186,8 +186,7 @@ def test_train_config_defaults_are_the_default_profiles_recipe() -> None:
     """TrainConfig's defaults for profile keys are read from the default profile: one owner, no second set."""
     from dataclasses import fields
 
-    from tiebias.config.params import TRAIN_KEYS
-    from tiebias.config.training import TrainConfig
+    from tiebias.config.params import TRAIN_KEYS, TrainConfig
 
     default = profiles.load_profile("default")
     cfg = TrainConfig()

@@ -13,31 +13,25 @@ from typing import Any
 
 import nbformat
 
-KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
-LANGUAGE_INFO = {"name": "python"}
 # nbstripout's own list (its command line adds these), plus cell metadata JupyterLab may add while you read
 EXTRA_KEYS = ["metadata.signature", "metadata.widgets", "cell.metadata.collapsed", "cell.metadata.ExecuteTime",
               "cell.metadata.execution", "cell.metadata.heading_collapsed", "cell.metadata.hidden",
               "cell.metadata.scrolled", "metadata.papermill", "cell.metadata.papermill"]
 
 
-def strip(nb: Any) -> Any:
-    """A notebook without outputs, counts or save-time metadata; a Python notebook gets the committed kernel blocks."""
+def clean(text: str) -> str:
+    """The text git stores for a notebook: no outputs, counts or save-time metadata; a Python notebook gets the
+    committed kernel blocks."""
     from nbstripout import strip_output
 
-    nb = strip_output(nb, keep_output=False, keep_count=False, keep_id=True, extra_keys=EXTRA_KEYS)
-    language = nb.metadata.get("kernelspec", {}).get("language") or nb.metadata.get("language_info", {}).get("name")
-    if language == "python":
-        nb.metadata["kernelspec"] = dict(KERNELSPEC)
-        nb.metadata["language_info"] = dict(LANGUAGE_INFO)
-    return nb
-
-
-def clean(text: str) -> str:
-    """The text git stores for a notebook's text."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=UserWarning)
-        nb = strip(nbformat.reads(text, as_version=nbformat.NO_CONVERT))
+        nb = strip_output(nbformat.reads(text, as_version=nbformat.NO_CONVERT), keep_output=False, keep_count=False,
+                          keep_id=True, extra_keys=EXTRA_KEYS)
+        meta = nb.metadata
+        if (meta.get("kernelspec", {}).get("language") or meta.get("language_info", {}).get("name")) == "python":
+            meta["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+            meta["language_info"] = {"name": "python"}
         out = io.StringIO()
         nbformat.write(nb, out)
     return out.getvalue()

@@ -27,8 +27,6 @@ from tiebias.run.folder import Run
 from tiebias.run.guard import Kind, check_folder, mark
 from tiebias.system.atomic import atomic_path
 
-# the kernel's own log (ZMQ's TCP warning, a traceback when a stopped study shuts it down) says nothing of the study
-KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
 _UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
 Source = Path | nbformat.NotebookNode  # a notebook file, or the notebook as committed
 
@@ -189,7 +187,8 @@ def _execute(name: str, src: Source, out: Path, parameters: dict[str, Any], prog
         with _writable(out) as target, mock.patch.dict(os.environ, env):
             pm.execute_notebook(str(src) if isinstance(src, Path) else src, str(target), parameters=parameters,
                                 cwd=str(src.parent if isinstance(src, Path) else notebooks_dir()),
-                                progress_bar=progress, kernel_name="python3", extra_arguments=list(KERNEL_ARGUMENTS))
+                                progress_bar=progress, kernel_name="python3",
+                                extra_arguments=["--IPKernelApp.log_level=CRITICAL"])  # the kernel's own log: noise
     except pm.PapermillExecutionError as e:
         raise NotebookFailed(name, out, e.ename, e.evalue, e.traceback, e.cell_index, e.exec_count,
                              e.source) from None

@@ -84,9 +84,8 @@ class LensFit:
 
 @dataclass(frozen=True)
 class LensSettings:
-    """A study's tuned-lens settings, carried whole from 03 (or 04) through ladders, rungs and evaluation: one budget
-    unit is ``steps`` steps of ``tokens_per_step`` tokens; the last budget, first recipe and first protocol carry
-    the verdict."""
+    """A study's tuned-lens settings, carried whole through ladders, rungs and evaluation: a budget unit is ``steps``
+    steps of ``tokens_per_step`` tokens; the last budget, first recipe and first protocol carry the verdict."""
 
     steps: int = DEFAULT_PROFILE["lens_steps"]
     tokens_per_step: int = DEFAULT_PROFILE["lens_tokens_per_step"]

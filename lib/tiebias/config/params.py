@@ -1,15 +1,14 @@
-"""The parameter vocabulary: one typed model, :class:`Params`, for profiles, notebooks, ``--set`` and ``make``.
-
-A profile key, a notebook parameter, a ``--set`` name and a ``make`` variable are the same name for the same thing.
-A field without a default is a key every profile gives (the ``default`` profile's values are the defaults in code).
-"""
+"""The parameter vocabulary: one typed model, :class:`Params`, whose names are the profile keys, notebook parameters,
+``--set`` names and ``make`` variables; a field without a default is a key every profile gives."""
 
 import difflib
 import itertools
+import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, ValidationError, field_validator
@@ -19,7 +18,8 @@ from tiebias.config import training
 from tiebias.config.choices import INGREDIENTS, LENS_PROTOCOLS, LENS_RECIPES, METHODS
 from tiebias.config.corpus import BYTE_ALPHABET_SIZE, EMBEDDED_CORPUS, SPECIAL_TOKENS, looks_like_hub_name
 from tiebias.config.paths import NOTEBOOKS, check_encodable
-from tiebias.config.presets import FAMILIES, PRESETS
+from tiebias.config.presets import FAMILIES, PRESETS, get_preset
+from tiebias.config.training import DEFAULT_PROFILE
 from tiebias.config.variants import Variant
 
 PATH_PARAMETERS = ("corpus", "tied_source", "untied_source")  # local paths or hub names
@@ -207,7 +207,6 @@ PARAMS: dict[str, Param] = {
                 f.json_schema_extra["defaults"])  # type: ignore[index]
     for name, f in Params.model_fields.items()}
 PROFILE_KEYS: tuple[str, ...] = tuple(k for k, p in PARAMS.items() if p.profile)
-TRAIN_KEYS: tuple[str, ...] = tuple(f.name for f in fields(training.TrainConfig) if f.name in PARAMS)
 
 
 def notebook_parameters(notebook: str) -> list[str]:
@@ -250,3 +249,63 @@ def coerce(name: str, value: Any, strict: bool = False) -> Any:
     if name in PATH_PARAMETERS and out is not None:
         check_encodable(name, out)
     return out
+
+
+OPTIMIZERS = ("adamw", "sgd")  # sgd: momentum beta1, claim 4's contrast without per-coordinate scaling
+# recipe keys added after models were first trained: recorded only when they differ, so older models still match
+ADDED_KEYS: Mapping[str, Any] = MappingProxyType({"optimizer": "adamw", "decay_embeddings": True})
+
+
+def recorded_recipe(cfg: "TrainConfig") -> dict[str, Any]:
+    """A TrainConfig as a model's train_config.json records it (:data:`ADDED_KEYS` left out at their default)."""
+    return {k: v for k, v in asdict(cfg).items() if not (k in ADDED_KEYS and v == ADDED_KEYS[k])}
+
+
+@dataclass
+class TrainConfig:
+    """Everything that determines a trained model besides its variant and seed."""
+
+    preset: str = DEFAULT_PROFILE["preset"]
+    family: str = DEFAULT_PROFILE["family"]
+    steps: int = DEFAULT_PROFILE["steps"]
+    batch_size: int = DEFAULT_PROFILE["batch_size"]
+    seq_len: int = DEFAULT_PROFILE["seq_len"]
+    lr: float = float(DEFAULT_PROFILE["lr"])
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = DEFAULT_PROFILE["warmup_steps"]
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    eval_every: int = DEFAULT_PROFILE["eval_every"]
+    eval_tokens: int = DEFAULT_PROFILE["eval_tokens"]
+    checkpoint_every: int = DEFAULT_PROFILE["checkpoint_every"]
+    record_provenance: bool = True
+    precision: str = "auto"
+    optimizer: str = "adamw"
+    decay_embeddings: bool = True
+
+    def validate(self) -> "TrainConfig":
+        """Stop at once on a bad value, naming the parameter, the value and what is allowed (the vocabulary's rules)."""
+        for name in (f.name for f in fields(self) if f.name in PARAMS):
+            coerce(name, getattr(self, name), strict=True)
+        for name, allowed in (("optimizer", OPTIMIZERS), ("precision", ("auto", "fp32", "bf16"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}: unknown value {getattr(self, name)!r}; allowed: "
+                                 f"{', '.join(map(repr, allowed))}")
+        if not isinstance(self.decay_embeddings, bool):
+            raise ValueError(f"decay_embeddings: {self.decay_embeddings!r} is not allowed; need true or false")
+        if self.warmup_steps >= self.steps:  # the learning rate would still be ramping up when training ends
+            raise ValueError(f"warmup_steps: {self.warmup_steps} is not allowed with steps={self.steps}; need "
+                             f"warmup_steps < steps, else the learning rate never reaches its peak lr={self.lr:g}")
+        for name in ("grad_clip", "min_lr_ratio", "weight_decay", "beta1", "beta2"):
+            v, clip = getattr(self, name), name == "grad_clip"
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < math.inf if clip else 0 <= v <= 1):
+                raise ValueError(f"{name}: {v!r} is not allowed; need {'a finite number > 0' if clip else 'a number in [0, 1]'}")
+        if self.seq_len > (preset := get_preset(self.preset)).max_positions:
+            raise ValueError(f"seq_len: {self.seq_len} exceeds preset {self.preset!r}'s {preset.max_positions} "
+                             "positions")
+        return self
+
+
+TRAIN_KEYS: tuple[str, ...] = tuple(f.name for f in fields(TrainConfig) if f.name in PARAMS)

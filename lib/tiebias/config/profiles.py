@@ -13,9 +13,17 @@ from typing import Any
 from tiebias.config.checks import check_run_dir_text
 from tiebias.config.environment import check_environment
 from tiebias.config.lens import check_shape, lens_seq_len
-from tiebias.config.params import PARAMS, PROFILE_KEYS, TRAIN_KEYS, coerce, notebook_parameters, unknown_name
+from tiebias.config.params import (
+    PARAMS,
+    PROFILE_KEYS,
+    TRAIN_KEYS,
+    TrainConfig,
+    coerce,
+    notebook_parameters,
+    unknown_name,
+)
 from tiebias.config.paths import NOTEBOOKS, PROFILE_DIR, check_encodable, repo_root, runs_dir
-from tiebias.config.training import TrainConfig, checkpoint_steps
+from tiebias.config.training import checkpoint_steps
 from tiebias.config.variants import Variant
 
 PROFILE_ENV = "TIEBIAS_PROFILE"
@@ -153,7 +161,7 @@ def train_config(params: Mapping[str, Any], **changes: Any) -> TrainConfig:
         **changes: recipe fields set on top (e.g. ``preset=...``).
 
     Returns:
-        The validated :class:`tiebias.config.training.TrainConfig`.
+        The validated :class:`tiebias.config.params.TrainConfig`.
     """
     if unknown := sorted(set(changes) - set(TRAIN_KEYS)):
         raise ValueError(f"{unknown[0]}: not a training recipe key; allowed: {', '.join(TRAIN_KEYS)}")

@@ -81,11 +81,6 @@ def parse_key(key: str) -> tuple[Variant, int]:
     return Variant.parse(m["variant"]), int(m["seed"])
 
 
-def step_dir(step: int) -> str:
-    """Folder name of the checkpoint at optimiser step ``step``: ``step-<N>``."""
-    return f"{STEP_PREFIX}{step}"
-
-
 def step_of(path: str | Path) -> int | None:
     """The step a ``step-<N>`` folder (name or path) holds; None for any other name."""
     m = _STEP_RE.fullmatch(Path(path).name)

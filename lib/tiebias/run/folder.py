@@ -19,8 +19,9 @@ from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
 from tiebias.config.checks import is_int
 from tiebias.config.corpus import SPLITS
+from tiebias.config.params import TrainConfig
 from tiebias.config.presets import config_sizes
-from tiebias.config.training import DEFAULT_PROFILE, TrainConfig
+from tiebias.config.training import DEFAULT_PROFILE
 from tiebias.config.variants import Variant, model_key, parse_key, step_of
 from tiebias.data.checks import check_unchanged
 from tiebias.data.tokens import (

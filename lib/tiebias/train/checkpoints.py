@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import PreTrainedModel
 
-from tiebias.config.variants import STEP_PREFIX, step_dir, step_of
+from tiebias.config.variants import STEP_PREFIX, step_of
 from tiebias.run import files as rf
 from tiebias.run.layout import CONFIG_NAME, TRAINER_STATE_NAME, WEIGHTS_NAME
 
@@ -32,7 +32,7 @@ def _step_key(d: Path) -> int:
 def require_initial(ckpt_root: Path) -> Path:
     """The step-0 checkpoint (the initial weights) under ``ckpt_root``; RunFolderError if missing, so a model folder
     moved mid-training is never recreated without it, nor drift measured from a later checkpoint."""
-    path = ckpt_root / step_dir(0)
+    path = ckpt_root / f"{STEP_PREFIX}0"
     if not (path / CONFIG_NAME).is_file():
         mdir = ckpt_root.parent
         raise rf.RunFolderError(f"{path}: missing: the step-0 checkpoint holds the initial weights of {mdir.name} "
@@ -48,7 +48,7 @@ def save_checkpoint(model: PreTrainedModel, ckpt_root: Path, step: int, state: d
     (the older is the fallback when the newest is damaged)."""
     if step > 0:
         require_initial(ckpt_root)
-    with rf.atomic_folder(ckpt_root / step_dir(step), f"{_TMP_PREFIX}{step}.") as tmp:
+    with rf.atomic_folder(ckpt_root / f"{STEP_PREFIX}{step}", f"{_TMP_PREFIX}{step}.") as tmp:
         model.save_pretrained(tmp)
         torch.save(state, tmp / TRAINER_STATE_NAME)
     prune_states(ckpt_root, keep=2)

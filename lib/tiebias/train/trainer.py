@@ -25,8 +25,9 @@ from transformers import PreTrainedModel
 from transformers.utils import logging as hf_logging
 
 from tiebias.config.checks import check_int
+from tiebias.config.params import TrainConfig, recorded_recipe
 from tiebias.config.presets import get_preset
-from tiebias.config.training import SEED_LIMIT, TrainConfig, checkpoint_steps, recorded_recipe
+from tiebias.config.training import SEED_LIMIT, checkpoint_steps
 from tiebias.config.variants import Variant, model_key
 from tiebias.models.build import build, count_parameters
 from tiebias.run import files as rf
