@@ -117,6 +117,8 @@ def table1(models: dict[int, dict[str, Embeddings]], methods: Sequence[str] = ma
     check_knn_k(knn_k)
     methods = list(dict.fromkeys(methods))
     seeds = sorted(models)
+    if not seeds:
+        raise ValueError("models: empty; give at least one seed's {'tied': ..., 'untied': ...} (see load_models)")
     rows = []
     specs = [(c, False) for c in COMPARISONS] + ([(c, True) for c in NOISE_FLOOR] if noise_floor else [])
     for (label, ka, wa, kb, wb), same_kind in specs:

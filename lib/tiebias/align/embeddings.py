@@ -130,7 +130,9 @@ def _weights_from_model(model: Any, dtype: torch.dtype, label: str,
 
 
 def _weights_from_folder(path: Path, dtype: torch.dtype, label: str) -> tuple[Tensor, Tensor, bool]:
-    """Read only the embedding tensors when the folder has safetensors; else load the model."""
+    """Only the embedding tensors, read from the folder's safetensors under the names of a meta-device skeleton (tying
+    checked on them: :class:`TyingError`); the whole model when they are not found this way."""
+    from safetensors import safe_open
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from tiebias.run.files import check_safetensors, read_json
@@ -142,19 +144,43 @@ def _weights_from_folder(path: Path, dtype: torch.dtype, label: str) -> tuple[Te
     for weights in sorted(path.glob("*.safetensors")):
         check_safetensors(weights, todo)
     config = AutoConfig.from_pretrained(path)
+    index, single = path / WEIGHTS_INDEX_NAME, path / WEIGHTS_NAME
+    held, tied = [], False
     try:
         with torch.device("meta"):
             skeleton = AutoModelForCausalLM.from_config(config)
-        got = _read_embeddings(path, skeleton, config)
-    except TyingError:
-        raise
+        inp_mod, out_mod = skeleton.get_input_embeddings(), skeleton.get_output_embeddings()
+        if inp_mod is not None and out_mod is not None and (single.is_file() or index.is_file()):
+            tied = is_tied(skeleton) or is_tied(config)
+            params = list(skeleton.named_parameters(remove_duplicate=False))
+            in_names = [n for n, p in params if p is inp_mod.weight]
+            out_names = [n for n, p in params if p is out_mod.weight]
+            if single.is_file():
+                with safe_open(str(single), "pt") as f:
+                    weight_map = {k: single for k in f.keys()}
+            else:
+                weight_map = {k: path / v for k, v in json.loads(index.read_text())["weight_map"].items()}
+            keys = _checkpoint_keys(skeleton, list(weight_map))
+
+            def read(names: list[str]) -> list[Tensor]:
+                """Every distinct checkpoint tensor named by ``names``, read from its file."""
+                out = []
+                for k in sorted({keys[n] for n in names if n in keys}):
+                    with safe_open(str(weight_map[k]), "pt") as f:
+                        out.append(f.get_tensor(k))
+                return out
+
+            held = read(in_names + out_names) if tied else read(in_names)[:1] + read(out_names)[:1]
     except (ValueError, KeyError, OSError, RuntimeError, TypeError) as exc:
         log.info("%s: reading embeddings directly failed (%s); loading the whole model", label, exc)
-        got = None
-    if got is None:
+        held = []
+    if len(held) < (1 if tied else 2):
         return _load_whole(str(path), dtype, label)
-    inp = got[0].to(dtype)
-    return inp, inp if got[2] else got[1].to(dtype), got[2]
+    conflict = tying_conflict(tied, all(same_matrix(t, held[0]) for t in held[1:]))
+    if conflict:
+        raise TyingError(str(path), conflict)
+    inp = held[0].to(dtype)
+    return inp, inp if tied else held[1].to(dtype), tied
 
 
 def _load_whole(src: str, dtype: torch.dtype, label: str, revision: str | None = None) -> tuple[Tensor, Tensor, bool]:
@@ -172,46 +198,6 @@ def _load_whole(src: str, dtype: torch.dtype, label: str, revision: str | None =
             raise
         raise ValueError(f"source: {src!r} is neither a local model folder nor a loadable hub id ({exc})") from exc
     return _weights_from_model(model, dtype, label, loading.get("missing_keys", ()))
-
-
-def _read_embeddings(path: Path, skeleton: Any, config: Any) -> tuple[Tensor, Tensor, bool] | None:
-    """Embedding tensors straight from safetensors, named after the meta-device skeleton; None when not found this way;
-    :class:`TyingError` when the config's tying disagrees with the tensors."""
-    from safetensors import safe_open
-
-    inp_mod, out_mod = skeleton.get_input_embeddings(), skeleton.get_output_embeddings()
-    if inp_mod is None or out_mod is None:
-        return None
-    tied = is_tied(skeleton) or is_tied(config)
-    params = list(skeleton.named_parameters(remove_duplicate=False))
-    in_names = [n for n, p in params if p is inp_mod.weight]
-    out_names = [n for n, p in params if p is out_mod.weight]
-    index, single = path / WEIGHTS_INDEX_NAME, path / WEIGHTS_NAME
-    if single.is_file():
-        with safe_open(str(single), "pt") as f:
-            weight_map = {k: single for k in f.keys()}
-    elif index.is_file():
-        weight_map = {k: path / v for k, v in json.loads(index.read_text())["weight_map"].items()}
-    else:
-        return None
-
-    keys = _checkpoint_keys(skeleton, list(weight_map))
-
-    def read(names: list[str]) -> list[Tensor]:
-        """Every distinct checkpoint tensor named by ``names``, read from its file."""
-        out = []
-        for k in sorted({keys[n] for n in names if n in keys}):
-            with safe_open(str(weight_map[k]), "pt") as f:
-                out.append(f.get_tensor(k))
-        return out
-
-    held = read(in_names + out_names) if tied else read(in_names)[:1] + read(out_names)[:1]
-    if len(held) < (1 if tied else 2):
-        return None
-    conflict = tying_conflict(tied, all(same_matrix(t, held[0]) for t in held[1:]))
-    if conflict:
-        raise TyingError(str(path), conflict)
-    return (held[0], held[0], True) if tied else (held[0], held[1], False)
 
 
 def _checkpoint_keys(skeleton: Any, keys: list[str]) -> dict[str, str]:

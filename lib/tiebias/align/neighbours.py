@@ -30,7 +30,7 @@ def knn_overlap(a: Matrix, b: Matrix, k: int = 10, *, chunk: int = 4096) -> tupl
     return neighbour_overlap(nearest(a, k, chunk=chunk), nearest(b, k, chunk=chunk))
 
 
-def _fold_dense(vals: Tensor, idx: Tensor, r0: int, sims: Tensor, c0: int) -> None:
+def _fold(vals: Tensor, idx: Tensor, r0: int, sims: Tensor, c0: int) -> None:
     """Fold ``sims[r, c] = cos(r0 + r, c0 + c)`` into the running top-k of rows r0.. (kept sorted, best first)."""
     k = vals.shape[1]
     bv, bi = sims.topk(min(k, sims.shape[1]), dim=1)
@@ -38,47 +38,6 @@ def _fold_dense(vals: Tensor, idx: Tensor, r0: int, sims: Tensor, c0: int) -> No
     top, pos = torch.cat([vals[r0:r1], bv], 1).topk(k, dim=1)
     idx[r0:r1] = torch.cat([idx[r0:r1], bi + c0], 1).gather(1, pos)
     vals[r0:r1] = top
-
-
-def _fold_candidates(vals: Tensor, idx: Tensor, rows: Tensor, ids: Tensor, v: Tensor) -> None:
-    """Fold a few candidates (row ``rows[i]`` gets neighbour ``ids[i]`` at cosine ``v[i]``; rows sorted) into the top-k."""
-    if rows.numel() == 0:
-        return
-    k = vals.shape[1]
-    touched, counts = torch.unique_consecutive(rows, return_counts=True)
-    first = torch.cumsum(counts, 0) - counts
-    slot = torch.repeat_interleave(torch.arange(touched.numel(), device=rows.device), counts)
-    pos = torch.arange(rows.numel(), device=rows.device) - first[slot]
-    width = int(counts.max())
-    pv = torch.full((touched.numel(), width), -math.inf, dtype=vals.dtype, device=vals.device)
-    pi = torch.full((touched.numel(), width), -1, dtype=torch.long, device=vals.device)
-    pv[slot, pos] = v
-    pi[slot, pos] = ids
-    top, p = torch.cat([vals[touched], pv], 1).topk(k, dim=1)
-    idx[touched] = torch.cat([idx[touched], pi], 1).gather(1, p)
-    vals[touched] = top
-
-
-def _fold_block(vals: Tensor, idx: Tensor, i0: int, j0: int, sims: Tensor) -> None:
-    """Fold one block of similarities into the top-k of its rows (and, off the diagonal, of its columns): once rows
-    have k neighbours only the few entries above their k-th best are folded (ties keep the earlier neighbour)."""
-    ri, rj = slice(i0, i0 + sims.shape[0]), slice(j0, j0 + sims.shape[1])
-    thr_r = vals[ri, -1]
-    if bool(torch.isfinite(thr_r).all()):
-        r, c = (sims > thr_r[:, None]).nonzero(as_tuple=True)
-        _fold_candidates(vals, idx, r + i0, c + j0, sims[r, c])
-    else:
-        _fold_dense(vals, idx, i0, sims, j0)
-    if i0 == j0:
-        return
-    thr_c = vals[rj, -1]
-    if bool(torch.isfinite(thr_c).all()):
-        r, c = (sims > thr_c[None, :]).nonzero(as_tuple=True)
-        order = torch.argsort(c, stable=True)
-        r, c = r[order], c[order]
-        _fold_candidates(vals, idx, c + j0, r + i0, sims[r, c])
-    else:
-        _fold_dense(vals, idx, j0, sims.T.contiguous(), i0)  # topk along contiguous rows is ~2x faster
 
 
 def nearest(m: Matrix, k: int = 10, *, chunk: int = 4096) -> Tensor:
@@ -97,7 +56,9 @@ def nearest(m: Matrix, k: int = 10, *, chunk: int = 4096) -> Tensor:
             sims = xi @ xj.T
             if j0 == i0:
                 sims.fill_diagonal_(-math.inf)
-            _fold_block(vals, idx, i0, j0, sims)
+            _fold(vals, idx, i0, sims, j0)
+            if j0 != i0:  # the block also serves its columns' rows
+                _fold(vals, idx, j0, sims.T.contiguous(), i0)  # topk along contiguous rows is ~2x faster
     return idx
 
 
