@@ -57,7 +57,7 @@ def test_bad_profile_and_parameter() -> None:
         parse_set(["steps"])
     with pytest.raises(ValueError, match="stepz: not a parameter"):
         run_study("smoke", "/tmp/never", {"stepz": 1})
-    with pytest.raises(ValueError, match="^run_dir: give it as the run_dir argument"):
+    with pytest.raises(ValueError, match="^run_dir: give it with --run-dir \\(the run_dir argument\\)"):
         run_study("smoke", "/tmp/never", {"run_dir": "/tmp/elsewhere"})
     assert not Path("/tmp/never").exists()
 
@@ -99,8 +99,8 @@ def test_bad_values_name_the_parameter(name: str, value: object, msg: str) -> No
 def test_parse_set() -> None:
     assert parse_set(["steps=100", "lr=1e-3", "seeds=0,1", "inverse_output=true", "Methods=linear"]) == {
         "steps": 100, "lr": 1e-3, "seeds": [0, 1], "inverse_output": True, "methods": ["linear"]}
-    with pytest.raises(ValueError, match="^profile: give it with --profile"):
-        parse_set(["profile=smoke"])
+    with pytest.raises(ValueError, match=r"^profile: give it with --profile \(the profile argument\), not --set"):
+        run_study("smoke", "/tmp/never", parse_set(["profile=smoke"]))
     with pytest.raises(ValueError, match="^learning_rate: not a parameter"):
         parse_set(["learning_rate=1"])
 

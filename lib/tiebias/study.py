@@ -71,9 +71,7 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
             raise ValueError(f"--set: {item!r} is not NAME=VALUE (e.g. steps=100)")
         k, v = item.split("=", 1)
         k = k.strip().lower()
-        if k in ("profile", "run_dir"):
-            raise ValueError(f"{k}: give it with --{k.replace('_', '-')}, not --set")
-        out[k] = coerce(k, v)
+        out[k] = coerce(k, v)  # profile and run_dir are refused by check_study
     for k in PATH_PARAMETERS:  # notebooks run in notebooks/: a path relative to here must not change meaning
         if isinstance(out.get(k), str) and Path(out[k]).expanduser().exists():
             out[k] = str(Path(out[k]).expanduser().resolve())
@@ -114,7 +112,8 @@ def check_study(profile: str | Path | None = None, run_dir: str | Path | None = 
     overrides = dict(overrides or {})
     for k in ("profile", "run_dir"):
         if k in overrides:
-            raise ValueError(f"{k}: give it as the {k} argument (--{k.replace('_', '-')}), not as an override")
+            raise ValueError(f"{k}: give it with --{k.replace('_', '-')} (the {k} argument), not --set or as an "
+                             "override")
     names = list(only) if only else list(NOTEBOOKS)
     for name in names:
         if name not in NOTEBOOKS or not (notebooks_dir() / f"{name}.ipynb").exists():

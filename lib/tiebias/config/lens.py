@@ -120,11 +120,6 @@ class LensSettings:
         return cls(steps=params["lens_steps"], tokens_per_step=params["lens_tokens_per_step"],
                    eval_tokens=params["lens_eval_tokens"], seq_len=lens_seq_len(params["seq_len"]), **lists)
 
-    @property
-    def recipe(self) -> str:
-        """The recipe that carries the verdict (the first)."""
-        return self.recipes[0]
-
     def replace(self, **changes: Any) -> LensSettings:
         """A copy with ``changes`` (checked again)."""
         return dataclasses.replace(self, **changes)

@@ -46,7 +46,7 @@ def train_model_lens_ladders(model: Any, train_tokens: Any, test_tokens: Any, fo
                                num_threads=num_threads, should_stop=should_stop)
         frames += rungs.rung_frames(model, test_tokens, trained, {b: rung_dir(folder, recipe, b) for b in trained},
                                     logits, lens, recipe=recipe, num_threads=num_threads)
-    rungs.publish_top_rung(folder, lens.recipe, lens, n_tokens=train_tokens.numel(), model_sha256=sha,
+    rungs.publish_top_rung(folder, lens.recipes[0], lens, n_tokens=train_tokens.numel(), model_sha256=sha,
                            precision=logits_precision(model.device))
     return pd.concat(frames, ignore_index=True)
 
@@ -178,7 +178,7 @@ def train_checkpoint_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequ
     """
     steps_list = coerce("lens_checkpoints", list(checkpoints))
     lens = check_settings(lens)
-    recipe = lens.recipe
+    recipe = lens.recipes[0]
     headline = lens.replace(recipes=(recipe,), protocols=lens.protocols[:1])
     rows, tables = [], []
     for ck in steps_list:

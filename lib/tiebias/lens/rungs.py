@@ -60,7 +60,7 @@ def train_ladder(model: Any, tokens: Any, folder: str | Path, lens: LensSettings
     """{budget: TunedLens} of ``recipe``'s ladder (default: the first): finished rungs loaded, an interrupted ladder
     resumed; the rungs share one activation cache of at most ``max_cache_bytes`` (0: none), the same lenses."""
     lens = check_settings(lens)
-    recipe = lens.recipe if recipe is None else recipe
+    recipe = lens.recipes[0] if recipe is None else recipe
     if recipe not in LENS_RECIPES:
         raise ValueError(f"lens_recipes: unknown recipe {recipe!r}; allowed: {', '.join(LENS_RECIPES)}")
     if not is_int(max_cache_bytes) or max_cache_bytes < 0:
