@@ -13,8 +13,8 @@ from tiebias.align import comparisons
 from tiebias.config import profiles
 from tiebias.output import notebook
 from tiebias.run import inventory
+from tiebias.run.files import ParameterChangedError
 from tiebias.run.folder import Run
-from tiebias.run.variation import ParameterChangedError
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import pytest
 
 from tiebias import __main__ as cli
 from tiebias import study
+from tiebias.run.files import ParameterChangedError
 from tiebias.run.folder import Run
-from tiebias.run.variation import ParameterChangedError
 from tiebias.train.trainer import TrainConfig, train
 
 
@@ -59,7 +59,7 @@ def test_in_a_notebook_and_the_cli_it_is_one_message(tmp_path: Path, monkeypatch
     params = nbformat.v4.new_code_cell("profile = 'smoke'\nrun_dir = None")
     params.metadata["tags"] = ["parameters"]
     nb.cells = [params, nbformat.v4.new_code_cell(
-        "from tiebias.run.variation import ParameterChangedError\n"
+        "from tiebias.run.files import ParameterChangedError\n"
         "def deep(n):\n    return deep(n - 1) if n else ParameterChangedError('runs/x', {'preset': ('tiny', 'mini')}, "
         "'model tied-s0 was trained with the folder\\'s value', 'retrain it')\n"
         "raise deep(20)")]

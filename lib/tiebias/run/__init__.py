@@ -1,8 +1,8 @@
 """The run folder, the interface every notebook reads and writes: ``layout`` names its paths, ``folder``'s ``Run``
 reads and writes under a writer lock, ``files`` the strict and atomic file I/O, ``guard`` which folders may be written,
-``inventory`` which models are finished, ``commands`` the study commands run on it, ``variation`` a changed parameter."""
+``inventory`` which models are finished, ``commands`` the study commands run on it, ``kernel_times`` JupyterLab's."""
 
-from tiebias.run import commands, files, folder, guard, inventory, layout, variation
+from tiebias.run import inventory
 from tiebias.run.folder import Run
 
-__all__ = ["Run", "commands", "files", "folder", "guard", "inventory", "layout", "variation"]
+__all__ = ["Run", "inventory"]

@@ -31,6 +31,25 @@ class RunFolderError(ValueError):
     """A run folder cannot be used as asked (locked by another writer, or a damaged file)."""
 
 
+class ParameterChangedError(ValueError):
+    """Asked values differ from those a run folder's models or data were made with; says how to try them apart."""
+
+    def __init__(self, folder: str | Path, diff: dict[str, tuple[Any, Any]], what: str, instead: str) -> None:
+        name, (_, new) = next(iter(diff.items()))
+        tag = re.sub(r"[^A-Za-z0-9._-]+", "_", str(new)).strip("_") or "new"
+        fresh = str(Path(folder).with_name(f"{Path(folder).name}-{name}-{tag}"))
+        changed = "; ".join(f"{k}: folder has {a!r}, asked {b!r}" for k, (a, b) in diff.items())
+        super().__init__(
+            f"{changed} ({folder}: {what}). Try a variation in a fresh run folder: run_dir = \"{fresh}\" in the "
+            f"parameters cell, --run-dir {fresh} on the command line (make study RUN={fresh}), -p run_dir {fresh} "
+            f"with papermill; or {instead}")
+        self.diff, self.fresh = diff, fresh
+
+    def _render_traceback_(self) -> list[str]:
+        """IPython shows the message alone instead of a traceback (``%tb`` still shows it)."""
+        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
+
+
 class DamagedFileError(RunFolderError):
     """A file of the run folder does not load; the message names it and says what to do."""
 
@@ -77,21 +96,15 @@ def sanitise_json(data: Any, reasons: dict[str, str] | None = None) -> tuple[Any
             return [walk(v, f"{where}[{i}]") for i, v in enumerate(x)]
         if isinstance(x, np.ndarray):
             return walk(x.tolist(), where)
-        if isinstance(x, (bool, np.bool_)):
-            return bool(x)
-        if isinstance(x, np.integer):
-            return int(x)
-        if isinstance(x, (float, np.floating)):
-            if math.isfinite(f := float(x)):
-                return f
-            found[where] = (reasons or {}).get(where, f"{f!r} is not a JSON number")
+        if isinstance(x, np.generic) or (isinstance(x, torch.Tensor) and x.numel() == 1):
+            return walk(x.item(), where)
+        if isinstance(x, float) and not math.isfinite(x):
+            found[where] = (reasons or {}).get(where, f"{x!r} is not a JSON number")
             return None
+        if x is None or isinstance(x, (str, int, float)):
+            return x
         if isinstance(x, Path):
             return str(x)
-        if x is None or isinstance(x, (str, int)):
-            return x
-        if isinstance(x, torch.Tensor) and x.numel() == 1:
-            return walk(x.item(), where)
         raise TypeError(f"{where or 'value'}: {type(x).__name__} is not JSON serialisable")
 
     return walk(data, ""), found

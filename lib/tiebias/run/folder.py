@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -37,6 +38,7 @@ from tiebias.data.tokens import (
 from tiebias.run.files import (
     OVERWRITE_HINT,
     DamagedFileError,
+    ParameterChangedError,
     RunFolderError,
     atomic_folder,
     check_model_folder,
@@ -48,17 +50,18 @@ from tiebias.run.files import (
     weights_sha256,
     write_json_atomic,
 )
-from tiebias.run.guard import check_folder, check_links, empty_folder, mark
+from tiebias.run.guard import check_folder, check_links, mark
 from tiebias.run.layout import (
     COMPLETE_NAME,
     CONFIG_NAME,
     LENS_SUBDIR,
+    LOCK_HOLDER,
+    LOCK_NAME,
     TOKENIZER_FILE,
     TOKENIZER_FILES,
     WEIGHTS_NAME,
     RunLayout,
 )
-from tiebias.run.variation import ParameterChangedError
 from tiebias.system.atomic import atomic_path
 from tiebias.system.parallel import CONSTRUCTION
 
@@ -66,8 +69,6 @@ _DATA_KEYS = ("corpus", "vocab_size", "n_documents", "n_tokens", "tokenizer_size
 FINGERPRINTS = {"corpus_fingerprint": "corpus fingerprint", "tokenizer_fingerprint": "tokenizer fingerprint"}
 """What a model folder's train_config.json records of its run's data (written when its training starts)."""
 WEIGHTS_ID = "weights_sha256"  # the key of a finished model's identity in its complete.json
-_SHAPE_KEYS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-               "num_attention_heads", "num_key_value_heads", "max_position_embeddings")  # what loading allocates
 
 
 class RunLockedError(RunFolderError):
@@ -119,18 +120,17 @@ class Run(RunLayout):
         if _HELD.get(key) == os.getpid():  # nested, or a thread of the holder (side by side)
             yield self
             return
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise self.unwritable(e, what) from None
-        if self.lock_path.is_symlink():
-            raise RunFolderError(f"run folder {self.path}: cannot start {what}: its writer lock {self.lock_path} is a "
-                                 f"symbolic link (to {os.readlink(self.lock_path)}); the kit never writes through a "
-                                 "link. Remove it (rm that path; the lock is made again) and run again.")
-        check_links(self.path)
         lock = FileLock(str(self.lock_path), thread_local=False)
         try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            if self.lock_path.is_symlink():
+                raise RunFolderError(f"run folder {self.path}: cannot start {what}: its writer lock {self.lock_path} "
+                                     f"is a symbolic link (to {os.readlink(self.lock_path)}); the kit never writes "
+                                     "through a link. Remove it (rm that path; the lock is made again) and run again.")
+            check_links(self.path)
             lock.acquire(blocking=False)
+            write_json_atomic(self.lock_holder_path, {"pid": os.getpid(), "host": socket.gethostname(), "what": what,
+                                                      "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")})
         except Timeout:
             info = None
             for _ in range(20):  # the holder writes its PID just after taking the lock
@@ -144,13 +144,13 @@ class Run(RunLayout):
                                  "it (a stopped or killed process releases the lock at once), or use another run "
                                  "folder. Reading the folder is not blocked.") from None
         except OSError as e:
-            raise self.unwritable(e, what) from None
+            lock.release()  # nothing if it was not taken
+            where = f" ({e.filename})" if e.filename else ""
+            raise RunFolderError(f"run folder {self.path}: cannot start {what}: it cannot be written{where}: "
+                                 f"{e.strerror or e}. Make it writable again (chmod -R u+w, or chattr -R -i for an "
+                                 "immutable folder; free space if the disk is full) and run the same command again: "
+                                 "finished work is kept.") from None
         try:
-            try:
-                write_json_atomic(self.lock_holder_path, {"pid": os.getpid(), "host": socket.gethostname(), "what": what,
-                                                          "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")})
-            except OSError as e:
-                raise self.unwritable(e, what) from None
             _HELD[key] = os.getpid()
             yield self
         finally:
@@ -158,13 +158,6 @@ class Run(RunLayout):
             with contextlib.suppress(OSError):  # gone, or the folder was made read-only meanwhile
                 self.lock_holder_path.unlink()
             lock.release()
-
-    def unwritable(self, err: OSError, what: str) -> RunFolderError:
-        where = f" ({err.filename})" if err.filename else ""
-        return RunFolderError(f"run folder {self.path}: cannot start {what}: it cannot be written{where}: "
-                              f"{err.strerror or err}. Make it writable again (chmod -R u+w, or chattr -R -i for an "
-                              "immutable folder; free space if the disk is full) and run the same command again: "
-                              "finished work is kept.")
 
     def lock_holder(self) -> dict | None:
         """Who holds the writer lock as recorded beside it; None if none, or its process on this host is dead."""
@@ -229,8 +222,10 @@ class Run(RunLayout):
                 f"least twice) and no more; give vocab_size={len(tok)} or less (--set vocab_size={len(tok)}, make "
                 f"study VOCAB_SIZE={len(tok)}), or a larger corpus")
         with run.writing("preparing the run folder"):
-            if overwrite and run.config_path.exists():
-                empty_folder(run.path)
+            if overwrite and run.config_path.exists():  # empty the folder, all but its lock
+                for p in run.path.iterdir():
+                    if p.name not in (LOCK_NAME, LOCK_HOLDER):
+                        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
             mark(run.path, "run")
             with atomic_folder(run.tokenizer_dir) as tmp_tok:
                 tok.save_pretrained(tmp_tok)
@@ -413,8 +408,8 @@ class Run(RunLayout):
         except (ValueError, TypeError) as e:
             raise damaged(cfg_file, e, todo) from None
         saved = read_json(folder / CONFIG_NAME, todo)
-        for k in _SHAPE_KEYS:
-            if k in want and (not isinstance(saved, dict) or saved.get(k) != want[k]):
+        for k in want:  # the sizes loading allocates
+            if not isinstance(saved, dict) or saved.get(k) != want[k]:
                 have = saved.get(k) if isinstance(saved, dict) else saved
                 raise DamagedFileError(f"{folder / CONFIG_NAME}: {k} is {have!r}, but {cfg_file} (preset "
                                        f"{recorded.get('preset')!r}, family {family!r}, vocab_size {vocab!r}) gives "

@@ -4,7 +4,6 @@ never a user's folder, the corpus's, or through a link."""
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any, Literal
 
@@ -107,9 +106,3 @@ def mark(path: str | Path, kind: Kind = "run") -> None:
         write_json_atomic(marker, {"kind": kind, "note": f"{_WHAT[kind]} of the tiebias kit; the kit writes "
                                    "only into folders marked so, or into new or empty ones"})
 
-
-def empty_folder(path: Path) -> None:
-    """Delete everything in a run folder but its writer lock (held by the caller)."""
-    for p in path.iterdir():
-        if p.name not in (LOCK_NAME, LOCK_HOLDER):
-            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tiebias.config.variants import Variant, model_key
+from tiebias.run.files import ParameterChangedError
 from tiebias.run.folder import Run
-from tiebias.run.variation import ParameterChangedError
 
 __all__ = ["check_profile", "require_complete"]
 

@@ -74,7 +74,7 @@ class RunLayout:
         return self.model_dir(variant, seed) / CHECKPOINTS_SUBDIR
 
     def metrics_path(self, variant: str | Variant, seed: int, kind: str = "train") -> Path:
-        """``metrics/<key>.csv`` (``kind='train'``) or ``metrics/<key>_val.csv`` (``'val'``)."""
+        """``metrics/<key>.csv`` (train) or ``metrics/<key>_val.csv`` (val)."""
         if kind not in ("train", "val"):
             raise ValueError(f"kind: unknown value {kind!r}; allowed: 'train', 'val'")
         return self.metrics_dir / f"{model_key(variant, seed)}{'' if kind == 'train' else '_val'}.csv"

@@ -1,7 +1,6 @@
-"""Independent jobs side by side in one process, each on its own share of the CPU threads: the kit's small models
-use two cores poorly from one loop (``bench/plumbing.py``). Threads, not processes: torch's kernels release the GIL,
-the jobs share the writer lock and loaded data, and one interrupt stops them all; each job's numbers are the same bit
-for bit as alone. ``workers="auto"``: ``TIEBIAS_WORKERS``, else two at a time on two or more threads."""
+"""Independent jobs side by side in one process, each on its share of the CPU threads (small models use two cores
+poorly from one loop, ``bench/plumbing.py``). Threads: torch's kernels release the GIL, the jobs share the writer lock
+and loaded data, one interrupt stops them all; each job's numbers are bit for bit those it gets alone."""
 
 from __future__ import annotations
 
@@ -15,9 +14,8 @@ import torch
 from tiebias.config.checks import is_int
 from tiebias.config.environment import WORKERS_ENV, env_count, fixed_threads
 
-CONSTRUCTION = threading.RLock()
-"""Held while a model or a lens is built or loaded: transformers' loading swaps ``torch.nn.init``'s functions
-process-wide, and initialisation draws from torch's global generator, so jobs construct one at a time."""
+CONSTRUCTION = threading.RLock()  # held while a model or lens is built or loaded: loading swaps torch.nn.init's
+# functions process-wide and initialisation draws from torch's global generator, so jobs construct one at a time
 
 
 class Stopped(Exception):
@@ -52,9 +50,8 @@ def check_should_stop(should_stop: object) -> None:
 
 
 def side_by_side(tasks: Sequence[Task[T]], workers: int | str = "auto") -> list[T]:
-    """Run ``tasks`` :func:`workers_for` at a time (one worker: one after the other here), each worker on
-    ``thread_budget() // workers`` threads; their results in task order. The first to raise (or an interrupt) stops
-    the others and is raised once they returned; the thread count is restored."""
+    """Run ``tasks`` :func:`workers_for` at a time, each worker on ``thread_budget() // workers`` threads; their
+    results in task order. The first to raise (or an interrupt) stops the others and is raised once they returned."""
     tasks = list(tasks)
     n = workers_for(len(tasks), workers)
     if n <= 1:

@@ -31,8 +31,8 @@ from tiebias.config.training import SEED_LIMIT, checkpoint_steps
 from tiebias.config.variants import Variant, model_key
 from tiebias.models.build import build, count_parameters
 from tiebias.run import files as rf
+from tiebias.run.files import ParameterChangedError
 from tiebias.run.folder import FINGERPRINTS, WEIGHTS_ID, ForeignModelError, Run, RunLockedError
-from tiebias.run.variation import ParameterChangedError
 from tiebias.system.memory import free_memory
 from tiebias.system.parallel import check_should_stop
 from tiebias.system.threads import check_num_threads, loop_threads
