@@ -75,14 +75,11 @@ def all_figures() -> dict[str, go.Figure]:
         "loss_curves": training.loss_curves(logs, {}, unigram=6.5),
         "gradient_flow": training.gradient_flow(logs),
         "dose_response": ablation.dose_response(table, shares),
-        "over_steps": ablation.over_steps(table),
         "table1_bars": alignment.table1_bars(t1),
-        "cosine_histograms": alignment.cosine_histograms({"a": rng.uniform(0, 1, 100)}),
         "evolution": alignment.evolution(ev),
         "norm_frequency": alignment.norm_frequency(norm, {"untied input": 0.5, "tied": 0.4}),
         "by_frequency": alignment.by_frequency({"a": _freq_table()}),
         "per_layer": lens.per_layer(kl, {"kl_tuned_bits": "tuned", "kl_logit_bits": "logit"}, "t", "KL (bits)"),
-        "gap": lens.gap(_gaps()),
         "gap_by_depth": lens.gap_by_depth({"a": _gaps(), "b": _gaps(8)}),
         "ladder": lens.ladder(kl[kl.layer < 4]),
         "ladder_gap": lens.ladder_gap(ladder_gaps),
@@ -214,12 +211,18 @@ def test_readme_pngs_are_refreshed_from_a_runs_saved_figures(tmp_path, capsys) -
 
 
 def test_every_series_is_drawn_however_many() -> None:
-    import numpy as np
-
-    from tiebias.output.plotting import alignment, style
-
     assert style.palette(2, ["#a", "#b", "#c"]) == ["#a", "#b"]
     assert len(set(style.palette(6, ["#a", "#b"]))) == 6
-    scores = {f"pair {i}": np.linspace(-1, 1, 50) + i / 10 for i in range(5)}
-    fig = alignment.cosine_histograms(scores, "orthogonal")
-    assert len(fig.data) == 5 and len({t.marker.color for t in fig.data}) == 5
+    fig = lens.gap_by_depth({f"depth {i}": _gaps(3 + i) for i in range(5)})
+    assert len(fig.data) == 5 and len({t.line.color for t in fig.data}) == 5
+
+
+def test_every_figure_a_study_saves_titles_its_axes(smoke_study) -> None:
+    """The figures the notebooks draw themselves included."""
+    import plotly.io as pio
+
+    saved = {p.stem: pio.read_json(p) for p in sorted((smoke_study.path / "figures").glob("*.json"))}
+    assert {"02_cosine_histograms", "03_kl_gap", "04_over_steps", "04_dose_response"} <= set(saved)
+    missing = [f"{name}.{key}" for name, fig in saved.items() for key, ax in _axes(fig).items()
+               if ax.showticklabels is not False and not (ax.title.text or "").strip()]
+    assert not missing, f"axes without a title: {missing}"

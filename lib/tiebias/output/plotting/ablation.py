@@ -43,24 +43,6 @@ def dose_response(table: pd.DataFrame, shares: pd.DataFrame | None = None, *, st
                              f"(mean ± sd over {d.seed.nunique()} seeds)")
 
 
-def over_steps(table: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
-    """Both cosines against training step, a line per k (mean over seeds), a panel per cosine.
-
-    Args: table: the alignment table; method: the alignment method shown.
-    Returns: the figure."""
-    d = table[table.method == method]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=[v[0] for v in SERIES.values()])
-    colors = ["#444444", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
-    for j, col in enumerate(SERIES, start=1):
-        for i, k in enumerate(sorted(d.k.unique())):
-            g = d[d.k == k].groupby("step")[col].mean()
-            fig.add_scatter(x=g.index, y=g.values, mode="lines+markers", name=f"k={k:g}",
-                            line=dict(color=colors[i % len(colors)]), legendgroup=f"k{k}", showlegend=j == 1,
-                            row=1, col=j)
-    fig.update_xaxes(title_text="training step")
-    fig.update_yaxes(title_text=f"mean cosine ({method})")
-    return fig.update_layout(height=380, title=f"{method} alignment through training, per k (mean over seeds)")
-
 
 def ingredients(summary: pd.DataFrame, k: float) -> go.Figure:
     """The shift at ``k`` of both cosines per ingredient (:func:`tiebias.ablate.ingredients.summary`) with its

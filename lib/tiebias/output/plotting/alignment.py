@@ -44,18 +44,6 @@ def table1_bars(df: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
                              title=f"Table 1 analog: {method} alignment (bars: mean ± sd over seed pairs)")
 
 
-def cosine_histograms(scores: dict[str, np.ndarray], method: str = "linear") -> go.Figure:
-    """Figure 1: histograms of per-token cosines after the ``method`` map, one per comparison.
-
-    Args: scores: comparison -> per-token cosines; method: the map's name, for the axis title.
-    Returns: the figure."""
-    fig = go.Figure()
-    for (label, s), c in zip(scores.items(), palette(len(scores), ["#d62728", "#1f77b4", "#7f7f7f"]), strict=True):
-        fig.add_histogram(x=np.asarray(s), name=f"{label} (mean {np.nanmean(s):.3f})", opacity=0.6, nbinsx=60,
-                          marker_color=c)
-    return fig.update_layout(barmode="overlay", height=400, xaxis_title=f"per-token cosine after {method} map",
-                             yaxis_title="tokens", title="Figure 1 analog: per-token alignment")
-
 
 def evolution(ev: pd.DataFrame) -> go.Figure:
     """Figure 3 (:func:`tiebias.align.comparisons.evolution_table`): each matrix's cosine to initialisation and to

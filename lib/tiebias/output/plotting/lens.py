@@ -39,17 +39,6 @@ def per_layer(df: pd.DataFrame, columns: dict[str, str], title: str, yaxis: str)
     return fig.update_layout(height=420, title=title)
 
 
-def gap(gaps: pd.DataFrame, title: str = f"tied - untied tuned-lens KL per layer (mean, {CI} over seeds)") -> go.Figure:
-    """The per-layer gap (:func:`tiebias.lens.tables.gaps`), a bar per layer with its CI, red where significant.
-
-    Args: gaps: the gap table; title: the figure's title.
-    Returns: the figure."""
-    fig = go.Figure(go.Bar(x=gaps.layer, y=gaps.gap, marker_color=["#d62728" if s else "#aaaaaa" for s in gaps.significant],
-                           error_y=ci_bars(gaps)))
-    fig.add_hline(y=0, line=ZERO)
-    return fig.update_layout(height=380, title=title + " (red: CI excludes 0)", xaxis_title="layer",
-                             yaxis_title=GAP_AXIS, xaxis=dict(dtick=1))
-
 
 def gap_by_depth(gaps: dict[str, pd.DataFrame]) -> go.Figure:
     """The gap against relative depth (layer / layers), a line with CIs per model depth.

@@ -19,9 +19,10 @@ def color(variant: Any) -> str:
 
 
 def palette(n: int, first: Iterable[str]) -> list[str]:
-    """``n`` colours: ``first``, then :data:`MORE_COLORS` cycled, so no series goes undrawn."""
+    """``n`` colours: ``first``, then the other :data:`MORE_COLORS` cycled, so no series goes undrawn."""
     out = list(first)[:n]
-    return out + [MORE_COLORS[i % len(MORE_COLORS)] for i in range(n - len(out))]
+    more = [c for c in MORE_COLORS if c not in out]
+    return out + [more[i % len(more)] for i in range(n - len(out))]
 
 
 def tick_text(x: float) -> str:
@@ -58,7 +59,10 @@ def reference_line(fig: go.Figure, y: float, label: str, **where: int) -> go.Fig
 
 
 def ci_bars(t: Any, mean: str = "gap", low: str = "ci_low", high: str = "ci_high") -> dict:
-    """Asymmetric error bars from column ``low`` to ``high`` around ``mean`` of table ``t``; none where one is missing."""
+    """Asymmetric error bars from column ``low`` to ``high`` around ``mean`` of table ``t``; none where one is missing.
+
+    Args: t: a table (or dict of arrays); mean, low, high: its columns.
+    Returns: plotly's ``error_y`` / ``error_x`` settings."""
     up, down = np.asarray(t[high] - t[mean], dtype=float), np.asarray(t[mean] - t[low], dtype=float)
     return dict(type="data", symmetric=False, array=np.nan_to_num(up), arrayminus=np.nan_to_num(down))
 
