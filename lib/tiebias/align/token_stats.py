@@ -14,7 +14,7 @@ import torch
 from scipy.stats import spearmanr
 from torch import Tensor
 
-from tiebias.align.maps import F64, Matrix, as_matrix, chunk_rows, cosine_rows, row_blocks
+from tiebias.align.maps import F64, Matrix, as_matrix, cosine_rows
 from tiebias.config.checks import is_int
 
 
@@ -51,8 +51,7 @@ def norm_frequency(emb_matrix: Matrix, counts: Any, *, tokens: Sequence[str] | N
         A :class:`NormFrequency`.
     """
     x = as_matrix(emb_matrix, "emb_matrix")
-    norms = torch.cat([torch.linalg.vector_norm(b, dim=1)
-                       for b in row_blocks(x, None, chunk_rows(x.shape[1]), F64)]).cpu().numpy()
+    norms = torch.linalg.vector_norm(x.to(F64), dim=1).cpu().numpy()
     c = _counts(counts, norms.shape[0])
     seen = c > 0
     with np.errstate(divide="ignore"):
@@ -117,29 +116,18 @@ def evolution(checkpoints: Sequence[tuple[int, Matrix]]) -> pd.DataFrame:
         if m.shape != items[0][1].shape:
             raise ValueError(f"checkpoints: step {s} has shape {tuple(m.shape)}, step {steps[0]} has "
                              f"{tuple(items[0][1].shape)}")
-    chunk = chunk_rows(items[0][1].shape[1])
     cdt = F64 if any(m.dtype == F64 for _, m in items) else torch.float32
-    w0 = items[0][1]
+    w0 = items[0][1].to(cdt)
+    norm0 = math.sqrt(float(torch.linalg.vector_norm(w0, dim=1).to(F64).square().sum()))
     rows = []
     prev: Tensor | None = None
-    norm0 = 0.0
-    for s, m in items:
-        cos0 = cosp = sq = sqd = 0.0
-        prev_blocks = row_blocks(prev, None, chunk) if prev is not None else None
-        for xm, x0 in zip(row_blocks(m, None, chunk), row_blocks(w0, None, chunk), strict=True):
-            # row reductions at the input precision, summed over rows in float64
-            xm, x0 = xm.to(cdt), x0.to(cdt)
-            cos0 += float(cosine_rows(xm, x0).sum())
-            if prev_blocks is not None:
-                cosp += float(cosine_rows(xm, next(prev_blocks).to(cdt)).sum())
-            sq += float(torch.linalg.vector_norm(xm, dim=1).to(F64).square().sum())
-            sqd += float(torch.linalg.vector_norm(xm - x0, dim=1).to(F64).square().sum())
-        if prev is None:
-            norm0 = math.sqrt(sq)
-        n = m.shape[0]
-        rows.append({"step": s, "cos_to_init": cos0 / n,
-                     "cos_to_prev": math.nan if prev is None else cosp / n,
+    for s, m in items:  # row reductions at the input precision, summed over rows in float64
+        xm, n = m.to(cdt), m.shape[0]
+        sq = float(torch.linalg.vector_norm(xm, dim=1).to(F64).square().sum())
+        sqd = float(torch.linalg.vector_norm(xm - w0, dim=1).to(F64).square().sum())
+        rows.append({"step": s, "cos_to_init": float(cosine_rows(xm, w0).sum()) / n,
+                     "cos_to_prev": math.nan if prev is None else float(cosine_rows(xm, prev).sum()) / n,
                      "norm_change": math.sqrt(sq) / norm0 - 1 if norm0 > 0 else math.nan,
                      "dist_to_init": math.sqrt(sqd) / norm0 if norm0 > 0 else math.nan})
-        prev = m
+        prev = xm
     return pd.DataFrame(rows)
