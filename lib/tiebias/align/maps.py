@@ -1,7 +1,5 @@
-"""The paper's alignment score (Table 1, Figure 1): centre two matrices, map the source onto the target (identity,
-orthogonal or linear; in-sample or k-fold held-out), score each token by cosine. Notebook 02 writes the same maps out
-in plain torch and checks them against this version, which streams row chunks (fitting sums in float64, no full float64
-copy) and applies the map at the inputs' precision."""
+"""The alignment score (Table 1, Figure 1), in the plain form notebook 02 shows and checks against this one, which
+streams row chunks (fitting sums in float64, no full float64 copy) and applies the map at the inputs' precision."""
 
 from __future__ import annotations
 
@@ -65,10 +63,8 @@ AlignResult = namedtuple("AlignResult", "mean per_token")
 
 def align_all(source: Matrix, target: Matrix, methods: Sequence[str] = METHODS, *, heldout_folds: int = 0,
               seed: int = 0) -> dict[str, AlignResult]:
-    """Mean cosine between the mapped, centred source rows and the target rows, per method: ``identity`` (equal
-    widths), ``orthogonal`` (Procrustes W = U V^T of S_c^T T_c = U S V^T) or ``linear`` (least squares S_c M ~ T_c),
-    sharing the passes over the data. ``heldout_folds=k >= 2`` fits map and centring on k-1 seeded folds of tokens
-    and scores the other, per fold."""
+    """Mean cosine of the mapped, centred source rows and the target rows per method (``identity``, ``orthogonal``,
+    ``linear``), in-sample or (``heldout_folds=k >= 2``) fitted on k-1 seeded folds of tokens, scored on the other."""
     methods = tuple(dict.fromkeys(methods))
     bad = [m for m in methods if m not in METHODS]
     if bad or not methods:
@@ -168,9 +164,8 @@ def _one_thread() -> Iterator[None]:
 
 
 def _procrustes(C: Tensor) -> Tensor:
-    """Semi-orthogonal W maximising trace(W^T C), the polar factor U V^T of C = U S V^T, as C (C^T C)^(-1/2) from an
-    eigendecomposition of the smaller Gram matrix (faster than an SVD). When C is (nearly) rank-deficient that W is not
-    orthogonal (or NaN, from a zero or negative eigenvalue): then the SVD."""
+    """The polar factor U V^T of C = U S V^T as C (C^T C)^(-1/2), from an eigh of the smaller Gram matrix (faster than
+    an SVD); the SVD where C is (nearly) rank-deficient, so that W is not orthogonal or NaN."""
     if C.shape[0] < C.shape[1]:
         return _procrustes(C.T).T
     with _one_thread():

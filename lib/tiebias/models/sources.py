@@ -1,6 +1,5 @@
-"""External models by hub id or local folder: what ``config.json`` tells is checked on a meta-device skeleton before
-any weights load (role and tying, causal-LM head, lens layout, memory), then the loaded weights must be tied as the
-config and the role (label ``tied`` or ``untied``) say. Errors name the notebook parameter ``<label>_source``."""
+"""External models by hub id or local folder, checked from ``config.json`` on a meta-device skeleton before any weights
+load, then on the loaded weights' tying; errors name the notebook parameter ``<label>_source``."""
 
 from __future__ import annotations
 
@@ -82,9 +81,8 @@ def _check_role(info: SourceInfo) -> None:
 
 def estimate_bytes(info: SourceInfo, dtype: torch.dtype = torch.float32, *, need: str = "model",
                    lens: bool = False) -> int:
-    """Memory to load a source: all weights (``need="model"``), or only its embeddings (``"embeddings"``: read straight
-    from local safetensors); ``lens`` adds a tuned lens with Adam state (a float32 width x (width + 1) translator per
-    layer, four copies)."""
+    """Bytes to load a source's weights (``need="model"``) or only its embeddings (``"embeddings"``, local safetensors);
+    ``lens`` adds a float32 width x (width + 1) translator per layer with Adam state (four copies)."""
     size = torch.empty((), dtype=dtype).element_size()
     if need == "embeddings" and info.local_safetensors:
         total = info.vocab_size * info.hidden_size * (1 if info.tied else 2) * size
