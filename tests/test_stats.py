@@ -24,11 +24,11 @@ def test_summarise_t_interval() -> None:
         stats.summarise([])
 
 
-def test_t_half_width_and_p_value() -> None:
+def test_t_interval_and_p_value() -> None:
     x = np.array([0.1, 0.3, 0.2, 0.25])
     lo, hi = student_t.interval(0.9, df=3, loc=x.mean(), scale=x.std(ddof=1) / 2)
-    assert stats.t_half_width(float(x.std(ddof=1)), 4, 0.9) == pytest.approx((hi - lo) / 2)
-    assert math.isnan(stats.t_half_width(0.1, 1)) and math.isnan(stats.t_half_width(math.nan, 5))
+    assert stats.t_interval(float(x.mean()), float(x.std(ddof=1)), 4, 0.9) == pytest.approx((lo, hi, (hi - lo) / 2))
+    assert math.isnan(stats.t_interval(0.0, 0.1, 1)[2]) and math.isnan(stats.t_interval(0.0, math.nan, 5)[2])
     assert 0.01 < stats.one_sample_p(x) < 0.02 and math.isnan(stats.one_sample_p(np.ones(3)))
 
 
@@ -82,17 +82,17 @@ def test_bootstrap_ci() -> None:
 
 def test_ci_against_zero_at_its_edges() -> None:
     tiny = 1e-6  # just off 0: far larger than rounding
-    assert stats.ci_position(tiny, 1.0) == "above 0" and stats.excludes_zero(tiny, 1.0) and stats.lies_above_zero(tiny)
+    assert stats.excludes_zero(tiny, 1.0) and stats.lies_above_zero(tiny)
     assert not any(stats.lies_above_zero(lo) for lo in (0.0, -tiny, math.nan))
-    assert stats.ci_position(-1.0, -tiny) == "below 0" and stats.excludes_zero(-1.0, -tiny)
+    assert stats.excludes_zero(-1.0, -tiny) and not stats.lies_above_zero(-1.0)
     for lo, hi in ((0.0, 1.0), (-1.0, 0.0), (-tiny, tiny), (math.nan, math.nan), (math.nan, 1.0)):
-        assert stats.ci_position(lo, hi) == "includes 0" and not stats.excludes_zero(lo, hi), (lo, hi)
+        assert not stats.excludes_zero(lo, hi), (lo, hi)
 
 
 def test_t_interval_is_the_summary_interval_and_pooled_sd_the_rms() -> None:
     x = np.array([0.5, 0.75, 1.25])
     s = stats.summarise(x)
     lo, hi, half = stats.t_interval(float(x.mean()), float(x.std(ddof=1)), 3)
-    assert (lo, hi) == (s.ci_low, s.ci_high) and half > 0 and stats.half_width(lo, hi) == pytest.approx(half, rel=1e-12)
+    assert (lo, hi) == (s.ci_low, s.ci_high) and half > 0 and (hi - lo) / 2 == pytest.approx(half, rel=1e-12)
     assert all(math.isnan(v) for v in stats.t_interval(1.0, 0.25, 1))  # one value: no interval
     assert stats.pooled_sd([0.25, 0.75, math.nan]) == math.sqrt((0.25**2 + 0.75**2) / 2)

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-CITATION = ("Lopardo, Harish, Arnett, Gupta. Weight Tying Biases Token Embeddings Towards the Output "
-            "Space. arXiv:2603.26663, 2026.")
-
 # Table 1: mean cosine after alignment (identity, orthogonal, linear)
 TABLE1: dict[str, dict[str, dict[str, float]]] = {
     "OLMo-1B": {

@@ -45,20 +45,10 @@ def _t(level: float, df: int) -> float:
     return float(_scipy.t.ppf(0.5 + level / 2, df=df))
 
 
-def t_half_width(sd: float, n: int, level: float = LEVEL) -> float:
-    """Half-width of the two-sided t-interval of a mean of ``n`` values with sample sd ``sd`` (NaN for n < 2)."""
-    return _t(level, n - 1) * sd / math.sqrt(n) if n >= 2 and math.isfinite(sd) else math.nan
-
-
 def t_interval(mean: float, sd: float, n: int, level: float = LEVEL) -> tuple[float, float, float]:
     """``(low, high, half_width)`` of the two-sided t-interval around ``mean`` (NaN for n < 2 or a non-finite sd)."""
-    half = t_half_width(sd, n, level)
+    half = _t(level, n - 1) * sd / math.sqrt(n) if n >= 2 and math.isfinite(sd) else math.nan
     return mean - half, mean + half, half
-
-
-def half_width(low: float, high: float) -> float:
-    """Half the width of an interval (a percentile bootstrap's need not be symmetric about its mean)."""
-    return (high - low) / 2
 
 
 def lies_above_zero(low: float) -> bool:
@@ -72,14 +62,9 @@ def lies_above_zero(low: float) -> bool:
     return bool(low > 0)
 
 
-def ci_position(low: float, high: float) -> str:
-    """Where an interval lies against 0: "above 0", "below 0" or "includes 0" (a NaN end counts as including 0)."""
-    return "above 0" if lies_above_zero(low) else "below 0" if high < 0 else "includes 0"
-
-
 def excludes_zero(low: float, high: float) -> bool:
-    """Whether an interval lies wholly above or wholly below 0: "significant" in a gap table."""
-    return ci_position(low, high) != "includes 0"
+    """Whether an interval lies wholly above or wholly below 0 (a NaN end does not): "significant" in a gap table."""
+    return bool(low > 0 or high < 0)
 
 
 def pooled_sd(sds: Any) -> float:

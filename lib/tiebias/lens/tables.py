@@ -186,7 +186,7 @@ def early_gap(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "
     per_seq = e.groupby(["variant", "sequence"])[column].mean()
     mean, lo, hi = stats.bootstrap_diff(per_seq[a].to_numpy(), per_seq[b].to_numpy(),
                                         paired=paired and depth[a] == depth[b], n_boot=n_boot, level=level)
-    out.update(value=mean, ci_low=lo, ci_high=hi, half_width=stats.half_width(lo, hi), sd=math.nan,
+    out.update(value=mean, ci_low=lo, ci_high=hi, half_width=(hi - lo) / 2, sd=math.nan,
                method="one pair: no seed noise floor; bootstrap over evaluation sequences", per_seed=[mean])
     return out
 

@@ -65,8 +65,6 @@ class Headline:
 
 def record(run: Run, headline: Headline, not_meaningful: str | None = None) -> dict:
     """Store one claim's record under the run's writer lock, everything checked first; returns the entry."""
-    if not isinstance(headline, Headline):
-        raise ValueError(f"headline: expected a tiebias.verdicts.records.Headline, got {type(headline).__name__}")
     h = headline
     claim, value, status, n_seeds, details, unit = h.claim, h.value, h.status, h.n_seeds, h.details, h.unit
     spread, noise_floor = h.spread, h.noise_floor
@@ -83,7 +81,16 @@ def record(run: Run, headline: Headline, not_meaningful: str | None = None) -> d
         raise ValueError(f"not_meaningful: {not_meaningful!r} is not allowed; need None or a non-empty reason")
     if details is not None and not isinstance(details, dict):
         raise ValueError(f"details: {type(details).__name__} is not a dict")
-    used = _identities(run, h.models)
+    used = {}
+    if h.models is not None and (isinstance(h.models, str) or not isinstance(h.models, Sequence)):
+        raise ValueError(f"models: {h.models!r} is not allowed; need None or a list of model keys such as ['tied-s0']")
+    for key in h.models or ():
+        try:
+            v, seed = parse_key(key)
+        except (TypeError, ValueError):
+            raise ValueError(f"models: {key!r} is not a model key; need '<variant>-s<seed>' such as 'tied-s0'") from None
+        if (ident := run.model_id(v, seed)) is not None:
+            used[key] = ident
     value_null = str(status)  # why a NaN value is stored as null: the rule's own reason, not the run's
     if not_meaningful:
         status = NOT_MEANINGFUL
@@ -103,23 +110,6 @@ def record(run: Run, headline: Headline, not_meaningful: str | None = None) -> d
     return {**entry, "value": _finite(value), "spread": _finite(spread), "noise_floor": _finite(noise_floor)}
 
 
-def _identities(run: Run, models: Sequence[str] | None) -> dict[str, str]:
-    if models is None:
-        return {}
-    if isinstance(models, str) or not isinstance(models, Sequence):
-        raise ValueError(f"models: {models!r} is not allowed; need None or a list of model keys such as ['tied-s0']")
-    out = {}
-    for key in models:
-        try:
-            v, seed = parse_key(key)
-        except (TypeError, ValueError):
-            raise ValueError(f"models: {key!r} is not a model key; need '<variant>-s<seed>' such as 'tied-s0'") from None
-        ident = run.model_id(v, seed)
-        if ident is not None:
-            out[key] = ident
-    return out
-
-
 def results(run: Run) -> dict[str, dict]:
     """The claims recorded in a run, each checked."""
     out = {}
@@ -133,12 +123,6 @@ def results(run: Run) -> dict[str, dict]:
 
 def _refused(path: Path, why: str, todo: str) -> DamagedFileError:
     return DamagedFileError(f"{path}: refused: {why}; {todo}")
-
-
-def _optional_number(path: Path, entry: dict, key: str, todo: str) -> None:
-    x = entry.get(key)
-    if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x)):
-        raise _refused(path, f"field {key!r} is {x!r}, not a finite number or null", todo)
 
 
 def check_record(path: Path, entry: Any, todo: str) -> dict:
@@ -159,7 +143,9 @@ def check_record(path: Path, entry: Any, todo: str) -> dict:
     if not math.isfinite(threshold):
         raise _refused(path, f"field 'threshold' is {threshold!r}, not a finite number", todo)
     for key in ("value", "spread", "noise_floor"):
-        _optional_number(path, entry, key, todo)
+        x = entry.get(key)
+        if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x)):
+            raise _refused(path, f"field {key!r} is {x!r}, not a finite number or null", todo)
     lo, hi = VALUE_RANGES.get(claim, (-math.inf, math.inf))
     if value is not None and not lo <= value <= hi:
         raise _refused(path, f"field 'value' is {value!r}, outside [{lo:g}, {hi:g}] where {claim}'s number lies", todo)

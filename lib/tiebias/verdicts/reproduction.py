@@ -1,8 +1,5 @@
-"""Every number the paper reports beside ours, and the computed cause of each difference.
-
-One rule set (:func:`judge`, stated for readers in :data:`RULES`) gives each row's cause from :data:`CAUSES`:
-agreement only by equivalence within a margin per kind of quantity (:data:`MARGINS`), a cause only from a
-decomposition of the run whose paired change from ours is clear of 0 and brings ours to the paper's value."""
+"""Every number the paper reports beside ours, and the cause of each difference computed by one rule set
+(:func:`judge`, stated for readers in :data:`RULES`)."""
 
 from __future__ import annotations
 
@@ -108,8 +105,8 @@ class Estimate:
         x = x[np.isfinite(x)]
         if not len(x):
             return cls(math.nan, math.nan, math.nan, 0, label)
-        half = stats.t_half_width(float(x.std(ddof=1)) if len(x) > 1 else math.nan, len(x), level)
-        return cls(float(x.mean()), float(x.mean()) - half, float(x.mean()) + half, len(x), label)
+        low, high, _ = stats.t_interval(float(x.mean()), float(x.std(ddof=1)) if len(x) > 1 else math.nan, len(x), level)
+        return cls(float(x.mean()), low, high, len(x), label)
 
     @classmethod
     def from_ci(cls, mean: float, low: float, high: float, n: int, label: str) -> Estimate:
@@ -925,21 +922,20 @@ def build(run: Run, scale: Run | None = None) -> Reproduction:
     """Every number of :mod:`tiebias.paper` beside this run's, each with its computed cause."""
     ev = Evidence.load(run, scale)
     rows = [r for b in BUILDERS for r in b(ev)]
+    why = not_meaningful(run)
+    layerwise = None if why else not_meaningful(run, LAYERWISE[0])  # claim 3's numbers: models short of the bigram
     for r in rows:
         parts = r.key.split("/")
         for add in (_bigram_context, _knn_context, _clock_context):  # context, never a cause of its own
             add(ev, r, parts)
         if r.kit is not None and r.kit.usable and not r.setting:
             r.group = f"{r.kit.label} = {r.kit.value!r} [{r.kit.low!r}, {r.kit.high!r}], n {r.kit.n}"
-    why = not_meaningful(run)
-    lines = claim_lines(ev)
-    for line in lines:
-        line["which_part"] = which_part(line, rows)
-    layerwise = None if why else not_meaningful(run, LAYERWISE[0])  # claim 3's numbers: models short of the bigram
-    for r in rows:
         if why or (layerwise and r.source.startswith(("Figure 2", "Figure 6", "Figure 7"))):
             r.meaningful = False
             r.why = f"not meaningful ({why or layerwise}); {r.why}"
+    lines = claim_lines(ev)
+    for line in lines:
+        line["which_part"] = which_part(line, rows)
     for line in lines if why else ():
         line["kit"] = line["paper_protocol"] = "not meaningful"
     return Reproduction(rows, lines, why, ev.scale_source)
