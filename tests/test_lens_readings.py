@@ -63,8 +63,8 @@ def test_bad_protocols_refused_before_anything_is_written(two_seed_run: Run, tmp
     model = two_seed_run.load_model("tied", 0)
     folder = tmp_path / "lens"
     with pytest.raises(ValueError, match="^lens_protocols: .*'paper'"):
-        lens_ladder.train_model_lens_ladders(model, two_seed_run.tokens("validation"), two_seed_run.tokens("test"),
-                                             folder, LENS.replace(protocols=["package", "paper"]), progress=False)
+        lens_rungs.train_model_lens_ladders(model, two_seed_run.tokens("validation"), two_seed_run.tokens("test"),
+                                            folder, LENS.replace(protocols=["package", "paper"]), progress=False)
     assert not folder.exists()
 
 
@@ -72,10 +72,10 @@ def test_train_model_lens_ladders_reads_every_lens_both_ways_and_keeps_the_packa
     model = two_seed_run.load_model("tied", 0)
     val, test = two_seed_run.tokens("validation"), two_seed_run.tokens("test")
     lens = LENS.replace(budgets=(1, 2))
-    both = lens_ladder.train_model_lens_ladders(model, val, test, tmp_path / "both", lens.replace(protocols=BOTH),
-                                                progress=False)
-    plain = lens_ladder.train_model_lens_ladders(model, val, test, tmp_path / "plain", lens,
-                                                 progress=False)  # no protocols given: package only
+    both = lens_rungs.train_model_lens_ladders(model, val, test, tmp_path / "both", lens.replace(protocols=BOTH),
+                                               progress=False)
+    plain = lens_rungs.train_model_lens_ladders(model, val, test, tmp_path / "plain", lens,
+                                                progress=False)  # no protocols given: package only
     assert list(dict.fromkeys(both.protocol)) == BOTH and set(plain.protocol) == {"package"}
     pkg = lens_study.at_protocol(both, "package")
     assert len(pkg) == len(plain) and (pkg.columns == plain.columns).all()
@@ -116,9 +116,8 @@ def readings_tables(two_seed_run: Run):
     lens = LENS.replace(protocols=BOTH)
     kw = dict(progress=False, per_sequence=True)
     seq = lens_ladder.train_lens_ladders(two_seed_run, ["tied", "untied"], [0, 1], lens, **kw)
-    ref_budget = lens_readings.reference_budget(lens)
+    ref_budget = lens.replace(**lens_readings.REFERENCE_BUDGET_LADDER)
     assert (ref_budget.recipes, ref_budget.budgets, ref_budget.steps) == (("package",), (1,), 100)
-    assert ref_budget.replace(**lens_readings.REFERENCE_BUDGET_LADDER) == ref_budget
     ref = lens_ladder.train_lens_ladders(two_seed_run, ["tied", "untied"], [0, 1],
                                          ref_budget.replace(steps=3),  # 100 steps in a study
                                          subdir=lens_ladder.REFERENCE_BUDGET, **kw)
@@ -189,7 +188,7 @@ def test_external_pair_gets_both_protocols_and_the_four_readings(two_seed_run: R
     kw = dict(progress=False, per_sequence=True, folder=two_seed_run.path / "external")
     seq, _ = lens_ladder.train_pair_lens_ladders(models, None, lens, **kw)
     ref, lenses = lens_ladder.train_pair_lens_ladders(models, None,
-                                                      lens_readings.reference_budget(lens).replace(steps=3),
+                                                      lens.replace(**lens_readings.REFERENCE_BUDGET_LADDER, steps=3),
                                                       subdir=lens_ladder.REFERENCE_BUDGET, **kw)
     assert list(dict.fromkeys(seq.protocol)) == BOTH and set(ref.lens_steps) == {3} and set(lenses) == {"tied", "untied"}
     assert not list((two_seed_run.path / "external").rglob(f"{lens_ladder.REFERENCE_BUDGET}/logit_*"))  # the main ladder's

@@ -1,14 +1,12 @@
-"""The frozen model's activations for lens training, computed once per (model, token stream) so steps skip the model
-(bench/lens_cache.py measures what it buys). Bit for bit: computed in training's micro-batch shape, and declined where
-a sequence's activations depend on its batch mates, micro-batches are uneven or it would exceed ``max_bytes``.
-"""
+"""The frozen model's activations for lens training, computed once so steps skip the model (bench/lens_cache.py),
+in training's micro-batch shape; declined where that would change the lens or exceed ``max_bytes``."""
 
 from __future__ import annotations
 
 import hashlib
 import warnings
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -97,26 +95,14 @@ def _chunks(n: int, chunk: int) -> list[tuple[Tensor, slice]]:
     (cycled when fewer), so every forward has training's shape."""
     out = []
     for start in range(0, n, chunk):
-        if start + chunk <= n:
-            out.append((torch.arange(start, start + chunk), slice(0, chunk)))
-        elif n >= chunk:
-            out.append((torch.arange(n - chunk, n), slice(start - (n - chunk), chunk)))
-        else:
-            out.append((torch.arange(chunk) % n, slice(0, n)))
+        first = min(start, max(n - chunk, 0))
+        out.append(((torch.arange(chunk) + first) % n, slice(start - first, min(chunk, n - first))))
     return out
 
 
-def build_cache(
-    model: PreTrainedModel,
-    tokens: Tensor,
-    *,
-    seq_len: int = LENS_SEQ_LEN,
-    tokens_per_step: int = 512,
-    batch_size: int = LENS_BATCH_SIZE,
-    max_bytes: int = MAX_BYTES,
-    num_threads: int | Literal["auto"] | None = "auto",
-    progress: bool = False,
-) -> LensCache | None:
+def build_cache(model: PreTrainedModel, tokens: Tensor, *, seq_len: int = LENS_SEQ_LEN, tokens_per_step: int = 512,
+                batch_size: int = LENS_BATCH_SIZE, max_bytes: int = MAX_BYTES,
+                num_threads: int | Literal["auto"] | None = "auto", progress: bool = False) -> LensCache | None:
     """``model`` run once over every sequence of ``tokens`` in training's forward shape; None where declined."""
     check_model(model)
     shape = LensFit(steps=1, seq_len=seq_len, tokens_per_step=tokens_per_step, warmup_steps=0, batch_size=batch_size)
@@ -126,13 +112,29 @@ def build_cache(
     micro = _micro_batch(tokens_per_step, seq_len, batch_size)
     if micro is None or cache_bytes(model, len(seqs), seq_len) > max_bytes:
         return None
+    n, dev = len(seqs), model.device
+    hidden: list[Tensor] = []
+    stats: list[Tensor] = []
     was_training = model.training
     model.eval()
     try:
         target = LensTarget.of(new_lens(model), low_precision=False)
-        cache = LensCache(*_fill(model, target, seqs, micro, num_threads, progress), micro, seqs.cpu().clone(),
-                          _fingerprint(model))
-        same = _rows_independent(model, target, cache)
+        with loop_threads(num_threads, dev.type) as tuner:
+            for idx, rows in tqdm(_chunks(n, micro), desc="lens activation cache", disable=not progress):
+                with tuner.step():
+                    hs, st = frozen_forward(model, target, seqs[idx].to(dev))
+                if not hidden:
+                    hidden = [torch.empty((n, *h.shape[1:]), dtype=h.dtype, device=dev) for h in hs]
+                    stats = [torch.empty((n, *s.shape[1:]), dtype=s.dtype, device=dev) for s in st]
+                dst = idx[rows].to(dev)
+                for buf, src in zip((*hidden, *stats), (*hs, *st), strict=True):
+                    buf[dst] = src[rows]
+        cache = LensCache(hidden, (stats[0], stats[1], stats[2]), micro, seqs.cpu().clone(), _fingerprint(model))
+        # one forward on sequences of other chunks, in another order, must reproduce the cache bit for bit
+        idx = torch.linspace(0, n - 1, micro).round().long().flip(0)
+        hs, st = frozen_forward(model, target, cache.sequences[idx].to(dev))
+        cached_hs, cached_st = cache.take(idx)
+        same = all(torch.equal(a, b) for a, b in zip((*hs, *st), (*cached_hs, *cached_st), strict=True))
     finally:
         model.train(was_training)
     if not same:
@@ -140,31 +142,3 @@ def build_cache(
                       "of its batch here, so the lens would differ; training runs the model", stacklevel=2)
         return None
     return cache
-
-
-def _fill(model: PreTrainedModel, target: LensTarget, seqs: Tensor, micro: int, num_threads: Any,
-          progress: bool) -> tuple[list[Tensor], tuple[Tensor, Tensor, Tensor]]:
-    """The cache's tensors, chunk by chunk."""
-    n, dev = len(seqs), model.device
-    hidden: list[Tensor] = []
-    stats: list[Tensor] = []
-    with loop_threads(num_threads, dev.type) as tuner:
-        for idx, rows in tqdm(_chunks(n, micro), desc="lens activation cache", disable=not progress):
-            with tuner.step():
-                hs, st = frozen_forward(model, target, seqs[idx].to(dev))
-            if not hidden:
-                hidden = [torch.empty((n, *h.shape[1:]), dtype=h.dtype, device=dev) for h in hs]
-                stats = [torch.empty((n, *s.shape[1:]), dtype=s.dtype, device=dev) for s in st]
-            dst = idx[rows].to(dev)
-            for buf, src in zip((*hidden, *stats), (*hs, *st), strict=True):
-                buf[dst] = src[rows]
-    return hidden, (stats[0], stats[1], stats[2])
-
-
-def _rows_independent(model: PreTrainedModel, target: LensTarget, cache: LensCache) -> bool:
-    """Whether one forward on sequences of other chunks, in another order, reproduces the cache bit for bit."""
-    n = len(cache.sequences)
-    idx = torch.linspace(0, n - 1, cache.chunk).round().long().flip(0)
-    hs, st = frozen_forward(model, target, cache.sequences[idx].to(model.device))
-    hidden, stats = cache.take(idx)
-    return all(torch.equal(a, b) for a, b in zip((*hs, *st), (*hidden, *stats), strict=True))

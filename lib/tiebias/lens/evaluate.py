@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -11,7 +12,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 from tuned_lens import TunedLens
-from tuned_lens.nn import Lens, LogitLens
+from tuned_lens.nn import Lens
 
 from tiebias.config.checks import is_int
 from tiebias.config.choices import LENS_PROTOCOLS
@@ -59,16 +60,12 @@ def evaluate(model: PreTrainedModel, tokens: Tensor, lens: TunedLens | None = No
              per_sequence: bool = False, logit_lens: bool = True, protocol: str = "package") -> pd.DataFrame:
     """Per layer 0..L: KL(final || lens) in bits and next-token CE in nats of the tuned and logit lens, and the model's CE.
 
-    Args:
-        model, tokens, lens: the model, a 1-D token stream, its tuned lens (None: the logit lens only).
+    Args: model, tokens, lens: the model, a 1-D token stream, its tuned lens (None: the logit lens only);
         seq_len, max_tokens, batch_size, num_threads: the sequences read (the stream's first ``max_tokens``), their
-            batches, the threads (None: as they are).
-        per_sequence: one row per sequence and layer. logit_lens: read the logit lens too.
-        protocol: "package" (translator i reads hidden state i, row L the stream entering the final norm) or
-            "reference" (the paper's code: row i through translator max(0, i - 1), row L normed twice).
-
-    Returns:
-        ``layer``, ``kl_tuned_bits``, ``kl_logit_bits``, ``ce_tuned_nats``, ``ce_logit_nats``, ``ce_model_nats``,
+        batches, the threads (None: as they are); per_sequence: one row per sequence and layer; logit_lens: read the
+        logit lens too; protocol: "package" (translator i reads hidden state i, row L the stream entering the final
+        norm) or "reference" (the paper's code: row i through translator max(0, i - 1), row L normed twice).
+    Returns: ``layer``, ``kl_tuned_bits``, ``kl_logit_bits``, ``ce_tuned_nats``, ``ce_logit_nats``, ``ce_model_nats``,
         ``n_tokens`` (NaN for a lens not read), and ``sequence`` per sequence.
     """
     if protocol not in LENS_PROTOCOLS:
@@ -79,24 +76,32 @@ def evaluate(model: PreTrainedModel, tokens: Tensor, lens: TunedLens | None = No
         _check_lens(model, lens)
     check_num_threads(num_threads)
     logit = new_logit_lens(model) if logit_lens else None
-    sums, ce_model = _score(model, seqs, lens, logit, batch_size, num_threads, protocol)
-    n_ce = seq_len - 1
-    cols = {
-        "kl_tuned_bits": (sums["kl_t"] / seq_len, lens is not None),
-        "kl_logit_bits": (sums["kl_l"] / seq_len, logit_lens),
-        "ce_tuned_nats": (sums["ce_t"] / n_ce, lens is not None),
-        "ce_logit_nats": (sums["ce_l"] / n_ce, logit_lens),
-    }
-    return _table(cols, ce_model, seq_len, per_sequence)
+    sums, ce_model = _score(model, seqs, {"l": logit, "t": lens}, batch_size, num_threads, protocol)
+    n_layers, n_seq, n_ce = len(sums["kl_t"]) - 1, len(seqs), seq_len - 1
+    cols = {"kl_tuned_bits": (sums["kl_t"] / seq_len, lens), "kl_logit_bits": (sums["kl_l"] / seq_len, logit),
+            "ce_tuned_nats": (sums["ce_t"] / n_ce, lens), "ce_logit_nats": (sums["ce_l"] / n_ce, logit)}
+    if per_sequence:
+        frame: dict[str, Any] = {"sequence": torch.arange(n_seq).repeat(n_layers + 1).numpy(),
+                                 "layer": torch.arange(n_layers + 1).repeat_interleave(n_seq).numpy()}
+        frame.update({k: v.reshape(-1).numpy() if read is not None else math.nan for k, (v, read) in cols.items()})
+        return pd.DataFrame({**frame, "ce_model_nats": (ce_model / n_ce).repeat(n_layers + 1).numpy(),
+                             "n_tokens": seq_len})
+    frame = {"layer": list(range(n_layers + 1))}
+    frame.update({k: [float(v[i].mean()) for i in range(n_layers + 1)] if read is not None else math.nan
+                  for k, (v, read) in cols.items()})
+    return pd.DataFrame({**frame, "ce_model_nats": float(ce_model.sum() / (n_ce * n_seq)), "n_tokens": n_seq * seq_len})
 
 
-def _score(model: PreTrainedModel, seqs: Tensor, lens: TunedLens | None, logit: LogitLens | None, batch_size: int,
-           num_threads: int | str | None, protocol: str = "package") -> tuple[dict[str, Tensor], Tensor]:
+def _score(model: PreTrainedModel, seqs: Tensor, readers: dict[str, Lens | None], batch_size: int,
+           num_threads: int | str | None, protocol: str) -> tuple[dict[str, Tensor], Tensor]:
     """Per-layer, per-sequence float64 sums ``kl_t``, ``kl_l`` (bits), ``ce_t``, ``ce_l`` (nats), and the model's CE."""
-    n_layers = model.config.num_hidden_layers
-    n_seq = len(seqs)
+    n_layers, n_seq = model.config.num_hidden_layers, len(seqs)
     sums = {k: torch.zeros(n_layers + 1, n_seq, dtype=torch.float64) for k in ("kl_t", "kl_l", "ce_t", "ce_l")}
     ce_model = torch.zeros(n_seq, dtype=torch.float64)
+
+    def ce_per_seq(log_q: Tensor, targets: Tensor) -> Tensor:  # summed next-token CE (nats) per sequence
+        return -log_q[:, :-1].gather(-1, targets.unsqueeze(-1)).squeeze(-1).sum(-1, dtype=torch.float64).cpu()
+
     was_training = model.training
     model.eval()
     try:
@@ -109,81 +114,29 @@ def _score(model: PreTrainedModel, seqs: Tensor, lens: TunedLens | None, logit: 
                 with tuner.step():
                     out = model(input_ids=x, output_hidden_states=True)
                     if len(out.hidden_states) != n_layers + 1 or len(pre_norm) != 1:
-                        raise RuntimeError(
-                            f"unexpected hidden-state layout: {len(out.hidden_states)} hidden states, "
-                            f"{len(pre_norm)} final-norm calls for {n_layers} layers"
-                        )
-                    ce_model[rows] = _score_batch(out, pre_norm[0], x, lens, logit, sums, rows, protocol)
+                        raise RuntimeError(f"unexpected hidden-state layout: {len(out.hidden_states)} hidden states, "
+                                           f"{len(pre_norm)} final-norm calls for {n_layers} layers")
+                    log_p = out.logits.float().log_softmax(-1)
+                    p = log_p.exp()
+                    neg_entropy = torch.linalg.vecdot(p, log_p)
+                    ce_model[rows] = ce_per_seq(log_p, x[:, 1:])
+                    # package: translator i reads hidden state i, row L the stream entering the final norm;
+                    # reference: hidden state i through translator max(0, i - 1), the last one normed twice
+                    ref = protocol == "reference"
+                    for i, h in enumerate(out.hidden_states if ref else [*out.hidden_states[:-1], pre_norm[0]]):
+                        for tag, reader in readers.items():
+                            if reader is None:
+                                continue
+                            # row L of the package reading has no translator: the tuned lens is the model's head
+                            logits = reader.unembed(h) if tag == "t" and not ref and i == n_layers \
+                                else reader(h, max(0, i - 1) if ref else i)
+                            log_q = logits.float().log_softmax(-1)
+                            kl_nats = neg_entropy - torch.linalg.vecdot(p, log_q)
+                            sums[f"kl_{tag}"][i, rows] = kl_nats.sum(-1, dtype=torch.float64).cpu() / LN2
+                            sums[f"ce_{tag}"][i, rows] = ce_per_seq(log_q, x[:, 1:])
     finally:
         model.train(was_training)
     return sums, ce_model
-
-
-def _score_batch(out: Any, pre_norm: Tensor, x: Tensor, lens: TunedLens | None, logit: LogitLens | None,
-                 sums: dict[str, Tensor], rows: slice, protocol: str = "package") -> Tensor:
-    """Fill the ``rows`` columns of ``sums`` from one forward pass; return the model's own CE sum per sequence."""
-    n_layers = len(out.hidden_states) - 1
-    log_p = out.logits.float().log_softmax(-1)
-    p = log_p.exp()
-    neg_entropy = torch.linalg.vecdot(p, log_p)
-    targets = x[:, 1:]
-    ce_model = _ce_per_seq(log_p, targets)
-    for i, logit_q, tuned_q in _readings(out, pre_norm, lens, logit, n_layers, protocol):
-        per_lens = [("l", logit_q)] if logit_q is not None else []
-        if tuned_q is not None:
-            per_lens.append(("t", tuned_q))
-        for tag, logits in per_lens:
-            log_q = logits.float().log_softmax(-1)
-            kl_nats = neg_entropy - torch.linalg.vecdot(p, log_q)
-            sums[f"kl_{tag}"][i, rows] = kl_nats.sum(-1, dtype=torch.float64).cpu() / LN2
-            sums[f"ce_{tag}"][i, rows] = _ce_per_seq(log_q, targets)
-    return ce_model
-
-
-def _readings(out: Any, pre_norm: Tensor, lens: TunedLens | None, logit: LogitLens | None, n_layers: int,
-              protocol: str) -> Iterator[tuple[int, Tensor | None, Tensor | None]]:
-    """(row, logit-lens logits, tuned-lens logits) for rows 0..L under ``protocol``."""
-    if protocol == "reference":  # every hidden state, translator max(0, i - 1), the last one normed twice
-        for i, h in enumerate(out.hidden_states):
-            idx = max(0, i - 1)
-            yield i, logit(h, idx) if logit is not None else None, lens(h, idx) if lens is not None else None
-        return
-    for i, h in enumerate([*out.hidden_states[:-1], pre_norm]):
-        # The last layer has no translator: the tuned lens is the model's head there.
-        tuned = (lens(h, i) if i < n_layers else lens.unembed(h)) if lens is not None else None
-        yield i, logit(h, i) if logit is not None else None, tuned
-
-
-def _table(cols: dict[str, tuple[Tensor, bool]], ce_model: Tensor, seq_len: int, per_sequence: bool) -> pd.DataFrame:
-    """The evaluation frame from per-layer, per-sequence means: one row per (sequence, layer) or per layer."""
-    n_seq = len(ce_model)
-    n_layers = next(iter(cols.values()))[0].shape[0] - 1
-    n_ce = seq_len - 1
-    nan = float("nan")
-    if per_sequence:
-        layer = torch.arange(n_layers + 1).repeat_interleave(n_seq)
-        frame: dict[str, Any] = {"sequence": torch.arange(n_seq).repeat(n_layers + 1).numpy(),
-                                 "layer": layer.numpy()}
-        for name, (values, present) in cols.items():
-            frame[name] = values.reshape(-1).numpy() if present else nan
-        frame["ce_model_nats"] = (ce_model / n_ce).repeat(n_layers + 1).numpy()
-        frame["n_tokens"] = seq_len
-        return pd.DataFrame(frame)
-    rows_out = []
-    for i in range(n_layers + 1):
-        row: dict[str, Any] = {"layer": i}
-        for name, (values, present) in cols.items():
-            row[name] = float(values[i].mean()) if present else nan
-        row["ce_model_nats"] = float(ce_model.sum() / (n_ce * n_seq))
-        row["n_tokens"] = n_seq * seq_len
-        rows_out.append(row)
-    return pd.DataFrame(rows_out)
-
-
-def _ce_per_seq(log_q: Tensor, targets: Tensor) -> Tensor:
-    """Summed next-token cross-entropy (nats) per sequence of log-probabilities log_q[:, :-1] against targets."""
-    picked = log_q[:, :-1].gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    return -picked.sum(-1, dtype=torch.float64).cpu()
 
 
 def _encode(tokenizer: Any, text: str) -> list[int]:
@@ -200,11 +153,8 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
 def trajectory(model: PreTrainedModel, lens: Lens, tokenizer: Any, text: str) -> PredictionTrajectory:
     """The package's PredictionTrajectory of ``text``, each position's target the next token (the last: eos).
 
-    Args:
-        model, lens: a decoder and a TunedLens or LogitLens for it; tokenizer: one with ``encode``; text: 2+ tokens.
-
-    Returns:
-        The ``tuned_lens.plotting.PredictionTrajectory`` (16-bit logits handed over in float32: numpy has no bf16).
+    Args: model, lens: a decoder and a TunedLens or LogitLens for it; tokenizer: one with ``encode``; text: 2+ tokens.
+    Returns: the ``tuned_lens.plotting.PredictionTrajectory`` (16-bit logits handed over in float32: numpy has no bf16).
     """
     from tuned_lens.plotting import PredictionTrajectory
 
@@ -237,8 +187,7 @@ class _Float32Logits:
         out.logits = out.logits.float()
         return out
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self(*args, **kwargs)
+    forward = __call__  # the package calls a lens's forward
 
 
 def top_tokens_by_layer(model: PreTrainedModel, lens: TunedLens | None, tokenizer: Any, prompt: str,

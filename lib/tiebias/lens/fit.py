@@ -1,9 +1,5 @@
-"""Training a tuned lens: ``tuned_lens.scripts.train_loop`` (not importable: it needs the removed
-``torchdata.dataloader2``) re-implemented to fit a CPU, with a fused KL, exact resume and the lens logits' precision.
-
-KL to the model's final distribution, translator i fed ``hidden_states[i]``, the loss summed over layers, gradient
-clipping, weight decay, linear warmup then decay to 0 (README: "Measured here" for the default recipe).
-"""
+"""Training a tuned lens: the package's ``train_loop`` (not importable: it needs the removed ``torchdata.dataloader2``)
+for a CPU, with a fused KL, exact resume and the lens logits' precision."""
 
 from __future__ import annotations
 
@@ -35,12 +31,9 @@ PRECISIONS = ("auto", "bf16", "fp32")
 def logits_precision(device: torch.device, requested: str | None = None) -> str:
     """The precision of the lens logits in lens training (README: "Lens precision").
 
-    Args:
-        device: where the lens trains. requested: "auto", "bf16" or "fp32" (None: ``$TIEBIAS_LENS_PRECISION``, else
-            "auto": bf16 where bf16 matmuls are supported, as the package's autocast).
-
-    Returns:
-        ``"bf16"`` or ``"fp32"``.
+    Args: device: where the lens trains; requested: "auto" (bf16 where bf16 matmuls are supported), "bf16" or "fp32"
+        (None: ``$TIEBIAS_LENS_PRECISION``, else "auto").
+    Returns: ``"bf16"`` or ``"fp32"``.
     """
     req = requested if requested is not None else os.environ.get(PRECISION_ENV, "auto").strip().lower() or "auto"
     if req not in PRECISIONS:
@@ -62,11 +55,8 @@ def _bf16_matmul_supported(device: torch.device) -> bool:
 def target_stats(logits: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
     """The loss's fixed statistics of the final distribution p = softmax(logits), in float32, exponentiating once.
 
-    Args:
-        logits: the model's final logits; weight, bias: the unembedding.
-
-    Returns:
-        (p W, p . b, sum p log p), what :class:`LensKL` takes after its first three arguments.
+    Args: logits: the model's final logits; weight, bias: the unembedding.
+    Returns: (p W, p . b, sum p log p), what :class:`LensKL` takes after its first three arguments.
     """
     z = logits.float()
     z = z - z.amax(-1, keepdim=True)
@@ -142,12 +132,8 @@ def train_lens(model: PreTrainedModel, tokens: Tensor, fit: LensFit | None = Non
                state: dict[str, Any] | None = None, cache: Any = None, log: list[dict[str, float]] | None = None,
                progress: bool = True, num_threads: int | Literal["auto"] | None = "auto",
                should_stop: Callable[[], bool] | None = None) -> TunedLens:
-    """Train a TunedLens (``lens`` in place, else a new one) on the frozen ``model``; return it.
-
-    ``tokens`` are cut into ``fit.seq_len`` sequences, shuffled with ``fit.seed`` and cycled. An empty ``state`` is
-    filled on return, a filled one resumes bit for bit. ``cache``: a :class:`tiebias.lens.cache.LensCache` replacing
-    the model's forward, the same lens bit for bit. ``log`` gets ``kl_bits_<i>`` and ``lr`` per step.
-    """
+    """Train a TunedLens (``lens`` in place, else a new one) on the frozen ``model``: an empty ``state`` is filled on
+    return, a filled one resumes bit for bit; ``cache`` (a ``LensCache``) replaces the model's forward, bit for bit."""
     model_type = check_model(model)
     fit = LensFit() if fit is None else fit
     seqs = check_train_args(model, tokens, fit, num_threads, should_stop)
@@ -158,16 +144,10 @@ def train_lens(model: PreTrainedModel, tokens: Tensor, fit: LensFit | None = Non
     lens = new_lens(model) if lens is None else lens
     if state is not None and not isinstance(state, dict):
         raise ValueError(f"state: expected a dict (empty to start) or None, got {type(state).__name__}")
-    resume = dict(state) if state else None
-    if resume is not None and resume.get("optimizer_name") != optimizer:
-        raise ValueError(f"optimizer: {optimizer!r} cannot continue a lens trained with "
-                         f"{resume.get('optimizer_name')!r}; continue with the same optimizer or start a new lens")
-    if resume is not None and resume.get("seq_len") != seq_len:
-        raise ValueError(f"seq_len: {seq_len} differs from the {resume.get('seq_len')} the lens was trained with")
+    params = [p for p in lens.parameters() if p.requires_grad]
+    opt, base_lr, feed = _start(params, seqs, fit, dict(state) if state else None)
     was_training = model.training
     model.eval()
-    params = [p for p in lens.parameters() if p.requires_grad]
-    opt, base_lr, feed = _start(params, seqs, fit, resume)
     target = LensTarget.of(lens, low_precision)
     per_step = fit.tokens_per_step // seq_len
     if cache is not None:
@@ -230,6 +210,11 @@ def _start(params: list[torch.nn.Parameter], seqs: Tensor, fit: LensFit,
            resume: dict[str, Any] | None) -> tuple[torch.optim.Optimizer, list[float], _Feed]:
     """The package's optimiser (SGD + Nesterov, lr scaled by 1 - momentum; or Adam, amsgrad, beta1 = momentum), its
     base learning rates (read before a resumed state overwrites them) and the data feed."""
+    if resume is not None and resume.get("optimizer_name") != fit.optimizer:
+        raise ValueError(f"optimizer: {fit.optimizer!r} cannot continue a lens trained with "
+                         f"{resume.get('optimizer_name')!r}; continue with the same optimizer or start a new lens")
+    if resume is not None and resume.get("seq_len") != fit.seq_len:
+        raise ValueError(f"seq_len: {fit.seq_len} differs from the {resume.get('seq_len')} the lens was trained with")
     if fit.optimizer == "sgd":
         opt: torch.optim.Optimizer = torch.optim.SGD(params, lr=fit.lr * (1 - fit.momentum), momentum=fit.momentum,
                                                      nesterov=True, weight_decay=fit.weight_decay)

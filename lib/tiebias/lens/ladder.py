@@ -16,39 +16,13 @@ from tiebias.config.lens import LensSettings, check_settings
 from tiebias.config.params import coerce
 from tiebias.config.variants import Variant, model_key
 from tiebias.lens import lenses, rungs
-from tiebias.lens.fit import logits_precision
-from tiebias.lens.rungs import rung_dir, train_ladder
+from tiebias.lens.rungs import train_ladder
 from tiebias.lens.tables import convergence, ladder_gaps, per_layer
 from tiebias.run.folder import Run
 from tiebias.system.parallel import side_by_side, workers_for
 from tiebias.train import divergence
 
 REFERENCE_BUDGET = "reference-budget"  # sub-folder of a lens folder: the ladder at the paper's lens budget
-
-
-def train_model_lens_ladders(model: Any, train_tokens: Any, test_tokens: Any, folder: str | Path,
-                             lens: LensSettings, *, progress: bool = True, num_threads: int | str | None = "auto",
-                             should_stop: Callable[[], bool] | None = None,
-                             logit_folder: str | Path | None = None) -> pd.DataFrame:
-    """Every recipe's ladder of one model, trained or loaded, read per sequence under each protocol (the logit lens
-    once, cached in ``logit_folder``); the first recipe's largest rung is copied to the top of ``folder``."""
-    lens = check_settings(lens)
-    folder = Path(folder)
-    sha = lenses.unembed_sha256(model)
-    logit_folder = Path(logit_folder) if logit_folder is not None else folder
-    n, seq_len = lens.eval_tokens, lens.seq_len
-    logits = {p: rungs.evaluate_cached(model, test_tokens, None, logit_folder / rungs.logit_name(sha, n, seq_len, p),
-                                       seq_len=seq_len, eval_tokens=n, logit_lens=True, protocol=p,
-                                       num_threads=num_threads) for p in lens.protocols}
-    frames = []
-    for recipe in lens.recipes:
-        trained = train_ladder(model, train_tokens, folder, lens, recipe=recipe, progress=progress,
-                               num_threads=num_threads, should_stop=should_stop)
-        frames += rungs.rung_frames(model, test_tokens, trained, {b: rung_dir(folder, recipe, b) for b in trained},
-                                    logits, lens, recipe=recipe, num_threads=num_threads)
-    rungs.publish_top_rung(folder, lens.recipes[0], lens, n_tokens=train_tokens.numel(), model_sha256=sha,
-                           precision=logits_precision(model.device))
-    return pd.concat(frames, ignore_index=True)
 
 
 def _final_step(run: Run, variant: str | Variant, seed: int) -> int | None:
@@ -62,12 +36,9 @@ def ensure_lens(run: Run, variant: str | Variant, seed: int, lens: LensSettings,
                 progress: bool = True, device: str = "cpu") -> tuple[Any, Any]:
     """One model of a run (or its checkpoint at ``step``) with its verdict lens, trained if not yet saved.
 
-    Args:
-        run, variant, seed: the model. lens: the settings (the first recipe's ladder only).
-        step: a checkpoint's step (None: the final model). progress, device: progress bars; where the model runs.
-
-    Returns:
-        ``(model, lens)``: the model and the ``TunedLens`` of the first recipe's largest rung.
+    Args: run, variant, seed: the model; lens: the settings (the first recipe's ladder only); step: a checkpoint's
+        step (None: the final model); progress, device: progress bars, where the model runs.
+    Returns: ``(model, lens)``: the model and the ``TunedLens`` of the first recipe's largest rung.
     """
     lens = check_settings(lens)
     model = run.load_model(variant, seed, step, device=device)
@@ -82,13 +53,10 @@ def train_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequence[int], 
                        device: str = "cpu", workers: int | str = "auto", subdir: str = "") -> pd.DataFrame:
     """The lens ladders of every (variant, seed) of a run, or of its checkpoints at ``step``, trained or loaded, read.
 
-    Args:
-        run, variants, seeds: the run and its finished models. lens: the settings. step: a checkpoint (None: final).
-        per_sequence: rows per sequence. progress, device: progress bars; where the models run.
-        workers: models trained side by side on a CPU. subdir: ladders in ``<lens folder>/<subdir>/``.
-
-    Returns:
-        ``variant``, ``seed``, ``step``, ``recipe``, ``budget``, ``lens_steps``, ``protocol``, ``layer`` and the
+    Args: run, variants, seeds: the run and its finished models; lens: the settings; step: a checkpoint (None: final);
+        per_sequence: rows per sequence; progress, device: progress bars, where the models run; workers: models
+        trained side by side on a CPU; subdir: ladders in ``<lens folder>/<subdir>/``.
+    Returns: ``variant``, ``seed``, ``step``, ``recipe``, ``budget``, ``lens_steps``, ``protocol``, ``layer`` and the
         evaluation columns.
     """
     lens = check_settings(lens)
@@ -102,13 +70,11 @@ def train_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequence[int], 
             at = None if step is None or step == final else step
             model = run.load_model(v, seed, at, device=device)
             lens_dir = run.lens_dir(v, seed, at)
-            df = train_model_lens_ladders(model, val, test, lens_dir / subdir, lens, progress=progress,
-                                          num_threads="auto" if n == 1 else None, should_stop=should_stop,
-                                          logit_folder=lens_dir)
-            df.insert(0, "variant", Variant.parse(v).name)
-            df.insert(1, "seed", seed)
-            df.insert(2, "step", step if step is not None else final)
-            return df
+            df = rungs.train_model_lens_ladders(model, val, test, lens_dir / subdir, lens, progress=progress,
+                                                num_threads="auto" if n == 1 else None, should_stop=should_stop,
+                                                logit_folder=lens_dir)
+            ids = {"variant": Variant.parse(v).name, "seed": seed, "step": step if step is not None else final}
+            return df.assign(**ids)[[*ids, *df.columns]]
         return go
 
     divergence.check_models(run, [(v, seed) for seed, v in jobs], "a tuned lens")
@@ -124,12 +90,9 @@ def train_pair_lens_ladders(models: dict[str, tuple[Any, Any]], corpus: Any, len
                             subdir: str = "") -> tuple[pd.DataFrame, dict[str, Any]]:
     """The lens ladders of loaded models, each with its own tokenizer (one that cannot read the corpus is refused).
 
-    Args:
-        models: {label: (model, tokenizer)}. corpus: None for the embedded one. lens: the settings.
-        folder: the pair's folder. per_sequence, progress, subdir: as in :func:`train_lens_ladders`.
-
-    Returns:
-        (the table, ``variant`` = label and ``seed`` = 0; the top lens by label).
+    Args: models: {label: (model, tokenizer)}; corpus: None for the embedded one; lens: the settings;
+        folder: the pair's folder; per_sequence, progress, subdir: as in :func:`train_lens_ladders`.
+    Returns: (the table, ``variant`` = label and ``seed`` = 0; the top lens by label).
     """
     from tiebias.align.tokenizers import check_tokenizers
     from tiebias.data import corpus as data
@@ -144,11 +107,8 @@ def train_pair_lens_ladders(models: dict[str, tuple[Any, Any]], corpus: Any, len
         test = tokens.encode(tok, ds["test"]["text"])
         top = Run(folder).pair_lens_dir(label)
         sub = top / subdir
-        df = train_model_lens_ladders(model, val, test, sub, lens, progress=progress, logit_folder=top)
-        df.insert(0, "variant", label)
-        df.insert(1, "seed", 0)
-        df.insert(2, "step", -1)
-        frames.append(df)
+        df = rungs.train_model_lens_ladders(model, val, test, sub, lens, progress=progress, logit_folder=top)
+        frames.append(df.assign(variant=label, seed=0, step=-1)[["variant", "seed", "step", *df.columns]])
         top_lenses[label] = lenses.load_lens(model, sub)
     out = pd.concat(frames, ignore_index=True)
     return (out if per_sequence else per_layer(out)), top_lenses
@@ -169,11 +129,8 @@ def train_checkpoint_lens_ladders(run: Run, variants: Sequence[str], seeds: Sequ
                                   device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
     """The verdict's early-layer gap at each training checkpoint, beside the validation loss there.
 
-    Args:
-        run, variants, seeds, lens, progress, device: as in :func:`train_lens_ladders`; checkpoints: their steps.
-
-    Returns:
-        (per checkpoint: ``step``, ``val_loss``, ``val_loss_<variant>``, ``val_step``, ``gap``, ``ci_low``,
+    Args: run, variants, seeds, lens, progress, device: as in :func:`train_lens_ladders`; checkpoints: their steps.
+    Returns: (per checkpoint: ``step``, ``val_loss``, ``val_loss_<variant>``, ``val_step``, ``gap``, ``ci_low``,
         ``ci_high``, ``half_width``, ``n_seeds``, ``converged``, ``budget``; the per-layer table of all of them).
     """
     steps_list = coerce("lens_checkpoints", list(checkpoints))

@@ -37,17 +37,6 @@ def split_error(lens: TunedLens, h0: Tensor, h1: Tensor) -> dict[str, Tensor]:
     return {PARTS[0]: base, PARTS[1]: base + embed, PARTS[2]: base + update, PARTS[3]: base + embed + update}
 
 
-def _geometry(lens: TunedLens, h0: Tensor, h1: Tensor) -> dict[str, Tensor]:
-    """Per position: the first block's update against the embedding, and each translator's |W h + b| / |h|."""
-    upd = h1 - h0
-    n0, n1 = h0.norm(dim=-1), h1.norm(dim=-1)
-    return {"update / embedding norm": upd.norm(dim=-1) / n0,
-            "cosine(embedding, update)": torch.nn.functional.cosine_similarity(h0, upd, dim=-1),
-            "translator 0 departure on h0": lens.layer_translators[0](h0).norm(dim=-1) / n0,
-            "translator 0 departure on h1": lens.layer_translators[0](h1).norm(dim=-1) / n1,
-            "translator 1 departure on h1": lens.layer_translators[1](h1).norm(dim=-1) / n1}
-
-
 def row1_parts(model: PreTrainedModel, lens: TunedLens, tokens: Any, *, seq_len: int = LENS_SEQ_LEN,
                max_tokens: int = 8192, batch_size: int = LENS_BATCH_SIZE) -> pd.DataFrame:
     """KL (bits) at row 1 under each of :data:`PARTS`, then the geometry, as means over positions: ``measure``,
@@ -68,7 +57,14 @@ def row1_parts(model: PreTrainedModel, lens: TunedLens, tokens: Any, *, seq_len:
                 h0, h1 = out.hidden_states[0], out.hidden_states[1]
                 for name, state in split_error(lens, h0, h1).items():
                     sums[name] = sums.get(name, 0.0) + float(kl_bits(out.logits, lens.unembed(state)).sum())
-                for name, v in _geometry(lens, h0, h1).items():
+                # the first block's update against the embedding, and each translator's |W h + b| / |h|
+                upd, n0, n1 = h1 - h0, h0.norm(dim=-1), h1.norm(dim=-1)
+                t0, t1 = lens.layer_translators[0], lens.layer_translators[1]
+                for name, v in {"update / embedding norm": upd.norm(dim=-1) / n0,
+                                "cosine(embedding, update)": torch.nn.functional.cosine_similarity(h0, upd, dim=-1),
+                                "translator 0 departure on h0": t0(h0).norm(dim=-1) / n0,
+                                "translator 0 departure on h1": t0(h1).norm(dim=-1) / n1,
+                                "translator 1 departure on h1": t1(h1).norm(dim=-1) / n1}.items():
                     sums[name] = sums.get(name, 0.0) + float(v.sum())
                 count += h0.shape[0] * h0.shape[1]
     finally:
@@ -93,11 +89,8 @@ def penalties(parts: pd.DataFrame) -> pd.DataFrame:
 def compare(parts: pd.DataFrame, a: str = "tied", b: str = "untied", *, level: float = LEVEL) -> pd.DataFrame:
     """Each measure and penalty for ``a`` and ``b`` and their paired difference over seeds with its t-interval.
 
-    Args:
-        parts: stacked :func:`run_row1_parts` tables; a, b: the variants, paired by seed; level: of the intervals.
-
-    Returns:
-        Per measure (``penalty: <name>`` for the penalties): ``measure``, ``<a>``, ``<b>``, ``difference``,
+    Args: parts: stacked :func:`run_row1_parts` tables; a, b: the variants, paired by seed; level: of the intervals.
+    Returns: per measure (``penalty: <name>`` for the penalties): ``measure``, ``<a>``, ``<b>``, ``difference``,
         ``ci_low``, ``ci_high`` (NaN below two seeds), ``n_seeds``.
     """
     wide = parts.pivot_table(index=["variant", "seed"], columns="measure", values="value")
@@ -116,11 +109,8 @@ def compare(parts: pd.DataFrame, a: str = "tied", b: str = "untied", *, level: f
 def k_trend(penalty_by_k: pd.DataFrame, *, level: float = LEVEL) -> dict[str, Any]:
     """The row-1 penalty against log2 k: the fitted slope per doubling and whether it falls, rises or shows no trend.
 
-    Args:
-        penalty_by_k: the :func:`penalty_by_k` table. level: of the slope's interval.
-
-    Returns:
-        ``slope``, ``ci_low``, ``ci_high``, ``word`` (``falls``, ``rises``, ``no trend``, ``too few points``), ``n``.
+    Args: penalty_by_k: the :func:`penalty_by_k` table; level: of the slope's interval.
+    Returns: ``slope``, ``ci_low``, ``ci_high``, ``word`` (``falls``, ``rises``, ``no trend``, ``too few points``), ``n``.
     """
     x = np.log2(penalty_by_k.k.to_numpy(dtype=float))
     y = penalty_by_k.penalty.to_numpy(dtype=float)
@@ -135,12 +125,9 @@ def run_row1_parts(run: Any, variants: list[str], seeds: list[int], lens: LensSe
                    progress: bool = True) -> pd.DataFrame:
     """:func:`row1_parts` of each finished model of a run, read with its verdict lens on the test split.
 
-    Args:
-        run: the run. variants, seeds: the models (unfinished ones skipped; none finished: ValueError).
-        lens: the settings (:func:`tiebias.lens.ladder.ensure_lens`). progress: progress bars.
-
-    Returns:
-        The rows of every model stacked: ``measure``, ``value``, ``kind``, ``variant``, ``seed``.
+    Args: run: the run; variants, seeds: the models (unfinished ones skipped; none finished: ValueError);
+        lens: the settings (:func:`tiebias.lens.ladder.ensure_lens`); progress: progress bars.
+    Returns: the rows of every model stacked: ``measure``, ``value``, ``kind``, ``variant``, ``seed``.
     """
     from tiebias.lens.ladder import ensure_lens
 
@@ -160,13 +147,10 @@ def run_row1_parts(run: Any, variants: list[str], seeds: list[int], lens: LensSe
 def penalty_by_k(run: Any, variants: Sequence[Variant], seeds: list[int], lens: LensSettings) -> pd.DataFrame:
     """The row-1 penalties of a sweep's tied models with an unscaled output path, beside their input factor ``k``.
 
-    Args:
-        run: the sweep's run. variants: its variants (two or more factors k needed). seeds: the seeds read.
+    Args: run: the sweep's run; variants: its variants (two or more factors k needed); seeds: the seeds read;
         lens: as in :func:`run_row1_parts`.
-
-    Returns:
-        Per model, by ``k`` then ``seed``: ``variant``, ``seed``, each of :data:`PENALTIES`, ``interaction``, ``k``,
-        ``penalty`` (the paper's reading's).
+    Returns: per model, by ``k`` then ``seed``: ``variant``, ``seed``, each of :data:`PENALTIES`, ``interaction``,
+        ``k``, ``penalty`` (the paper's reading's).
     """
     tied = [v for v in variants if v.tied and v.output_factor == 1.0]
     if len({v.input_factor for v in tied}) < 2:

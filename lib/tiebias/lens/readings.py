@@ -8,7 +8,6 @@ from typing import Any
 
 import pandas as pd
 
-from tiebias.config.lens import LensSettings
 from tiebias.lens.tables import at_budget, at_protocol, early_gap, gaps, per_layer, same_depth
 from tiebias.paper import FIG2_LENS, FIG2_OLMO_KL_BITS
 from tiebias.stats import LEVEL
@@ -22,31 +21,17 @@ READINGS: dict[str, tuple[str, str, str]] = {
 """key -> (protocol, lens budget: the verdict's or the reference's, label)."""
 
 REFERENCE_BUDGET_LADDER: dict[str, Any] = {"recipes": ("package",), "budgets": (1,), "steps": FIG2_LENS["steps"]}
-"""The package's SGD recipe for the paper's 100 steps, one rung (tokens per step stay the profile's)."""
-
-
-def reference_budget(lens: LensSettings) -> LensSettings:
-    """The reference-budget ladder's settings (trained in ``lens.ladder.REFERENCE_BUDGET``).
-
-    Args:
-        lens: the study's lens settings (tokens per step, evaluation tokens, sequence length, protocols kept).
-
-    Returns:
-        A copy with :data:`REFERENCE_BUDGET_LADDER`'s recipe, budget and steps.
-    """
-    return lens.replace(**REFERENCE_BUDGET_LADDER)
+"""The package's SGD recipe for the paper's 100 steps, one rung (``lens.replace(**REFERENCE_BUDGET_LADDER)``: tokens
+per step stay the profile's), trained in ``lens.ladder.REFERENCE_BUDGET``."""
 
 
 def decomposition(verdict_table: pd.DataFrame, reference_table: pd.DataFrame, *, paired: bool = True,
                   level: float = LEVEL, a: str = "tied", b: str = "untied") -> tuple[pd.DataFrame, pd.DataFrame]:
     """The early-layer gap under the four :data:`READINGS`, beside the paper's layer-0 and layer-1 gaps (Figure 2).
 
-    Args:
-        verdict_table, reference_table: the per-sequence ladder and reference-budget tables, both protocols.
+    Args: verdict_table, reference_table: the per-sequence ladder and reference-budget tables, both protocols;
         paired, level: as in :func:`tiebias.lens.tables.early_gap`; a, b: the variants (gaps are ``a - b``).
-
-    Returns:
-        (one row per reading: ``reading``, ``label``, ``protocol``, ``recipe``, ``lens_steps``, ``gap`` with its CI,
+    Returns: (one row per reading: ``reading``, ``label``, ``protocol``, ``recipe``, ``lens_steps``, ``gap`` with its CI,
         ``method``, ``n_seeds``, ``<variant>_l0``/``_l1``, ``gap_l0``/``gap_l1``, ``paper_gap_l0``/``paper_gap_l1``;
         the per-layer table of each reading, NaN gaps where the models differ in depth).
     """

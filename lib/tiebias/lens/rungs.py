@@ -5,9 +5,10 @@ only, to resume) and read under each protocol (cached CSVs); the first recipe's 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from tiebias.run.files import damaged, load_torch_file, read_json, remove_entry,
 from tiebias.run.layout import LENS_PARAMS_NAME
 from tiebias.system.atomic import atomic_path
 
-__all__ = ["eval_name", "evaluate_cached", "logit_name", "publish_top_rung", "rung_dir", "rung_frames", "train_ladder"]
+__all__ = ["eval_name", "evaluate_cached", "rung_dir", "train_ladder", "train_model_lens_ladders"]
 
 _RUNG = "rung.json"
 _TRAINER = "trainer.pt"
@@ -109,31 +110,10 @@ def train_ladder(model: Any, tokens: Any, folder: str | Path, lens: LensSettings
     return out
 
 
-def publish_top_rung(folder: Path, recipe: str, lens: LensSettings, *, n_tokens: int, model_sha256: str,
-                     precision: str) -> None:
-    """Copy the largest rung's lens files to the top of the lens folder (unless already there)."""
-    meta = _rung_meta(recipe, lens, len(lens.budgets) - 1, n_tokens=n_tokens, model_sha256=model_sha256,
-                      precision=precision)
-    src = rung_dir(folder, recipe, lens.budgets[-1])
-    top = folder / _TOP_RECIPE
-    if top.is_file() and json.loads(top.read_text()) == meta and (folder / LENS_PARAMS_NAME).is_file():
-        return
-    for f in src.iterdir():
-        if f.is_file() and f.name not in (_RUNG, _TRAINER) and not f.name.startswith("eval_"):
-            with atomic_path(folder / f.name) as tmp:
-                shutil.copy2(f, tmp)
-    write_json_atomic(top, meta)
-
-
 def eval_name(eval_tokens: int, seq_len: int, protocol: str) -> str:
     """Cache file of one rung's evaluation under ``protocol``."""
     tag = f"eval_{eval_tokens}x{seq_len}"
     return f"{tag}.csv" if protocol == "package" else f"{tag}_{protocol}.csv"
-
-
-def logit_name(model_sha256: str, eval_tokens: int, seq_len: int, protocol: str) -> str:
-    """Cache file of a model's logit-lens evaluation (shared by every rung)."""
-    return f"logit_{model_sha256[:12]}_{eval_name(eval_tokens, seq_len, protocol)}"
 
 
 def evaluate_cached(model: Any, tokens: Any, lens: Any, path: Path, *, seq_len: int, eval_tokens: int,
@@ -146,29 +126,47 @@ def evaluate_cached(model: Any, tokens: Any, lens: Any, path: Path, *, seq_len: 
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
             raise damaged(path, e, "delete it: the evaluation is computed again from the saved lens") from None
     df = evaluate.evaluate(model, tokens, lens, seq_len=seq_len, max_tokens=eval_tokens, per_sequence=True,
-                            logit_lens=logit_lens, num_threads=num_threads, protocol=protocol)
+                           logit_lens=logit_lens, num_threads=num_threads, protocol=protocol)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         df.to_csv(tmp, index=False)
     return df
 
 
-def rung_frames(model: Any, tokens: Any, lenses: Mapping[int, Any], dirs: Mapping[int, Path],
-                logits: Mapping[str, pd.DataFrame], settings: LensSettings, *, recipe: str,
-                num_threads: int | str | None = "auto") -> list[pd.DataFrame]:
-    """One per-sequence frame per (rung, protocol): ``recipe``, ``budget``, ``lens_steps``, ``protocol``, then
-    the evaluation's columns with the logit lens (``logits``, by protocol) beside."""
+def train_model_lens_ladders(model: Any, train_tokens: Any, test_tokens: Any, folder: str | Path,
+                             lens: LensSettings, *, progress: bool = True, num_threads: int | str | None = "auto",
+                             should_stop: Callable[[], bool] | None = None,
+                             logit_folder: str | Path | None = None) -> pd.DataFrame:
+    """Every recipe's ladder of one model, trained or loaded, read per sequence under each protocol (the logit lens
+    once, cached in ``logit_folder``); the first recipe's largest rung is copied to the top of ``folder``."""
+    lens = check_settings(lens)
+    folder = Path(folder)
+    sha = lenses.unembed_sha256(model)
+    logit_folder = Path(logit_folder) if logit_folder is not None else folder
+    n, seq_len = lens.eval_tokens, lens.seq_len
+    read = functools.partial(evaluate_cached, model, test_tokens, seq_len=seq_len, eval_tokens=n,
+                             num_threads=num_threads)
+    logits = {p: read(None, logit_folder / f"logit_{sha[:12]}_{eval_name(n, seq_len, p)}", logit_lens=True,
+                      protocol=p) for p in lens.protocols}
     frames = []
-    n, seq_len = settings.eval_tokens, settings.seq_len
-    for b, lens in lenses.items():
-        for protocol in settings.protocols:
-            df = evaluate_cached(model, tokens, lens, dirs[b] / eval_name(n, seq_len, protocol), seq_len=seq_len,
-                                 eval_tokens=n, logit_lens=False, protocol=protocol, num_threads=num_threads)
-            df["kl_logit_bits"] = logits[protocol].kl_logit_bits.to_numpy()
-            df["ce_logit_nats"] = logits[protocol].ce_logit_nats.to_numpy()
-            df.insert(0, "recipe", recipe)
-            df.insert(1, "budget", b)
-            df.insert(2, "lens_steps", b * settings.steps)
-            df.insert(3, "protocol", protocol)
-            frames.append(df)
-    return frames
+    for recipe in lens.recipes:
+        trained = train_ladder(model, train_tokens, folder, lens, recipe=recipe, progress=progress,
+                               num_threads=num_threads, should_stop=should_stop)
+        for b, tuned in trained.items():
+            for p in lens.protocols:
+                df = read(tuned, rung_dir(folder, recipe, b) / eval_name(n, seq_len, p), logit_lens=False, protocol=p)
+                df["kl_logit_bits"] = logits[p].kl_logit_bits.to_numpy()
+                df["ce_logit_nats"] = logits[p].ce_logit_nats.to_numpy()
+                ids = {"recipe": recipe, "budget": b, "lens_steps": b * lens.steps, "protocol": p}
+                frames.append(df.assign(**ids)[[*ids, *df.columns]])
+    # the first recipe's largest rung, copied to the top of the folder (unless already there)
+    meta = _rung_meta(lens.recipes[0], lens, len(lens.budgets) - 1, n_tokens=train_tokens.numel(), model_sha256=sha,
+                      precision=logits_precision(model.device))
+    top = folder / _TOP_RECIPE
+    if not (top.is_file() and json.loads(top.read_text()) == meta and (folder / LENS_PARAMS_NAME).is_file()):
+        for f in rung_dir(folder, lens.recipes[0], lens.budgets[-1]).iterdir():
+            if f.is_file() and f.name not in (_RUNG, _TRAINER) and not f.name.startswith("eval_"):
+                with atomic_path(folder / f.name) as tmp:
+                    shutil.copy2(f, tmp)
+        write_json_atomic(top, meta)
+    return pd.concat(frames, ignore_index=True)

@@ -1,8 +1,5 @@
-"""Tuned-lens tables of notebook 03: per-layer KL, tied-untied gaps with intervals, ladder convergence.
-
-Gaps are tied - untied with a t-interval over seeds (two or more), else a bootstrap over evaluation sequences. The
-early layers are the input layer and the first third of the blocks.
-"""
+"""Tuned-lens tables of notebook 03: per-layer KL, tied - untied gaps (a t-interval over two or more seeds, else a
+bootstrap over evaluation sequences), ladder convergence."""
 
 from __future__ import annotations
 
@@ -25,11 +22,8 @@ KL_RTOL = 0.05  # plus this share of the KL: a lens still moving more when its t
 def per_layer(seq_table: pd.DataFrame) -> pd.DataFrame:
     """Mean over evaluation sequences of a per-sequence table: one row per model, lens and layer.
 
-    Args:
-        seq_table: a per-sequence lens table; one without a ``sequence`` column is returned as it is.
-
-    Returns:
-        The :data:`ID_COLUMNS` present, ``layer``, the :data:`METRICS` (means) and ``n_tokens`` (their sum).
+    Args: seq_table: a per-sequence lens table (one without a ``sequence`` column is returned as it is).
+    Returns: the :data:`ID_COLUMNS` present, ``layer``, the :data:`METRICS` (means) and ``n_tokens`` (their sum).
     """
     if "sequence" not in seq_table:
         return seq_table
@@ -42,11 +36,8 @@ def per_layer(seq_table: pd.DataFrame) -> pd.DataFrame:
 def at_protocol(df: pd.DataFrame, protocol: str = "package") -> pd.DataFrame:
     """The rows of one lens protocol, re-indexed; a table without the column is all package.
 
-    Args:
-        df: a lens table. protocol: the protocol kept (one the table lacks: ValueError).
-
-    Returns:
-        The rows of that protocol.
+    Args: df: a lens table; protocol: the protocol kept (one the table lacks: ValueError).
+    Returns: the rows of that protocol.
     """
     if "protocol" not in df:
         if protocol != "package":
@@ -61,11 +52,8 @@ def at_protocol(df: pd.DataFrame, protocol: str = "package") -> pd.DataFrame:
 def at_budget(df: pd.DataFrame, budget: int | None = None, recipe: str | None = None) -> pd.DataFrame:
     """The rows of one recipe (default: the table's first) at one budget (default: its largest), re-indexed.
 
-    Args:
-        df: a lens table (one without ``recipe`` is returned as it is). budget, recipe: the rung (absent: ValueError).
-
-    Returns:
-        The rows of that rung.
+    Args: df: a lens table (one without ``recipe`` is returned as it is); budget, recipe: the rung (absent: ValueError).
+    Returns: the rows of that rung.
     """
     if "recipe" not in df:
         return df
@@ -84,52 +72,43 @@ def _n_seeds(df: pd.DataFrame, a: str, b: str) -> int:
     return len(set(df[df.variant == a].seed) & set(df[df.variant == b].seed))
 
 
-def _seed_gaps(df: pd.DataFrame, column: str, a: str, b: str, level: float) -> pd.DataFrame:
-    """Per layer, the paired gap a - b over seeds with sd, t-interval and p-value; repeated rows refused."""
-    df = per_layer(df)
-    if df.duplicated(["layer", "seed", "variant"]).any():
-        raise ValueError("df: several rows per (layer, seed, variant), e.g. several lens budgets or recipes; "
-                         "select one with lens.tables.at_budget(df, budget, recipe)")
-    wide = df.pivot_table(index=["layer", "seed"], columns="variant", values=column)
-    if a not in wide or b not in wide:
-        raise ValueError(f"variants: need both {a!r} and {b!r} in the table, have {list(wide.columns)}")
-    gap = (wide[a] - wide[b]).rename("gap").reset_index()
-    rows = []
-    for layer, g in gap.groupby("layer"):
-        x = g.gap.to_numpy(dtype=float)
-        x = x[np.isfinite(x)]
-        n = len(x)
-        mean = float(x.mean()) if n else math.nan
-        sd = float(x.std(ddof=1)) if n > 1 else math.nan
-        if n > 1 and sd > 0:
-            (lo, hi, _), p = stats.t_interval(mean, sd, n, level), stats.one_sample_p(x)
-        else:
-            lo, hi, p = math.nan, math.nan, math.nan
-        rows.append({"layer": int(layer), a: float(wide.loc[layer][a].mean()), b: float(wide.loc[layer][b].mean()),
-                     "gap": mean, "gap_sd": sd, "ci_low": lo, "ci_high": hi, "p_value": p, "n_seeds": n,
-                     "significant": n > 1 and stats.excludes_zero(lo, hi), "ci_method": "seeds (t)"})
-    return pd.DataFrame(rows)
-
-
 def gaps(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied", b: str = "untied", *,
          paired: bool = True, level: float = LEVEL, n_boot: int = 2000) -> pd.DataFrame:
     """Per-layer gap ``a - b`` of one rung: a t-interval over two or more seeds, else a bootstrap over sequences.
 
-    Args:
-        seq_table: one rung (:func:`at_budget`), per sequence for the bootstrap; column: the metric; a, b: variants.
-        paired, level, n_boot: pair the two models' sequences; confidence level; bootstrap resamples.
-
-    Returns:
-        Per layer: ``layer``, ``<a>``, ``<b>``, ``gap``, ``gap_sd``, ``ci_low``, ``ci_high``, ``p_value``, ``n_seeds``,
-        ``significant`` (the CI excludes 0), ``ci_method``.
+    Args: seq_table: one rung (:func:`at_budget`), per sequence for the bootstrap; column: the metric; a, b: variants;
+        paired, level, n_boot: pair the two models' sequences, confidence level, bootstrap resamples.
+    Returns: per layer ``layer``, ``<a>``, ``<b>``, ``gap``, ``gap_sd``, ``ci_low``, ``ci_high``, ``p_value``,
+        ``n_seeds``, ``significant`` (the CI excludes 0), ``ci_method``.
     """
-    if _n_seeds(seq_table, a, b) > 1 or "sequence" not in seq_table:
-        return _seed_gaps(seq_table, column, a, b, level)
+    rows = []
+    if _n_seeds(seq_table, a, b) > 1 or "sequence" not in seq_table:  # paired over seeds, repeated rows refused
+        df = per_layer(seq_table)
+        if df.duplicated(["layer", "seed", "variant"]).any():
+            raise ValueError("df: several rows per (layer, seed, variant), e.g. several lens budgets or recipes; "
+                             "select one with lens.tables.at_budget(df, budget, recipe)")
+        wide = df.pivot_table(index=["layer", "seed"], columns="variant", values=column)
+        if a not in wide or b not in wide:
+            raise ValueError(f"variants: need both {a!r} and {b!r} in the table, have {list(wide.columns)}")
+        gap = (wide[a] - wide[b]).rename("gap").reset_index()
+        for layer, g in gap.groupby("layer"):
+            x = g.gap.to_numpy(dtype=float)
+            x = x[np.isfinite(x)]
+            n = len(x)
+            mean = float(x.mean()) if n else math.nan
+            sd = float(x.std(ddof=1)) if n > 1 else math.nan
+            if n > 1 and sd > 0:
+                (lo, hi, _), p = stats.t_interval(mean, sd, n, level), stats.one_sample_p(x)
+            else:
+                lo, hi, p = math.nan, math.nan, math.nan
+            rows.append({"layer": int(layer), a: float(wide.loc[layer][a].mean()),
+                         b: float(wide.loc[layer][b].mean()), "gap": mean, "gap_sd": sd, "ci_low": lo, "ci_high": hi, "p_value": p, "n_seeds": n,
+                         "significant": n > 1 and stats.excludes_zero(lo, hi), "ci_method": "seeds (t)"})
+        return pd.DataFrame(rows)
     depth = seq_table.groupby("variant").layer.max()
     if depth.get(a) != depth.get(b):
         raise ValueError(f"layers: {a} has {depth.get(a)} layers and {b} {depth.get(b)}; per-layer gaps need equal "
                          "depth; use lens.tables.early_gap (relative depth)")
-    rows = []
     for layer, g in seq_table.groupby("layer"):
         xa = g[g.variant == a].sort_values("sequence")[column].to_numpy()
         xb = g[g.variant == b].sort_values("sequence")[column].to_numpy()
@@ -143,11 +122,8 @@ def gaps(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied"
 def early_layers(n_layers: int) -> list[int]:
     """The layers called "early" in verdicts: the input layer and the first third of the blocks.
 
-    Args:
-        n_layers: the model's blocks.
-
-    Returns:
-        The layer numbers.
+    Args: n_layers: the model's blocks.
+    Returns: the layer numbers.
     """
     return list(range(0, max(1, math.ceil(n_layers / 3)) + 1))
 
@@ -155,8 +131,7 @@ def early_layers(n_layers: int) -> list[int]:
 def early_gap(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "tied", b: str = "untied", *,
               paired: bool = True, level: float = LEVEL, n_boot: int = 2000) -> dict[str, Any]:
     """The early-layer gap of one rung (each model's mean over its own early layers, a - b) with its CI over seeds,
-    or with one pair a bootstrap over sequences. Keys: value, ci_low, ci_high, half_width, sd, n_seeds, method,
-    early_layers, depth_note, per_seed."""
+    or with one pair a bootstrap over sequences."""
     df = seq_table[seq_table.variant.isin([a, b])]
     if df.duplicated([c for c in ("layer", "seed", "variant", "sequence") if c in df]).any():
         raise ValueError("seq_table: several rows per model and layer (several budgets or recipes); select one "
@@ -195,12 +170,8 @@ def ladder_gaps(seq_table: pd.DataFrame, recipe: str | None = None, column: str 
                 paired: bool = True, level: float = LEVEL) -> pd.DataFrame:
     """The early-layer gap with its CI at every budget of one recipe's ladder.
 
-    Args:
-        seq_table: every rung. recipe: the ladder (None: the first row's). column, paired, level: as :func:`early_gap`.
-
-    Returns:
-        One row per budget: ``recipe``, ``budget``, ``gap``, ``ci_low``, ``ci_high``, ``half_width``, ``n_seeds``,
-        ``method``.
+    Args: seq_table: every rung; recipe: the ladder (None: the first row's); column, paired, level: as :func:`early_gap`.
+    Returns: per budget ``recipe``, ``budget``, ``gap``, ``ci_low``, ``ci_high``, ``half_width``, ``n_seeds``, ``method``.
     """
     recipe = recipe if recipe is not None else str(seq_table.recipe.iloc[0])
     rows = []
@@ -212,34 +183,13 @@ def ladder_gaps(seq_table: pd.DataFrame, recipe: str | None = None, column: str 
     return pd.DataFrame(rows)
 
 
-def kl_convergence(kl: pd.DataFrame, recipe: str | None = None, column: str = "kl_tuned_bits", *,
-                   atol: float = KL_ATOL_BITS, rtol: float = KL_RTOL) -> dict[str, Any]:
-    """Whether every layer's mean KL (per variant) moved by at most ``atol + rtol * |KL|`` between the two largest
-    budgets of one recipe; the worst layer named; ``converged`` None with one budget."""
-    table = per_layer(kl)
-    recipe = recipe if recipe is not None else str(table.recipe.iloc[0])
-    table = table[table.recipe == recipe]
-    budgets = sorted(set(table.budget))
-    if len(budgets) < 2:
-        return {"converged": None, "worst": None, "atol": atol, "rtol": rtol}
-    m = table[table.budget.isin(budgets[-2:])].groupby(["variant", "layer", "budget"])[column].mean().unstack("budget")
-    before, after = m[budgets[-2]], m[budgets[-1]]
-    excess = (after - before).abs() - (atol + rtol * before.abs())
-    variant, layer = excess.idxmax()
-    worst = {"variant": str(variant), "layer": int(layer), "before": float(before[(variant, layer)]),
-             "after": float(after[(variant, layer)]), "excess": float(excess.max())}
-    return {"converged": bool(excess.max() <= 0), "worst": worst, "atol": atol, "rtol": rtol}
-
-
 def convergence(ladder: pd.DataFrame, kl: pd.DataFrame | None = None) -> dict[str, Any]:
     """Whether the ladder converged: its last rung moved the early-layer gap by less than the gap's CI half-width
-    and, given ``kl``, no layer's KL by more than :func:`kl_convergence`'s tolerance.
+    and, given ``kl``, no layer's mean KL (per variant) by more than ``KL_ATOL_BITS + KL_RTOL * |KL|``.
 
-    Args:
-        ladder: :func:`ladder_gaps` of one recipe. kl: its lens table (None: the gap part only).
-
-    Returns:
-        ``converged`` (None with one budget), ``change``, ``half_width``, ``budgets``, ``gap_converged``, ``kl``.
+    Args: ladder: :func:`ladder_gaps` of one recipe; kl: its lens table (None: the gap part only).
+    Returns: ``converged`` (None with one budget), ``change``, ``half_width``, ``budgets``, ``gap_converged``, ``kl``
+        (``converged``, the ``worst`` layer, ``atol``, ``rtol``).
     """
     lad = ladder.sort_values("budget")
     if len(lad) < 2:
@@ -248,7 +198,20 @@ def convergence(ladder: pd.DataFrame, kl: pd.DataFrame | None = None) -> dict[st
     change = float(lad.gap.iloc[-1] - lad.gap.iloc[-2])
     half = float(lad.half_width.iloc[-1])
     gap_ok = bool(math.isfinite(half) and abs(change) < half)
-    kl_part = kl_convergence(kl, str(lad.recipe.iloc[0]) if "recipe" in lad else None) if kl is not None else None
+    kl_part = None
+    if kl is not None:  # the two largest budgets of the recipe, per variant and layer
+        table = per_layer(kl)
+        table = table[table.recipe == (str(lad.recipe.iloc[0]) if "recipe" in lad else str(table.recipe.iloc[0]))]
+        budgets = sorted(set(table.budget))
+        kl_part = {"converged": None, "worst": None, "atol": KL_ATOL_BITS, "rtol": KL_RTOL}
+        if len(budgets) >= 2:
+            m = table[table.budget.isin(budgets[-2:])].groupby(["variant", "layer", "budget"])["kl_tuned_bits"].mean()
+            before, after = m.unstack("budget")[budgets[-2]], m.unstack("budget")[budgets[-1]]
+            excess = (after - before).abs() - (KL_ATOL_BITS + KL_RTOL * before.abs())
+            variant, layer = excess.idxmax()
+            kl_part.update(converged=bool(excess.max() <= 0), worst={
+                "variant": str(variant), "layer": int(layer), "before": float(before[(variant, layer)]),
+                "after": float(after[(variant, layer)]), "excess": float(excess.max())})
     ok = gap_ok and (kl_part is None or kl_part["converged"] is not False)
     return {"converged": ok, "change": change, "half_width": half, "budgets": lad.budget.tolist(),
             "gap_converged": gap_ok, "kl": kl_part}
@@ -275,11 +238,8 @@ def not_converged_because(conv: dict[str, Any]) -> str:
 def describe_convergence(conv: dict[str, Any]) -> str:
     """The convergence line of claim 3's recorded text: converged or not and, when not, what still moved.
 
-    Args:
-        conv: the dict :func:`convergence` returns.
-
-    Returns:
-        One sentence.
+    Args: conv: the dict :func:`convergence` returns.
+    Returns: one sentence.
     """
     if conv["converged"] is None:
         return "Lens convergence not checked: one lens budget (give lens_budgets two or more rungs)."
@@ -300,11 +260,8 @@ def describe_convergence(conv: dict[str, Any]) -> str:
 def same_depth(table: pd.DataFrame) -> bool:
     """Whether every model in the table has the same number of layers (per-layer gaps need that).
 
-    Args:
-        table: a lens table with ``variant`` and ``layer`` columns.
-
-    Returns:
-        True when every variant's deepest layer is the same.
+    Args: table: a lens table with ``variant`` and ``layer`` columns.
+    Returns: True when every variant's deepest layer is the same.
     """
     return table.groupby("variant").layer.max().nunique() == 1
 
@@ -312,22 +269,14 @@ def same_depth(table: pd.DataFrame) -> bool:
 def ladder_layers(kl: pd.DataFrame, layers: Sequence[int] = (0, 1, 2), column: str = "kl_tuned_bits") -> pd.DataFrame:
     """Tuned-lens KL of some layers at every rung, per variant, as "mean ± sd" over seeds.
 
-    Args:
-        kl: every rung. layers: the layers shown. column: the metric.
-
-    Returns:
-        Text cells indexed by (``recipe``, ``budget``), columns (``layer``, ``variant``); sd 0 with one seed.
+    Args: kl: every rung; layers: the layers shown; column: the metric.
+    Returns: text cells indexed by (``recipe``, ``budget``), columns (``layer``, ``variant``); sd 0 with one seed.
     """
     sub = per_layer(kl)
     sub = sub[sub.layer.isin(layers)]
     g = sub.groupby(["recipe", "budget", "layer", "variant"], sort=False)[column]
     cell = (g.mean().map("{:.3g}".format) + " ± " + g.std(ddof=1).fillna(0).map("{:.2g}".format)).rename(column)
     return cell.unstack(["layer", "variant"])
-
-
-def per_seed_gaps(table: pd.DataFrame, protocol: str) -> list[float]:
-    """The per-seed early-layer gaps (first recipe, largest budget) under ``protocol``: what :func:`depth_trend` fits."""
-    return [float(x) for x in early_gap(at_budget(at_protocol(table, protocol)))["per_seed"]]
 
 
 def depth_trend(table: pd.DataFrame, protocol: str, *, level: float = LEVEL) -> stats.Slope:

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from tiebias.lens.tables import at_budget, at_protocol, gaps, per_seed_gaps
+from tiebias.lens.tables import at_budget, at_protocol, early_gap, gaps
 from tiebias.run.folder import Run
 from tiebias.stats import LEVEL
 from tiebias.verdicts.claims import Verdict, claim3
@@ -28,12 +28,13 @@ def depth_table(tables: Mapping[str, pd.DataFrame], protocols: Sequence[str], *,
     for preset, table in tables.items():
         for protocol in protocols:
             v = claim3(table, protocol=protocol, level=level)
-            row1 = gaps(at_budget(at_protocol(table, protocol)), level=level).set_index("layer").loc[1]
+            top = at_budget(at_protocol(table, protocol))
+            row1 = gaps(top, level=level).set_index("layer").loc[1]
             rows.append({"preset": preset, "n_layers": int(table.layer.max()), "protocol": protocol,
                          "gap": v.value, "ci_low": v.details["ci_low"], "ci_high": v.details["ci_high"],
                          "n_seeds": v.n_seeds, "budget": v.details["budget"], "converged": v.details["converged"],
                          "verdict": v.status, "row1_gap": float(row1.gap), "row1_ci_low": float(row1.ci_low),
-                         "row1_ci_high": float(row1.ci_high), "per_seed": per_seed_gaps(table, protocol)})
+                         "row1_ci_high": float(row1.ci_high), "per_seed": early_gap(top)["per_seed"]})
     return pd.DataFrame(rows).sort_values(["protocol", "n_layers"], kind="stable").reset_index(drop=True)
 
 
