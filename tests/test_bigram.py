@@ -24,7 +24,7 @@ def test_bigram_probability_by_hand() -> None:
 def test_a_deterministic_stream_is_nearly_free_for_the_bigram_and_log2_for_the_unigram() -> None:
     train = [0, 1] * 500  # each token fixes the next
     m = bigram.fit(train, 2)  # alpha chosen on the last tenth: the smallest on the grid
-    assert m.alpha == min(bigram.ALPHAS) and m.at_edge
+    assert m.alpha == min(bigram.ALPHAS)
     ce = m.loss(torch.tensor([0, 1] * 50))
     assert ce < 1e-4
     uni = tokens.unigram_loss(np.bincount(train, minlength=2), [0, 1] * 50)

@@ -45,13 +45,14 @@ def test_model_folder_deleted_during_training_stops_it(fresh_run: Run, tiny_conf
 def test_step0_gone_after_the_last_checkpoint_is_never_marked_complete(fresh_run: Run, tiny_config: TrainConfig,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     step0 = fresh_run.checkpoints_dir("untied", 0) / "step-0"
-    save_final = train_module.save_final
+    prune_states = train_module.prune_states
 
-    def vanish_then_save(*args: object) -> None:
-        shutil.rmtree(step0)
-        save_final(*args)
+    def vanish_then_prune(root: Path, keep: int) -> None:  # keep=1: the final model is saved, the marker not yet
+        if keep == 1:
+            shutil.rmtree(step0)
+        prune_states(root, keep)
 
-    monkeypatch.setattr(train_module, "save_final", vanish_then_save)
+    monkeypatch.setattr(train_module, "prune_states", vanish_then_prune)
     with pytest.raises(RunFolderError, match=str(step0)):
         train(fresh_run, "untied", 0, tiny_config, progress=False)
     assert not fresh_run.is_complete("untied", 0)

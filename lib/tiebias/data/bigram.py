@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -47,8 +47,7 @@ def pairs(ids: np.ndarray, seq_len: int | None = None, max_tokens: int | None = 
 
 @dataclass(frozen=True)
 class Bigram:
-    """A fitted bigram model: pair counts (sorted codes ``a * V + b``), context counts, the add-one unigram, ``alpha``
-    and the held-out cross-entropy that chose it (NaN when given)."""
+    """A fitted bigram model: pair counts (sorted codes ``a * V + b``), context counts, the add-one unigram, ``alpha``."""
 
     vocab_size: int
     codes: np.ndarray
@@ -56,8 +55,6 @@ class Bigram:
     context: np.ndarray
     unigram: np.ndarray
     alpha: float
-    holdout_ce: float = math.nan
-    at_edge: bool = False
 
     def log_prob(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """log p(b | a), nats, for arrays of current and next tokens."""
@@ -76,47 +73,33 @@ class Bigram:
         return float(-self.log_prob(a, b).mean())
 
 
-def _counts(ids: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Sorted pair codes with their counts, the context counts and the add-one unigram of a stream."""
+def _counted(ids: np.ndarray, vocab_size: int, alpha: float) -> Bigram:
+    """The bigram model of a stream's counts: sorted pair codes, their counts, the contexts, the add-one unigram."""
     codes, counts = np.unique(ids[:-1] * vocab_size + ids[1:], return_counts=True)
     context = np.bincount(ids[:-1], minlength=vocab_size).astype(np.float64)
     uni = np.bincount(ids, minlength=vocab_size).astype(np.float64)
-    return codes, counts.astype(np.float64), context, (uni + 1.0) / (uni.sum() + vocab_size)
+    return Bigram(vocab_size, codes, counts.astype(np.float64), context, (uni + 1.0) / (uni.sum() + vocab_size), alpha)
 
 
-def _check_alpha(alpha: float, name: str = "alpha") -> float:
-    """A smoothing strength, or a ValueError naming ``name``."""
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha <= 0:
-        raise ValueError(f"{name}: {alpha!r} is not allowed; need a finite number > 0 (or None: chosen on the last "
-                         f"{HOLDOUT:.0%} of the training stream)")
-    return float(alpha)
-
-
-def fit(train_ids: IdStream, vocab_size: int, alpha: float | None = None,
-        alphas: Sequence[float] = ALPHAS) -> Bigram:
-    """The bigram model of a training stream; ``alpha`` None chooses it from ``alphas`` on the last :data:`HOLDOUT`."""
+def fit(train_ids: IdStream, vocab_size: int, alpha: float | None = None) -> Bigram:
+    """The bigram model of a training stream; ``alpha`` None chooses it from :data:`ALPHAS` on the last
+    :data:`HOLDOUT`."""
     if not is_int(vocab_size) or vocab_size < 1:
         raise ValueError(f"vocab_size: {vocab_size!r} is not allowed; need an int >= 1")
     ids = as_ids(train_ids, vocab_size, "train_ids")
-    holdout_ce, edge = math.nan, False
     if alpha is None:
-        if not alphas:
-            raise ValueError("alphas: empty; give at least one smoothing strength")
-        grid = [_check_alpha(x, "alphas") for x in alphas]
         cut = int(ids.size * (1 - HOLDOUT))
         if cut < 2 or ids.size - cut < 2:
             raise ValueError(f"train_ids: {ids.size} tokens are too few to choose alpha on the last {HOLDOUT:.0%}; "
                              "give at least 20 tokens, or alpha")
-        head = Bigram(vocab_size, *_counts(ids[:cut], vocab_size), alpha=1.0)
-        a, b = pairs(ids[cut:])
-        ces = [float(-Bigram(vocab_size, head.codes, head.counts, head.context, head.unigram, x).log_prob(a, b).mean())
-               for x in grid]
-        best = int(np.argmin(ces))
-        alpha, holdout_ce, edge = grid[best], ces[best], len(grid) > 1 and best in (0, len(grid) - 1)
+        head, (a, b) = _counted(ids[:cut], vocab_size, 1.0), pairs(ids[cut:])
+        alpha = ALPHAS[int(np.argmin([float(-replace(head, alpha=x).log_prob(a, b).mean()) for x in ALPHAS]))]
+    elif isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha <= 0:
+        raise ValueError(f"alpha: {alpha!r} is not allowed; need a finite number > 0 (or None: chosen on the last "
+                         f"{HOLDOUT:.0%} of the training stream)")
     elif ids.size < 2:
         raise ValueError("train_ids: fewer than two tokens; a bigram needs at least one pair")
-    return Bigram(vocab_size, *_counts(ids, vocab_size), alpha=_check_alpha(alpha), holdout_ce=holdout_ce,
-                  at_edge=edge)
+    return _counted(ids, vocab_size, float(alpha))
 
 
 def for_run(run: Any) -> Bigram:

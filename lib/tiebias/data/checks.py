@@ -3,7 +3,6 @@ belongs to, whether it is text, where a failed load tripped, and the fingerprint
 
 from __future__ import annotations
 
-import codecs
 import hashlib
 import json
 import re
@@ -65,72 +64,53 @@ def split_groups(files: list[Path], root: Path | None) -> dict[str, list[Path]]:
 
 def check_text_bytes(path: Path) -> None:
     """Refuse a text/json file that is not UTF-8 or holds a NUL byte, naming the offset (and line) of the bad byte."""
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    offset, lines = 0, 1
-    with path.open("rb") as handle:
-        while True:
-            chunk = handle.read(_BLOCK)
-            nul = chunk.find(b"\0")
-            text_part = chunk if nul < 0 else chunk[:nul]
-            try:
-                decoder.decode(text_part, final=not chunk)
-            except UnicodeDecodeError as err:
-                at = offset + err.start - (len(err.object) - len(text_part))
-                raise ValueError(
-                    f"source: file '{path}' is not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {at} "
-                    "does not decode); convert it to UTF-8, e.g. "
-                    f"`iconv -f latin1 -t utf-8 '{path.name}' > out{path.suffix}`") from None
-            if nul >= 0:
-                line = lines + chunk.count(b"\n", 0, nul)
-                raise ValueError(
-                    f"source: file '{path}' holds a NUL byte (offset {offset + nul}, line {line}): it looks like a "
-                    "binary file, not text; remove it from the corpus, or if it is text, delete the NUL bytes "
-                    f"(e.g. `tr -d '\\000' < '{path.name}' > clean{path.suffix}`)")
-            if not chunk:
-                return
-            offset += len(chunk)
-            lines += chunk.count(b"\n")
-
-
-def _json_problem(path: Path, text_column: str) -> str | None:
-    """The first line of a JSON-lines file the loader cannot read as rows with a text column, or None."""
-    with path.open(encoding="utf-8") as handle:
-        head = handle.read(_BLOCK).lstrip()
-        if path.suffix.lower() == ".json" and head.startswith("["):  # one JSON document, not JSON lines
-            handle.seek(0)
-            try:
-                json.load(handle)
-            except json.JSONDecodeError as err:
-                return f"line {err.lineno}, column {err.colno}: not valid JSON ({err.msg}); fix the file there"
-            return None
-        handle.seek(0)
-        for n, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line.rstrip("\r\n"))
-            except json.JSONDecodeError as err:
-                problem = f"line {n}, column {err.colno}: not valid JSON ({err.msg})"
-            else:
-                if not isinstance(row, dict):
-                    problem = f"line {n}: a JSON {type(row).__name__}, not an object"
-                elif row.get(text_column) is not None and not isinstance(row[text_column], str):
-                    value = row[text_column]
-                    problem = f"line {n}: '{text_column}' holds {type(value).__name__} {str(value)[:40]!r}, not text"
-                else:
-                    continue
-            return (f"{problem}; fix or delete that line (each line of a JSON-lines file is one object "
-                    f"with a text field, such as {{\"{text_column}\": \"...\"}})")
-    return None
+    data = path.read_bytes()  # the loader holds the whole corpus in memory next
+    nul = data.find(b"\0")
+    try:
+        data[: nul if nul >= 0 else None].decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"source: file '{path}' is not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start} "
+            "does not decode); convert it to UTF-8, e.g. "
+            f"`iconv -f latin1 -t utf-8 '{path.name}' > out{path.suffix}`") from None
+    if nul >= 0:
+        line = data.count(b"\n", 0, nul) + 1
+        raise ValueError(
+            f"source: file '{path}' holds a NUL byte (offset {nul}, line {line}): it looks "
+            "like a binary file, not text; remove it from the corpus, or if it is text, delete the NUL bytes "
+            f"(e.g. `tr -d '\\000' < '{path.name}' > clean{path.suffix}`)")
 
 
 def load_failure(files: list[Path], builder: str, text_column: str, err: BaseException) -> ValueError:
     """The error for a ``datasets`` load (or text column) that failed: the file, the line and what to do."""
     for path in files:
-        if builder == "json":
-            problem = _json_problem(path, text_column)
-            if problem:
-                return ValueError(f"source: file '{path}', {problem}")
+        if builder == "json" and path.suffix.lower() == ".json" and path.read_text("utf-8").lstrip().startswith("["):
+            try:  # one JSON document, not JSON lines
+                json.loads(path.read_text("utf-8"))
+            except json.JSONDecodeError as e:
+                return ValueError(f"source: file '{path}', line {e.lineno}, column {e.colno}: not valid JSON "
+                                  f"({e.msg}); fix the file there")
+        elif builder == "json":
+            with path.open(encoding="utf-8") as handle:
+                for n, line in enumerate(handle, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line.rstrip("\r\n"))
+                    except json.JSONDecodeError as e:
+                        problem = f"line {n}, column {e.colno}: not valid JSON ({e.msg})"
+                    else:
+                        if not isinstance(row, dict):
+                            problem = f"line {n}: a JSON {type(row).__name__}, not an object"
+                        elif row.get(text_column) is not None and not isinstance(row[text_column], str):
+                            value = row[text_column]
+                            problem = (f"line {n}: '{text_column}' holds {type(value).__name__} {str(value)[:40]!r}, "
+                                       "not text")
+                        else:
+                            continue
+                    return ValueError(f"source: file '{path}', {problem}; fix or delete that line (each line of a "
+                                      "JSON-lines file is one object with a text field, such as "
+                                      f"{{\"{text_column}\": \"...\"}})")
         elif builder == "parquet":
             import pyarrow.parquet as pq
 

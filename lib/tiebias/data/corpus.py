@@ -163,8 +163,16 @@ def _load_files(files: list[Path], text_column: str) -> datasets.Dataset:
         chosen = [f for f in files if FILE_BUILDERS[f.suffix.lower()] == builder]
         kwargs = {"sample_by": "document"} if builder == "text" else {}
         with tempfile.TemporaryDirectory(prefix="tiebias-corpus-") as private:
+            # links (or copies) named 00000.txt...: datasets reads a path as a glob and expands $VARIABLES and ~,
+            # so g[1]/train.txt would read g1/train.txt
+            names = [str(Path(private) / f"{i:05d}{f.suffix.lower()}") for i, f in enumerate(chosen)]
+            for f, name in zip(chosen, names, strict=True):
+                try:
+                    os.symlink(f.resolve(), name)
+                except OSError:
+                    shutil.copyfile(f, name)
             try:
-                ds = datasets.load_dataset(builder, data_files={"data": _literal_names(chosen, Path(private))},
+                ds = datasets.load_dataset(builder, data_files={"data": names},
                                            split="data", cache_dir=str(Path(private) / "cache"),
                                            keep_in_memory=True, **kwargs)
             except (datasets.exceptions.DatasetGenerationError, pa.ArrowException) as err:
@@ -174,20 +182,6 @@ def _load_files(files: list[Path], text_column: str) -> datasets.Dataset:
             raise load_failure(chosen, builder, text_column, ValueError(f"column '{column}' is not text"))
         pieces.append(_text_only(ds, column, where=", ".join(map(str, chosen))))
     return pieces[0] if len(pieces) == 1 else datasets.concatenate_datasets(pieces)
-
-
-def _literal_names(files: list[Path], private: Path) -> list[str]:
-    """Links (or copies) named ``00000.txt``... in ``private``: ``datasets`` reads a path as a glob and expands
-    ``$VARIABLES`` and ``~``, so ``g[1]/train.txt`` would read ``g1/train.txt``."""
-    names = []
-    for i, path in enumerate(files):
-        name = private / f"{i:05d}{path.suffix.lower()}"
-        try:
-            os.symlink(path.resolve(), name)
-        except OSError:
-            shutil.copyfile(path, name)
-        names.append(str(name))
-    return names
 
 
 def _is_text(feature: object) -> bool:
@@ -229,7 +223,8 @@ def _load_hub(name: str, text_column: str, val_fraction: float, test_fraction: f
 
 def _complete_splits(parts: dict[str, datasets.Dataset], val_fraction: float, test_fraction: float, seed: int, *,
                      label: str) -> datasets.DatasetDict:
-    """Drop empty documents and cut whichever of validation/test is missing out of train."""
+    """Drop empty documents and cut whichever of validation/test is missing out of train: by document (seeded
+    shuffle) when there are >= 3, else each document by character ranges at line breaks."""
     for s, ds in parts.items():
         keep = [i for i, t in enumerate(ds["text"]) if t and not t.isspace()]
         parts[s] = ds if len(keep) == len(ds) else ds.select(keep)
@@ -237,52 +232,40 @@ def _complete_splits(parts: dict[str, datasets.Dataset], val_fraction: float, te
         raise ValueError(f"source: corpus '{label}' has no non-empty documents")
     vf = 0.0 if "validation" in parts else val_fraction
     tf = 0.0 if "test" in parts else test_fraction
-    if vf or tf:
-        train, val, test = _split_documents(parts["train"], vf, tf, seed, label=label)
-        parts["train"] = train
-        parts.setdefault("validation", val)
-        parts.setdefault("test", test)
-    empty = datasets.Dataset.from_dict({"text": []}, features=datasets.Features({"text": datasets.Value("string")}))
-    return datasets.DatasetDict({s: parts.get(s, empty) for s in SPLITS})
-
-
-def _split_documents(ds: datasets.Dataset, val_fraction: float, test_fraction: float, seed: int, *,
-                     label: str) -> tuple[datasets.Dataset, datasets.Dataset, datasets.Dataset]:
-    """Split by document (seeded shuffle) when there are >= 3 documents, else each by character ranges at line
-    breaks."""
-    n = len(ds)
-    if n >= 3:
-        n_val = max(1, round(n * val_fraction)) if val_fraction > 0 else 0
-        n_test = max(1, round(n * test_fraction)) if test_fraction > 0 else 0
+    ds, n = parts["train"], len(parts["train"])
+    if (vf or tf) and n >= 3:  # by document (seeded shuffle)
+        n_val = max(1, round(n * vf)) if vf > 0 else 0
+        n_test = max(1, round(n * tf)) if tf > 0 else 0
         while n_val + n_test > n - 1:  # keep at least one training document
             if n_val >= n_test and n_val > 1:
                 n_val -= 1
             else:
                 n_test -= 1
         order = np.random.default_rng(seed).permutation(n)
-        val_idx = sorted(order[:n_val].tolist())
-        test_idx = sorted(order[n_val : n_val + n_test].tolist())
-        train_idx = sorted(order[n_val + n_test :].tolist())
-        return ds.select(train_idx), ds.select(val_idx), ds.select(test_idx)
-
-    pieces: dict[str, list[str]] = {s: [] for s in SPLITS}
-    for text in ds["text"]:
-        cut_a = _snap(text, int(len(text) * (1 - val_fraction - test_fraction)))
-        cut_b = max(cut_a, _snap(text, int(len(text) * (1 - test_fraction))))
-        for split, piece in zip(SPLITS, (text[:cut_a], text[cut_a:cut_b], text[cut_b:]), strict=True):
-            if piece and not piece.isspace():
-                pieces[split].append(piece)
-    wanted = {"train": True, "validation": val_fraction > 0, "test": test_fraction > 0}
-    short = [s for s in SPLITS if wanted[s] and not pieces[s]]
-    if short:
-        chars = sum(len(t) for t in ds["text"])
-        raise ValueError(f"source: corpus '{label}' is too small to split ({n} document(s), {chars} characters): "
-                         f"{short} would be empty (validation and test are cut from the end of each document, at line "
-                         "breaks); give more text, in several lines or documents, or the splits themselves: a folder "
-                         "of files whose names say train, validation and test (e.g. train.txt, validation.txt, "
-                         "test.txt)")
-    as_ds = {s: datasets.Dataset.from_dict({"text": pieces[s]}) for s in SPLITS}
-    return as_ds["train"], as_ds["validation"], as_ds["test"]
+        parts["train"] = ds.select(sorted(order[n_val + n_test :].tolist()))
+        parts.setdefault("validation", ds.select(sorted(order[:n_val].tolist())))
+        parts.setdefault("test", ds.select(sorted(order[n_val : n_val + n_test].tolist())))
+    elif vf or tf:  # fewer than 3 documents: each cut by character ranges, at line breaks
+        pieces: dict[str, list[str]] = {s: [] for s in SPLITS}
+        for text in ds["text"]:
+            cut_a = _snap(text, int(len(text) * (1 - vf - tf)))
+            cut_b = max(cut_a, _snap(text, int(len(text) * (1 - tf))))
+            for split, piece in zip(SPLITS, (text[:cut_a], text[cut_a:cut_b], text[cut_b:]), strict=True):
+                if piece and not piece.isspace():
+                    pieces[split].append(piece)
+        short = [s for s, wanted in zip(SPLITS, (True, vf > 0, tf > 0), strict=True) if wanted and not pieces[s]]
+        if short:
+            chars = sum(len(t) for t in ds["text"])
+            raise ValueError(f"source: corpus '{label}' is too small to split ({n} document(s), {chars} characters): "
+                             f"{short} would be empty (validation and test are cut from the end of each document, at "
+                             "line breaks); give more text, in several lines or documents, or the splits themselves: a "
+                             "folder of files whose names say train, validation and test (e.g. train.txt, "
+                             "validation.txt, test.txt)")
+        parts["train"] = datasets.Dataset.from_dict({"text": pieces["train"]})
+        for s in ("validation", "test"):
+            parts.setdefault(s, datasets.Dataset.from_dict({"text": pieces[s]}))
+    empty = datasets.Dataset.from_dict({"text": []}, features=datasets.Features({"text": datasets.Value("string")}))
+    return datasets.DatasetDict({s: parts.get(s, empty) for s in SPLITS})
 
 
 def _snap(text: str, pos: int) -> int:

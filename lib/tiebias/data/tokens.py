@@ -27,36 +27,24 @@ _ENCODE_BATCH = 256  # documents per batched tokenizer call
 # Longest run of non-whitespace the BPE trainer sees as one piece: its cost grows with the square of a word's length
 # (a megabyte without a space would take hours); the embedded corpus's longest run is 63 characters.
 MAX_TRAIN_RUN = 1000
-_LONG_RUN = re.compile(rf"(?<!\S)\S{{{MAX_TRAIN_RUN + 1},}}")
+_LONG_RUN = re.compile(rf"((?<!\S)\S{{{MAX_TRAIN_RUN + 1},}})")
 
 
-def _documents(texts: Iterable[str]) -> Iterator[str]:
-    """The texts, refusing a bare string (which would iterate per character) and items that are not text."""
-    if isinstance(texts, str):
-        raise TypeError("texts: got a single string; give an iterable of documents, e.g. [text]")
-    for text in texts:
-        if not isinstance(text, str):
-            raise TypeError(f"texts: items must be str, got {type(text).__name__}")
-        yield text
-
-
-def train_tokenizer(texts: Iterable[str], vocab_size: int = DEFAULT_PROFILE["vocab_size"], *,
-                    min_frequency: int = 2) -> PreTrainedTokenizerFast:
-    """A deterministic byte-level BPE tokenizer (GPT-2 style, lossless, no prefix space) wrapped for ``transformers``;
-    ``<|endoftext|>`` (id 0) is bos/eos/unk/pad, then the 256 bytes, then merges (possibly fewer than asked)."""
+def train_tokenizer(texts: Iterable[str], vocab_size: int = DEFAULT_PROFILE["vocab_size"]) -> PreTrainedTokenizerFast:
+    """A deterministic byte-level BPE tokenizer (GPT-2 style, lossless, no prefix space, merges seen at least twice)
+    wrapped for ``transformers``; ``<|endoftext|>`` (id 0) is bos/eos/unk/pad, then the 256 bytes, then merges
+    (possibly fewer than asked)."""
     minimum = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
     if not is_int(vocab_size) or vocab_size < minimum:
         raise ValueError(f"vocab_size: {vocab_size!r} is too small; byte-level BPE needs at least {minimum} "
                          f"({BYTE_ALPHABET_SIZE} byte tokens + {len(SPECIAL_TOKENS)} special token)")
-    if not is_int(min_frequency) or min_frequency < 1:
-        raise ValueError(f"min_frequency: {min_frequency!r} is not allowed; give an integer >= 1")
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2,
                                   special_tokens=list(SPECIAL_TOKENS),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    backend.train_from_iterator(_bounded(t for t in _documents(texts) if t), trainer=trainer)
+    backend.train_from_iterator(_bounded(t for t in texts if t), trainer=trainer)
     return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=EOS_TOKEN, eos_token=EOS_TOKEN,
                                    unk_token=EOS_TOKEN, pad_token=EOS_TOKEN, clean_up_tokenization_spaces=False)
 
@@ -65,17 +53,12 @@ def _bounded(texts: Iterable[str]) -> Iterator[str]:
     """The texts, each run of more than ``MAX_TRAIN_RUN`` non-whitespace characters yielded in pieces of that length
     (the text around it apart); a text without such a run passes unchanged."""
     for text in texts:
-        start = 0
-        for match in _LONG_RUN.finditer(text):
-            if match.start() > start:
-                yield text[start : match.start()]
-            for i in range(match.start(), match.end(), MAX_TRAIN_RUN):
-                yield text[i : min(i + MAX_TRAIN_RUN, match.end())]
-            start = match.end()
-        if start == 0:
-            yield text
-        elif start < len(text):
-            yield text[start:]
+        parts = _LONG_RUN.split(text)  # the runs at odd places
+        for i, part in enumerate(parts):
+            if i % 2:
+                yield from (part[j : j + MAX_TRAIN_RUN] for j in range(0, len(part), MAX_TRAIN_RUN))
+            elif part or len(parts) == 1:
+                yield part
 
 
 def tokenizer_fingerprint(path: str | os.PathLike[str], *, whole: bool = True) -> str:
@@ -103,7 +86,7 @@ def tokenizer_fingerprint(path: str | os.PathLike[str], *, whole: bool = True) -
 
 def _ids(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str]) -> Iterator[np.ndarray]:
     """Token ids of each document (no special tokens added), in batched calls to the Rust tokenizer."""
-    items = _documents(texts)
+    items = iter(texts)
     while batch := list(itertools.islice(items, _ENCODE_BATCH)):
         encoded = tokenizer.backend_tokenizer.encode_batch_fast(batch, add_special_tokens=False)
         yield from (np.asarray(e.ids, dtype=np.int64) for e in encoded)
@@ -157,9 +140,6 @@ def encode(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str]) -> torch.Te
 def save_frequencies(path: str | os.PathLike[str], tokenizer: PreTrainedTokenizerFast, counts: np.ndarray) -> Path:
     """Write counts as CSV (``id``, ``token`` in the tokenizer's string form, ``count``), atomically, never through a
     link (:func:`tiebias.system.atomic.atomic_path`)."""
-    counts = np.asarray(counts)
-    if counts.ndim != 1 or len(counts) != len(tokenizer):
-        raise ValueError(f"counts: shape {counts.shape} does not match the tokenizer's {len(tokenizer)} ids")
     backend, out = tokenizer.backend_tokenizer, Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     table = pd.DataFrame({"id": range(len(counts)), "token": [backend.id_to_token(i) or "" for i in range(len(counts))],

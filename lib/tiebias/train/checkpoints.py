@@ -3,10 +3,8 @@ and metrics logs (cut back verbatim to the resume point) of one model's training
 
 from __future__ import annotations
 
-import shutil
 import warnings
 from pathlib import Path
-from typing import Any
 
 import torch
 from safetensors.torch import load_file
@@ -158,19 +156,3 @@ def kept_log(path: Path, header: list[str], upto: int, expected: list[int], key:
 def write_log(path: Path, header: list[str], lines: list[str]) -> None:
     """Rewrite a metrics log with the given verbatim rows (through a temporary file and a rename)."""
     rf.write_text_atomic(path, "".join(f"{line}\r\n" for line in [",".join(header), *lines]))
-
-
-def clear_after(ckpt_root: Path, start: int) -> None:
-    """Delete half-written checkpoints and every checkpoint after ``start`` (they are recomputed)."""
-    for p in ckpt_root.glob(f"{_TMP_PREFIX}*"):
-        rf.remove_entry(p)
-    for p in ckpt_root.glob(f"{STEP_PREFIX}*"):
-        if _step_key(p) > start:  # recomputed; a damaged one must not linger as a checkpoint
-            shutil.rmtree(p)
-
-
-def save_final(model: PreTrainedModel, tok: Any, mdir: Path) -> None:
-    """The final model and tokenizer, moved into ``mdir`` from a private folder (a link planted there is replaced)."""
-    with rf.files_into(mdir) as tmp:
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tiebias.config.variants import Variant, model_key
-
-if TYPE_CHECKING:
-    from tiebias.run.folder import Run
+from tiebias.run.files import read_json
+from tiebias.run.folder import Run
 
 AGAIN = "train it again in a fresh run_dir (or with overwrite=true)"
 ADVICE = f"lower lr and {AGAIN}"
@@ -49,8 +48,6 @@ def reason(summary: Mapping[str, Any]) -> str | None:
 def check_models(run: Run, models: Iterable[tuple[str | Variant, int]], what: str) -> None:
     """Refuse a diverged model among ``models`` of ``run`` before ``what`` is computed from it (unfinished ones are
     left to the caller)."""
-    from tiebias.run.files import read_json
-
     for variant, seed in models:
         why = reason(run.summary(variant, seed)) if run.is_complete(variant, seed) else None
         if why is None:

@@ -1,6 +1,6 @@
 """One model's training in a run folder, as named steps: check the arguments, decide from the model folder (finished,
-resume or start over), build, load the resume point, prepare the folder, run the optimiser steps (:class:`StepLoop`:
-learning-rate schedule, batches drawn from a generator seeded by ``(seed, step)``, validation loss), finalise.
+resume or start over), build, load the resume point, prepare the folder, run the optimiser steps (learning-rate
+schedule, batches drawn from a generator seeded by ``(seed, step)``, validation loss), finalise.
 A resumed run ends with the same weights as an uninterrupted one (bit for bit on CPU)."""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,35 +40,6 @@ from tiebias.train import divergence
 from tiebias.train.gradients import GradientProvenance
 
 _SETUP_LOCK = threading.Lock()
-
-
-@dataclass
-class TrainJob:
-    """One model's training: what is trained, with what, on which data, and where its files go."""
-
-    run: Run
-    v: Variant
-    seed: int
-    cfg: TrainConfig
-    acc: Accelerator
-    precision: str
-    tok: Any
-    train_ids: torch.Tensor
-    val_ids: torch.Tensor
-    vocab: int
-    num_threads: int | str | None = "auto"
-    should_stop: Callable[[], bool] | None = None
-
-    def __post_init__(self) -> None:
-        run, v, seed = self.run, self.v, self.seed
-        self.key, self.mdir, self.ckpt_root = model_key(v, seed), run.model_dir(v, seed), run.checkpoints_dir(v, seed)
-        self.cfg_file = run.train_config_path(v, seed)
-        self.metrics_path, self.val_path = run.metrics_path(v, seed, "train"), run.metrics_path(v, seed, "val")
-        self.world, self.main, self.dev = self.acc.num_processes, self.acc.is_main_process, self.acc.device
-
-    def wanted(self) -> dict[str, Any]:
-        """What the model is trained with: variant, seed, vocabulary and the TrainConfig (a change is a new model)."""
-        return {"variant": self.v.name, "seed": self.seed, "vocab_size": self.vocab, **recorded_recipe(self.cfg)}
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -121,73 +91,168 @@ def evaluate_loss(model: PreTrainedModel, ids: torch.Tensor, *, seq_len: int, ma
     return total / count
 
 
-class StepLoop:
-    """The optimiser steps of one model, with their logs, validation losses and checkpoints."""
+class _Training:
+    """One model's training: what is trained, with what, on which data, where its files go, and its optimiser steps."""
 
-    def __init__(self, job: TrainJob, model: PreTrainedModel, opt: torch.optim.Optimizer, elapsed: float) -> None:
-        self.job, self.core, self.opt = job, model, opt
-        self.schedule = set(checkpoint_steps(job.cfg.steps, job.cfg.checkpoint_every))
-        self.n_params = count_parameters(model)
-        # accelerate's autocast costs ~10% per step on CPU even when disabled: enter it only for bf16
-        self.autocast = job.acc.autocast if job.precision != "fp32" else contextlib.nullcontext
-        # DDP only when there is more than one process: a single process trains the bare model
-        self.ddp = job.acc.prepare_model(model) if job.world > 1 else model
-        self.rows = job.cfg.batch_size // job.world
-        self.lo = job.acc.process_index * self.rows
-        self.t0 = time.perf_counter() - elapsed
+    def __init__(self, run: Run, v: Variant, seed: int, cfg: TrainConfig, acc: Accelerator, precision: str,
+                 num_threads: int | str | None, should_stop: Callable[[], bool] | None) -> None:
+        self.run, self.v, self.seed, self.cfg, self.acc, self.precision = run, v, seed, cfg, acc, precision
+        self.num_threads, self.should_stop = num_threads, should_stop
+        self.tok, self.train_ids, self.val_ids = run.tokenizer(), run.tokens("train"), run.tokens("validation")
+        self.key, self.mdir, self.ckpt_root = model_key(v, seed), run.model_dir(v, seed), run.checkpoints_dir(v, seed)
+        self.cfg_file = run.train_config_path(v, seed)
+        self.metrics_path, self.val_path = run.metrics_path(v, seed, "train"), run.metrics_path(v, seed, "val")
+        self.world, self.main, self.dev = acc.num_processes, acc.is_main_process, acc.device
         self.diverged: dict | None = None  # divergence.at_step of the step that ended training early
+
+    def wanted(self) -> dict[str, Any]:
+        """What the model is trained with: variant, seed, vocabulary and the TrainConfig (a change is a new model)."""
+        return {"variant": self.v.name, "seed": self.seed, "vocab_size": self.run.config["tokenizer_size"],
+                **recorded_recipe(self.cfg)}
+
+    def check_folder(self, *, resume: bool, overwrite: bool) -> tuple[bool, dict | None]:
+        """Decide from the model folder, writing nothing: (train from scratch?, summary of a finished model). Another
+        config, another run's data or checkpoints without their config stop here unless ``overwrite``."""
+        run, key, cfg_file = self.run, self.key, self.cfg_file
+        if not cfg_file.exists():
+            if any(ck._step_key(d) > 0 for d in self.ckpt_root.glob(f"{ck.STEP_PREFIX}*")) and not overwrite:
+                raise rf.DamagedFileError(f"{cfg_file}: missing, but {self.ckpt_root} holds checkpoints: what they "
+                                          f"were trained with is unknown; restore the file, or {rf.OVERWRITE_HINT} to "
+                                          f"retrain {key} from scratch")
+            return True, None
+        try:
+            have = rf.read_json(cfg_file, f"{rf.OVERWRITE_HINT} to retrain {key}, or restore the file")
+            run.check_model_origin(self.v, self.seed)
+        except (rf.DamagedFileError, ForeignModelError):
+            if not overwrite:
+                raise
+            return True, None
+        wanted = self.wanted()
+        diff = rf.diff_config(have, wanted, sorted((set(have) | set(wanted)) - set(FINGERPRINTS)))
+        if diff and not overwrite:
+            raise ParameterChangedError(run.path, diff, f"model {key} was trained with the folder's value",
+                                        f"{rf.OVERWRITE_HINT} to retrain {key} here")
+        if not diff and resume and run.complete_path(self.v, self.seed).exists():
+            try:
+                return False, run.summary(self.v, self.seed)
+            except rf.DamagedFileError as e:
+                warnings.warn(f"{e}: finishing {key} again from its newest checkpoint", stacklevel=3)
+        return bool(diff) or not resume, None
+
+    def start(self, fresh: bool) -> int:
+        """Build the model and its optimiser (AdamW, or SGD; no weight decay on vectors, nor on the embedding matrices
+        unless ``cfg.decay_embeddings``), load the resume point (unless ``fresh``), empty or cut back the model folder
+        and its logs to it (main process); returns the first step."""
+        cfg, tok = self.cfg, self.tok
+        model = build(cfg.preset, family=cfg.family, tied=self.v.tied, vocab_size=len(tok), seed=self.seed,
+                      eos_token_id=tok.eos_token_id).to(self.dev)
+        embedding = {id(m.weight) for m in (model.get_input_embeddings(), model.get_output_embeddings())}
+        decayed = [p.dim() >= 2 and (cfg.decay_embeddings or id(p) not in embedding) for p in model.parameters()]
+        groups = [{"params": [p for p, d in zip(model.parameters(), decayed, strict=True) if d],
+                   "weight_decay": cfg.weight_decay},
+                  {"params": [p for p, d in zip(model.parameters(), decayed, strict=True) if not d],
+                   "weight_decay": 0.0}]
+        if cfg.optimizer == "sgd":  # claim 4's contrast: no per-coordinate scaling (L2-coupled decay, momentum beta1)
+            self.opt = torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.beta1, foreach=True)
+        else:
+            self.opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), foreach=True)
+        start, elapsed, train_rows, val_rows, notes = 0, 0.0, [], [], []
+        if not fresh:
+            start, elapsed = ck.load_resume_point(model, self.opt, self.ckpt_root, self.dev, self.v.tied,
+                                                  self.key) or (0, 0.0)
+            val_steps = [s for s in range(start + 1) if s == 0 or s % cfg.eval_every == 0 or s == cfg.steps]
+            # the step-0 validation row is written after the step-0 checkpoint: a resume at 0 writes it again
+            train_rows, n1 = ck.kept_log(self.metrics_path, ck.TRAIN_FIELDS, start, list(range(1, start + 1)),
+                                         self.key)
+            val_rows, n2 = ck.kept_log(self.val_path, ck.VAL_FIELDS, start if start else -1,
+                                       val_steps if start else [], self.key)
+            notes = n1 + n2
+        self.acc.wait_for_everyone()
+        if self.main:
+            if self.mdir.exists() and fresh:
+                shutil.rmtree(self.mdir)  # retrain from scratch, or a folder that never got its config
+                for p in (self.metrics_path, self.val_path):
+                    p.unlink(missing_ok=True)
+            self.ckpt_root.mkdir(parents=True, exist_ok=True)
+            self.run.metrics_dir.mkdir(exist_ok=True)
+            # the run's corpus and tokenizer fingerprints tie the model folder to its data (Run.check_model_origin)
+            rf.write_json_atomic(self.cfg_file, {**self.wanted(), **self.run.fingerprints()})
+            for p in self.ckpt_root.glob(f"{ck._TMP_PREFIX}*"):  # half-written checkpoints
+                rf.remove_entry(p)
+            for p in self.ckpt_root.glob(f"{ck.STEP_PREFIX}*"):
+                if ck._step_key(p) > start:  # recomputed; a damaged one must not linger as a checkpoint
+                    shutil.rmtree(p)
+            ck.write_log(self.metrics_path, ck.TRAIN_FIELDS, train_rows)
+            ck.write_log(self.val_path, ck.VAL_FIELDS, val_rows)
+            if notes:
+                warnings.warn(f"model {self.key}: " + "; ".join(notes) + " (recomputed from the checkpoint)",
+                              stacklevel=3)
+            print(f"{self.key}: {self.dev} ({self.world} process{'es' if self.world > 1 else ''}, {self.precision})"
+                  + (f", resuming at step {start}" if start else ""), flush=True)
+        self.acc.wait_for_everyone()
+        self.core, self.n_params = model, count_parameters(model)
+        self.schedule = set(checkpoint_steps(cfg.steps, cfg.checkpoint_every))
+        # accelerate's autocast costs ~10% per step on CPU even when disabled: enter it only for bf16
+        self.autocast = self.acc.autocast if self.precision != "fp32" else contextlib.nullcontext
+        # DDP only when there is more than one process: a single process trains the bare model
+        self.ddp = self.acc.prepare_model(model) if self.world > 1 else model
+        self.rows = cfg.batch_size // self.world
+        self.lo = self.acc.process_index * self.rows
+        self.t0 = time.perf_counter() - elapsed
+        return start
 
     def val_loss(self, step: int) -> None:
         """Log the validation loss of the model as it is now (main process) as ``step``'s row."""
-        cfg = self.job.cfg
+        cfg = self.cfg
         with self.autocast():
-            loss = evaluate_loss(self.core, self.job.val_ids, seq_len=cfg.seq_len, max_tokens=cfg.eval_tokens,
-                                 batch_size=cfg.batch_size, device=self.job.dev)
+            loss = evaluate_loss(self.core, self.val_ids, seq_len=cfg.seq_len, max_tokens=cfg.eval_tokens,
+                                 batch_size=cfg.batch_size, device=self.dev)
         self.vw.writerow([step, loss])
         self.vf.flush()
 
     def checkpoint(self, step: int) -> None:
         """Save the checkpoint of ``step`` (main process, with the optimiser state); every process waits."""
-        if self.job.main:
-            ck.save_checkpoint(self.core, self.job.ckpt_root, step, {
+        if self.main:
+            ck.save_checkpoint(self.core, self.ckpt_root, step, {
                 "optimizer": self.opt.state_dict(), "step": step, "elapsed_s": time.perf_counter() - self.t0})
-        self.job.acc.wait_for_everyone()
+        self.acc.wait_for_everyone()
 
-    def run(self, start: int, *, progress: bool, stop_at: int | None) -> dict | None:
+    def loop(self, start: int, *, progress: bool, stop_at: int | None) -> dict | None:
         """Steps ``start`` to the end; returns the stop record when ``stop_at`` or ``should_stop`` ends it early."""
-        job, cfg = self.job, self.job.cfg
-        self.mf, self.vf = [rf.open_append(p, newline="") if job.main else None for p in (job.metrics_path, job.val_path)]
-        self.mw = csv.DictWriter(self.mf, fieldnames=ck.TRAIN_FIELDS) if job.main else None
-        self.vw = csv.writer(self.vf) if job.main else None
+        cfg = self.cfg
+        self.mf, self.vf = [rf.open_append(p, newline="") if self.main else None
+                            for p in (self.metrics_path, self.val_path)]
+        self.mw = csv.DictWriter(self.mf, fieldnames=ck.TRAIN_FIELDS) if self.main else None
+        self.vw = csv.writer(self.vf) if self.main else None
         if start == 0:
             self.checkpoint(0)
-            if job.main:
+            if self.main:
                 self.val_loss(0)
         # a plain run (nothing to record, nothing to scale) does not patch the model at all
-        plain = not cfg.record_provenance and job.v.input_factor == 1.0 and job.v.output_factor == 1.0
-        prov = None if plain else GradientProvenance(self.core, input_factor=job.v.input_factor,
-                                                     output_factor=job.v.output_factor, record=cfg.record_provenance)
-        bar = tqdm(total=cfg.steps, initial=start, desc=job.key, disable=not progress or not job.main,
+        plain = not cfg.record_provenance and self.v.input_factor == 1.0 and self.v.output_factor == 1.0
+        prov = None if plain else GradientProvenance(self.core, input_factor=self.v.input_factor,
+                                                     output_factor=self.v.output_factor, record=cfg.record_provenance)
+        bar = tqdm(total=cfg.steps, initial=start, desc=self.key, disable=not progress or not self.main,
                    dynamic_ncols=True)
         # one CPU process: the thread count follows the load (results do not depend on it, only speed);
         # several processes keep theirs (their step times are synchronised, so probing one would mislead)
-        threads = loop_threads(job.num_threads if job.world == 1 else None, job.dev.type)
+        threads = loop_threads(self.num_threads if self.world == 1 else None, self.dev.type)
         try:
             with prov if prov is not None else contextlib.nullcontext(), threads as tuner:
                 self.ddp.train()
                 for step in range(start, cfg.steps):
-                    if (stop_at is not None and step >= stop_at) or (job.should_stop and job.should_stop()):
-                        return {"key": job.key, "complete": False, "step": step}
-                    last = self._step(step, prov, tuner)
+                    if (stop_at is not None and step >= stop_at) or (self.should_stop and self.should_stop()):
+                        return {"key": self.key, "complete": False, "step": step}
+                    last = self.step(step, prov, tuner)
                     bar.update(1)
                     bar.set_postfix(loss=f"{last:.3f}")
                     if self.diverged is not None:
                         break
                 d = self.diverged
-                if d is not None and job.main:  # its validation row, so the record's last loss is this step's
+                if d is not None and self.main:  # its validation row, so the record's last loss is this step's
                     if not (d["step"] % cfg.eval_every == 0 or d["step"] == cfg.steps):
                         self.val_loss(d["step"])
-                    print(f"{job.key}: training diverged at step {d['step']} (loss {d['loss']}, gradient norm "
+                    print(f"{self.key}: training diverged at step {d['step']} (loss {d['loss']}, gradient norm "
                           f"{d['grad_norm']}); stopped there, nothing after it could learn: {divergence.ADVICE}",
                           flush=True)
         finally:
@@ -197,14 +262,14 @@ class StepLoop:
                     f.close()
         return None
 
-    def _step(self, step: int, prov: GradientProvenance | None, tuner: Any) -> float:
+    def step(self, step: int, prov: GradientProvenance | None, tuner: Any) -> float:
         """One optimiser step, its log row, validation loss and checkpoint when due; returns the loss."""
-        job, cfg, opt = self.job, self.job.cfg, self.opt
+        cfg, opt = self.cfg, self.opt
         lr = lr_at(step, cfg)
         for g in opt.param_groups:
             g["lr"] = lr
-        x = batch_for_step(job.train_ids, step, job.seed, cfg.batch_size, cfg.seq_len)[
-            self.lo:self.lo + self.rows].to(job.dev)
+        x = batch_for_step(self.train_ids, step, self.seed, cfg.batch_size, cfg.seq_len)[
+            self.lo:self.lo + self.rows].to(self.dev)
         with tuner.step():
             with self.autocast():
                 loss = self.ddp(input_ids=x, labels=x).loss
@@ -214,21 +279,45 @@ class StepLoop:
             gnorm = torch.nn.utils.clip_grad_norm_(self.core.parameters(), cfg.grad_clip)
             opt.step()
         done = step + 1
-        if job.world > 1:
-            loss = job.acc.reduce(loss.detach(), reduction="mean")
+        if self.world > 1:
+            loss = self.acc.reduce(loss.detach(), reduction="mean")
         last, grad_norm = loss.item(), gnorm.item()  # the same on every process (reduced loss, averaged gradient)
         self.diverged = divergence.at_step(done, last, grad_norm)
-        if job.main:
+        if self.main:
             row = {"step": done, "loss": last, "lr": lr, "grad_norm": grad_norm,
                    "tokens": done * cfg.batch_size * cfg.seq_len, "elapsed_s": time.perf_counter() - self.t0}
             self.mw.writerow({**row, **(stats._asdict() if stats is not None else {})})
             if done % cfg.eval_every == 0 or done == cfg.steps:
                 self.val_loss(done)
         if done in self.schedule:
-            if job.main:
+            if self.main:
                 self.mf.flush()
             self.checkpoint(done)
         return last
+
+    def finalise(self, total_s: float) -> None:
+        """Main process: the final model, then (last, atomically) the completion marker with the summary read from the
+        logs, ``diverged`` when it did, and the sha256 of the final weights (the identity a claim's record keeps)."""
+        cfg, key = self.cfg, self.key
+        todo = f"{rf.OVERWRITE_HINT} to retrain {key}"
+        logged = rf.read_log(self.metrics_path, ck.TRAIN_FIELDS, todo=todo)
+        vals = rf.read_log(self.val_path, ck.VAL_FIELDS, todo=todo)
+        summary = {"key": key, "variant": self.v.name, "seed": self.seed, "complete": True, "steps": cfg.steps,
+                   "final_train_loss": float(logged.loss.iloc[-1]), "train_seconds": total_s,
+                   "tokens_per_second": int(logged.step.iloc[-1]) * cfg.batch_size * cfg.seq_len / max(total_s, 1e-9),
+                   "parameters": self.n_params, "device": str(self.dev), "processes": self.world,
+                   "precision": self.precision, "final_val_loss": float(vals.val_loss.iloc[-1]),
+                   "initial_val_loss": float(vals.val_loss.iloc[0]),
+                   **({"diverged": self.diverged} if self.diverged else {})}
+        with rf.files_into(self.mdir) as tmp:  # moved in from a private folder (a link planted there is replaced)
+            self.core.save_pretrained(tmp)
+            self.tok.save_pretrained(tmp)
+        summary[WEIGHTS_ID] = rf.weights_sha256(self.mdir, todo)
+        ck.prune_states(self.ckpt_root, keep=1)
+        ck.require_initial(self.ckpt_root)  # the folder vanished since the last checkpoint: never marked complete
+        reasons = {k: "training diverged (the loss is not a finite number)"
+                   for k in ("final_train_loss", "final_val_loss", "initial_val_loss")}
+        rf.write_json_atomic(self.run.complete_path(self.v, self.seed), summary, reasons)
 
 
 def pick_device(device: str | torch.device | None = None) -> torch.device:
@@ -302,9 +391,9 @@ def train(run: Run | str | Path, variant: str | Variant, seed: int, config: Trai
     if cfg.batch_size % world:
         raise ValueError(f"batch_size: {cfg.batch_size} rows cannot be split evenly over {world} processes; "
                          f"use a multiple of {world} (and at least {world} rows)")
-    tok, train_ids, val_ids = run.tokenizer(), run.tokens("train"), run.tokens("validation")
-    n_train, n_val = train_ids.numel(), val_ids.numel()
-    check_memory(cfg, len(tok), acc.device, world)
+    t = _Training(run, v, seed, cfg, acc, precision, num_threads, should_stop)
+    n_train, n_val = t.train_ids.numel(), t.val_ids.numel()
+    check_memory(cfg, len(t.tok), acc.device, world)
     if cfg.eval_tokens < cfg.seq_len:  # the data: refused before anything is written
         raise ValueError(f"eval_tokens: {cfg.eval_tokens} is shorter than seq_len={cfg.seq_len}; need "
                          "eval_tokens >= seq_len (validation is measured on whole windows)")
@@ -315,13 +404,11 @@ def train(run: Run | str | Path, variant: str | Variant, seed: int, config: Trai
         raise ValueError(f"seq_len: {cfg.seq_len} is longer than the validation tokens available "
                          f"(split {n_val}, eval_tokens={cfg.eval_tokens}); use a shorter seq_len, a larger "
                          "eval_tokens or a corpus with a larger validation split")
-    job = TrainJob(run, v, seed, cfg, acc, precision, tok, train_ids, val_ids, run.config["tokenizer_size"],
-                   num_threads, should_stop)
     err = None  # the writer lock, taken by the main process; every process raises if it is held elsewhere
     with contextlib.ExitStack() as stack:
         if acc.is_main_process:
             try:
-                stack.enter_context(run.writing(f"training {job.key}"))
+                stack.enter_context(run.writing(f"training {t.key}"))
             except RunLockedError as e:
                 err = str(e)
         if world > 1:
@@ -330,133 +417,17 @@ def train(run: Run | str | Path, variant: str | Variant, seed: int, config: Trai
             err = broadcast_object_list([err])[0]
         if err is not None:
             raise RunLockedError(err)
-        return _train_locked(job, resume=resume, overwrite=overwrite, progress=progress, stop_at=stop_at)
-
-
-def _train_locked(job: TrainJob, *, resume: bool, overwrite: bool, progress: bool, stop_at: int | None) -> dict:
-    """The body of :func:`train`, run while holding the writer lock: checks of the folder, then training."""
-    fresh, finished = _check_folder(job, resume=resume, overwrite=overwrite)
-    if finished is not None:
-        return finished
-    model, opt = _build(job)
-    start, elapsed, rows = _resume(job, model, opt, fresh)
-    _prepare_folder(job, fresh, start, *rows)
-    loop = StepLoop(job, model, opt, elapsed)
-    stopped = loop.run(start, progress=progress, stop_at=stop_at)
-    if stopped is not None:
-        return stopped
-    total_s = time.perf_counter() - loop.t0
-    if job.main:
-        _finalise(job, loop, total_s)
-    job.acc.wait_for_everyone()
-    return job.run.summary(job.v, job.seed)
-
-
-def _check_folder(job: TrainJob, *, resume: bool, overwrite: bool) -> tuple[bool, dict | None]:
-    """Decide from the model folder, writing nothing: (train from scratch?, summary of a finished model). Another
-    config, another run's data or checkpoints without their config stop here unless ``overwrite``."""
-    run, key, cfg_file = job.run, job.key, job.cfg_file
-    if not cfg_file.exists():
-        if any(ck._step_key(d) > 0 for d in job.ckpt_root.glob(f"{ck.STEP_PREFIX}*")) and not overwrite:
-            raise rf.DamagedFileError(f"{cfg_file}: missing, but {job.ckpt_root} holds checkpoints: what they were "
-                                   f"trained with is unknown; restore the file, or {rf.OVERWRITE_HINT} to retrain "
-                                   f"{key} from scratch")
-        return True, None
-    try:
-        have = rf.read_json(cfg_file, f"{rf.OVERWRITE_HINT} to retrain {key}, or restore the file")
-        run.check_model_origin(job.v, job.seed)
-    except (rf.DamagedFileError, ForeignModelError):
-        if not overwrite:
-            raise
-        return True, None
-    wanted = job.wanted()
-    diff = rf.diff_config(have, wanted, sorted((set(have) | set(wanted)) - set(FINGERPRINTS)))
-    if diff and not overwrite:
-        raise ParameterChangedError(run.path, diff, f"model {key} was trained with the folder's value",
-                                    f"{rf.OVERWRITE_HINT} to retrain {key} here")
-    if not diff and resume and run.complete_path(job.v, job.seed).exists():
-        try:
-            return False, run.summary(job.v, job.seed)
-        except rf.DamagedFileError as e:
-            warnings.warn(f"{e}: finishing {key} again from its newest checkpoint", stacklevel=4)
-    return bool(diff) or not resume, None
-
-
-def _build(job: TrainJob) -> tuple[PreTrainedModel, torch.optim.Optimizer]:
-    """The freshly initialised model on the device, and its optimiser: AdamW (or SGD, ``cfg.optimizer``), no weight
-    decay on vectors, nor on the embedding matrices when ``cfg.decay_embeddings`` is off."""
-    cfg, tok = job.cfg, job.tok
-    model = build(cfg.preset, family=cfg.family, tied=job.v.tied, vocab_size=len(tok), seed=job.seed,
-                  eos_token_id=tok.eos_token_id).to(job.dev)
-    embedding = {id(m.weight) for m in (model.get_input_embeddings(), model.get_output_embeddings())}
-    decayed = [p.dim() >= 2 and (cfg.decay_embeddings or id(p) not in embedding) for p in model.parameters()]
-    groups = [{"params": [p for p, d in zip(model.parameters(), decayed, strict=True) if d],
-               "weight_decay": cfg.weight_decay},
-              {"params": [p for p, d in zip(model.parameters(), decayed, strict=True) if not d], "weight_decay": 0.0}]
-    if cfg.optimizer == "sgd":  # claim 4's contrast: no per-coordinate scaling (L2-coupled decay, momentum beta1)
-        return model, torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.beta1, foreach=True)
-    return model, torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), foreach=True)
-
-
-def _resume(job: TrainJob, model: PreTrainedModel, opt: torch.optim.Optimizer,
-            fresh: bool) -> tuple[int, float, tuple[list[str], list[str], list[str]]]:
-    """Load the resume point (unless ``fresh``): (start, elapsed, (kept train rows, kept val rows, notes))."""
-    if fresh:
-        return 0, 0.0, ([], [], [])
-    start, elapsed = ck.load_resume_point(model, opt, job.ckpt_root, job.dev, job.v.tied, job.key) or (0, 0.0)
-    cfg = job.cfg
-    val_steps = [s for s in range(start + 1) if s == 0 or s % cfg.eval_every == 0 or s == cfg.steps]
-    # the step-0 validation row is written after the step-0 checkpoint: a resume at 0 writes it again
-    train_rows, n1 = ck.kept_log(job.metrics_path, ck.TRAIN_FIELDS, start, list(range(1, start + 1)), job.key)
-    val_rows, n2 = ck.kept_log(job.val_path, ck.VAL_FIELDS, start if start else -1, val_steps if start else [],
-                               job.key)
-    return start, elapsed, (train_rows, val_rows, n1 + n2)
-
-
-def _prepare_folder(job: TrainJob, fresh: bool, start: int, train_rows: list[str], val_rows: list[str],
-                    notes: list[str]) -> None:
-    """The main process empties (``fresh``) or cuts back the model folder and its logs to ``start``."""
-    job.acc.wait_for_everyone()
-    if job.main:
-        if job.mdir.exists() and fresh:
-            shutil.rmtree(job.mdir)  # retrain from scratch, or a folder that never got its config
-            for p in (job.metrics_path, job.val_path):
-                p.unlink(missing_ok=True)
-        job.ckpt_root.mkdir(parents=True, exist_ok=True)
-        job.run.metrics_dir.mkdir(exist_ok=True)
-        # the run's corpus and tokenizer fingerprints tie the model folder to its data (Run.check_model_origin)
-        rf.write_json_atomic(job.cfg_file, {**job.wanted(), **job.run.fingerprints()})
-        ck.clear_after(job.ckpt_root, start)
-        ck.write_log(job.metrics_path, ck.TRAIN_FIELDS, train_rows)
-        ck.write_log(job.val_path, ck.VAL_FIELDS, val_rows)
-        if notes:
-            warnings.warn(f"model {job.key}: " + "; ".join(notes) + " (recomputed from the checkpoint)",
-                          stacklevel=4)
-        print(f"{job.key}: {job.dev} ({job.world} process{'es' if job.world > 1 else ''}, {job.precision})"
-              + (f", resuming at step {start}" if start else ""), flush=True)
-    job.acc.wait_for_everyone()
-
-
-def _finalise(job: TrainJob, loop: StepLoop, total_s: float) -> None:
-    """Main process: the final model, then (last, atomically) the completion marker with the summary read from the
-    logs, ``diverged`` when it did, and the sha256 of the final weights (the identity a claim's record keeps)."""
-    cfg, key = job.cfg, job.key
-    todo = f"{rf.OVERWRITE_HINT} to retrain {key}"
-    logged = rf.read_log(job.metrics_path, ck.TRAIN_FIELDS, todo=todo)
-    vals = rf.read_log(job.val_path, ck.VAL_FIELDS, todo=todo)
-    summary = {"key": key, "variant": job.v.name, "seed": job.seed, "complete": True, "steps": cfg.steps,
-               "final_train_loss": float(logged.loss.iloc[-1]), "train_seconds": total_s,
-               "tokens_per_second": int(logged.step.iloc[-1]) * cfg.batch_size * cfg.seq_len / max(total_s, 1e-9),
-               "parameters": loop.n_params, "device": str(job.dev), "processes": job.world, "precision": job.precision,
-               "final_val_loss": float(vals.val_loss.iloc[-1]), "initial_val_loss": float(vals.val_loss.iloc[0]),
-               **({"diverged": loop.diverged} if loop.diverged else {})}
-    ck.save_final(loop.core, job.tok, job.mdir)
-    summary[WEIGHTS_ID] = rf.weights_sha256(job.mdir, todo)
-    ck.prune_states(job.ckpt_root, keep=1)
-    ck.require_initial(job.ckpt_root)  # the folder vanished since the last checkpoint: never marked complete
-    reasons = {k: "training diverged (the loss is not a finite number)"
-               for k in ("final_train_loss", "final_val_loss", "initial_val_loss")}
-    rf.write_json_atomic(job.run.complete_path(job.v, job.seed), summary, reasons)
+        fresh, finished = t.check_folder(resume=resume, overwrite=overwrite)
+        if finished is not None:
+            return finished
+        stopped = t.loop(t.start(fresh), progress=progress, stop_at=stop_at)
+        if stopped is not None:
+            return stopped
+        total_s = time.perf_counter() - t.t0
+        if t.main:
+            t.finalise(total_s)
+        acc.wait_for_everyone()
+        return run.summary(v, seed)
 
 
 def make_accelerator(precision: str = "auto", device: str | torch.device | None = None) -> tuple[Accelerator, str]:
