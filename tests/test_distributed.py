@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from tiebias.run.folder import Run
-from tiebias.train.trainer import TrainConfig, estimate_memory, make_accelerator, train
+from tiebias.train.trainer import TrainConfig, make_accelerator, train
 
 WORKER = Path(__file__).with_name("_ddp_worker.py")
 
@@ -54,7 +54,6 @@ def test_bad_precision_and_memory(fresh_run: Run, tiny_config: TrainConfig) -> N
     with pytest.raises(ValueError, match="precision: unknown value 'fp8'"):
         replace(tiny_config, precision="fp8").validate()
     huge = replace(tiny_config, preset="gpu-150m", batch_size=4096, seq_len=2048)
-    assert estimate_memory(huge, 50_000) > 2**40
     with pytest.raises(ValueError, match="preset: 'gpu-150m'.*GiB"):
         train(fresh_run, "tied", 0, huge, progress=False, device="cpu")
     assert not fresh_run.model_dir("tied", 0).joinpath("checkpoints", "step-0").exists()

@@ -27,7 +27,8 @@ def test_free_memory_is_what_the_kernel_can_hand_out() -> None:
 
 def test_training_compares_its_estimate_with_the_same_measure(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = SimpleNamespace(preset="tiny", family="llama", batch_size=8, seq_len=64)  # what a TrainConfig gives
-    need = memory.estimate_memory(cfg, 300, processes=2)
+    monkeypatch.setattr(memory, "free_memory", lambda device: 2**60)
+    need = memory.check_memory(cfg, 300, torch.device("cpu"), processes=2)
     # each of two processes gets half of what is free: 2.3x the need fits, 1.7x does not (need must be < 0.9 x share)
     monkeypatch.setattr(memory, "free_memory", lambda device: int(2.3 * need))
     memory.check_memory(cfg, 300, torch.device("cpu"), processes=2)

@@ -65,22 +65,25 @@ def load_corpus(source: Source = None, *, text_column: str = "text", val_fractio
     if isinstance(source, (list, tuple)):
         if not source:
             raise ValueError(f"source: empty list of files; give at least one {_ALLOWED_EXTS} file")
-        groups = split_groups([_checked_file(Path(p).expanduser(), listed=True) for p in source], None)
-        return _load_local(groups, text_column, val_fraction, test_fraction, seed, label=str(source))
-    if not isinstance(source, (str, os.PathLike)):
+        label = str(source)
+        parts = _load_local(split_groups([_checked_file(Path(p).expanduser(), listed=True) for p in source], None),
+                            text_column)
+    elif not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"source: {source!r} is a {type(source).__name__}; give None, 'shakespeare', a path, "
                         "a list of paths or a hub dataset name")
-
-    text = os.fspath(source)
-    path = Path(text).expanduser()
-    if path.exists():
-        groups = split_groups(_checked_dir(path), path) if path.is_dir() else {"train": [_checked_file(path)]}
-        return _load_local(groups, text_column, val_fraction, test_fraction, seed, label=text)
-    if isinstance(source, str) and looks_like_hub_name(text):
-        return _load_hub(text, text_column, val_fraction, test_fraction, seed)
-    raise ValueError(f"source: path '{text}' does not exist; give the embedded corpus name '{EMBEDDED_CORPUS}', "
-                     f"an existing {_ALLOWED_EXTS} file or folder, or a hub dataset name ('name' or 'user/name', "
-                     "optionally ':config')")
+    else:
+        label = os.fspath(source)
+        path = Path(label).expanduser()
+        if path.exists():
+            parts = _load_local(split_groups(_checked_dir(path), path) if path.is_dir()
+                                else {"train": [_checked_file(path)]}, text_column)
+        elif isinstance(source, str) and looks_like_hub_name(label):
+            parts = _load_hub(label, text_column)
+        else:
+            raise ValueError(f"source: path '{label}' does not exist; give the embedded corpus name "
+                             f"'{EMBEDDED_CORPUS}', an existing {_ALLOWED_EXTS} file or folder, or a hub dataset name "
+                             "('name' or 'user/name', optionally ':config')")
+    return _complete_splits(parts, val_fraction, test_fraction, seed, label=label)
 
 
 def corpus_fingerprint(source: str | os.PathLike[str] | None, loaded: datasets.DatasetDict | None = None) -> dict | None:
@@ -146,14 +149,12 @@ def _checked_dir(folder: Path) -> list[Path]:
     return files
 
 
-def _load_local(groups: dict[str, list[Path]], text_column: str, val_fraction: float, test_fraction: float, seed: int,
-                *, label: str) -> datasets.DatasetDict:
+def _load_local(groups: dict[str, list[Path]], text_column: str) -> dict[str, datasets.Dataset]:
     """Local files (grouped by split) through ``datasets`` builders, every text/json file checked first."""
     for path in (f for fs in groups.values() for f in fs):
         if FILE_BUILDERS[path.suffix.lower()] in ("text", "json"):
             check_text_bytes(path)
-    parts = {s: _load_files(fs, text_column) for s, fs in groups.items() if fs}
-    return _complete_splits(parts, val_fraction, test_fraction, seed, label=label)
+    return {s: _load_files(fs, text_column) for s, fs in groups.items() if fs}
 
 
 def _load_files(files: list[Path], text_column: str) -> datasets.Dataset:
@@ -200,7 +201,7 @@ def _text_only(ds: datasets.Dataset, column: str, *, where: str) -> datasets.Dat
     return ds.rename_column(column, "text") if column != "text" else ds
 
 
-def _load_hub(name: str, text_column: str, val_fraction: float, test_fraction: float, seed: int) -> datasets.DatasetDict:
+def _load_hub(name: str, text_column: str) -> dict[str, datasets.Dataset]:
     """Load a hub dataset (network), normalise split names and keep only the text column."""
     repo, _, config = name.partition(":")
     try:
@@ -209,16 +210,13 @@ def _load_hub(name: str, text_column: str, val_fraction: float, test_fraction: f
         raise ValueError(f"source: '{name}' is not an existing local path, and loading it as a hub dataset failed "
                          f"({type(err).__name__}: {err}); give '{EMBEDDED_CORPUS}', an existing {_ALLOWED_EXTS} file "
                          "or folder, or a reachable hub dataset name") from err
-    if not isinstance(loaded, datasets.DatasetDict):
-        raise ValueError(f"source: hub dataset '{name}' did not load as a DatasetDict")
     renamed: dict[str, datasets.Dataset] = {}
     for split, ds in loaded.items():
         key = SPLIT_WORDS.get(str(split).lower(), str(split))
         renamed[key] = _text_only(ds, text_column, where=f"hub dataset '{name}' split '{split}'")
     if "train" not in renamed:
         renamed = {"train": datasets.concatenate_datasets(list(renamed.values()))}
-    parts = {s: renamed[s] for s in SPLITS if s in renamed}
-    return _complete_splits(parts, val_fraction, test_fraction, seed, label=name)
+    return {s: renamed[s] for s in SPLITS if s in renamed}
 
 
 def _complete_splits(parts: dict[str, datasets.Dataset], val_fraction: float, test_fraction: float, seed: int, *,

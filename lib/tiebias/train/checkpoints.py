@@ -104,7 +104,7 @@ def load_resume_point(model: PreTrainedModel, opt: torch.optim.Optimizer, ckpt_r
         if problems:
             warnings.warn(f"model {key}: skipped checkpoint(s) that cannot be resumed ({'; '.join(problems)}); "
                           f"resuming from {d.name} instead (the later steps are recomputed)",
-                          stacklevel=4)  # train(), through its resume step
+                          stacklevel=3)  # train(), through its start
         return _step_key(d), float(state.get("elapsed_s", 0.0))
     if any(_step_key(d) > 0 for d in dirs):
         raise ValueError(f"model {key}: no checkpoint in {ckpt_root} can be resumed ({'; '.join(problems)}); "

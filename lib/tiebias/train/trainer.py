@@ -332,9 +332,9 @@ def pick_device(device: str | torch.device | None = None) -> torch.device:
     return torch.device(device if device is not None else "cuda" if torch.cuda.is_available() else "cpu")
 
 
-def estimate_memory(cfg: Any, vocab_size: int, processes: int = 1) -> int:
+def check_memory(cfg: Any, vocab_size: int, device: torch.device, processes: int = 1) -> int:
     """Rough peak bytes of one training process (``cfg``: a TrainConfig): weights, grads, AdamW state, activations,
-    logits."""
+    logits; refused before allocating when more than 0.9 of the device's free memory (the processes' share on CPU)."""
     p = get_preset(cfg.preset)
     d, L = p.hidden, p.layers
     ffn = p.intermediate(cfg.family)
@@ -342,18 +342,14 @@ def estimate_memory(cfg: Any, vocab_size: int, processes: int = 1) -> int:
     rows = max(cfg.batch_size // processes, 1)
     tokens = rows * cfg.seq_len
     activations = tokens * L * (16 * d + 3 * ffn) * 4 + rows * p.heads * cfg.seq_len**2 * 4 * L
-    return int(16 * params + activations + tokens * vocab_size * 4 * 3)
-
-
-def check_memory(cfg: Any, vocab_size: int, device: torch.device, processes: int = 1) -> None:
-    """Refuse, before allocating, a preset/batch that cannot fit in the device's free memory."""
-    need, free = estimate_memory(cfg, vocab_size, processes), free_memory(device)
+    need, free = int(16 * params + activations + tokens * vocab_size * 4 * 3), free_memory(device)
     if device.type != "cuda":
         free //= max(processes, 1)  # the processes share the machine's memory
     if need > 0.9 * free:
         raise ValueError(f"preset: {cfg.preset!r} with batch_size={cfg.batch_size}, seq_len={cfg.seq_len} needs "
                          f"about {need / 2**30:.1f} GiB per process but {device} has {free / 2**30:.1f} GiB free; "
                          "choose a smaller preset, batch or sequence length")
+    return need
 
 
 def _checked_args(variant: str | Variant, seed: int, config: TrainConfig | None,

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from tiebias import stats
+from tiebias.config.checks import check_int
 from tiebias.stats import LEVEL
 
 METRICS = {"exact l2": ("input_norm", "output_norm", 1), "exact squared l2": ("input_norm", "output_norm", 2),
@@ -21,10 +22,8 @@ METRICS = {"exact l2": ("input_norm", "output_norm", 1), "exact squared l2": ("i
 
 def window_bounds(steps: int, warmup: int) -> dict[str, tuple[int, int]]:
     """Each window's first and last step (1-based, inclusive); empty windows are left out."""
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps: {steps!r} is not allowed; need an integer > 0")
-    if not isinstance(warmup, int) or not 0 <= warmup < steps:
-        raise ValueError(f"warmup: {warmup!r} is not allowed with steps={steps}; need an integer 0 <= warmup < steps")
+    check_int("steps", steps, minimum=1, need="an integer > 0")
+    check_int("warmup", warmup, minimum=0, maximum=steps - 1, need=f"an integer 0 <= warmup < steps ({steps})")
     out = {"first 100 steps": (1, min(100, steps)), "warmup": (1, warmup), "first 1000 steps": (1, min(1000, steps)),
            "after warmup": (warmup + 1, steps)}
     return {k: v for k, v in out.items() if v[0] <= v[1]}
