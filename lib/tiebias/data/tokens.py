@@ -61,24 +61,19 @@ def _bounded(texts: Iterable[str]) -> Iterator[str]:
                 yield part
 
 
-def tokenizer_fingerprint(path: str | os.PathLike[str], *, whole: bool = True) -> str:
+def tokenizer_fingerprint(path: str | os.PathLike[str]) -> str:
     """sha256 of a saved ``tokenizer.json`` in canonical form (keys sorted, merges as ``"a b"``), whichever
-    ``tokenizers`` version saved it; ``whole=False``: the model part only, the fingerprint earlier versions recorded
-    (recognised in old records, never used to accept a tokenizer)."""
+    ``tokenizers`` version saved it."""
     source = Path(path)
     try:
         saved = json.loads(source.read_text(encoding="utf-8"))
         model = saved["model"]
         merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
         vocab = sorted(model["vocab"].items(), key=lambda kv: (kv[1], kv[0]))
-        if whole:
-            canonical = {**{k: v for k, v in saved.items() if k != "version"},
-                         "model": {**model, "vocab": vocab, "merges": merges},
-                         "added_tokens": sorted(saved.get("added_tokens", []), key=lambda t: t["id"])}
-        else:
-            canonical = {"type": model.get("type"), "vocab": vocab, "merges": merges,
-                         "added": sorted((t["id"], t["content"]) for t in saved.get("added_tokens", []))}
-        text = json.dumps(canonical, ensure_ascii=False, separators=(",", ":"), sort_keys=whole)
+        canonical = {**{k: v for k, v in saved.items() if k != "version"},
+                     "model": {**model, "vocab": vocab, "merges": merges},
+                     "added_tokens": sorted(saved.get("added_tokens", []), key=lambda t: t["id"])}
+        text = json.dumps(canonical, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"path: {source} is not a saved tokenizer ({type(e).__name__}: {e})") from None
     return hashlib.sha256(text.encode("utf-8")).hexdigest()

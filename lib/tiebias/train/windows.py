@@ -22,8 +22,8 @@ METRICS = {"exact l2": ("input_norm", "output_norm", 1), "exact squared l2": ("i
 
 def window_bounds(steps: int, warmup: int) -> dict[str, tuple[int, int]]:
     """Each window's first and last step (1-based, inclusive); empty windows are left out."""
-    check_int("steps", steps, minimum=1, need="an integer > 0")
-    check_int("warmup", warmup, minimum=0, maximum=steps - 1, need=f"an integer 0 <= warmup < steps ({steps})")
+    check_int("steps", steps, "an integer > 0", minimum=1)
+    check_int("warmup", warmup, f"an integer 0 <= warmup < steps ({steps})", maximum=steps - 1)
     out = {"first 100 steps": (1, min(100, steps)), "warmup": (1, warmup), "first 1000 steps": (1, min(1000, steps)),
            "after warmup": (warmup + 1, steps)}
     return {k: v for k, v in out.items() if v[0] <= v[1]}
