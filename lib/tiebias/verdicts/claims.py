@@ -151,8 +151,7 @@ def claim1(table1: pd.DataFrame, method: str, n_seeds: int, *, where: str = "in 
                              f"{c1['in_to_tied']:.3f} ({c1['pairing']}, {method}); {c1['rule']}",
                    text="\n".join(lines), spread=c1["gap_sd"], n_seeds=n_seeds,
                    noise_floor=c1["noise_floor"].get("tied -> tied (noise floor)"),
-                   paper={"OLMo-1B out->tied": olmo["untied output -> tied"]["orthogonal"],
-                          "OLMo-1B in->tied": olmo["untied input -> tied"]["orthogonal"]}, details=c1,
+                   paper={"OLMo-1B out->tied": o_out, "OLMo-1B in->tied": o_in}, details=c1,
                    models=models_of(table1, ("tied", "untied")))
 
 
@@ -335,17 +334,6 @@ def claim4_sentence(verdicts: dict[str, dict], head: str | None = None) -> str:
             f"{head} map: {reading(head)}{beside}.")
 
 
-def ingredient_details(summary: pd.DataFrame) -> dict[str, dict[str, dict[str, float | None]]]:
-    """Claim 4's ingredients for the record: per ingredient and k, both shifts with their intervals."""
-    cols = ("vs_untied_input", "vs_untied_input_ci_low", "vs_untied_input_ci_high", "vs_untied_output",
-            "vs_untied_output_ci_low", "vs_untied_output_ci_high")
-    out: dict[str, dict[str, dict[str, float | None]]] = {}
-    for r in summary.to_dict("records"):
-        out.setdefault(str(r["ingredient"]), {})[f"k={r['k']:g}"] = {
-            c: (round(float(r[c]), 4) if math.isfinite(r[c]) else None) for c in cols}
-    return out
-
-
 def claim4(table: pd.DataFrame, methods: Sequence[str], reference: str,
            ingredients: pd.DataFrame | None = None) -> Verdict:
     """Claim 4 from the sweep's alignment table at its final step: the first map's :func:`claim4_rule` decides.
@@ -374,6 +362,11 @@ def claim4(table: pd.DataFrame, methods: Sequence[str], reference: str,
                          f"{r['seed_std']:.4f}: {noise} {NOISE_SDS} sd.")
     lines.append(claim4_sentence(verdicts))
     others = "".join(f"; {m} map's reading: {v['claim4_status']}" for m, v in list(verdicts.items())[1:])
+    shifts: dict[str, dict[str, dict[str, float | None]]] = {}  # per ingredient and k, both shifts and intervals
+    for r in ([] if ingredients is None else ingredients.to_dict("records")):
+        shifts.setdefault(str(r["ingredient"]), {})[f"k={r['k']:g}"] = {
+            c: (round(float(r[c]), 4) if math.isfinite(r[c]) else None)
+            for c in (f"vs_untied_{w}{e}" for w in ("input", "output") for e in ("", "_ci_low", "_ci_high"))}
     return Verdict("claim4_causality", value=value, threshold=CLAIM4_RATIO, unit=f"min change / ({NOISE_SDS} seed sd)",
                    statement=f"{methods[0]} map (the verdict's): k {head['k'][0]:g}->{head['k'][-1]:g} changes untied-input cosine by "
                              f"{r_in['change']:+.4f} and untied-output cosine by {r_out['change']:+.4f} "
@@ -382,6 +375,5 @@ def claim4(table: pd.DataFrame, methods: Sequence[str], reference: str,
                    noise_floor=NOISE_SDS * max(r_in["seed_std"], r_out["seed_std"]) if head["seeds"] > 1 else None,
                    paper={"k=1": TABLE2_STEP10K[1.0], "k=5": TABLE2_STEP10K[5.0]},
                    details={"verdicts": verdicts, "reference": reference,
-                            **({"ingredients": ingredient_details(ingredients)} if ingredients is not None
-                               and not ingredients.empty else {})}, status=status, models=models_of(table))
+                            **({"ingredients": shifts} if shifts else {})}, status=status, models=models_of(table))
 

@@ -398,13 +398,11 @@ def _read(path: Any, name: str) -> pd.DataFrame:
 
 
 def paper_numbers() -> Iterator[tuple[tuple[str, ...], float]]:
-    """Every number :mod:`tiebias.paper` holds, as (key path, value); a (low, high) range yields its midpoint."""
+    """Every number :mod:`tiebias.paper` holds, as (key path, value)."""
     def walk(path: tuple[str, ...], x: Any) -> Iterator[tuple[tuple[str, ...], float]]:
         if isinstance(x, dict):
             for k, v in x.items():
                 yield from walk((*path, str(k)), v)
-        elif isinstance(x, tuple) and all(isinstance(v, (int, float)) for v in x):
-            yield path, float(np.mean(x))
         elif isinstance(x, (int, float)) and not isinstance(x, bool):
             yield path, float(x)
 
@@ -531,7 +529,8 @@ def figure3_rows(ev: Evidence) -> list[Row]:
 
 _BY_PLACE = {"first 100 steps": "warmup", "warmup": "warmup", "after warmup": "after warmup",
              "whole run": "whole run", "first 1000 steps": "warmup"}  # our window at the same place as the paper's
-_SCALE_SHARE = {"whole run": "claim2_share", "warmup": "claim2_share_warmup", "after warmup": "claim2_share_after_warmup"}
+_SCALE_SHARE = {"whole run": "claim2_share", "first 1000 steps": "claim2_share", "warmup": "claim2_share_warmup",
+                "after warmup": "claim2_share_after_warmup"}
 
 
 def _per_seed_share(ev: Evidence, metric: str, window: str) -> np.ndarray | None:
@@ -571,9 +570,8 @@ def _share_row(ev: Evidence, key: tuple[str, ...], what: str, pv: float, norm: s
     if steps_window and steps_window != place:
         for metric in (f"proxy {name}", f"exact {name}"):
             cands += candidate(metric, place, "window", f"{metric} over our {place}, the same place relative to warmup")
-    scale_key = {"first 1000 steps": "whole run", "first 100 steps": ""}.get(steps_window or place, steps_window or place)
     return _row(key, "Figure 4", what, pv, Estimate.of(ours, f"exact {name}, {steps_window or place}"), proxy, cands,
-                trends=ev.trends(_SCALE_SHARE.get(scale_key, "")) if norm == "l2" else [], kind="share",
+                trends=ev.trends(_SCALE_SHARE.get(steps_window or place, "")) if norm == "l2" else [], kind="share",
                 paper_other=paper_other)
 
 
@@ -620,7 +618,6 @@ def figure4_rows(ev: Evidence) -> list[Row]:
                         cands, kind="ratio")]
 
 
-_COLUMN = {"vs untied input": "vs_untied_input", "vs untied output": "vs_untied_output"}
 _INGREDIENT_CAUSE = {"warmup10": "window", "no_embedding_decay": "protocol", "sgd": "protocol"}
 PAPER_RUN_STEPS = 10_000  # the length of the paper's OLMo-1B runs behind Tables 2 and 6
 
@@ -632,7 +629,7 @@ def _cosines(ev: Evidence, k: float, which: str, table: str) -> Estimate | None:
         return None
     t = t[(t.method == "orthogonal") & (t.output_factor == 1.0) & (t.k == k) & (t.step == t.step.max())]
     pairing = "same seed" if table.endswith("same_seed") else "cross seed"
-    return Estimate.of(t[_COLUMN[which]], f"orthogonal, {pairing}, our last step ({int(t.step.max()) if len(t) else 0})")
+    return Estimate.of(t[which.replace(" ", "_")], f"orthogonal, {pairing}, our last step ({int(t.step.max()) if len(t) else 0})")
 
 
 def _shift(ev: Evidence, k: float, which: str) -> tuple[Estimate | None, list[Candidate]]:
@@ -640,7 +637,7 @@ def _shift(ev: Evidence, k: float, which: str) -> tuple[Estimate | None, list[Ca
     t = ev.table("claim4_ingredients")
     if t is None:
         return None, []
-    col = _COLUMN[which]
+    col = which.replace(" ", "_")
     est = {r.ingredient: Estimate.from_ci(getattr(r, col), getattr(r, f"{col}_ci_low"), getattr(r, f"{col}_ci_high"),
                                           int(r.n_seeds), str(r.ingredient)) for r in t[t.k == k].itertuples()}
     kit = est.pop(KIT, None)
@@ -701,8 +698,7 @@ def claim4_rows(ev: Evidence) -> list[Row]:
                 same = _cosines(ev, k, which, "ablation_alignment_same_seed") if kit else None
                 cands = [Candidate(same, "reference point", "the same seed's untied model")] if same else []
                 if kit and table is paper.TABLE6_STEP1K and k == 1.0:
-                    cands += _clock_candidate(ev, {"vs untied input": "untied input -> tied",
-                                                   "vs untied output": "untied output -> tied"}[which])
+                    cands += _clock_candidate(ev, f"untied {which.split()[-1]} -> tied")
                 rows.append(_row((name, str(k), which), src, f"cosine {which}, k = {k:g} ({when})", pv, kit, kit,
                                  cands, _NOT_RUN.format(f"04_ablate with k = {k:g}")))
             for which in (cells if k != 1.0 else ()):
