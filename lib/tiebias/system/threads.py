@@ -8,6 +8,7 @@ import statistics
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from types import SimpleNamespace
 
 import torch
 
@@ -81,13 +82,6 @@ def _set_threads(n: int) -> None:
         torch.set_num_threads(n)
 
 
-class FixedThreads:
-    """A loop whose thread count is fixed: :meth:`step` does nothing."""
-
-    def step(self) -> nullcontext:
-        return nullcontext()
-
-
 def check_num_threads(num_threads: object, name: str = "num_threads") -> None:
     if num_threads not in (None, "auto") and (not is_int(num_threads) or num_threads <= 0):
         raise ValueError(f"{name}: must be a positive int, 'auto' or None, got {num_threads!r}")
@@ -95,7 +89,7 @@ def check_num_threads(num_threads: object, name: str = "num_threads") -> None:
 
 @contextmanager
 def loop_threads(num_threads: int | str | None = "auto", device_type: str = "cpu",
-                 ) -> Iterator[ThreadTuner | FixedThreads]:
+                 ) -> Iterator[ThreadTuner | SimpleNamespace]:
     """Threads for one loop, restored after: ``"auto"`` tunes on a CPU, an int fixes them, None keeps them; yields
     what wraps each step. Freed memory is kept meanwhile (:func:`tiebias.system.alloc.kept_heap`)."""
     from tiebias.system.alloc import kept_heap
@@ -106,6 +100,6 @@ def loop_threads(num_threads: int | str | None = "auto", device_type: str = "cpu
         if isinstance(num_threads, int):
             torch.set_num_threads(num_threads)
         with kept_heap():
-            yield ThreadTuner() if num_threads == "auto" and device_type == "cpu" else FixedThreads()
+            yield ThreadTuner() if num_threads == "auto" and device_type == "cpu" else SimpleNamespace(step=nullcontext)
     finally:
         torch.set_num_threads(before)
