@@ -32,7 +32,7 @@ def test_the_sweep_and_the_schema_share_the_factor_rule() -> None:
 
 
 def test_factors_and_variants() -> None:
-    assert ablate.check_factors("5,1,2") == [1.0, 2.0, 5.0]
+    assert ablate.check_factors([5, 1, 2]) == [1.0, 2.0, 5.0]
     vs = ablate.sweep_variants([1, 5])
     assert [v.name for v in vs] == ["tied", "tied_in5"]
     assert [v.name for v in ablate.sweep_variants([2], inverse_output=True)] == ["tied_in2_out0.5"]

@@ -1,33 +1,48 @@
 """The notebooks' mechanism cells show the project's real code paths, and their numbers are right."""
 
+import json
+
 import numpy as np
 import pytest
+import torch
 
+from tiebias.align import maps
+from tiebias.config.paths import notebooks_dir
 from tiebias.teach import mechanisms
 
-# float32 rounding of one product or norm is about 6e-8 relative; the changes these tests guard against (a factor
-# applied to the wrong path, a transposed map) move the checked numbers by tens of percent or more.
-F32_REL = 1e-5
-# the toy alignment runs in float64 on 200 x 8 matrices: formula and library differ only by float64 rounding
-# (about 1e-15); a different map or a missing centring moves the mean cosine by more than 1e-2.
+# The toy pair is float32: the library applies a map and takes the cosine at that precision, the notebook's plain
+# code in float64, so a mean cosine differs by about (d_s + d_t) x float32 eps; a different map or a missing centring
+# moves it by more than 1e-2.
+F32_ABS = 1e-5
 F64_ABS = 1e-9
 
 
-def test_map_formulas_match_the_library() -> None:
-    t = mechanisms.map_check()
-    assert np.allclose(t["formula"], t["tiebias.align.maps"], rtol=0, atol=F64_ABS)
-    assert t.loc["orthogonal", "max |W^T W - I|"] < F64_ABS
-    assert t.loc["linear", "max |W^T W - I|"] > 0.1  # the stretch in the toy target is not a rotation
+def _maps_cell() -> dict:
+    """The namespace of notebook 02's plain maps cell (its toy pair and functions), run on its own."""
+    nb = json.loads((notebooks_dir() / "02_align.ipynb").read_text())
+    namespace: dict = {}
+    exec("".join(next(c for c in nb["cells"] if c["id"] == "mechanism-maps-code")["source"]), namespace)
+    return namespace
+
+
+def test_notebook_02s_plain_maps_match_the_library(capsys: pytest.CaptureFixture[str]) -> None:
+    ns = _maps_cell()
+    S, T = ns["S_toy"], ns["T_toy"]
+    for method, cosine in ns["toy"].items():
+        assert abs(cosine - maps.align_all(S, T, [method])[method].mean) < F32_ABS, method
+    W = ns["W_toy"]
+    assert (W.T @ W - torch.eye(8, dtype=W.dtype)).abs().max() < F64_ABS
     # in-sample, each map can do at least what the more constrained one does
-    assert t.loc["identity", "formula"] < t.loc["orthogonal", "formula"] < t.loc["linear", "formula"]
+    assert ns["toy"]["identity"] < ns["toy"]["orthogonal"] < ns["toy"]["linear"]
+    assert "Mean cosine on the toy pair" in capsys.readouterr().out
 
 
 def test_orthogonal_formula_recovers_a_pure_rotation() -> None:
     rng = np.random.default_rng(1)
-    S = rng.standard_normal((100, 6))
-    Q, _ = np.linalg.qr(rng.standard_normal((6, 6)))
-    W = mechanisms.map_formulas(S, S @ Q)["orthogonal"]
-    assert np.abs(W - Q).max() < F64_ABS
+    S = torch.from_numpy(rng.standard_normal((100, 6)))
+    Q = torch.linalg.qr(torch.from_numpy(rng.standard_normal((6, 6)))).Q
+    W = _maps_cell()["procrustes_map"](S, S @ Q)
+    assert (W - Q).abs().max() < F64_ABS
 
 
 def test_toy_batch_is_checked() -> None:

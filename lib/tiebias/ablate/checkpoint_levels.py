@@ -1,6 +1,5 @@
-"""Cosine levels of Tables 1, 2 and 6 and Figure 3 at every saved checkpoint, beside the paper's at its own steps
-(ours train a few hundred steps: do they still move?). Table 2's and 6's k = 1 cells are Table 1's "-> tied"
-comparisons (orthogonal map); k > 1 comes from 04's ``tied_in<k>`` models where trained."""
+"""Cosine levels of Tables 1, 2 and 6 and Figure 3 at every saved checkpoint beside the paper's at its own steps: do
+ours still move? Table 2's and 6's k > 1 cells come from 04's ``tied_in<k>`` models where trained."""
 
 from __future__ import annotations
 
@@ -18,10 +17,8 @@ from tiebias.config.variants import Variant
 from tiebias.run import inventory
 from tiebias.run.folder import Run
 
-TABLE = "levels_at_checkpoints"
-"""The table's name in the run folder (``metrics/<TABLE>.csv``)."""
-METHOD = "orthogonal"
-"""The map of every level here: the Procrustes map of Tables 2 and 6 and the paper's headline column of Table 1."""
+TABLE = "levels_at_checkpoints"  # metrics/<TABLE>.csv
+METHOD = "orthogonal"  # the map of Tables 2 and 6 and the paper's headline column of Table 1
 COLUMNS = ["source", "quantity", "who", "step", "fraction", "mean", "sd", "n", "values"]
 _TABLE1 = {"untied output -> tied": "untied output -> tied", "untied input -> tied": "untied input -> tied",
            "untied input -> untied output": "untied input -> untied output",
@@ -67,18 +64,19 @@ def levels(run: Run, seeds: Sequence[int] | None = None, *, evolution: pd.DataFr
 
     Args:
         run, seeds: the run and its seeds (None: every seed with complete tied and untied models).
-        evolution, scaled: 02's Figure 3 table (None: computed); also 04's ``tied_in<k>`` models (False in 02).
+        evolution, scaled: 02's Figure 3 table (None: computed); also 04's ``tied_in<k>`` models.
 
     Returns:
-        :data:`COLUMNS`: per quantity and step our mean, sd, ``values`` and ``fraction`` (of our final step); then
-        :func:`paper_levels`.
+        :data:`COLUMNS`: per quantity and step our mean, sd, ``values`` and ``fraction`` of our final step; then the
+        paper's.
     """
     if seeds is None:
         seeds = inventory.require_complete(run, ("tied", "untied"))
     seeds = sorted(seeds)
     steps = sweep.common_steps(run, [Variant(True)], seeds)
     final = max(steps) if steps else 0
-    pairing = "cross seed" if len(seeds) > 1 else "same seed"
+    cross = len(seeds) > 1
+    pairing = "cross seed" if cross else "same seed"
     rows: list[dict] = []
     t1 = []
     for step in steps:
@@ -96,7 +94,7 @@ def levels(run: Run, seeds: Sequence[int] | None = None, *, evolution: pd.DataFr
     if ks:
         k_steps = sweep.common_steps(run, ks, seeds)
         t = sweep.alignment_table(run, ks, seeds, steps=[s for s in k_steps if s in steps], methods=[METHOD],
-                                  reference=sweep.reference_for(seeds))
+                                  reference="cross" if cross else "same")
         for (k, which) in [(v.input_factor, w) for v in ks for w in _COLUMN]:
             rows += _summarise(t[t.k == k], "Tables 2, 6", f"k = {k:g}, {which}", _COLUMN[which], final)
     ev = comparisons.evolution_table(run, seeds) if evolution is None else evolution
@@ -107,7 +105,7 @@ def levels(run: Run, seeds: Sequence[int] | None = None, *, evolution: pd.DataFr
 
 
 def at_fraction(table: pd.DataFrame, quantity: str, fraction: float) -> pd.Series:
-    """Our row of one quantity at the checkpoint nearest to ``fraction`` of training (step over final step)."""
+    """Our row of one quantity at the checkpoint nearest to ``fraction`` of training."""
     ours = table[(table.quantity == quantity) & (table.who == "this run")]
     if ours.empty:
         raise ValueError(f"quantity: {quantity!r} has no level of this run; have "
@@ -116,7 +114,7 @@ def at_fraction(table: pd.DataFrame, quantity: str, fraction: float) -> pd.Serie
 
 
 def values(row: pd.Series) -> np.ndarray:
-    """The per-pair values of one row of :func:`levels` (also read back from its CSV)."""
+    """The per-pair values of one row of :func:`levels` (also as read back from its CSV)."""
     return np.asarray(json.loads(str(row["values"])), dtype=float)
 
 

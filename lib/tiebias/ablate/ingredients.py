@@ -1,7 +1,5 @@
-"""Claim 4 taken apart: which ingredient of the paper's setup could explain the size of its shift? Each ingredient
-changes one thing and measures the same shift (k = 5 minus k = 1, orthogonal Procrustes cosine, per seed): the
-reference (the same seed's untied model or another seed's), or a recipe change
-(:data:`tiebias.config.choices.INGREDIENTS`) retrained in ``<run>/ingredients/<name>/``."""
+"""Claim 4 taken apart: each ingredient changes one thing, the reference or the recipe (retrained in
+``<run>/ingredients/<name>/``), and measures the same shift (k = 5 minus k = 1, orthogonal cosine, per seed)."""
 
 from __future__ import annotations
 
@@ -22,27 +20,23 @@ from tiebias.stats import LEVEL
 from tiebias.train.sweeps import share_data, train_many
 from tiebias.train.trainer import TrainConfig
 
-K = 5.0
-"""The paper's factor (Table 2): the shift every ingredient is measured at."""
-SGD_LR = 0.3
-"""SGD's learning rate in the ``sgd`` ingredient: with the gradient norm clipped at 1, about AdamW's step size."""
+K = 5.0  # the paper's factor (Table 2)
+SGD_LR = 0.3  # with the gradient norm clipped at 1, about AdamW's step size
 PAPER_SHIFT = {col: TABLE2_STEP10K[K][name] - TABLE2_STEP10K[1.0][name]
                for col, name in (("vs_untied_input", "vs untied input"), ("vs_untied_output", "vs untied output"))}
-"""The paper's shift at k = 5, step 10k (Table 2), per cosine."""
 KIT = "kit (another seed's untied model)"
 SAME_SEED = "same-seed untied model"
 
 
 def check(names: Sequence[str], factors: Sequence[float], seeds: Sequence[int]) -> tuple[list[str], str]:
-    """The ingredients this sweep can measure (it needs k = 1 and k = 5 and two or more seeds), and a note saying why
-    none when it cannot, so that a study with other factors or seeds still runs.
+    """The ingredients this sweep can measure (it needs k = 1 and k = 5 and two or more seeds), or none and why.
 
     Args:
-        names: the ingredients asked for (``ablate_ingredients``); an unknown one raises ValueError.
+        names: ``ablate_ingredients``; an unknown one raises ValueError.
         factors, seeds: the sweep's gradient factors and seeds.
 
     Returns:
-        ``(names, "")`` when they can be measured, else ``([], reason)``.
+        ``(names, "")`` or ``([], reason)``.
     """
     bad = [n for n in names if n not in INGREDIENTS]
     if bad:
@@ -67,8 +61,7 @@ def recipe(name: str, cfg: TrainConfig) -> TrainConfig:
 
 def train_ingredients(run: Run, names: Sequence[str], seeds: Sequence[int], cfg: TrainConfig, *,
                       progress: bool = True) -> dict[str, Run]:
-    """Train (or reuse) each ingredient's k = 1 and k = 5 tied models in ``<run>/ingredients/<name>/``, a copy of the
-    run's data (:func:`tiebias.train.sweeps.share_data`), so only the recipe differs.
+    """Train (or reuse) each ingredient's k = 1 and k = 5 tied models in ``<run>/ingredients/<name>/`` on the run's data.
 
     Args:
         run, names, seeds, cfg: the sweep's run, the ingredients (:func:`check`), the seeds and the kit's recipe.
@@ -87,7 +80,7 @@ def train_ingredients(run: Run, names: Sequence[str], seeds: Sequence[int], cfg:
 
 
 def _cosines(ref_run: Run, ref_seed: int, tied_run: Run, v: Variant, seed: int) -> dict[str, float]:
-    """Orthogonal Procrustes cosine (centred, in-sample, as Table 2) of the untied matrices mapped onto a tied one."""
+    """Orthogonal cosine (in-sample, as Table 2) of the untied matrices mapped onto a tied one."""
     ref = embeddings.from_run(ref_run, Variant(False), ref_seed)
     tied = embeddings.from_run(tied_run, v, seed)
     return {"vs_untied_input": maps.align_all(ref.input, tied.input, ("orthogonal",))["orthogonal"].mean,
@@ -98,11 +91,10 @@ def shifts_from_sweep(table: pd.DataFrame, label: str, method: str = "orthogonal
     """Per-seed shifts (k minus k = 1) of every k of a sweep alignment table at its final step.
 
     Args:
-        table: :func:`tiebias.ablate.sweep.alignment_table`; every seed needs a k = 1 row.
-        label: the ``ingredient`` column (:data:`KIT` or :data:`SAME_SEED`); method: the map read.
+        table, label, method: the alignment table (a k = 1 row per seed), the ``ingredient`` column, the map read.
 
     Returns:
-        ``ingredient``, ``k``, ``seed``, ``vs_untied_input``, ``vs_untied_output``, one row per seed and k other than 1.
+        ``ingredient``, ``k``, ``seed``, ``vs_untied_input``, ``vs_untied_output``.
     """
     d = table[(table.method == method) & (table.step == table.step.max())]
     rows = []
@@ -119,7 +111,7 @@ def shifts_from_ingredients(run: Run, subs: Mapping[str, Run], seeds: Sequence[i
     """Per-seed shifts at k = 5 of each trained ingredient, against the run's untied model of the next seed.
 
     Args:
-        run, subs, seeds: the sweep's run (the reference), ingredient -> its run (:func:`train_ingredients`), seeds.
+        run, subs, seeds: the sweep's run, ingredient -> its run (:func:`train_ingredients`), the seeds.
 
     Returns:
         ``ingredient``, ``k``, ``seed``, ``val_loss_k5`` (nats), ``vs_untied_input``, ``vs_untied_output``.
@@ -137,15 +129,14 @@ def shifts_from_ingredients(run: Run, subs: Mapping[str, Run], seeds: Sequence[i
 
 
 def summary(per_seed: pd.DataFrame, *, level: float = LEVEL) -> pd.DataFrame:
-    """Mean shift and its t-interval over seeds per (ingredient, k), the paper's shift beside, and whether it lies
-    inside the interval on both cosines (``matches_paper``).
+    """Mean shift and t-interval over seeds per (ingredient, k), and whether the paper's shift lies inside on both cosines.
 
     Args:
-        per_seed: rows of :func:`shifts_from_sweep` and :func:`shifts_from_ingredients`; level: the intervals' level.
+        per_seed, level: rows of the two ``shifts_from_`` functions; the intervals' level.
 
     Returns:
-        One row per (ingredient, k): ``n_seeds``, per cosine the mean, ``_ci_low``, ``_ci_high`` and ``paper_``
-        (NaN but at k = 5), ``matches_paper`` (None below two seeds or off k = 5), ``val_loss_k5`` where present.
+        Per (ingredient, k): ``n_seeds``, per cosine the mean, ``_ci_low``, ``_ci_high``, ``paper_``,
+        ``matches_paper`` (None below two seeds or off k = 5), ``val_loss_k5`` where present.
     """
     rows = []
     if per_seed.empty:

@@ -1,10 +1,5 @@
-"""Claims 1, 2 and 4 against model size and training length (notebook 04, the ``scale`` and ``exposure`` profiles).
-
-A scale point is a (vocabulary size, preset, training length); the run's own is the profile's, the others vary one
-of the three and live in ``<run>/scale/<label>/``. Per seed at every point: claim 1's gap, claim 2's output share
-(whole run, warmup, after), claim 4's shifts, the validation losses, the embedding's share of the parameters, and
-tokens seen per embedding row (a larger vocabulary at the same steps sees each row less often).
-"""
+"""Claims 1, 2 and 4 against model size and training length (04, the ``scale`` and ``exposure`` profiles): each
+point varies the vocabulary, preset or steps of the run's own and lives in ``<run>/scale/<label>/``."""
 
 from __future__ import annotations
 
@@ -27,12 +22,10 @@ from tiebias.train.sweeps import share_data
 from tiebias.train.trainer import TrainConfig
 
 PAPER_TOKENS_PER_ROW = 10_000 * 512 * 4096 / 50280
-"""Tokens seen per embedding row by the paper's Table 2 models at step 10,000 (512 x 4,096-token batches over OLMo-1B's
-50,280 rows)."""
+"""Tokens per embedding row of the paper's Table 2 models at step 10,000 (512 x 4,096 tokens per step, 50,280 rows)."""
 PAPER_SCALE = {"vocab_size": 50280, "width": 2048, "tokens_per_row": PAPER_TOKENS_PER_ROW}
-"""OLMo-1B's vocabulary, width and exposure at Table 2's step: where the fitted trends are extrapolated to."""
+"""OLMo-1B at Table 2's step: where the fitted trends are extrapolated to."""
 AXES = {"vocab_size": "vocabulary size", "width": "width", "tokens_per_row": "training length (tokens seen per row)"}
-"""The axes a trend is fitted along: the model's size, and its training length alone."""
 QUANTITIES = {
     "claim1_gap": "claim 1: untied output -> tied minus untied input -> tied (orthogonal cosine)",
     "claim2_share": "claim 2: output share of the tied matrix's gradient, whole run",
@@ -40,22 +33,13 @@ QUANTITIES = {
     "claim2_share_after_warmup": "claim 2: output share after warmup",
     "loss_tied_minus_untied": "validation loss, tied minus untied (nats)",
 }
-"""The per-seed quantities of a scale point besides claim 4's shifts and the losses."""
-FIGURES = {
-    "claim1": (f"Claim 1 against size: the tied matrix's gap (mean, {LEVEL:.0%} CI over seeds)", ["claim1_gap"]),
-    "claim2": (f"Claim 2 against size: the output share (mean, {LEVEL:.0%} CI over seeds)",
-               ["claim2_share", "claim2_share_warmup", "claim2_share_after_warmup"]),
-    "claim4": (f"Claim 4 against size: the shift at the sweep's largest k (mean, {LEVEL:.0%} CI over seeds)", ["in", "out"]),
-    "loss": ("What tying costs against size: validation loss, tied minus untied (nats)", ["loss_tied_minus_untied"]),
-}
-"""The scale axis's figures: title and the quantities drawn (claim 4's ``in`` and ``out`` at the sweep's largest k)."""
 
 
 def quantities(k_top: float) -> dict[str, str]:
-    """:data:`QUANTITIES` and claim 4's two shifts at the sweep's largest factor: every trend's label.
+    """Every trend's label: :data:`QUANTITIES` and claim 4's two shifts at the sweep's largest factor.
 
     Args:
-        k_top: the sweep's largest gradient factor (it names ``claim4_in_k<k>`` and ``claim4_out_k<k>``).
+        k_top: the sweep's largest gradient factor.
 
     Returns:
         Column name of a per-seed quantity -> its label.
@@ -64,22 +48,8 @@ def quantities(k_top: float) -> dict[str, str]:
             f"claim4_out_k{k_top:g}": f"claim 4: shift from the untied output matrix at k={k_top:g}"}
 
 
-def figure_quantities(k_top: float) -> dict[str, dict[str, str]]:
-    """Per figure of :data:`FIGURES`, the quantities it draws and their labels.
-
-    Args:
-        k_top: as in :func:`quantities`.
-
-    Returns:
-        Figure name -> {column name: label}.
-    """
-    q = quantities(k_top)
-    return {name: {c: q[c] for c in (f"claim4_{n}_k{k_top:g}" if name == "claim4" else n for n in qs)}
-            for name, (_, qs) in FIGURES.items()}
-
-
 def tokens_per_row(steps: int, batch_size: int, seq_len: int, rows: int) -> float:
-    """Training tokens per embedding row, ``steps * batch_size * seq_len / rows``: how often each row is seen."""
+    """Training tokens per embedding row: how often each row is seen."""
     for name, v in (("steps", steps), ("batch_size", batch_size), ("seq_len", seq_len), ("rows", rows)):
         if v <= 0:
             raise ValueError(f"{name}: {v} is not allowed; need a positive count")
@@ -88,7 +58,7 @@ def tokens_per_row(steps: int, batch_size: int, seq_len: int, rows: int) -> floa
 
 @dataclass(frozen=True)
 class ScalePoint:
-    """One model size and training length (``steps`` None: the run's own); ``base`` is the run's own point."""
+    """One model size and training length (``steps`` None: the run's own); ``base``: the run's own point."""
 
     vocab_size: int
     preset: str
@@ -97,12 +67,10 @@ class ScalePoint:
 
     @property
     def label(self) -> str:
-        """The point's folder name."""
         return f"v{self.vocab_size}-{self.preset}" + (f"-s{self.steps}" if self.steps is not None else "")
 
     @property
     def width(self) -> int:
-        """The preset's hidden size."""
         return get_preset(self.preset).hidden
 
 
@@ -111,8 +79,8 @@ def points(vocab_size: int, preset: str, vocab_sizes: Sequence[int], presets: Se
     """The run's point, then every other vocabulary, preset and training length, each with the others at the run's.
 
     Args:
-        vocab_size, preset: the run's own vocabulary size and preset (its point, ``base``).
-        vocab_sizes, presets, step_counts: ``scale_vocab_sizes``, ``scale_presets`` (each checked), ``scale_steps``.
+        vocab_size, preset: the run's own.
+        vocab_sizes, presets, step_counts: ``scale_vocab_sizes``, ``scale_presets``, ``scale_steps``.
         steps: the run's own training length; needed with ``step_counts``.
 
     Returns:
@@ -131,8 +99,7 @@ def points(vocab_size: int, preset: str, vocab_sizes: Sequence[int], presets: Se
 
 
 def point_config(cfg: TrainConfig, point: ScalePoint) -> TrainConfig:
-    """The run's recipe with the point's preset and steps; another length keeps the warmup and scales ``eval_every``
-    and ``checkpoint_every`` with the length, so only the length changes."""
+    """The run's recipe at the point: another length keeps the warmup and scales the eval and checkpoint spacing."""
     out = replace(cfg, preset=point.preset)
     if point.steps is not None and point.steps != cfg.steps:
         ratio = point.steps / cfg.steps
@@ -142,13 +109,13 @@ def point_config(cfg: TrainConfig, point: ScalePoint) -> TrainConfig:
 
 
 def usable(pts: Sequence[ScalePoint], seeds: Sequence[int]) -> tuple[list[ScalePoint], str]:
-    """The points to study and a note: with one seed (no other seed's untied model to compare with) only the run's own.
+    """The points to study and a note: with one seed (no other seed's untied model) only the run's own.
 
     Args:
         pts, seeds: the points of :func:`points` and the sweep's seeds.
 
     Returns:
-        ``(points, note)``: all the points and ``""``, or the first only and the reason.
+        ``(points, "")``, or ``([run's own point], reason)``.
     """
     if len(pts) > 1 and len(seeds) < 2:
         return list(pts[:1]), (f"scale axis skipped: it needs two or more ablate_seeds (each tied model is compared with "
@@ -158,12 +125,12 @@ def usable(pts: Sequence[ScalePoint], seeds: Sequence[int]) -> tuple[list[ScaleP
 
 def train_points(run: Run, pts: Sequence[ScalePoint], variants: Sequence[Variant], seeds: Sequence[int],
                  cfg: TrainConfig, *, progress: bool = True) -> dict[str, Run]:
-    """Train (or reuse, or resume) the sweep's models at every point: the run itself for its own, else
-    ``<run>/scale/<label>/`` with the run's data, or a new tokenizer of the same corpus for another vocabulary.
+    """Train (or reuse) the sweep's models at every point, in ``<run>/scale/<label>/`` with the run's data (another
+    vocabulary: a new tokenizer of the same corpus).
 
     Args:
-        run, pts: the run of the base point and the points (:func:`usable`).
-        variants, seeds, cfg: the sweep's tied variants, seeds and recipe; progress: progress bars.
+        run, pts: the run and the points (:func:`usable`).
+        variants, seeds, cfg, progress: the sweep's tied variants, seeds, recipe; progress bars.
 
     Returns:
         Point label -> its run folder.
@@ -184,14 +151,13 @@ def point_table(sub: Run, point: ScalePoint, variants: Sequence[Variant], seeds:
     """One row per seed at one scale point: claims 1, 2 and 4, losses and the embedding's share of the parameters.
 
     Args:
-        sub, point: the point's run folder (models trained) and the point.
-        variants, seeds: the tied variants (with k = 1) and two or more seeds (each against the next seed's untied).
+        sub, point: the point's run folder and the point.
+        variants, seeds: the tied variants (with k = 1) and two or more seeds.
         warmup: steps splitting claim 2's share (0: none).
 
     Returns:
-        ``point``, ``vocab_size``, ``preset``, ``width``, ``steps``, ``tokens_per_row``, ``seed``, the
-        :data:`QUANTITIES`, ``claim4_in_k<k>`` / ``claim4_out_k<k>``, ``val_loss_<variant>``,
-        ``embedding_share_<variant>`` and ``loss_<variant>_minus_tied``.
+        The point's columns, ``seed``, the :data:`QUANTITIES`, ``claim4_in_k<k>`` / ``claim4_out_k<k>``,
+        ``val_loss_<variant>``, ``embedding_share_<variant>``, ``loss_<variant>_minus_tied``.
     """
     if len(seeds) < 2:
         raise ValueError(f"ablate_seeds: {list(seeds)} has one seed; the scale axis compares the tied model with "
@@ -232,11 +198,10 @@ def summary(table: pd.DataFrame, *, level: float = LEVEL) -> pd.DataFrame:
     """Mean and t-interval over seeds of every quantity at every point.
 
     Args:
-        table: rows of :func:`point_table` (several points); level: the intervals' level.
+        table, level: rows of :func:`point_table`; the intervals' level.
 
     Returns:
-        One row per point and quantity with a value: the point's columns, ``quantity``, ``mean``, ``ci_low``,
-        ``ci_high``, ``n_seeds``.
+        The point's columns, ``quantity``, ``mean``, ``ci_low``, ``ci_high``, ``n_seeds``.
     """
     ids = [c for c in ("point", "vocab_size", "preset", "width", "steps", "tokens_per_row") if c in table.columns]
     cols = [c for c in table.columns if c not in (*ids, "seed")]
@@ -252,7 +217,7 @@ def summary(table: pd.DataFrame, *, level: float = LEVEL) -> pd.DataFrame:
 
 
 def axis_rows(table: pd.DataFrame, axis: str, base: ScalePoint) -> pd.DataFrame:
-    """The rows of points that vary ``axis`` while the others stay at the run's point (length at the run's steps)."""
+    """The rows of points that vary ``axis`` while the others stay at the run's point."""
     if axis not in AXES:
         raise ValueError(f"axis: unknown value {axis!r}; allowed: {', '.join(AXES)}")
     fixed = {"vocab_size": base.vocab_size, "width": base.width}
@@ -273,8 +238,8 @@ def measured_axes(table: pd.DataFrame) -> list[str]:
 
 
 def trend(table: pd.DataFrame, quantity: str, axis: str, base: ScalePoint, *, level: float = LEVEL) -> dict[str, Any]:
-    """A line fit of a per-seed quantity against log2 of the axis: slope with t-interval, value at :data:`PAPER_SCALE`
-    with the mean's (``at_paper_low/high``) and a new run's (``pred_low/high``) intervals, and a ``word``."""
+    """A line fit of a quantity against log2 of the axis: slope, value at :data:`PAPER_SCALE` with the mean's and a
+    new run's (``pred_``) intervals, and a ``word``."""
     rows = axis_rows(table, axis, base).dropna(subset=[quantity])
     sizes = sorted(rows[axis].unique())
     out: dict[str, Any] = {"quantity": quantity, "axis": axis, "sizes": [round(s) for s in sizes],
@@ -295,11 +260,10 @@ def trend(table: pd.DataFrame, quantity: str, axis: str, base: ScalePoint, *, le
 
 
 def trends(table: pd.DataFrame, quantities: Sequence[str], base: ScalePoint, *, level: float = LEVEL) -> pd.DataFrame:
-    """:func:`trend` for every quantity on every measured axis (:func:`measured_axes`).
+    """:func:`trend` for every quantity on every measured axis.
 
     Args:
-        table, quantities, base: per-seed rows of :func:`point_table`, the columns fitted, the run's own point.
-        level: the intervals' level.
+        table, quantities, base, level: rows of :func:`point_table`, the columns fitted, the run's point, the level.
 
     Returns:
         One row per quantity and axis, the keys of :func:`trend` as columns.

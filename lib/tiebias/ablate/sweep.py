@@ -1,9 +1,8 @@
-"""Gradient-scaling ablation (paper Tables 2, 6, 7) as a dose-response study over seeds: tied models whose input-path
-gradient is multiplied by k train beside the untied reference of each seed."""
+"""Claim 4's sweep (paper Tables 2, 6, 7) over seeds: tied models whose input-path gradient is multiplied by k, beside
+the untied reference of each seed."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 import warnings
@@ -24,31 +23,21 @@ from tiebias.train.trainer import TrainConfig, evaluate_loss
 
 
 def check_factors(factors: Any, name: str = "factors", minimum: int = 1) -> list[float]:
-    """Gradient factors as a sorted list, each checked by :func:`tiebias.config.training.check_factor`.
+    """Gradient factors, each checked by :func:`tiebias.config.training.check_factor`, ascending.
 
     Args:
-        factors: one number, a comma-separated text or a sequence of numbers or numeric texts.
+        factors: a sequence of numbers.
         name: the parameter named in error messages.
         minimum: the fewest factors allowed.
 
     Returns:
         The factors as floats, ascending.
     """
-    if isinstance(factors, (int, float)) and not isinstance(factors, bool):
-        factors = [factors]
-    if isinstance(factors, str):
-        factors = [f for f in factors.replace(" ", "").split(",") if f]
     try:
         items = list(factors)
     except TypeError:
         raise ValueError(f"{name}: {factors!r} is not a list of numbers (e.g. [1, 2, 5, 10])") from None
-    out = []
-    for f in items:
-        x = f
-        if not isinstance(f, (bool, int, float)):
-            with contextlib.suppress(TypeError, ValueError):
-                x = float(f)  # text from a command line, numpy numbers; check_factor refuses the rest as given
-        out.append(check_factor(name, x))
+    out = [check_factor(name, f) for f in items]
     if why := factors_problem(out, minimum):
         raise ValueError(f"{name}: {items!r} is not allowed; {why}")
     return sorted(out)
@@ -58,7 +47,7 @@ def sweep_variants(factors: Iterable[float], *, inverse_output: bool = False) ->
     """Tied variants for input factors k (k = 1 is the plain tied model).
 
     Args:
-        factors: the input-gradient factors (:func:`check_factors`).
+        factors: the input-gradient factors.
         inverse_output: also multiply the output path's gradient by 1/k.
 
     Returns:
@@ -72,25 +61,11 @@ def _sweep_models(variants: Sequence[Variant], seeds: Sequence[int]) -> list[tup
     return [(v, seed) for seed in seeds for v in [*variants, Variant(False)]]
 
 
-def _probe_tokens_per_second(run: Run, cfg: TrainConfig, steps: int = 3) -> float:
-    from tiebias.models.build import build
-    from tiebias.train.trainer import batch_for_step
-
-    model = build(cfg.preset, family=cfg.family, vocab_size=run.config["tokenizer_size"])
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
-    x = batch_for_step(run.tokens("train"), 0, 0, cfg.batch_size, cfg.seq_len)
-    model(input_ids=x, labels=x).loss.backward()  # warm-up
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        opt.zero_grad()
-        model(input_ids=x, labels=x).loss.backward()
-        opt.step()
-    return steps * cfg.batch_size * cfg.seq_len / (time.perf_counter() - t0)
-
-
-def estimate_seconds(run: Run, cfg: TrainConfig, n_models: int) -> float:
+def estimate_seconds(run: Run, cfg: TrainConfig, n_models: int, probe_steps: int = 3) -> float:
     """Estimated training time of ``n_models`` new models, from the run's models of the same shape or a timed probe."""
+    from tiebias.models.build import build
     from tiebias.run.files import OVERWRITE_HINT, read_json
+    from tiebias.train.trainer import batch_for_step
 
     rates = []
     for key in run.models().query("complete").key:
@@ -100,7 +75,19 @@ def estimate_seconds(run: Run, cfg: TrainConfig, n_models: int) -> float:
         c = read_json(run.train_config_path(*parse_key(key)), f"restore it, or retrain {key} ({OVERWRITE_HINT})")
         if all(c.get(k) == getattr(cfg, k) for k in ("preset", "family", "batch_size", "seq_len")):
             rates.append(s["tokens_per_second"])
-    tps = float(np.median(rates)) if rates else _probe_tokens_per_second(run, cfg)
+    if rates:
+        tps = float(np.median(rates))
+    else:
+        model = build(cfg.preset, family=cfg.family, vocab_size=run.config["tokenizer_size"])
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+        x = batch_for_step(run.tokens("train"), 0, 0, cfg.batch_size, cfg.seq_len)
+        model(input_ids=x, labels=x).loss.backward()  # warm-up
+        t0 = time.perf_counter()
+        for _ in range(probe_steps):
+            opt.zero_grad()
+            model(input_ids=x, labels=x).loss.backward()
+            opt.step()
+        tps = probe_steps * cfg.batch_size * cfg.seq_len / (time.perf_counter() - t0)
     return n_models * cfg.steps * cfg.batch_size * cfg.seq_len / tps
 
 
@@ -113,8 +100,7 @@ def plan(run: Run, variants: Sequence[Variant], seeds: Sequence[int], cfg: Train
         budget_minutes: the budget warned about (None: never).
 
     Returns:
-        ``variant``, ``seed``, ``input_factor``, ``output_factor``, ``trained``; ``attrs["to_train"]`` and
-        ``attrs["estimated_seconds"]``.
+        One row per model with ``trained``; ``attrs["to_train"]`` and ``attrs["estimated_seconds"]``.
     """
     df = pd.DataFrame([{"variant": v.name, "seed": seed, "input_factor": v.input_factor,
                         "output_factor": v.output_factor, "trained": run.is_complete(v, seed)}
@@ -131,7 +117,7 @@ def plan(run: Run, variants: Sequence[Variant], seeds: Sequence[int], cfg: Train
 
 def run_sweep(run: Run, variants: Sequence[Variant], seeds: Sequence[int], cfg: TrainConfig,
               progress: bool = True, overwrite: bool = False) -> list[dict]:
-    """Train every missing model of the sweep (the untied reference of each seed added), two at a time on a CPU.
+    """Train every missing model of the sweep, the untied reference of each seed added.
 
     Args:
         run, variants, seeds, cfg: the run, the tied variants, the seeds and the recipe.
@@ -150,39 +136,24 @@ def common_steps(run: Run, variants: Sequence[Variant], seeds: Sequence[int]) ->
         run, variants, seeds: the run, the sweep's tied variants and its seeds.
 
     Returns:
-        The shared checkpoint steps, ascending (empty when there are no models).
+        The shared checkpoint steps, ascending.
     """
     sets = [{s for s, _ in run.checkpoints(v, seed)} for v, seed in _sweep_models(variants, seeds)]
     return sorted(set.intersection(*sets)) if sets else []
 
 
 def compared_steps(steps: Sequence[int], most: int = 4) -> list[int]:
-    """The checkpoints compared: the final step and up to ``most - 1`` earlier ones in its last 7/8 (earlier ones are
-    mostly the shared initialisation).
+    """The final step and up to ``most - 1`` earlier ones in its last 7/8 (earlier ones are mostly the initialisation).
 
     Args:
-        steps: the available checkpoint steps, in any order.
-        most: the most steps returned.
+        steps, most: the available checkpoint steps; the most steps returned.
 
     Returns:
-        The chosen steps, ascending, ending with the largest; step 0 is never chosen.
+        The chosen steps, ascending; step 0 is never chosen.
     """
     steps = sorted(steps)
     picked = sorted({s for s in steps if s > 0 and s >= steps[-1] // 8}) if steps else []
     return picked[-most:]
-
-
-def reference_for(seeds: Sequence[int]) -> str:
-    """The headline reference: another seed's untied model when there are two or more seeds (the same seed's shares
-    the starting matrix, which inflates the input cosine).
-
-    Args:
-        seeds: the sweep's seeds.
-
-    Returns:
-        ``"cross"`` or ``"same"`` (the ``reference`` of :func:`alignment_table`).
-    """
-    return "cross" if len(seeds) > 1 else "same"
 
 
 def alignment_table(run: Run, variants: Sequence[Variant], seeds: Sequence[int], *,
@@ -193,7 +164,7 @@ def alignment_table(run: Run, variants: Sequence[Variant], seeds: Sequence[int],
     Args:
         run, variants, seeds: the sweep's run (diverged models refused), tied variants and seeds.
         steps, methods, heldout_folds: checkpoint steps (None: final), alignment maps, 0 (in-sample) or k >= 2 folds.
-        reference: ``"same"`` (the same seed's untied model) or ``"cross"`` (the next seed's; two or more seeds).
+        reference: ``"same"`` (the same seed's untied model) or ``"cross"`` (the next seed's).
 
     Returns:
         ``variant``, ``k``, ``output_factor``, ``seed``, ``reference_seed``, ``step``, ``method``,
@@ -231,11 +202,11 @@ def perplexities(run: Run, variants: Sequence[Variant], seeds: Sequence[int], *,
 
     Args:
         run, variants, seeds: the sweep's run (diverged models refused), tied variants and seeds.
-        seq_len, max_tokens, splits: the evaluation's sequence length, most tokens per split, and the splits.
+        seq_len, max_tokens, splits: the evaluation's sequence length, most tokens per split, the splits.
 
     Returns:
-        One row per model: ``variant``, ``k`` (NaN for untied), ``tied``, ``seed``, ``<split>_loss`` (nats per token)
-        and ``<split>_ppl``.
+        One row per model: ``variant``, ``k`` (NaN for untied), ``tied``, ``seed``, ``<split>_loss`` (nats),
+        ``<split>_ppl``.
     """
     divergence.check_models(run, _sweep_models(variants, seeds), "a perplexity")
     rows = []
@@ -256,7 +227,7 @@ def gradient_shares(run: Run, variants: Sequence[Variant], seeds: Sequence[int])
     """Mean output share of the applied embedding gradient per (k, seed): does scaling rebalance the paths?
 
     Args:
-        run, variants, seeds: the run (diverged models refused), the tied variants and seeds read.
+        run, variants, seeds: the run (diverged models refused), the tied variants and seeds.
 
     Returns:
         ``variant``, ``k``, ``seed``, ``output_share`` (mean over logged steps), ``median_out_in_ratio``.

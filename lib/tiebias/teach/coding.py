@@ -1,6 +1,5 @@
-"""The checkers of the coding exercises, one per study notebook (the exercises themselves are cells of the notebooks:
-intro, stub, check, folded solution): each compares a student's function with the library's own and names what is
-wrong in plain words."""
+"""The checkers of the coding exercises, whose cells live in the study notebooks: each compares a student's function
+with the library's own and names what is wrong in plain words."""
 
 from __future__ import annotations
 
@@ -17,22 +16,19 @@ from torch import Tensor
 from tiebias.align import maps
 from tiebias.lens.evaluate import kl_bits as library_kl_bits
 from tiebias.models.build import build
-from tiebias.teach.mechanisms import TOY_VOCAB, _mean_cosine, map_formulas, toy_alignment, toy_batch
+from tiebias.teach.mechanisms import TOY_VOCAB, toy_batch
 from tiebias.train.gradients import GradientProvenance
 
-RTOL = 1e-4
-"""Relative tolerance against the library: float32 sums in another order differ by far less."""
-ATOL_SHARE = 1e-5
-"""Absolute tolerance as a share of the reference's largest |value|, for entries near zero."""
+RTOL = 1e-4  # against the library: float32 sums in another order differ by far less
+ATOL_SHARE = 1e-5  # absolute tolerance as a share of the reference's largest |value|, for entries near zero
 TOY_K = 3.0
 MODEL_K = 5.0
-BIG_LOGITS = 500.0
-"""Scale of the large logits in the KL check: exp overflows and softmax underflows to 0."""
+BIG_LOGITS = 500.0  # exp overflows and softmax underflows to 0
 
 
 @dataclass(frozen=True)
 class CheckResult:
-    """The outcome of a check: passed or not, and a message saying what is wrong."""
+    """Passed or not, and a message saying what is wrong."""
 
     ok: bool
     message: str
@@ -47,7 +43,7 @@ class _Fail(Exception):
 
 @contextmanager
 def _student(what: str = "your function") -> Iterator[None]:
-    """Run student code: whatever it raises becomes a plain-words failure instead of a traceback."""
+    """Whatever student code raises becomes a plain-words failure instead of a traceback."""
     try:
         yield
     except NotImplementedError:
@@ -59,7 +55,7 @@ def _student(what: str = "your function") -> Iterator[None]:
 
 
 def _tolerance(ref: Tensor) -> float:
-    """Absolute tolerance scaled to the reference (a floor for an all-zero or NaN reference)."""
+    """Absolute tolerance scaled to the reference (a floor for an all-zero or NaN one)."""
     size = float(ref.abs().max()) if ref.numel() else 0.0
     return ATOL_SHARE * (max(size, 1e-30) if math.isfinite(size) else 1e-30)
 
@@ -96,13 +92,13 @@ def _plain(got: Any) -> Any:
     return got
 
 
-def _as_tensor(got: Any, shape: tuple[int, ...], what: str) -> Tensor:
-    """The student's result as a plain, finite, real tensor of at least float32's precision and the expected shape."""
+def _as_tensor(got: Any, shape: tuple[int, ...], what: str, kind: str = "a torch.Tensor") -> Tensor:
+    """The student's tensor or array as a plain, finite, real tensor of at least float32's precision and ``shape``."""
     got = _plain(got)
     if isinstance(got, np.ndarray):
         got = torch.from_numpy(got)
     if not isinstance(got, Tensor):
-        raise _Fail(f"returned {type(got).__name__}, not a torch.Tensor: return {what}")
+        raise _Fail(f"returned {type(got).__name__}, not {kind}: return {what}")
     if got.is_complex():
         raise _Fail(f"returned a complex tensor ({got.dtype}) where real values ({what}) were expected: return a "
                     "real float32 tensor (the imaginary parts are not part of the answer)")
@@ -122,28 +118,9 @@ def _as_tensor(got: Any, shape: tuple[int, ...], what: str) -> Tensor:
     return got
 
 
-def _as_matrix(got: Any, shape: tuple[int, int]) -> np.ndarray:
-    """The student's map as a plain, finite, real float64 array of the expected shape."""
-    got = _plain(got)
-    if isinstance(got, Tensor):
-        got = got.cpu().numpy()
-    if not isinstance(got, np.ndarray):
-        raise _Fail(f"returned {type(got).__name__}, not a numpy array: return the d x d matrix W")
-    if np.iscomplexobj(got):
-        raise _Fail(f"returned a complex array ({got.dtype}): return the real d x d matrix W (float64)")
-    if not np.issubdtype(got.dtype, np.number):
-        raise _Fail(f"returned an array of {got.dtype}, not numbers: return the d x d matrix W (float64)")
-    if got.shape != shape:
-        raise _Fail(f"returned shape {got.shape} where {shape} was expected (W is d x d, with d the number of "
-                    "columns of S)")
-    if not np.isfinite(got).all():
-        raise _Fail("returned nan or inf values in W")
-    return got.astype(np.float64)
-
-
 def _reference_pass(input_factor: float) -> dict[str, Tensor]:
-    """Token ids, the gradient at the embedding output, the per-path gradients and W.grad of a fresh tiny tied model
-    under ``GradientProvenance``; computed afresh at every check (a cache is state a student's code could change)."""
+    """Token ids, the gradient at the embedding output, the path gradients and W.grad of a fresh tiny tied model under
+    ``GradientProvenance`` (afresh at every check: a cache is state a student's code could change)."""
     model = build("tiny", vocab_size=TOY_VOCAB, seed=0)
     ids = toy_batch(TOY_VOCAB)
     emb = model.get_input_embeddings()
@@ -182,7 +159,7 @@ def _grad_with_hook(fn: Callable[..., Any], k: float) -> Tensor:
 
 
 def _check_input_path(fn: Callable[..., Any]) -> str:
-    """01-code: the student's scatter of the embedding-output gradient against GradientProvenance's input path."""
+    """01-code: the scatter of the embedding-output gradient against GradientProvenance's input path."""
     ref = _reference_pass(1.0)
     ids, expected = ref["ids"], ref["input"]
     with _student():
@@ -212,33 +189,45 @@ def _check_input_path(fn: Callable[..., Any]) -> str:
     raise _Fail(f"differs from GradientProvenance's input-path gradient: {_gap(got, expected)}")
 
 
+def _toy_pair(n: int = 200, d: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """A source S with an offset and T = (S stretched along one axis) Q + noise + another offset, Q a rotation."""
+    rng = np.random.default_rng(0)
+    S = rng.standard_normal((n, d)) + rng.standard_normal(d)
+    Q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    stretch = np.ones(d)
+    stretch[0] = 3.0  # a non-orthogonal part that only the linear map can undo
+    T = (S * stretch) @ Q + 0.3 * rng.standard_normal((n, d))
+    return S, T + 5.0 * np.random.default_rng(1).standard_normal(d)  # an offset: forgetting to centre shows
+
+
 def _check_orthogonal_map(fn: Callable[..., Any]) -> str:
     """02-code: shape, orthogonality and the mean cosine of the student's Procrustes map against the library's."""
-    S, T, _ = toy_alignment()
-    T = T + 5.0 * np.random.default_rng(1).standard_normal(S.shape[1])  # an offset: forgetting to centre shows
+    S, T = _toy_pair()
     d = S.shape[1]
     with _student():
         got = fn(S.copy(), T.copy())
-    W = _as_matrix(got, (d, d))
-    formulas = map_formulas(S, T)
+    W = _as_tensor(got, (d, d), "the d x d matrix W", "a numpy array").double().numpy()
     Sc, Tc = S - S.mean(0), T - T.mean(0)
+    U, sigma, Vt = np.linalg.svd(Sc.T @ Tc)
     off = float(np.abs(W.T @ W - np.eye(d)).max())
     if off > ATOL_SHARE:  # the identity's entries are 1: this is relative to the reference's size
         msg = f"W^T W differs from the identity by {off:.2g}: W is not orthogonal"
-        U, sigma, Vt = np.linalg.svd(Sc.T @ Tc)
-        kept = U @ np.diag(sigma) @ Vt
-        if np.allclose(W, formulas["linear"], rtol=RTOL, atol=ATOL_SHARE * np.abs(formulas["linear"]).max()):
-            msg += " (this is the least-squares map; Procrustes keeps only the rotation U V^T)"
-        elif np.allclose(W, kept, rtol=RTOL, atol=ATOL_SHARE * np.abs(kept).max()):
-            msg += " (you kept the singular values: U Σ V^T stretches; the map is U V^T)"
+        for other, why in ((np.linalg.lstsq(Sc, Tc, rcond=None)[0],
+                            " (this is the least-squares map; Procrustes keeps only the rotation U V^T)"),
+                           (U @ np.diag(sigma) @ Vt, " (you kept the singular values: U Σ V^T stretches; the map is U V^T)")):
+            if np.allclose(W, other, rtol=RTOL, atol=ATOL_SHARE * np.abs(other).max()):
+                msg += why
+                break
         raise _Fail(msg)
-    mine = _mean_cosine(Sc @ W, Tc)
+    mapped = Sc @ W
+    mine = float(((mapped * Tc).sum(1) / (np.linalg.norm(mapped, axis=1) * np.linalg.norm(Tc, axis=1))).mean())
     lib = maps.align_all(torch.from_numpy(S), torch.from_numpy(T), ["orthogonal"])["orthogonal"].mean
     if abs(mine - lib) <= RTOL:  # a cosine's scale is 1
         return f"orthogonal_map is orthogonal and gives the library's mean cosine ({lib:.4f}) on a toy pair"
     reason = "your W is orthogonal but not the best one"
+    orthogonal = U @ Vt
     U, _, Vt = np.linalg.svd(S.T @ T)
-    if np.allclose(W, formulas["orthogonal"].T, rtol=0, atol=ATOL_SHARE):
+    if np.allclose(W, orthogonal.T, rtol=0, atol=ATOL_SHARE):
         reason = ("you returned the transpose V U^T: with U Σ V^T the SVD of S_c^T T_c, the map with S_c W ≈ T_c "
                   "is U V^T")
     elif np.allclose(W, U @ Vt, rtol=0, atol=ATOL_SHARE):
@@ -263,7 +252,7 @@ def _kl_result(fn: Callable[..., Any], p: Tensor, q: Tensor) -> Tensor:
 
 
 def _check_kl_bits(fn: Callable[..., Any]) -> str:
-    """03-code: the student's KL against the lens's on ordinary and on large logits, naming the usual mistakes."""
+    """03-code: the student's KL against the lens's on ordinary and on large logits."""
     ln2 = math.log(2.0)
     for scale in (2.0, BIG_LOGITS):
         gen = torch.Generator().manual_seed(0)
@@ -287,7 +276,7 @@ def _check_kl_bits(fn: Callable[..., Any]) -> str:
 
 
 def _check_scale_backward(fn: Callable[..., Any]) -> str:
-    """04-code: the student's hook on a toy tensor (forward unchanged, gradient times k), then on a tiny tied model."""
+    """04-code: the hook on a toy tensor (forward unchanged, gradient times k), then on a tiny tied model."""
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(3, 4, generator=gen).requires_grad_()
     w = torch.randn(3, 4, generator=gen)
@@ -331,12 +320,12 @@ def _check_scale_backward(fn: Callable[..., Any]) -> str:
 CHECKERS: dict[str, tuple[str, Callable[[Callable[..., Any]], str]]] = {
     "01-code": ("input_path_grad", _check_input_path), "02-code": ("orthogonal_map", _check_orthogonal_map),
     "03-code": ("kl_bits", _check_kl_bits), "04-code": ("scale_backward", _check_scale_backward)}
-"""Each coding exercise's id (``NN-code``, in notebook NN): the function the student writes and its checker."""
+"""Each coding exercise's id (``NN-code``, in notebook NN): the student's function and its checker."""
 
 
 def check(exercise_id: str, fn: Callable[..., Any]) -> CheckResult:
-    """Test a student's function against the library's; a mistake gives ok=False, never an exception (an unknown
-    ``exercise_id`` raises ValueError: a typo in the notebook, not a wrong answer)."""
+    """A student's function against the library's: a mistake gives ok=False, never an exception (an unknown
+    ``exercise_id`` raises ValueError: a typo, not a wrong answer)."""
     if exercise_id not in CHECKERS:
         raise ValueError(f"exercise_id: {exercise_id!r} is not a coding exercise; one of {', '.join(CHECKERS)}")
     name, checker = CHECKERS[exercise_id]
@@ -354,7 +343,7 @@ def run_check(exercise_id: str, fn: Callable[..., Any], *, strict: bool = False)
     """Check, print the ✓/✗ line and return the result.
 
     Args:
-        exercise_id, fn: the exercise's id (an unknown one raises ValueError) and the student's function.
+        exercise_id, fn: the exercise's id and the student's function.
         strict: raise AssertionError when the check fails (the solution cells: a study fails if they drift).
 
     Returns:
