@@ -1,6 +1,5 @@
 """The what-if exercises of ``notebooks/exercises.toml``: each changes one thing with one study command
-(``make exercise ID=<id>``) run into a fresh run folder; ``scripts/exercise_answers.py`` renders them into the
-notebooks' last cells, with answers quoting measured numbers."""
+(``make exercise ID=<id>``); ``scripts/exercise_answers.py`` renders them into the notebooks."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ FIELDS = ("id", "notebook", "title", "predict", "set", "only", "look", "answer")
 
 @dataclass(frozen=True)
 class Exercise:
-    """One exercise: where it appears, the change it makes (``--set`` and ``--only``), and its texts."""
+    """One exercise: its notebook, its change (``--set`` and ``--only``), and its texts."""
 
     id: str
     notebook: str

@@ -1,6 +1,5 @@
-"""The 90-minute lesson's minute marks, checked against each notebook's measured run time: a notebook starts in a
-one-minute block once the one before it has finished, runs while the previous one is discussed, and must have finished
-when the block that needs it begins; nothing starts during the coding exercise; the wrap-up takes what is left."""
+"""The 90-minute lesson's minute marks, checked against each notebook's measured run time: a notebook runs while the
+previous one is discussed and must have finished when the block that needs it begins."""
 
 from __future__ import annotations
 
@@ -13,19 +12,15 @@ from typing import Any
 from tiebias.config.paths import notebooks_dir
 
 LESSON_MINUTES = 90
-MARGIN = 1.0
-"""The run times the blocks allow, as a multiple of the measured ones (measured on a shared, loaded 2-core machine)."""
+MARGIN = 1.0  # the run times the blocks allow, as a multiple of the measured ones (a shared, loaded 2-core machine)
 MIN_WRAP = 5
-START_MINUTES = 1
-"""Opening a notebook and choosing Run All: the notebook runs from this long after its block begins."""
-TIMING_FILE = notebooks_dir() / "class_timing.json"
-"""What ``scripts/time_class.py`` measured: the plumbing and class runs' times, the environment's size and download."""
+START_MINUTES = 1  # opening a notebook and choosing Run All
+TIMING_FILE = notebooks_dir() / "class_timing.json"  # what scripts/time_class.py measured
 
 
 @dataclass(frozen=True)
 class Block:
-    """One block: its ``minutes`` (None: what is left), the notebook it ``starts``, the one it ``needs`` finished,
-    and whether it is the coding ``exercise`` (nothing starts in it)."""
+    """A block's ``minutes`` (None: what is left), the notebook it ``starts``, the one it ``needs`` finished."""
 
     key: str
     minutes: int | None
@@ -47,8 +42,7 @@ BLOCKS = (
     Block("code", 15, exercise=True),  # coding exercise 01-code, in pairs
     Block("wrap", None),
 )
-CODE_MARKS = (("read", 3), ("write", 9), ("check", 3))
-"""The coding exercise's marks: read the task and hint, write the function, run the check and fix what it names."""
+CODE_MARKS = (("read", 3), ("write", 9), ("check", 3))  # the coding exercise's marks
 
 
 def _windows() -> dict[str, tuple[int, int]]:
@@ -64,8 +58,7 @@ def _windows() -> dict[str, tuple[int, int]]:
 
 
 def check(seconds: Mapping[str, float], slowdown: float = MARGIN) -> list[str]:
-    """One line per notebook (name -> measured seconds) that would still run when the block needing it begins, on a
-    machine ``slowdown`` times slower; empty: the plan holds."""
+    """One line per notebook that would still run when the block needing it begins, ``slowdown`` times slower."""
     missing = [nb for nb in _windows() if not (nb in seconds and seconds[nb] >= 0)]
     if missing:
         raise ValueError(f"seconds: no run time for {', '.join(missing)}; measure the class run first")
@@ -78,8 +71,8 @@ def check(seconds: Mapping[str, float], slowdown: float = MARGIN) -> list[str]:
 
 
 def layout(seconds: Mapping[str, float], lesson: int = LESSON_MINUTES) -> dict[str, str]:
-    """The plan's fields: ``{key: "a-b"}`` and ``{key}_at`` per block, ``code_<mark>``, ``wrap_minutes`` and
-    ``window_<notebook>``; a ValueError when a notebook would be late or the wrap-up is under :data:`MIN_WRAP`."""
+    """The plan's fields (``{key}``, ``{key}_at``, ``code_<mark>``, ``wrap_minutes``, ``window_<notebook>``); a
+    ValueError when a notebook would be late or the wrap-up too short."""
     late = check(seconds)
     if late:
         raise ValueError("seconds: " + "; ".join(late) + "; lengthen the discussion before it")
@@ -104,7 +97,7 @@ def layout(seconds: Mapping[str, float], lesson: int = LESSON_MINUTES) -> dict[s
 
 
 def load_timing(path: Path = TIMING_FILE) -> dict[str, Any]:
-    """The stored measurement, a missing or damaged file named with what to do."""
+    """The stored measurement; a missing or damaged file named with what to do."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         float(data["plumbing_seconds"]), data["class_seconds"]["01_train"]
@@ -119,7 +112,7 @@ def _size(n: float) -> str:
 
 
 def timing_fields(data: dict[str, Any]) -> dict[str, str]:
-    """The plan's ``{timing.NAME}`` fields: ``machine``, ``download`` and ``venv`` (sizes), ``plumbing_seconds``."""
+    """The plan's ``{timing.NAME}`` fields."""
     load, dl = data["load_average_1min"], data.get("download")
     return {"machine": f"{data['cpu']} ({data['cores']} cores, 1-minute load average {load['before']:g} before and "
                        f"{load['after']:g} after: a shared machine; a quiet laptop is faster)",
