@@ -387,17 +387,10 @@ class Run(RunLayout):
             if found is None:
                 raise ValueError(f"step: no checkpoint {step} for {model_key(variant, seed)}; available: "
                                  f"{[s for s, _ in self.checkpoints(variant, seed)]}")
-        self.check_model_origin(variant, seed)
-        self._check_model_config(variant, seed, step, found)
-        return found
-
-    def _check_model_config(self, variant: str | Variant, seed: int, step: int | None, folder: Path) -> None:
-        """Refuse a config.json whose sizes are not those its train_config.json gives, before an edited
-        ``num_hidden_layers: 100000`` is allocated."""
+        self.check_model_origin(variant, seed)  # so its train_config.json is this model's, a JSON object
+        # its config.json must have the sizes train_config.json gives, before an edited num_hidden_layers is allocated
         cfg_file, todo = self.train_config_path(variant, seed), self.repair_hint(variant, seed, step)
         recorded = read_json(cfg_file, todo)
-        if not isinstance(recorded, dict):
-            raise damaged(cfg_file, "not a JSON object", todo)
         vocab, run_vocab = recorded.get("vocab_size"), self.config.get("tokenizer_size")
         if vocab is not None and run_vocab is not None and vocab != run_vocab:
             raise DamagedFileError(f"{cfg_file}: vocab_size is {vocab!r}, but the run's config.json gives "
@@ -407,13 +400,14 @@ class Run(RunLayout):
             want = config_sizes(recorded.get("preset"), family, vocab if vocab is not None else run_vocab)
         except (ValueError, TypeError) as e:
             raise damaged(cfg_file, e, todo) from None
-        saved = read_json(folder / CONFIG_NAME, todo)
+        saved = read_json(found / CONFIG_NAME, todo)
         for k in want:  # the sizes loading allocates
             if not isinstance(saved, dict) or saved.get(k) != want[k]:
                 have = saved.get(k) if isinstance(saved, dict) else saved
-                raise DamagedFileError(f"{folder / CONFIG_NAME}: {k} is {have!r}, but {cfg_file} (preset "
+                raise DamagedFileError(f"{found / CONFIG_NAME}: {k} is {have!r}, but {cfg_file} (preset "
                                        f"{recorded.get('preset')!r}, family {family!r}, vocab_size {vocab!r}) gives "
                                        f"{want[k]!r}; nothing was loaded. To fix: {todo}")
+        return found
 
     def fingerprints(self) -> dict[str, str | None]:
         """The run's corpus and tokenizer fingerprints (sha256), as a model folder records them."""
