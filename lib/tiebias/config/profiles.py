@@ -76,10 +76,8 @@ def resolve(profile: str | Path | None = None, run_dir: str | Path | None = None
     check_encodable("profile", name)
     params = load_profile(name)
     for k, v in overrides.items():
-        if k not in PARAMS:
-            raise unknown_name(k, [n for n in PARAMS if n not in ("profile", "run_dir")], "not a parameter")
-        if v is not None or not PARAMS[k].profile:
-            params[k] = coerce(k, v)
+        if v is not None or k not in PARAMS or not PARAMS[k].profile:
+            params[k] = coerce(k, v)  # an unknown name is refused there
     train_config(params)  # the recipe as a whole (seq_len within the preset's positions, warmup_steps < steps)
     notebooks = NOTEBOOKS if notebooks is None else notebooks
     if {"03_lens", "04_ablate"} & set(notebooks):  # whole lens sequences (04's row-1 lenses too)
