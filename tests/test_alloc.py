@@ -95,7 +95,7 @@ def test_bad_setting_names_the_variable(fake: FakeLibc, monkeypatch) -> None:
 def test_user_allocator_settings_win(monkeypatch, env: dict[str, str]) -> None:
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    assert alloc._libc() is None
+    assert alloc.libc.__wrapped__() is None
 
 
 def test_real_allocator_round_trip() -> None:

@@ -10,7 +10,6 @@ from tiebias import study
 from tiebias.__main__ import main
 from tiebias.config import profiles
 from tiebias.models import sources
-from tiebias.run import guard as folder_guard
 from tiebias.run.folder import Run
 from tiebias.run.guard import NotARunFolderError, check_folder, mark
 from tiebias.run.layout import MARKERS, RunLayout
@@ -69,7 +68,7 @@ def test_new_empty_and_kit_folders_are_allowed(tmp_path: Path) -> None:
 
 
 def test_prepare_and_study_mark_the_folder(prepared_run: Run, tmp_path: Path, monkeypatch) -> None:
-    assert prepared_run.marker_path("run").is_file() and folder_guard.folder_kind(prepared_run.path) == "run"
+    assert prepared_run.marker_path("run").is_file() and not prepared_run.marker_path("pair").exists()
     seen: list[bool] = []
     monkeypatch.setattr(study.pm, "execute_notebook", lambda *a, **kw: seen.append(RunLayout(run).marker_path().is_file()))
     run = tmp_path / "run"
@@ -97,7 +96,7 @@ def test_unmarked_folders_of_an_earlier_version_are_refused_by_name(tmp_path: Pa
     old.mkdir()
     (old / "config.json").write_text(json.dumps({"corpus": "shakespeare", "vocab_size": 512, "tokenizer_size": 512}))
     (old / "models").mkdir()
-    assert folder_guard.folder_kind(old) is None
+    assert not any((old / marker).exists() for marker in MARKERS.values())
     msg = refused(lambda: Run.prepare(old, vocab_size=512), old)
     assert msg.startswith(f"run_dir: {str(old)!r} is not a run folder of this kit") and "earlier version" in msg
     pair = sources.external_path("a/tied", "b/untied", root=tmp_path / "runs")

@@ -19,7 +19,8 @@ from tiebias.config.choices import LENS_PROTOCOLS
 from tiebias.config.lens import LENS_BATCH_SIZE, LENS_SEQ_LEN
 from tiebias.lens.lenses import LN2, _check_lens, new_logit_lens, sequences
 from tiebias.models.anatomy import check_model, checked_layout
-from tiebias.system.threads import check_num_threads, loop_threads
+from tiebias.system.parallel import check_arg
+from tiebias.system.threads import loop_threads
 
 if TYPE_CHECKING:  # plotting pulls in plotly; imported where used
     from tuned_lens.plotting import PredictionTrajectory
@@ -74,7 +75,7 @@ def evaluate(model: PreTrainedModel, tokens: Tensor, lens: TunedLens | None = No
     seqs = read_sequences(tokens, seq_len, model.config.vocab_size, max_tokens, batch_size)
     if lens is not None:
         _check_lens(model, lens)
-    check_num_threads(num_threads)
+    check_arg("num_threads", num_threads)
     logit = new_logit_lens(model) if logit_lens else None
     sums, ce_model = _score(model, seqs, {"l": logit, "t": lens}, batch_size, num_threads, protocol)
     n_layers, n_seq, n_ce = len(sums["kl_t"]) - 1, len(seqs), seq_len - 1

@@ -18,8 +18,8 @@ from tuned_lens.nn import Unembed
 from tiebias.config.lens import LensFit
 from tiebias.lens.lenses import LN2, _check_lens, new_lens, sequences
 from tiebias.models.anatomy import check_model
-from tiebias.system.parallel import Stopped, check_should_stop
-from tiebias.system.threads import check_num_threads, loop_threads
+from tiebias.system.parallel import Stopped, check_arg
+from tiebias.system.threads import loop_threads
 
 __all__ = ["PRECISIONS", "PRECISION_ENV", "LensKL", "LensTarget", "frozen_forward", "logits_precision", "target_stats",
            "train_lens"]
@@ -97,8 +97,8 @@ def check_train_args(model: PreTrainedModel, tokens: Any, fit: Any, num_threads:
     """Validate lens training's arguments (ValueError naming the first bad one); the checked sequences."""
     if not isinstance(fit, LensFit):
         raise ValueError(f"fit: expected a tiebias.config.lens.LensFit, got {type(fit).__name__}")
-    check_num_threads(num_threads)
-    check_should_stop(should_stop)
+    check_arg("num_threads", num_threads)
+    check_arg("should_stop", should_stop)
     return sequences(tokens, fit.seq_len, model.config.vocab_size)
 
 

@@ -1,6 +1,5 @@
-"""Files of a run folder: atomic writes never through a symbolic link, strict JSON (NaN/Infinity become ``null``
-plus a reason), logs and tables read as untrusted, models checked before they load; a damaged file is named in the
-error with what to do (:class:`DamagedFileError`)."""
+"""Files of a run folder: atomic writes never through a link, strict JSON, logs and tables read as untrusted, models
+checked before they load; a damaged file is named with what to do (:class:`DamagedFileError`)."""
 
 from __future__ import annotations
 
@@ -67,8 +66,7 @@ _GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
 
 
 def load_torch_file(path: Path, holds: str, todo: str, *, map_location: str | torch.device = "cpu") -> Any:
-    """A torch file read with ``weights_only=True``; one referring to a Python object raises
-    :class:`UnsafeFileError`, one that does not load :class:`DamagedFileError` (file, ``holds`` and ``todo`` named)."""
+    """A torch file read with ``weights_only=True``; a Python object in it is refused (:class:`UnsafeFileError`)."""
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except FileNotFoundError:
@@ -136,8 +134,7 @@ def remove_entry(path: Path) -> None:
 
 @contextmanager
 def atomic_folder(path: Path, prefix: str | None = None) -> Iterator[Path]:
-    """A name to build a folder at (in a private folder beside ``path``), put in place of ``path`` (or a link there)
-    when the block ends; if it raises, ``path`` is left as it was."""
+    """A name to build a folder at, put in place of ``path`` (or a link there) if the block ends without raising."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with private_folder(path.parent, f".{path.name}." if prefix is None else prefix) as d:
         yield d / path.name
@@ -147,8 +144,7 @@ def atomic_folder(path: Path, prefix: str | None = None) -> Iterator[Path]:
 
 @contextmanager
 def files_into(folder: Path) -> Iterator[Path]:
-    """A private folder to write files into; each is renamed into ``folder`` (replacing a file or link of its name)
-    when the block ends. Nothing moves if it raises."""
+    """A private folder whose files are renamed into ``folder`` (replacing links) if the block ends without raising."""
     folder.mkdir(parents=True, exist_ok=True)
     with private_folder(folder, ".files.") as d:
         yield d
@@ -192,8 +188,7 @@ _NUMERIC = re.compile(r"^\s*$|^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^[-+]?(nan
 
 def read_log_lines(path: Path, header: list[str] | None = None, *,
                    todo: str) -> tuple[list[str], list[tuple[int, str]], int]:
-    """A metrics CSV checked line by line: (columns, [(step, line)], dropped). A last row cut mid-write is dropped;
-    any other row must be numbers (empty: missing) with an integer ``step``, and ``header`` the file's."""
+    """A metrics CSV checked line by line: (columns, [(step, line)], rows dropped: a last row cut mid-write)."""
     lines = _read_text(path, todo).split("\n")
     dropped = int(lines.pop() != "")  # no final newline: the writer was stopped in the middle of this row
     lines = [line.rstrip("\r") for line in lines]  # the csv module ends rows with \r\n
@@ -232,9 +227,8 @@ FINITE = (-sys.float_info.max, sys.float_info.max)
 
 def read_table(path: Path, todo: str, *, columns: tuple[str, ...] = (),
                bounds: dict[str, tuple[float, float]] | None = None, allow_empty: bool = False) -> pd.DataFrame:
-    """A metrics table read as untrusted; refuses (naming the file, column, row and ``todo``) text that does not
-    parse, no rows (unless ``allow_empty``), a missing one of ``columns``, or in a column of ``bounds`` (``name*``:
-    every column it starts) a value that is not a number or lies outside them."""
+    """A metrics table read as untrusted: it must parse, have rows (unless ``allow_empty``) and ``columns``, and hold
+    numbers within ``bounds`` (``name*``: every column it starts); else the file, column and row are named."""
     try:
         table = pd.read_csv(io.StringIO(_read_text(path, todo)))
     except (ValueError, pd.errors.ParserError) as e:  # EmptyDataError is a ValueError
@@ -287,8 +281,7 @@ def weights_sha256(path: Path, todo: str) -> str:
 
 
 def check_safetensors(path: Path, todo: str) -> None:
-    """Refuse a safetensors file whose header does not parse or does not fit its bytes, before anything is
-    allocated (``safe_open`` checks the header against the file without reading the tensors)."""
+    """Refuse a safetensors file whose header does not parse or fit its bytes (``safe_open``, no tensor read)."""
     from safetensors import safe_open
 
     try:
@@ -300,8 +293,7 @@ def check_safetensors(path: Path, todo: str) -> None:
 
 @contextmanager
 def pickles_refused(folder: str | Path, what: str) -> Iterator[None]:
-    """Around a loader that may read pickled ``*.bin`` weights: one referring to Python objects raises
-    :class:`UnsafeFileError` naming it and saying to convert it to safetensors (never to turn ``weights_only`` off)."""
+    """Around a loader of pickled ``*.bin`` weights: one referring to Python objects is refused by name."""
     try:
         yield
     except Exception as e:

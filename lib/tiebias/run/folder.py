@@ -281,11 +281,8 @@ class Run(RunLayout):
     @property
     def profile(self) -> str | None:
         """The profile the run's work was done with: 01's record (``study``), else 04's (``ablation``)."""
-        cfg = self.config if self.config_path.exists() else {}
-        for section in ("study", "ablation"):
-            if isinstance(cfg.get(section), dict) and cfg[section].get("profile"):
-                return str(cfg[section]["profile"])
-        return None
+        cfg = self.config if self.config_path.exists() else {}  # its sections are JSON objects when present
+        return next((str(cfg[s]["profile"]) for s in ("study", "ablation") if cfg.get(s, {}).get("profile")), None)
 
     @property
     def config(self) -> dict:
@@ -374,8 +371,7 @@ class Run(RunLayout):
                       if (step := step_of(d)) is not None and (d / CONFIG_NAME).exists())
 
     def model_path(self, variant: str | Variant, seed: int, step: int | None = None) -> Path:
-        """Folder of the final model (step None) or a checkpoint, once shown to be this run's and sized as its
-        train_config.json says."""
+        """Folder of the final model (step None) or a checkpoint, once shown to be this run's and sized as recorded."""
         if step is None:
             if not self.is_complete(variant, seed):
                 raise FileNotFoundError(
@@ -387,10 +383,9 @@ class Run(RunLayout):
             if found is None:
                 raise ValueError(f"step: no checkpoint {step} for {model_key(variant, seed)}; available: "
                                  f"{[s for s, _ in self.checkpoints(variant, seed)]}")
-        self.check_model_origin(variant, seed)  # so its train_config.json is this model's, a JSON object
+        recorded = self.check_model_origin(variant, seed)
         # its config.json must have the sizes train_config.json gives, before an edited num_hidden_layers is allocated
         cfg_file, todo = self.train_config_path(variant, seed), self.repair_hint(variant, seed, step)
-        recorded = read_json(cfg_file, todo)
         vocab, run_vocab = recorded.get("vocab_size"), self.config.get("tokenizer_size")
         if vocab is not None and run_vocab is not None and vocab != run_vocab:
             raise DamagedFileError(f"{cfg_file}: vocab_size is {vocab!r}, but the run's config.json gives "
@@ -415,20 +410,17 @@ class Run(RunLayout):
         if not file.is_file():
             self.tokenizer()  # raises FileNotFoundError naming the folder and how to restore it
 
-        def tokenizer_fp() -> str:
-            try:
-                return tokenizer_fingerprint(file)
-            except (OSError, ValueError) as e:
-                raise damaged(file, e, "rerun Run.prepare (notebook 01_train) to rebuild it") from None
-
+        try:
+            tokenizer = _remembered(file, [file], lambda: tokenizer_fingerprint(file))
+        except (OSError, ValueError) as e:
+            raise damaged(file, e, "rerun Run.prepare (notebook 01_train) to rebuild it") from None
         corpus = self.config.get("corpus_fingerprint")
         return {"corpus_fingerprint": corpus.get("sha256") if isinstance(corpus, dict) else None,
-                "tokenizer_fingerprint": _remembered(file, [file], tokenizer_fp)}
+                "tokenizer_fingerprint": tokenizer}
 
-    def check_model_origin(self, variant: str | Variant, seed: int) -> None:
-        """Refuse (:class:`ForeignModelError`) a model folder holding another model than its name says, or trained on
-        other data: its complete.json (key, variant, seed, the weights' hash) and train_config.json (variant, seed,
-        corpus and tokenizer fingerprints) must be this model's and this run's."""
+    def check_model_origin(self, variant: str | Variant, seed: int) -> dict:
+        """Its train_config.json, once it and complete.json (weights' hash) are shown to be this model's, trained on
+        this run's data (fingerprints); else :class:`ForeignModelError`."""
         v, key = Variant.parse(variant), model_key(variant, seed)
         mdir, by = self.model_dir(v, seed), "01_train" if v.name in ("tied", "untied") else "04_ablate"
         todo = (f"retrain {key} in this run (delete {mdir} and run {by} again, or run {by} with overwrite: "
@@ -459,10 +451,10 @@ class Run(RunLayout):
                        if recorded.get(k) is not None and mine[k] is not None and recorded[k] != mine[k]]:
             raise ForeignModelError(f"model folder {mdir} was trained on other data than run {self.path}: "
                                     f"{'; '.join(differs)}. To fix: {todo}")
+        return recorded
 
     def model_id(self, variant: str | Variant, seed: int) -> str | None:
-        """The sha256 of a finished model's weights as they are now (a record from it turns stale when they
-        change); None when missing or unfinished."""
+        """The sha256 of a finished model's weights now (records from other weights are stale); None if unfinished."""
         if not self.is_complete(variant, seed):
             return None
         return _weights_id(self.model_dir(variant, seed), f"retrain {model_key(variant, seed)} ({OVERWRITE_HINT})")
@@ -490,8 +482,8 @@ class Run(RunLayout):
 
     def load_model(self, variant: str | Variant, seed: int, step: int | None = None,
                    device: str | torch.device = "cpu") -> PreTrainedModel:
-        """A trained model (or checkpoint) in eval mode; a damaged file is named, and weights not tied as the variant
-        says (checked on the loaded matrices) are refused."""
+        """A trained model (or checkpoint) in eval mode; damaged files, and weights not tied as the variant says
+        (checked on the loaded matrices), are refused."""
         from transformers import AutoModelForCausalLM
 
         path, todo = self.model_path(variant, seed, step), self.repair_hint(variant, seed, step)

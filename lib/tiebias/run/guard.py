@@ -22,11 +22,6 @@ class NotARunFolderError(RunFolderError):
     """A folder the kit must not write into: not its own, the corpus's, or of the other kind."""
 
 
-def folder_kind(path: str | Path) -> Kind | None:
-    """``"run"`` or ``"pair"`` for a folder the kit marked, else None."""
-    return next((kind for kind in MARKERS if RunLayout(path).marker_path(kind).is_file()), None)  # type: ignore
-
-
 def _not_ours(p: Path, kind: Kind) -> str:
     """Why a folder without ``kind``'s marker is not the kit's."""
     if (p / "config.json").exists():
@@ -74,7 +69,7 @@ def check_folder(path: str | Path, kind: Kind = "run", *, corpus: Any = None, pa
     check_run_dir_text(path, param, NotARunFolderError)
     p = Path(path).expanduser().resolve()
     check_corpus(p, corpus, param)
-    have = folder_kind(p) if p.is_dir() else None
+    have = next((k for k in MARKERS if p.is_dir() and RunLayout(p).marker_path(k).is_file()), None)
     left = [q.name + ("/" if q.is_dir() else "") for q in sorted(p.iterdir() if p.is_dir() else [])
             if q.name not in (LOCK_NAME, LOCK_HOLDER)]
     if have == kind or (not existing and not left and not p.is_file()):

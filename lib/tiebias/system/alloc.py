@@ -31,7 +31,8 @@ def mode() -> str:
     return raw
 
 
-def _libc() -> Any | None:
+@functools.cache
+def libc() -> Any | None:
     """glibc with ``mallopt`` and ``malloc_trim``, or None where it is not the allocator in use or the user's wins."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc" or any(
             v in os.environ or v in os.environ.get("LD_PRELOAD", "") for v in _USER_SETTINGS):
@@ -43,9 +44,6 @@ def _libc() -> Any | None:
         return libc
     except (OSError, AttributeError):
         return None
-
-
-libc = functools.cache(_libc)
 
 
 @contextmanager

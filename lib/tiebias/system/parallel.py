@@ -26,9 +26,18 @@ T = TypeVar("T")
 Task = Callable[[Callable[[], bool]], T]  # a job, called with ``should_stop`` (True: stop soon and return)
 
 
-def check_workers(workers: object, name: str = "workers") -> None:
-    if workers != "auto" and (not is_int(workers) or workers < 1):
-        raise ValueError(f"{name}: must be a positive int or 'auto', got {workers!r}")
+_ALLOWED: dict[str, tuple[str, Callable[[object], bool]]] = {  # a loop's arguments: what is allowed, and the test
+    "workers": ("a positive int or 'auto'", lambda x: x == "auto" or (is_int(x) and x >= 1)),
+    "num_threads": ("a positive int, 'auto' or None", lambda x: x in (None, "auto") or (is_int(x) and x >= 1)),
+    "should_stop": ("None or a function returning True to stop", lambda x: x is None or callable(x)),
+}
+
+
+def check_arg(name: str, value: object) -> None:
+    """Refuse a ``workers``, ``num_threads`` or ``should_stop`` argument that is not allowed, saying what is."""
+    allowed, ok = _ALLOWED[name]
+    if not ok(value):
+        raise ValueError(f"{name}: must be {allowed}, got {value!r}")
 
 
 def thread_budget() -> int:
@@ -38,15 +47,10 @@ def thread_budget() -> int:
 
 def workers_for(n_jobs: int, workers: int | str = "auto") -> int:
     """How many jobs run at once (``"auto"``: ``TIEBIAS_WORKERS``, else 2 on 2+ threads), at most ``n_jobs``."""
-    check_workers(workers)
+    check_arg("workers", workers)
     if workers == "auto":
         workers = env_count(WORKERS_ENV, "jobs at a time") or (2 if thread_budget() >= 2 else 1)
     return max(1, min(int(workers), n_jobs))
-
-
-def check_should_stop(should_stop: object) -> None:
-    if should_stop is not None and not callable(should_stop):
-        raise ValueError(f"should_stop: must be None or a function returning True to stop, got {should_stop!r}")
 
 
 def side_by_side(tasks: Sequence[Task[T]], workers: int | str = "auto") -> list[T]:

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import torch
 
-from tiebias.config.checks import is_int
 from tiebias.config.environment import fixed_threads
+from tiebias.system.parallel import check_arg
 
 
 class ThreadTuner:
@@ -82,11 +82,6 @@ def _set_threads(n: int) -> None:
         torch.set_num_threads(n)
 
 
-def check_num_threads(num_threads: object, name: str = "num_threads") -> None:
-    if num_threads not in (None, "auto") and (not is_int(num_threads) or num_threads <= 0):
-        raise ValueError(f"{name}: must be a positive int, 'auto' or None, got {num_threads!r}")
-
-
 @contextmanager
 def loop_threads(num_threads: int | str | None = "auto", device_type: str = "cpu",
                  ) -> Iterator[ThreadTuner | SimpleNamespace]:
@@ -94,7 +89,7 @@ def loop_threads(num_threads: int | str | None = "auto", device_type: str = "cpu
     what wraps each step. Freed memory is kept meanwhile (:func:`tiebias.system.alloc.kept_heap`)."""
     from tiebias.system.alloc import kept_heap
 
-    check_num_threads(num_threads)
+    check_arg("num_threads", num_threads)
     before = torch.get_num_threads()
     try:
         if isinstance(num_threads, int):

@@ -15,7 +15,7 @@ from tiebias.config.variants import Variant, model_key
 from tiebias.run.files import atomic_folder
 from tiebias.run.folder import Run
 from tiebias.run.guard import mark
-from tiebias.system.parallel import check_workers, side_by_side, workers_for
+from tiebias.system.parallel import check_arg, side_by_side, workers_for
 from tiebias.train.trainer import TrainConfig, _checked_args, pick_device, train
 
 
@@ -44,7 +44,7 @@ def train_many(run: Run | str | Path, jobs: Sequence[tuple[str | Variant, int]],
         raise ValueError(f"jobs: expected a non-empty list of (variant, seed) pairs, got {jobs!r}")
     checked = [(_checked_args(v, s, config, None), s) for v, s in pairs]
     parsed, cfg = [(v, s) for (v, _), s in checked], checked[0][0][1]
-    check_workers(workers)
+    check_arg("workers", workers)
     todo = [j for j in parsed if not run.complete_path(*j).exists()]
     one_process = int(os.environ.get("WORLD_SIZE", "1")) <= 1
     n = workers_for(len(todo), workers) if pick_device(device).type == "cpu" and one_process else 1

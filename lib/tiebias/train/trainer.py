@@ -33,8 +33,8 @@ from tiebias.run import files as rf
 from tiebias.run.files import ParameterChangedError
 from tiebias.run.folder import FINGERPRINTS, WEIGHTS_ID, ForeignModelError, Run, RunLockedError
 from tiebias.system.memory import free_memory
-from tiebias.system.parallel import check_should_stop
-from tiebias.system.threads import check_num_threads, loop_threads
+from tiebias.system.parallel import check_arg
+from tiebias.system.threads import loop_threads
 from tiebias.train import checkpoints as ck
 from tiebias.train import divergence
 from tiebias.train.gradients import GradientProvenance
@@ -379,8 +379,8 @@ def train(run: Run | str | Path, variant: str | Variant, seed: int, config: Trai
     run = run if isinstance(run, Run) else Run(run)
     hf_logging.disable_progress_bar()  # one bar per checkpoint write would drown the training bar
     v, cfg = _checked_args(variant, seed, config, stop_at)
-    check_num_threads(num_threads)
-    check_should_stop(should_stop)
+    check_arg("num_threads", num_threads)
+    check_arg("should_stop", should_stop)
     with _SETUP_LOCK:  # accelerate's state is one per process: threads training side by side take turns
         acc, precision = make_accelerator(cfg.precision, device)
     world = acc.num_processes
