@@ -126,13 +126,13 @@ def kernel(monkeypatch):
     import IPython
 
     from tiebias.config.environment import STUDY_ENV
-    from tiebias.run import kernel_times
+    from tiebias.run import history
 
     monkeypatch.delenv(STUDY_ENV, raising=False)
     k = _Kernel()
     monkeypatch.setattr(IPython, "get_ipython", lambda: k)
     yield k
-    kernel_times._HOOKS.clear()
+    history._HOOKS.clear()
 
 
 def test_notebooks_run_in_jupyterlab_are_named_with_their_times(fresh_run: Run, kernel, monkeypatch) -> None:
@@ -142,7 +142,7 @@ def test_notebooks_run_in_jupyterlab_are_named_with_their_times(fresh_run: Run, 
     from tiebias.config.environment import STUDY_ENV
     from tiebias.config.paths import notebooks_dir
     from tiebias.output.reproduction_page import write_reproduction
-    from tiebias.run import kernel_times
+    from tiebias.run import history
 
     nb = json.loads((notebooks_dir() / "01_train.ipynb").read_text())
     parameters = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
@@ -163,14 +163,14 @@ def test_notebooks_run_in_jupyterlab_are_named_with_their_times(fresh_run: Run, 
     md = write_reproduction(fresh_run).read_text()
     assert "No timings recorded" not in md and "| 01\\_train | 1 s |" in md, md[md.find("## Compute"):][:600]
     monkeypatch.setenv(STUDY_ENV, "1")  # a kernel the study command started: the study times its notebooks itself
-    assert kernel_times.record_cells("02_align", fresh_run.path) is False
+    assert history.record_cells("02_align", fresh_run.path) is False
 
 
 def test_recorded_times_from_a_damaged_or_hostile_file_are_left_out(fresh_run: Run) -> None:
-    from tiebias.run import kernel_times
+    from tiebias.run import history
 
     fresh_run.kernel_times_path.write_text("{not json")
-    assert kernel_times.timings(fresh_run) == ({}, {})
+    assert history.timings(fresh_run) == ({}, {})
     fresh_run.kernel_times_path.write_text(json.dumps({"01_train": {"seconds": -1}, "02_align": {"seconds": "9"},
                                                        "03_lens": {"seconds": 4.0, "peak_memory_mib": True}}))
-    assert kernel_times.timings(fresh_run) == ({"03_lens": 4.0}, {})
+    assert history.timings(fresh_run) == ({"03_lens": 4.0}, {})

@@ -22,9 +22,9 @@ from tiebias.config import environment, profiles
 from tiebias.config.params import NOTEBOOKS, PARAMS, PATH_PARAMETERS, coerce
 from tiebias.config.paths import notebooks_dir, path_text
 from tiebias.run import inventory
-from tiebias.run.commands import record_command, restore_commands
 from tiebias.run.folder import Run
 from tiebias.run.guard import Kind, check_folder, mark
+from tiebias.run.history import record_command, restore_commands
 from tiebias.system.atomic import atomic_path
 
 _UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from tiebias.config import profiles
-from tiebias.run import kernel_times
+from tiebias.run import history
 from tiebias.run.files import RunFolderError, write_text_atomic
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
@@ -32,8 +32,8 @@ def setup() -> None:
     pio.templates.default = "plotly_white"
     pd.set_option("display.float_format", table_number)
     hf_logging.disable_progress_bar()  # no "Loading weights" bar per model load in executed notebooks
-    if kernel_times.record_cells not in profiles.RESOLVED:  # in a JupyterLab kernel: its cells' times, for the report
-        profiles.RESOLVED.append(kernel_times.record_cells)
+    if history.record_cells not in profiles.RESOLVED:  # in a JupyterLab kernel: its cells' times, for the report
+        profiles.RESOLVED.append(history.record_cells)
 
 
 def save_figure(fig: go.Figure, folder: str | Path, name: str) -> Path:

@@ -16,7 +16,7 @@ from tiebias.lens.tables import not_converged_because
 from tiebias.output.markup import render
 from tiebias.run.files import DamagedFileError, read_json, write_json_atomic, write_text_atomic
 from tiebias.run.folder import Run
-from tiebias.run.kernel_times import timings as kernel_times_of
+from tiebias.run.history import timings as kernel_times_of
 from tiebias.verdicts.records import CLAIMS, current_results
 from tiebias.verdicts.status import DOES_NOT_HOLD, HOLDS, STALE, status_of
 

@@ -19,9 +19,9 @@ from markupsafe import Markup
 
 from tiebias.config.paths import path_text, repo_root
 from tiebias.output.markup import md_text, render
-from tiebias.run.commands import study_commands
 from tiebias.run.files import DamagedFileError, read_json, write_json_atomic, write_text_atomic
 from tiebias.run.folder import Run
+from tiebias.run.history import study_commands
 from tiebias.verdicts.reproduction import CAUSES, EXPLAINED, RULES, Reproduction, build
 
 PACKAGES = ("torch", "transformers", "tuned-lens", "datasets", "tokenizers", "papermill")

@@ -340,10 +340,8 @@ class Run(RunLayout):
                 v, seed = parse_key(d.name)
             except ValueError:
                 continue
-            rows.append({"key": d.name, "variant": v.name, "tied": v.tied, "input_factor": v.input_factor,
-                         "output_factor": v.output_factor, "seed": seed,
-                         "complete": (d / COMPLETE_NAME).exists(),  # this folder's own marker, whatever its spelling
-                         "checkpoints": len(self.checkpoints(v, seed))})
+            rows.append((d.name, v.name, v.tied, v.input_factor, v.output_factor, seed,
+                         (d / COMPLETE_NAME).exists(), len(self.checkpoints(v, seed))))  # its own marker, as spelt
         return pd.DataFrame(rows, columns=["key", "variant", "tied", "input_factor", "output_factor", "seed",
                                            "complete", "checkpoints"])
 

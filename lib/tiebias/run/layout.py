@@ -72,7 +72,6 @@ class RunLayout:
         return self.model_dir(variant, seed) / CHECKPOINTS_SUBDIR
 
     def metrics_path(self, variant: str | Variant, seed: int, kind: str = "train") -> Path:
-        """``metrics/<key>.csv`` (train) or ``metrics/<key>_val.csv`` (val)."""
         if kind not in ("train", "val"):
             raise ValueError(f"kind: unknown value {kind!r}; allowed: 'train', 'val'")
         return self.metrics_dir / f"{model_key(variant, seed)}{'' if kind == 'train' else '_val'}.csv"
@@ -84,8 +83,7 @@ class RunLayout:
         return self.results_dir / f"{claim}.json"
 
     @property
-    def figures_dir(self) -> Path:
-        """``figures/``, created if missing."""
+    def figures_dir(self) -> Path:  # created if missing
         d = self.path / "figures"
         d.mkdir(parents=True, exist_ok=True)
         return d
@@ -93,10 +91,8 @@ class RunLayout:
     def figure_path(self, name: str, ext: str = "html") -> Path:
         return self.path / "figures" / f"{name}.{ext}"
 
-    def pair_lens_dir(self, label: str) -> Path:
-        """``lens/<label>/``: the lens ladder of one model of an external pair."""
+    def pair_lens_dir(self, label: str) -> Path:  # the lens ladder of one model of an external pair
         return self.path / LENS_SUBDIR / label
 
-    def depth_dir(self, preset: str) -> Path:
-        """``depth/<preset>/``: a run of another model depth sharing this run's data."""
+    def depth_dir(self, preset: str) -> Path:  # a run of another model depth sharing this run's data
         return self.path / "depth" / preset
