@@ -78,7 +78,7 @@ def test_bigram_bound_on_the_smoke_run(smoke_study) -> None:
     _finite(table, ["kl_layer0_bits", "bigram_gain_bits", "ce_model_nats", "ce_bigram_nats", "ce_unigram_nats",
                     "ce_lens0_nats", "alpha"])
     seq_len, eval_tokens = bigram_bound.windows(run)
-    model = bigram.for_run(run)
+    model = bigram.fit(run.tokens("train"), len(run.frequencies()))
     assert table.ce_bigram_nats.iloc[0] == model.loss(run.tokens("test"), seq_len, eval_tokens)
     assert (table.ce_bigram_nats < table.ce_unigram_nats).all()  # text: the previous token tells something
     gain = (table.ce_bigram_nats - table.ce_model_nats) / math.log(2)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 import torch
@@ -82,8 +81,16 @@ def _counted(ids: np.ndarray, vocab_size: int, alpha: float) -> Bigram:
 
 
 def fit(train_ids: IdStream, vocab_size: int, alpha: float | None = None) -> Bigram:
-    """The bigram model of a training stream; ``alpha`` None chooses it from :data:`ALPHAS` on the last
-    :data:`HOLDOUT`."""
+    """The bigram model of a training stream.
+
+    Args:
+        train_ids: the training token stream.
+        vocab_size: the vocabulary's size.
+        alpha: the smoothing strength (None: chosen from :data:`ALPHAS` on the stream's last :data:`HOLDOUT`).
+
+    Returns:
+        The fitted :class:`Bigram`.
+    """
     if not is_int(vocab_size) or vocab_size < 1:
         raise ValueError(f"vocab_size: {vocab_size!r} is not allowed; need an int >= 1")
     ids = as_ids(train_ids, vocab_size, "train_ids")
@@ -100,16 +107,3 @@ def fit(train_ids: IdStream, vocab_size: int, alpha: float | None = None) -> Big
     elif ids.size < 2:
         raise ValueError("train_ids: fewer than two tokens; a bigram needs at least one pair")
     return _counted(ids, vocab_size, float(alpha))
-
-
-def for_run(run: Any) -> Bigram:
-    """The bigram model of a run's training split, ``alpha`` chosen on its last tenth.
-
-    Args:
-        run: the run folder.
-
-    Returns:
-        The fitted :class:`Bigram`.
-    """
-    return fit(run.tokens("train"), len(run.frequencies()))
-

@@ -41,17 +41,6 @@ def require_initial(ckpt_root: Path) -> Path:
     return path
 
 
-def save_checkpoint(model: PreTrainedModel, ckpt_root: Path, step: int, state: dict) -> None:
-    """Write ``step-N`` atomically (after step 0, only while step 0 is there); the two newest keep the optimiser state
-    (the older is the fallback when the newest is damaged)."""
-    if step > 0:
-        require_initial(ckpt_root)
-    with rf.atomic_folder(ckpt_root / f"{STEP_PREFIX}{step}", f"{_TMP_PREFIX}{step}.") as tmp:
-        model.save_pretrained(tmp)
-        torch.save(state, tmp / TRAINER_STATE_NAME)
-    prune_states(ckpt_root, keep=2)
-
-
 def prune_states(ckpt_root: Path, keep: int) -> None:
     """Delete the optimiser state of all but the ``keep`` newest checkpoints."""
     with_state = sorted((_step_key(d), d) for d in ckpt_root.glob(f"{STEP_PREFIX}*")

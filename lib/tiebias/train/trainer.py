@@ -1,7 +1,6 @@
-"""One model's training in a run folder, as named steps: check the arguments, decide from the model folder (finished,
-resume or start over), build, load the resume point, prepare the folder, run the optimiser steps (learning-rate
-schedule, batches drawn from a generator seeded by ``(seed, step)``, validation loss), finalise.
-A resumed run ends with the same weights as an uninterrupted one (bit for bit on CPU)."""
+"""One model's training in a run folder: decide from the model folder (finished, resume or start over), build, load
+the resume point, run the optimiser steps, finalise; a resumed run ends with the same weights as an uninterrupted one
+(bit for bit on CPU)."""
 
 from __future__ import annotations
 
@@ -32,6 +31,7 @@ from tiebias.models.build import build, count_parameters
 from tiebias.run import files as rf
 from tiebias.run.files import ParameterChangedError
 from tiebias.run.folder import FINGERPRINTS, WEIGHTS_ID, ForeignModelError, Run, RunLockedError
+from tiebias.run.layout import TRAINER_STATE_NAME
 from tiebias.system.memory import free_memory
 from tiebias.system.parallel import check_arg
 from tiebias.system.threads import loop_threads
@@ -211,10 +211,16 @@ class _Training:
         self.vf.flush()
 
     def checkpoint(self, step: int) -> None:
-        """Save the checkpoint of ``step`` (main process, with the optimiser state); every process waits."""
+        """Write ``step-N`` atomically (main process; after step 0, only while step 0 is there); the two newest keep
+        the optimiser state (the older is the fallback when the newest is damaged). Every process waits."""
         if self.main:
-            ck.save_checkpoint(self.core, self.ckpt_root, step, {
-                "optimizer": self.opt.state_dict(), "step": step, "elapsed_s": time.perf_counter() - self.t0})
+            state = {"optimizer": self.opt.state_dict(), "step": step, "elapsed_s": time.perf_counter() - self.t0}
+            if step > 0:
+                ck.require_initial(self.ckpt_root)
+            with rf.atomic_folder(self.ckpt_root / f"{ck.STEP_PREFIX}{step}", f"{ck._TMP_PREFIX}{step}.") as tmp:
+                self.core.save_pretrained(tmp)
+                torch.save(state, tmp / TRAINER_STATE_NAME)
+            ck.prune_states(self.ckpt_root, keep=2)
         self.acc.wait_for_everyone()
 
     def loop(self, start: int, *, progress: bool, stop_at: int | None) -> dict | None:

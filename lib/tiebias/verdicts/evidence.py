@@ -44,7 +44,7 @@ def validation_bigram(run: Run) -> float:
     """The bigram baseline (nats) on the validation windows the models' loss is scored on."""
     cfg = run.config
     study = next((cfg[s] for s in ("study", "ablation") if isinstance(cfg.get(s), dict) and cfg[s].get("seq_len")), {})
-    return bigram.for_run(run).loss(run.tokens("validation"), study.get("seq_len"), study.get("eval_tokens"))
+    return bigram.fit(run.tokens("train"), len(run.frequencies())).loss(run.tokens("validation"), study.get("seq_len"), study.get("eval_tokens"))
 
 
 def short_of(losses: Mapping[str, float | None], baseline: float, kind: str) -> str | None:
