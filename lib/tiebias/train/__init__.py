@@ -1,6 +1,6 @@
-"""Training the kit's models: per-path gradient provenance and scaling (``gradients``), one model's training as named
-steps (``trainer``), atomic checkpoints and exact resume (``checkpoints``), diverged trainings
-(``divergence``), several models at once and other depths (``sweeps``), claim 2's shares per window (``windows``)."""
+"""Training: gradient provenance and scaling (``gradients``), one model's training (``trainer``), checkpoints and exact
+resume (``checkpoints``), diverged trainings (``divergence``), several models and other depths (``sweeps``), claim 2's
+shares per window (``windows``)."""
 
 from tiebias.train import divergence, windows
 from tiebias.train.gradients import GradientProvenance

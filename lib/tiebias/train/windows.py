@@ -1,6 +1,5 @@
 """Claim 2 taken apart: the output path's mean share per training window (relative to the run's warmup) under each
-way of measuring it (:data:`METRICS`: the kit's exact weight-gradient split, or the paper's proxy that takes the input
-path on the lookup's output, with L2, squared L2 or L1 norms), and on one model's weights at several batch sizes."""
+way of measuring it (:data:`METRICS`: the exact weight-gradient split or the paper's proxy, with L2, squared L2 or L1)."""
 
 from __future__ import annotations
 
