@@ -57,11 +57,6 @@ def all_figures() -> dict[str, go.Figure]:
     table, shares = _ablation()
     ev = pd.DataFrame([{"matrix": m, "seed": s, "step": st, "cos_to_init": 1 - st / 2000, "cos_to_prev": 0.99}
                        for m in alignment.MATRIX_COLORS for s in (0, 1) for st in (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)])
-    t1 = pd.DataFrame([{"comparison": c, "pairing": p, "orthogonal": 0.4 + 0.01 * s}
-                       for c in ("untied output -> tied", "untied input -> tied") for p in alignment.PAIRING_COLORS
-                       for s in range(3)])
-    norm = {n: pd.DataFrame({"log10_freq": rng.uniform(0, 4, 50), "norm": rng.uniform(0, 2, 50), "seen": True})
-            for n in ("untied input", "tied")}
     kl = _per_layer()
     ladder_gaps = pd.DataFrame({"recipe": "cpu", "budget": [1, 2, 4], "gap": [0.3, 0.2, 0.2], "ci_low": [0.1] * 3,
                                 "ci_high": [0.5] * 3})
@@ -75,9 +70,7 @@ def all_figures() -> dict[str, go.Figure]:
         "loss_curves": training.loss_curves(logs, {}, unigram=6.5),
         "gradient_flow": training.gradient_flow(logs),
         "dose_response": ablation.dose_response(table, shares),
-        "table1_bars": alignment.table1_bars(t1),
         "evolution": alignment.evolution(ev),
-        "norm_frequency": alignment.norm_frequency(norm, {"untied input": 0.5, "tied": 0.4}),
         "by_frequency": alignment.by_frequency({"a": _freq_table()}),
         "per_layer": lens.per_layer(kl, {"kl_tuned_bits": "tuned", "kl_logit_bits": "logit"}, "t", "KL (bits)"),
         "gap_by_depth": lens.gap_by_depth({"a": _gaps(), "b": _gaps(8)}),
@@ -222,7 +215,8 @@ def test_every_figure_a_study_saves_titles_its_axes(smoke_study) -> None:
     import plotly.io as pio
 
     saved = {p.stem: pio.read_json(p) for p in sorted((smoke_study.path / "figures").glob("*.json"))}
-    assert {"02_cosine_histograms", "03_kl_gap", "04_over_steps", "04_dose_response"} <= set(saved)
+    assert {"02_table1", "02_cosine_histograms", "02_knn_by_frequency", "02_norm_frequency", "03_kl_gap",
+            "04_over_steps", "04_dose_response"} <= set(saved)
     missing = [f"{name}.{key}" for name, fig in saved.items() for key, ax in _axes(fig).items()
                if ax.showticklabels is not False and not (ax.title.text or "").strip()]
     assert not missing, f"axes without a title: {missing}"

@@ -1,4 +1,4 @@
-"""Alignment figures: Table 1, Figures 1, 3 and 5, frequency bins, Table 5 by frequency, levels at checkpoints."""
+"""Alignment figures: Figure 3, frequency bins, the levels at every checkpoint."""
 
 from __future__ import annotations
 
@@ -7,41 +7,15 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from tiebias.output.plotting.style import log_axis, mean_sd, palette, reference_line
-from tiebias.paper import TABLE1
+from tiebias.output.plotting.style import log_axis, mean_sd, palette
 
-PAIRING_COLORS = {"within model": "#7f7f7f", "same seed": "#ff7f0e", "cross seed": "#1f77b4"}
 MATRIX_COLORS = {"untied input": "#1f77b4", "untied output": "#d62728", "tied": "#9467bd"}
-KNN_COLORS = {"untied output -> tied": "#d62728", "untied input -> tied": "#1f77b4",
-              "untied input -> untied output": "#7f7f7f", "tied -> tied (noise floor)": "#9467bd"}
 COSINE = "mean per-token cosine"
 STEP_AT_HALF = "training step (log; step 0 shown at 0.5)"
 
 
 def _at_half(steps: pd.Series | np.ndarray) -> np.ndarray:
     return np.maximum(np.asarray(steps, dtype=float), 0.5)
-
-
-def table1_bars(df: pd.DataFrame, method: str = "orthogonal") -> go.Figure:
-    """Table 1 (:func:`tiebias.align.comparisons.table1`): mean ± sd bars per comparison and pairing, the paper's as
-    diamonds.
-
-    Args: df: the Table 1 table; method: the alignment column shown.
-    Returns: the figure."""
-    fig = go.Figure()
-    comps = list(dict.fromkeys(df.comparison))
-    for pairing, color in PAIRING_COLORS.items():
-        g = df[df.pairing == pairing].groupby("comparison", sort=False)[method]
-        if g.ngroups:
-            fig.add_bar(x=comps, y=g.mean().reindex(comps).values, name=pairing, marker_color=color,
-                        error_y=dict(array=np.nan_to_num(g.std(ddof=1).reindex(comps).values)))
-    for model, symbol in (("OLMo-1B", "diamond"), ("GPT-Neo / Pythia", "diamond-open")):
-        xs = [c for c in comps if c in TABLE1[model]]
-        fig.add_scatter(x=xs, y=[TABLE1[model][c][method] for c in xs], mode="markers", name=f"paper, {model}",
-                        marker=dict(symbol=symbol, size=12, color="black"))
-    return fig.update_layout(barmode="group", height=460, yaxis_title=f"mean cosine ({method})",
-                             xaxis_title="comparison (matrix mapped -> matrix it is compared with)",
-                             title=f"Table 1 analog: {method} alignment (bars: mean ± sd over seed pairs)")
 
 
 
@@ -63,22 +37,6 @@ def evolution(ev: pd.DataFrame) -> go.Figure:
     return fig.update_layout(height=420, title="Figure 3 analog: how far each matrix moves (mean ± sd over seeds)")
 
 
-def norm_frequency(tables: dict[str, pd.DataFrame], rhos: dict[str, float]) -> go.Figure:
-    """Figure 5 (:func:`tiebias.align.token_stats.norm_frequency`): row norm against log10 frequency, a panel per
-    matrix.
-
-    Args: tables: matrix -> norm/frequency table; rhos: matrix -> Spearman rho.
-    Returns: the figure."""
-    fig = make_subplots(rows=1, cols=len(tables), subplot_titles=[f"{n} (Spearman {rhos[n]:+.2f})" for n in tables])
-    for j, (n, t) in enumerate(tables.items(), start=1):
-        seen = t[t.seen]
-        fig.add_scattergl(x=seen.log10_freq, y=seen.norm, mode="markers", name=n, showlegend=False, row=1, col=j,
-                          marker=dict(size=3, opacity=0.4, color=MATRIX_COLORS.get(n, "#444")),
-                          text=seen["token"] if "token" in seen else None)
-    fig.update_xaxes(title_text="log10 training frequency (count)")
-    fig.update_yaxes(title_text="row L2 norm")
-    return fig.update_layout(height=400, title="Figure 5 analog: norm vs frequency (tokens seen in training)")
-
 
 def by_frequency(tables: dict[str, pd.DataFrame]) -> go.Figure:
     """Mean cosine per frequency bin (:func:`tiebias.align.token_stats.by_frequency`), ± per-token sd within [-1, 1].
@@ -99,25 +57,6 @@ def by_frequency(tables: dict[str, pd.DataFrame]) -> go.Figure:
                              title="Alignment by token frequency (error bars: ± per-token sd within the bin, clipped at 1)")
 
 
-def knn_by_frequency(table: pd.DataFrame) -> go.Figure:
-    """Table 5 by frequency (:func:`tiebias.align.knn_bins.knn_by_frequency`): KNN overlap per bin per comparison,
-    chance dashed.
-
-    Args: table: the KNN overlap table per bin.
-    Returns: the figure."""
-    fig = go.Figure()
-    for comp, color in KNN_COLORS.items():
-        d = table[table.comparison == comp]
-        if not d.empty:
-            fig.add_scatter(x=[f"{b} ({lo}-{hi})" for b, lo, hi in zip(d.bin, d.count_min, d.count_max, strict=True)],
-                            y=d.overlap, error_y=dict(array=np.nan_to_num(d.sd.to_numpy(dtype=float))),
-                            mode="lines+markers", name=f"{comp} ({d.pairing.iloc[0]})",
-                            line=dict(color=color, dash="dot" if "noise floor" in comp else "solid"))
-    reference_line(fig, float(table.chance.iloc[0]), f"chance k / (V - 1) = {table.chance.iloc[0]:.4f}")
-    return fig.update_layout(height=440, xaxis_title="token frequency bin (training counts), rarest first",
-                             yaxis_title="KNN overlap (share of neighbours in common)",
-                             title="Table 5 by frequency: neighbourhood overlap per bin (mean ± sd over pairs of models)")
-
 
 def levels_at_checkpoints(table: pd.DataFrame) -> go.Figure:
     """Tables 1, 2, 6 and Figure 3 at every checkpoint (:func:`tiebias.ablate.checkpoint_levels.levels`), the paper's
@@ -128,7 +67,7 @@ def levels_at_checkpoints(table: pd.DataFrame) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, subplot_titles=("alignment to the tied matrix (orthogonal map)",
                                                         "untied matrices: cosine to initialisation"))
     ours, theirs = table[table.who == "this run"], table[table.who == "paper"]
-    colors = palette(ours.quantity.nunique(), list(KNN_COLORS.values()))
+    colors = palette(ours.quantity.nunique(), ["#d62728", "#1f77b4", "#7f7f7f", "#9467bd"])
     for (q, d), color in zip(ours.groupby("quantity", sort=False), colors, strict=True):
         col = 2 if d.source.iloc[0] == "Figure 3" else 1
         fig.add_scatter(x=_at_half(d.step), y=d["mean"], error_y=dict(array=np.nan_to_num(d.sd.to_numpy(dtype=float))),
