@@ -43,7 +43,6 @@ def dose_response(table: pd.DataFrame, shares: pd.DataFrame | None = None, *, st
                              f"(mean ± sd over {d.seed.nunique()} seeds)")
 
 
-
 def ingredients(summary: pd.DataFrame, k: float) -> go.Figure:
     """The shift at ``k`` of both cosines per ingredient (:func:`tiebias.ablate.ingredients.summary`) with its
     interval, the paper's dashed.

@@ -18,7 +18,6 @@ def _at_half(steps: pd.Series | np.ndarray) -> np.ndarray:
     return np.maximum(np.asarray(steps, dtype=float), 0.5)
 
 
-
 def evolution(ev: pd.DataFrame) -> go.Figure:
     """Figure 3 (:func:`tiebias.align.comparisons.evolution_table`): each matrix's cosine to initialisation and to
     the previous checkpoint against step.
@@ -35,7 +34,6 @@ def evolution(ev: pd.DataFrame) -> go.Figure:
     fig.update_xaxes(title_text=STEP_AT_HALF)
     fig.update_yaxes(title_text=COSINE)
     return fig.update_layout(height=420, title="Figure 3 analog: how far each matrix moves (mean ± sd over seeds)")
-
 
 
 def by_frequency(tables: dict[str, pd.DataFrame]) -> go.Figure:
@@ -55,7 +53,6 @@ def by_frequency(tables: dict[str, pd.DataFrame]) -> go.Figure:
     return fig.update_layout(barmode="group", height=420, xaxis_title="frequency bin (q1 = rarest seen tokens)",
                              yaxis_title=COSINE,
                              title="Alignment by token frequency (error bars: ± per-token sd within the bin, clipped at 1)")
-
 
 
 def levels_at_checkpoints(table: pd.DataFrame) -> go.Figure:

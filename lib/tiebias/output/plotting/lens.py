@@ -39,7 +39,6 @@ def per_layer(df: pd.DataFrame, columns: dict[str, str], title: str, yaxis: str)
     return fig.update_layout(height=420, title=title)
 
 
-
 def gap_by_depth(gaps: dict[str, pd.DataFrame]) -> go.Figure:
     """The gap against relative depth (layer / layers), a line with CIs per model depth.
 
