@@ -1,4 +1,4 @@
-"""system.memory: one measure of free memory for every "will it fit?" check (external models and training)."""
+"""system.alloc.free_memory: one measure of free memory for every "will it fit?" check (external models and training)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tiebias.system.memory import free_memory
+from tiebias.system.alloc import free_memory
 from tiebias.train import trainer as memory
 
 

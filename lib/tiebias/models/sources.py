@@ -19,7 +19,7 @@ from tiebias.run.files import check_safetensors, pickles_refused
 from tiebias.run.folder import Run
 from tiebias.run.guard import check_folder, mark
 from tiebias.run.layout import CONFIG_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
-from tiebias.system.memory import free_memory
+from tiebias.system.alloc import free_memory
 
 SourceInfo = namedtuple("SourceInfo", "label param source model_type tied tie_word_embeddings num_hidden_layers "
                                       "hidden_size vocab_size n_params local_safetensors")

@@ -196,8 +196,7 @@ class Run(RunLayout):
         if not is_int(vocab_size) or vocab_size < minimum:
             raise ValueError(f"vocab_size: {vocab_size!r} is not allowed; give an integer >= {minimum} (byte-level "
                              f"BPE: 256 byte tokens + 1 special token), such as {DEFAULT_PROFILE['vocab_size']}")
-        if extra is not None:
-            sanitise_json(extra)
+        sanitise_json(extra or {})  # not serialisable: stop before anything is written
         check_folder(path, "run", corpus=corpus)  # never a user's folder or the corpus (tiebias.run.guard)
         keep: dict = {}
         have: dict = {}

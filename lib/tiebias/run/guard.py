@@ -29,20 +29,6 @@ def _not_ours(p: Path, kind: Kind) -> str:
     return f"no {MARKERS[kind]} file" + ("" if kind == "pair" else ", no config.json")
 
 
-def check_corpus(path: Path, corpus: Any, param: str = "run_dir") -> None:
-    """Refuse a run folder that is, holds or lies inside the local corpus (a file or a folder of texts)."""
-    if not isinstance(corpus, (str, Path)) or not str(corpus).strip() or not Path(corpus).expanduser().exists():
-        return  # the embedded corpus or a hub dataset: nothing on disk to protect
-    c = Path(corpus).expanduser().resolve()
-    where = ("is the corpus folder" if path == c else "lies inside the corpus folder" if c in path.parents else
-             "holds the corpus" if path in c.parents else None)
-    if where:
-        raise NotARunFolderError(
-            f"{param}, corpus: {param} {str(path)!r} {where} {str(c)!r}; the run's files would be written among "
-            f"the texts and read as texts the next time the corpus is loaded. Choose a {param} outside the corpus "
-            f"({HOW_TO_PASS}), or move the corpus out of the run folder. Nothing was written.")
-
-
 def check_links(path: str | Path, param: str = "run_dir", limit: int = 6) -> None:
     """Refuse a run folder holding, at any depth, a link to a folder, or a dangling one named as a folder the kit
     makes. The run folder itself may be a link."""
@@ -68,7 +54,15 @@ def check_folder(path: str | Path, kind: Kind = "run", *, corpus: Any = None, pa
     new or empty; else :class:`NotARunFolderError`."""
     check_run_dir_text(path, param, NotARunFolderError)
     p = Path(path).expanduser().resolve()
-    check_corpus(p, corpus, param)
+    c = Path(corpus).expanduser() if isinstance(corpus, (str, Path)) and str(corpus).strip() else None
+    c = c.resolve() if c is not None and c.exists() else None  # None: the embedded corpus or a hub dataset
+    where = ("" if c is None else "is the corpus folder" if p == c else "lies inside the corpus folder"
+             if c in p.parents else "holds the corpus" if p in c.parents else "")
+    if where:  # the run folder must not be, lie inside or hold the local corpus (a file or a folder of texts)
+        raise NotARunFolderError(
+            f"{param}, corpus: {param} {str(p)!r} {where} {str(c)!r}; the run's files would be written among "
+            f"the texts and read as texts the next time the corpus is loaded. Choose a {param} outside the corpus "
+            f"({HOW_TO_PASS}), or move the corpus out of the run folder. Nothing was written.")
     have = next((k for k in MARKERS if p.is_dir() and RunLayout(p).marker_path(k).is_file()), None)
     left = [q.name + ("/" if q.is_dir() else "") for q in sorted(p.iterdir() if p.is_dir() else [])
             if q.name not in (LOCK_NAME, LOCK_HOLDER)]

@@ -1,4 +1,5 @@
-"""Keep freed memory in the process during hot loops (glibc otherwise maps and zeroes each step's large blocks
+"""Memory: how much is free on a device (the one measure every "will it fit?" check compares its estimate against),
+and freed memory kept in the process during hot loops (glibc otherwise maps and zeroes each step's large blocks
 afresh): ``mallopt`` for the block, glibc's defaults restored after; the same numbers bit for bit. Left alone off
 glibc, under the user's ``MALLOC_*_`` settings or another allocator, or with ``TIEBIAS_MALLOC=default``."""
 
@@ -12,7 +13,10 @@ import platform
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+
+import torch
 
 MALLOC_ENV = "TIEBIAS_MALLOC"  # keep (default) or default (glibc's settings left alone)
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
@@ -22,6 +26,18 @@ _USER_SETTINGS = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THR
                   "GLIBC_TUNABLES", "jemalloc", "tcmalloc", "mimalloc")  # variables, or libraries in LD_PRELOAD
 _lock = threading.Lock()
 _depth = 0
+
+
+def free_memory(device: str | torch.device = "cpu") -> int:
+    """Bytes free: CUDA's free memory, else MemAvailable (/proc/meminfo), else the free physical pages (cautious)."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return int(torch.cuda.mem_get_info(dev)[0])
+    try:
+        return next(int(line.split()[1]) * 1024 for line in Path("/proc/meminfo").read_text().splitlines()
+                    if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
 def mode() -> str:

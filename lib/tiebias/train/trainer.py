@@ -32,7 +32,7 @@ from tiebias.run import files as rf
 from tiebias.run.files import ParameterChangedError
 from tiebias.run.folder import FINGERPRINTS, WEIGHTS_ID, ForeignModelError, Run, RunLockedError
 from tiebias.run.layout import TRAINER_STATE_NAME
-from tiebias.system.memory import free_memory
+from tiebias.system.alloc import free_memory
 from tiebias.system.parallel import check_arg
 from tiebias.system.threads import loop_threads
 from tiebias.train import checkpoints as ck
