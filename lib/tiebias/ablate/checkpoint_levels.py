@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -20,27 +19,21 @@ from tiebias.run.folder import Run
 TABLE = "levels_at_checkpoints"  # metrics/<TABLE>.csv
 METHOD = "orthogonal"  # the map of Tables 2 and 6 and the paper's headline column of Table 1
 COLUMNS = ["source", "quantity", "who", "step", "fraction", "mean", "sd", "n", "values"]
-_TABLE1 = {"untied output -> tied": "untied output -> tied", "untied input -> tied": "untied input -> tied",
-           "untied input -> untied output": "untied input -> untied output",
-           "tied -> tied (noise floor)": None}
+_TABLE1 = ("untied output -> tied", "untied input -> tied", "untied input -> untied output", "tied -> tied (noise floor)")
 _WHICH = {"vs untied input": "untied input -> tied", "vs untied output": "untied output -> tied"}
 _COLUMN = {"vs untied input": "vs_untied_input", "vs untied output": "vs_untied_output"}
 
 
-def _number(x: Any) -> float:
-    """A paper value as a float: a number, or the midpoint of a (low, high) range."""
-    return float(np.mean(x)) if isinstance(x, tuple) else float(x)
-
-
 def paper_levels() -> pd.DataFrame:
     """The paper's cosine levels with the step it read them at (Table 1: fully trained, step NaN), ``who`` = paper."""
-    rows = [("Table 1", q, np.nan, _number(paper.TABLE1["OLMo-1B"][q][METHOD])) for q, p in _TABLE1.items() if p]
+    olmo = paper.TABLE1["OLMo-1B"]
+    rows = [("Table 1", q, np.nan, float(olmo[q][METHOD])) for q in _TABLE1 if q in olmo]
     for src, table, step in (("Table 6", paper.TABLE6_STEP1K, 1000), ("Table 2", paper.TABLE2_STEP10K, 10000)):
         for k, cells in table.items():
             for which, v in cells.items():
                 q = _WHICH[which] if float(k) == 1.0 else f"k = {float(k):g}, {which}"
-                rows.append((src, q, step, _number(v)))
-    rows += [("Figure 3", f"untied {which}: cosine to initialisation", 20000, _number(v))
+                rows.append((src, q, step, float(v)))
+    rows += [("Figure 3", f"untied {which}: cosine to initialisation", 20000, float(v))
              for which, v in paper.FIG3_COS_TO_INIT.items()]
     return pd.DataFrame([{"source": s, "quantity": q, "who": "paper", "step": st, "fraction": np.nan, "mean": v,
                           "sd": np.nan, "n": 1, "values": json.dumps([v])} for s, q, st, v in rows], columns=COLUMNS)

@@ -90,9 +90,6 @@ def points(vocab_size: int, preset: str, vocab_sizes: Sequence[int], presets: Se
         get_preset(p)
     if step_counts and steps is None:
         raise ValueError(f"steps: needed with scale_steps {list(step_counts)} (the run's own training length)")
-    for s in step_counts:
-        if s < 1:
-            raise ValueError(f"scale_steps: {s} is not allowed; need training lengths of one step or more")
     return [ScalePoint(vocab_size, preset, base=True), *(ScalePoint(v, preset) for v in vocab_sizes if v != vocab_size),
             *(ScalePoint(vocab_size, p) for p in presets if p != preset),
             *(ScalePoint(vocab_size, preset, steps=s) for s in step_counts if s != steps)]
