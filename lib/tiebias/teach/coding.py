@@ -139,25 +139,6 @@ def _reference_pass(input_factor: float) -> dict[str, Tensor]:
     return {"ids": ids, "at_embeddings": seen["at_embeddings"], **paths, "total": emb.weight.grad.detach().clone()}
 
 
-def _grad_with_hook(fn: Callable[..., Any], k: float) -> Tensor:
-    """W.grad of the same tiny tied model and batch, with ``fn(output, k)`` applied to the embedding output."""
-    model = build("tiny", vocab_size=TOY_VOCAB, seed=0)
-    ids = toy_batch(TOY_VOCAB)
-    emb = model.get_input_embeddings()
-    handle = emb.register_forward_hook(lambda _m, _args, out: fn(out, k))
-    try:
-        with _student("your function, used as a hook on the embedding output,"):
-            model(input_ids=ids, labels=ids).loss.backward()
-    finally:
-        handle.remove()
-    if emb.weight.grad is None:
-        raise _Fail("no gradient reached W: the hook's result is detached from the embedding lookup")
-    if not bool(torch.isfinite(emb.weight.grad).all()):
-        raise _Fail("W.grad has nan or inf values with your function as a hook on the embedding output: the "
-                    f"backward pass must multiply the gradient by k = {MODEL_K:g}, nothing else")
-    return emb.weight.grad.detach()
-
-
 def _check_input_path(fn: Callable[..., Any]) -> str:
     """01-code: the scatter of the embedding-output gradient against GradientProvenance's input path."""
     ref = _reference_pass(1.0)
@@ -189,21 +170,16 @@ def _check_input_path(fn: Callable[..., Any]) -> str:
     raise _Fail(f"differs from GradientProvenance's input-path gradient: {_gap(got, expected)}")
 
 
-def _toy_pair(n: int = 200, d: int = 8) -> tuple[np.ndarray, np.ndarray]:
-    """A source S with an offset and T = (S stretched along one axis) Q + noise + another offset, Q a rotation."""
-    rng = np.random.default_rng(0)
-    S = rng.standard_normal((n, d)) + rng.standard_normal(d)
+def _check_orthogonal_map(fn: Callable[..., Any]) -> str:
+    """02-code: shape, orthogonality and the mean cosine of the student's Procrustes map against the library's, on
+    S with an offset and T = (S stretched along one axis) Q + noise + another offset, Q a rotation."""
+    rng, d = np.random.default_rng(0), 8
+    S = rng.standard_normal((200, d)) + rng.standard_normal(d)
     Q, _ = np.linalg.qr(rng.standard_normal((d, d)))
     stretch = np.ones(d)
     stretch[0] = 3.0  # a non-orthogonal part that only the linear map can undo
-    T = (S * stretch) @ Q + 0.3 * rng.standard_normal((n, d))
-    return S, T + 5.0 * np.random.default_rng(1).standard_normal(d)  # an offset: forgetting to centre shows
-
-
-def _check_orthogonal_map(fn: Callable[..., Any]) -> str:
-    """02-code: shape, orthogonality and the mean cosine of the student's Procrustes map against the library's."""
-    S, T = _toy_pair()
-    d = S.shape[1]
+    T = (S * stretch) @ Q + 0.3 * rng.standard_normal((200, d))
+    T = T + 5.0 * np.random.default_rng(1).standard_normal(d)  # an offset: forgetting to centre shows
     with _student():
         got = fn(S.copy(), T.copy())
     W = _as_tensor(got, (d, d), "the d x d matrix W", "a numpy array").double().numpy()
@@ -235,22 +211,6 @@ def _check_orthogonal_map(fn: Callable[..., Any]) -> str:
     raise _Fail(f"mean cosine {mine:.4f} where the library gets {lib:.4f}: {reason}")
 
 
-def _kl_result(fn: Callable[..., Any], p: Tensor, q: Tensor) -> Tensor:
-    """The student's KL on (p, q), checked for type and shape (one value per position)."""
-    with _student():
-        got = _plain(fn(p.clone(), q.clone()))
-    if isinstance(got, Tensor) and got.dim() == 0:
-        raise _Fail(f"returned a single number where one KL per position, shape {tuple(p.shape[:-1])}, was "
-                    "expected: sum over the vocabulary (last axis) only, do not sum or average over positions")
-    if isinstance(got, Tensor) and tuple(got.shape) == tuple(p.shape):
-        raise _Fail(f"returned shape {tuple(got.shape)}, the logits' shape: sum the terms over the vocabulary (the "
-                    "last axis) to get one KL per position")
-    if isinstance(got, Tensor) and got.is_floating_point() and not bool(torch.isfinite(got).all()):
-        raise _Fail(f"returned nan or inf for logits up to {float(p.abs().max()):.0f} in size: exp overflows and "
-                    "softmax underflows to 0 (then log 0 = -inf); use log_softmax, which is stable")
-    return _as_tensor(got, tuple(p.shape[:-1]), f"one KL per position, shape {tuple(p.shape[:-1])}")
-
-
 def _check_kl_bits(fn: Callable[..., Any]) -> str:
     """03-code: the student's KL against the lens's on ordinary and on large logits."""
     ln2 = math.log(2.0)
@@ -258,7 +218,18 @@ def _check_kl_bits(fn: Callable[..., Any]) -> str:
         gen = torch.Generator().manual_seed(0)
         p, q = scale * torch.randn(2, 7, 50, generator=gen), scale * torch.randn(2, 7, 50, generator=gen)
         expected, reverse = library_kl_bits(p, q), library_kl_bits(q, p)
-        got = _kl_result(fn, p, q)
+        with _student():
+            got = _plain(fn(p.clone(), q.clone()))
+        if isinstance(got, Tensor) and got.dim() == 0:
+            raise _Fail(f"returned a single number where one KL per position, shape {tuple(p.shape[:-1])}, was "
+                        "expected: sum over the vocabulary (last axis) only, do not sum or average over positions")
+        if isinstance(got, Tensor) and tuple(got.shape) == tuple(p.shape):
+            raise _Fail(f"returned shape {tuple(got.shape)}, the logits' shape: sum the terms over the vocabulary "
+                        "(the last axis) to get one KL per position")
+        if isinstance(got, Tensor) and got.is_floating_point() and not bool(torch.isfinite(got).all()):
+            raise _Fail(f"returned nan or inf for logits up to {float(p.abs().max()):.0f} in size: exp overflows "
+                        "and softmax underflows to 0 (then log 0 = -inf); use log_softmax, which is stable")
+        got = _as_tensor(got, tuple(p.shape[:-1]), f"one KL per position, shape {tuple(p.shape[:-1])}")
         if _close(got, expected):
             continue
         if _close(got, expected * ln2):
@@ -307,7 +278,20 @@ def _check_scale_backward(fn: Callable[..., Any]) -> str:
             raise _Fail(f"the gradient reaching x is multiplied by {factor:.4g}, not by k = {TOY_K:g}")
         raise _Fail(f"the gradient reaching x is not k times the incoming one: {_gap(x.grad, TOY_K * w)}")
     base, scaled = _reference_pass(1.0), _reference_pass(MODEL_K)
-    got = _grad_with_hook(fn, MODEL_K)
+    model = build("tiny", vocab_size=TOY_VOCAB, seed=0)  # the same model and batch, fn as a hook on the lookup
+    ids, emb = toy_batch(TOY_VOCAB), model.get_input_embeddings()
+    handle = emb.register_forward_hook(lambda _m, _args, out: fn(out, MODEL_K))
+    try:
+        with _student("your function, used as a hook on the embedding output,"):
+            model(input_ids=ids, labels=ids).loss.backward()
+    finally:
+        handle.remove()
+    if emb.weight.grad is None:
+        raise _Fail("no gradient reached W: the hook's result is detached from the embedding lookup")
+    if not bool(torch.isfinite(emb.weight.grad).all()):
+        raise _Fail("W.grad has nan or inf values with your function as a hook on the embedding output: the "
+                    f"backward pass must multiply the gradient by k = {MODEL_K:g}, nothing else")
+    got = emb.weight.grad.detach()
     expected = MODEL_K * base["input"] + base["output"]
     if not (_close(got, expected) and _close(got, scaled["total"])):
         raise _Fail(f"as a hook on the tiny tied model's embedding output, W.grad is not k g_in + g_out "
