@@ -34,9 +34,9 @@ def test_status_and_refusal_name_the_unfinished_models(half_made: Run, tmp_path:
         comparisons.load_models(half_made)
     assert inventory.require_complete(half_made, ["tied", "untied"], [0]) == [0]  # a choice made on purpose
     shutil.rmtree(half_made.model_dir("untied", 1))
-    with pytest.raises(ValueError, match=r"tied-s1 \(interrupted.*\), untied-s1 \(not trained\)\. Run 04_ablate again "
+    with pytest.raises(ValueError, match=r"tied-s1 \(interrupted.*\), untied-s1 \(not trained\)\. Run 01_train again "
                                          r"with variants that include 'untied' and seeds that include 1: it resumes"):
-        inventory.require_complete(half_made, ["tied", "untied"], [0, 1], trained_by="04_ablate")
+        inventory.require_complete(half_made, ["tied", "untied"], [0, 1])
     assert inventory.require_complete(Run(tmp_path / "empty"), ["tied", "untied"]) == []
 
 

@@ -12,14 +12,12 @@ from tiebias.run.folder import Run
 __all__ = ["check_profile", "require_complete"]
 
 
-def require_complete(run: Run, variants: Sequence[str | Variant], seeds: Sequence[int] | None = None, *,
-                     trained_by: str = "01_train") -> list[int]:
+def require_complete(run: Run, variants: Sequence[str | Variant], seeds: Sequence[int] | None = None) -> list[int]:
     """The seeds to analyse, each with a finished model of every variant that is this run's; else a ValueError
-    naming each unfinished model and saying to run ``trained_by`` again or to choose the finished seeds.
+    naming each unfinished model and saying to run 01_train again or to choose the finished seeds.
 
     Args:
         run: the run. variants, seeds: the models needed (seeds None: every seed with a folder of these variants).
-        trained_by: the notebook named in the error.
 
     Returns:
         The seeds whose models are all finished and belong to the run.
@@ -43,7 +41,7 @@ def require_complete(run: Run, variants: Sequence[str | Variant], seeds: Sequenc
     how = (f"with variants that include {', '.join(repr(v) for v in dict.fromkeys(v for v, _ in missing))} and seeds "
            f"that include {', '.join(map(str, dict.fromkeys(s for _, s in missing)))}" if missing
            else "with the same parameters")
-    raise ValueError(f"run {run.path}: unfinished models: {listed}. Run {trained_by} again {how}: it resumes the "
+    raise ValueError(f"run {run.path}: unfinished models: {listed}. Run 01_train again {how}: it resumes the "
                      f"interrupted models and trains the missing ones{alternative}")
 
 
