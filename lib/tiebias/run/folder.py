@@ -96,10 +96,6 @@ def _remembered(where: Path, files: list[Path], compute: Callable[[], str]) -> s
     return _HASHES[key]
 
 
-def _weights_id(mdir: Path, todo: str) -> str:
-    return _remembered(mdir, sorted(mdir.glob("model*.safetensors*")), lambda: weights_sha256(mdir, todo))
-
-
 def _short(fingerprint: Any) -> str:
     return f"{str(fingerprint)[:12]}..."
 
@@ -430,7 +426,7 @@ class Run(RunLayout):
         if self.is_complete(v, seed):
             check_model_folder(mdir, self.repair_hint(v, seed))  # a damaged file is named as such, not as another model
             checks.insert(0, (self.complete_path(v, seed), self.summary(v, seed), {
-                "key": key, "variant": v.name, "seed": seed, WEIGHTS_ID: _weights_id(mdir, todo)}))
+                "key": key, "variant": v.name, "seed": seed, WEIGHTS_ID: self.model_id(v, seed)}))
         for file, record, want in checks:
             record = record if isinstance(record, dict) else {}
             if wrong := [f"its {k} is {_short(record[k])}, but the weights in the folder ({held}) hash to "
@@ -454,7 +450,8 @@ class Run(RunLayout):
         """The sha256 of a finished model's weights now (records from other weights are stale); None if unfinished."""
         if not self.is_complete(variant, seed):
             return None
-        return _weights_id(self.model_dir(variant, seed), f"retrain {model_key(variant, seed)} ({OVERWRITE_HINT})")
+        mdir, todo = self.model_dir(variant, seed), f"retrain {model_key(variant, seed)} ({OVERWRITE_HINT})"
+        return _remembered(mdir, sorted(mdir.glob("model*.safetensors*")), lambda: weights_sha256(mdir, todo))
 
     def lens_dir(self, variant: str | Variant, seed: int, step: int | None = None) -> Path:
         """``models/<key>/lens/``, or ``<checkpoint>/lens/`` of an existing checkpoint."""
