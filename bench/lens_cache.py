@@ -1,6 +1,6 @@
 """What the lens activation cache buys: one lens ladder trained with and without it, as a time ratio.
 
-A ladder (``lens.rungs.train_ladder``) may compute the frozen model's hidden states and target statistics once and
+A ladder (``lens.ladder.train_ladder``) may compute the frozen model's hidden states and target statistics once and
 replay them at every step, instead of running the model each step; the lenses are the same bit for bit. Measured here
 as the ratio of wall times, no cache / cache (the cache's build included), interleaving the two over several rounds
 and taking the median, so machine noise hits both alike. The token stream is sized so that training draws each
@@ -26,7 +26,7 @@ import time
 import torch
 
 from tiebias.config.lens import LensSettings
-from tiebias.lens import rungs
+from tiebias.lens import ladder
 from tiebias.models.build import build
 
 
@@ -34,7 +34,7 @@ def ladder_seconds(model: torch.nn.Module, tokens: torch.Tensor, settings: LensS
     """Wall time of one two-rung ladder, trained into a fresh folder, with or without the activation cache."""
     with tempfile.TemporaryDirectory() as folder:
         t0 = time.perf_counter()
-        rungs.train_ladder(model, tokens, folder, settings, progress=False, max_cache_bytes=(1 << 30) if cache else 0,
+        ladder.train_ladder(model, tokens, folder, settings, progress=False, max_cache_bytes=(1 << 30) if cache else 0,
                            num_threads=None)
         return time.perf_counter() - t0
 

@@ -23,8 +23,8 @@ from tuned_lens import TunedLens
 from tiebias.config.lens import LensFit, LensSettings
 from tiebias.lens import evaluate as E
 from tiebias.lens import fit as F
+from tiebias.lens import ladder
 from tiebias.lens import lenses as L
-from tiebias.lens import rungs
 from tiebias.output.plotting import lens as lplot
 from tiebias.run.files import DamagedFileError, UnsafeFileError
 
@@ -361,12 +361,12 @@ def test_rung_trainer_state_with_code_refused_and_not_run(tmp_path: Path) -> Non
     model = _build("llama", True)
     lens = LensSettings(steps=1, tokens_per_step=2 * SEQ, seq_len=SEQ, budgets=(1,))
     kw = dict(progress=False, max_cache_bytes=0)
-    rungs.train_ladder(model, TRAIN, tmp_path / "lens", lens, **kw)
-    state = rungs.rung_dir(tmp_path / "lens", "cpu", 1) / "trainer.pt"
+    ladder.train_ladder(model, TRAIN, tmp_path / "lens", lens, **kw)
+    state = ladder.rung_dir(tmp_path / "lens", "cpu", 1) / "trainer.pt"
     marker = tmp_path / "ran"
     save_hostile(state, marker, steps_done=1)
     with pytest.raises(UnsafeFileError) as info:
-        rungs.train_ladder(model, TRAIN, tmp_path / "lens", lens.replace(budgets=(1, 2)), **kw)
+        ladder.train_ladder(model, TRAIN, tmp_path / "lens", lens.replace(budgets=(1, 2)), **kw)
     msg = str(info.value)
     assert f"{state}: refused" in msg and "delete it and run 03_lens again" in msg and "weights_only" not in msg
     assert not marker.exists(), "loading the rung's trainer state ran the file's code"

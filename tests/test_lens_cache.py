@@ -13,8 +13,8 @@ from _families import tiny_config
 from tiebias.config.lens import LensFit, LensSettings
 from tiebias.lens import cache as C
 from tiebias.lens import fit as F
+from tiebias.lens import ladder as lens_ladder
 from tiebias.lens import lenses as L
-from tiebias.lens import rungs as lens_rungs
 
 VOCAB = 300
 SEQ = 32
@@ -106,9 +106,9 @@ def test_tail_chunk_has_the_training_shape(models) -> None:
 
 def test_cap_falls_back_to_the_model(models, tmp_path: Path) -> None:
     model, tokens = models[("gpt_neox", False)], _tokens(30)
-    need = C.cache_bytes(model, 30, SEQ)
-    cache = C.build_cache(model, tokens, seq_len=SEQ, tokens_per_step=4 * SEQ, max_bytes=need)
-    assert cache is not None and sum(t.numel() * t.element_size() for t in (*cache.hidden, *cache.stats)) == need
+    full = C.build_cache(model, tokens, seq_len=SEQ, tokens_per_step=4 * SEQ)
+    need = sum(t.numel() * t.element_size() for t in (*full.hidden, *full.stats))
+    assert C.build_cache(model, tokens, seq_len=SEQ, tokens_per_step=4 * SEQ, max_bytes=need) is not None
     assert C.build_cache(model, tokens, seq_len=SEQ, tokens_per_step=4 * SEQ, max_bytes=need - 1) is None
     # uneven micro-batches (3 sequences a step in micro-batches of 2): no cache
     assert C.build_cache(model, tokens, seq_len=SEQ, tokens_per_step=3 * SEQ, batch_size=2) is None
@@ -116,8 +116,8 @@ def test_cap_falls_back_to_the_model(models, tmp_path: Path) -> None:
         C.build_cache(model, tokens, seq_len=SEQ, max_bytes=-1)
     # The ladder trains the same lenses with and without its cache.
     lens = LensSettings(steps=3, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=(1, 2))
-    a = lens_rungs.train_ladder(model, tokens, tmp_path / "a", lens, progress=False)
-    b = lens_rungs.train_ladder(model, tokens, tmp_path / "b", lens, max_cache_bytes=0, progress=False)
+    a = lens_ladder.train_ladder(model, tokens, tmp_path / "a", lens, progress=False)
+    b = lens_ladder.train_ladder(model, tokens, tmp_path / "b", lens, max_cache_bytes=0, progress=False)
     for budget in (1, 2):
         _assert_same(a[budget], b[budget])
 
@@ -133,9 +133,9 @@ def test_ladder_builds_one_cache_and_only_when_training(models, tmp_path: Path, 
 
     monkeypatch.setattr(C, "build_cache", counting)
     lens = LensSettings(steps=3, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=(1, 2, 4))
-    lens_rungs.train_ladder(model, tokens, tmp_path, lens, progress=False)
+    lens_ladder.train_ladder(model, tokens, tmp_path, lens, progress=False)
     assert len(built) == 1 and built[0] is not None
-    lens_rungs.train_ladder(model, tokens, tmp_path, lens, progress=False)  # every rung finished: nothing to train
+    lens_ladder.train_ladder(model, tokens, tmp_path, lens, progress=False)  # every rung finished: nothing to train
     assert len(built) == 1
 
 
@@ -175,17 +175,19 @@ def test_short_ladder_over_a_long_stream_builds_no_cache(models, tmp_path: Path,
     built: list = []
     monkeypatch.setattr(C, "build_cache", lambda *a, **k: built.append(1))
     lens = LensSettings(steps=2, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=(1, 2))
-    lens_rungs.train_ladder(model, tokens, tmp_path, lens, progress=False)  # 2 x 2 x 4 = 16 draws from 30 sequences
+    lens_ladder.train_ladder(model, tokens, tmp_path, lens, progress=False)  # 2 x 2 x 4 = 16 draws from 30 sequences
     assert built == []
-    assert not C.pays_off(44, 30) and C.pays_off(45, 30)
+    more = LensSettings(steps=6, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=(1, 2))  # 48 draws >= 1.5 x 30: built
+    lens_ladder.train_ladder(model, tokens, tmp_path / "more", more, progress=False)
+    assert built == [1]
 
 
 def test_bad_cache_and_stop_settings_name_the_parameter(models, tmp_path: Path) -> None:
     model, tokens = models[("llama", True)], _tokens(30)
     for bad in (-1, 1.5, True, "1GiB"):
         with pytest.raises(ValueError, match="max_cache_bytes"):
-            lens_rungs.train_ladder(model, tokens, tmp_path / "l", LensSettings(steps=2, tokens_per_step=4 * SEQ,
-                                    seq_len=SEQ), max_cache_bytes=bad, progress=False)
+            lens_ladder.train_ladder(model, tokens, tmp_path / "l", LensSettings(steps=2, tokens_per_step=4 * SEQ,
+                                     seq_len=SEQ), max_cache_bytes=bad, progress=False)
     assert not (tmp_path / "l").exists()
     with pytest.raises(ValueError, match="should_stop"):
         F.train_lens(model, tokens, FIT.replace(steps=2), should_stop=5, progress=False)

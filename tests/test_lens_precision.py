@@ -12,7 +12,7 @@ from _families import tiny_config
 
 from tiebias.config.lens import LensSettings
 from tiebias.lens import fit as LP
-from tiebias.lens import rungs as lens_rungs
+from tiebias.lens import ladder as lens_ladder
 
 VOCAB, SEQ = 300, 32
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -45,16 +45,16 @@ def test_ladder_records_precision_and_retrains_on_change(tmp_path: Path, monkeyp
     tokens = torch.randint(0, VOCAB, (20 * SEQ,), generator=torch.Generator().manual_seed(0))
     settings = LensSettings(steps=6, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=(1,))
     kw = dict(progress=False)
-    rung = lens_rungs.rung_dir(tmp_path, "cpu", 1)
+    rung = lens_ladder.rung_dir(tmp_path, "cpu", 1)
     monkeypatch.setenv(LP.PRECISION_ENV, "fp32")
-    fp32 = lens_rungs.train_ladder(model, tokens, tmp_path, settings, **kw)[1]
+    fp32 = lens_ladder.train_ladder(model, tokens, tmp_path, settings, **kw)[1]
     assert json.loads((rung / "rung.json").read_text())["logits_precision"] == "fp32"
     assert json.loads((rung / "tiebias_lens.json").read_text())["logits_precision"] == "fp32"
     stamp = (rung / "params.pt").stat().st_mtime_ns
-    lens_rungs.train_ladder(model, tokens, tmp_path, settings, **kw)  # same precision: loaded, not retrained
+    lens_ladder.train_ladder(model, tokens, tmp_path, settings, **kw)  # same precision: loaded, not retrained
     assert (rung / "params.pt").stat().st_mtime_ns == stamp
     monkeypatch.setenv(LP.PRECISION_ENV, "bf16")
-    bf16 = lens_rungs.train_ladder(model, tokens, tmp_path, settings, **kw)[1]
+    bf16 = lens_ladder.train_ladder(model, tokens, tmp_path, settings, **kw)[1]
     assert json.loads((rung / "rung.json").read_text())["logits_precision"] == "bf16"
     w32 = torch.cat([p.flatten() for p in fp32.parameters()])
     w16 = torch.cat([p.flatten() for p in bf16.parameters()])
@@ -69,17 +69,17 @@ def test_rung_recorded_before_the_precision_counts_as_auto(tmp_path: Path, monke
     settings = LensSettings(steps=2, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=(1,))
     kw = dict(progress=False)
     monkeypatch.delenv(LP.PRECISION_ENV, raising=False)
-    lens_rungs.train_ladder(model, tokens, tmp_path, settings, **kw)
-    rung = lens_rungs.rung_dir(tmp_path, "cpu", 1)
+    lens_ladder.train_ladder(model, tokens, tmp_path, settings, **kw)
+    rung = lens_ladder.rung_dir(tmp_path, "cpu", 1)
     meta = json.loads((rung / "rung.json").read_text())
     auto = meta.pop("logits_precision")
     (rung / "rung.json").write_text(json.dumps(meta))  # as an earlier version of the kit wrote it
     stamp = (rung / "params.pt").stat().st_mtime_ns
-    lens_rungs.train_ladder(model, tokens, tmp_path, settings, **kw)
+    lens_ladder.train_ladder(model, tokens, tmp_path, settings, **kw)
     assert (rung / "params.pt").stat().st_mtime_ns == stamp
     other = "fp32" if auto == "bf16" else "bf16"
     monkeypatch.setenv(LP.PRECISION_ENV, other)
-    lens_rungs.train_ladder(model, tokens, tmp_path, settings, **kw)
+    lens_ladder.train_ladder(model, tokens, tmp_path, settings, **kw)
     assert (rung / "params.pt").stat().st_mtime_ns != stamp
 
 
@@ -92,13 +92,13 @@ def test_damaged_rung_record_and_evaluation_cache_are_named(tmp_path: Path) -> N
     tokens = torch.randint(0, VOCAB, (20 * SEQ,), generator=torch.Generator().manual_seed(2))
     settings = LensSettings(steps=2, tokens_per_step=4 * SEQ, seq_len=SEQ, budgets=(1,))
     kw = dict(progress=False)
-    lens = lens_rungs.train_ladder(model, tokens, tmp_path, settings, **kw)[1]
-    rung = lens_rungs.rung_dir(tmp_path, "cpu", 1)
+    lens = lens_ladder.train_ladder(model, tokens, tmp_path, settings, **kw)[1]
+    rung = lens_ladder.rung_dir(tmp_path, "cpu", 1)
     (rung / "rung.json").write_text('{"recipe": "cp')
     with pytest.raises(DamagedFileError, match=r"rung\.json: damaged or unreadable .*delete the rung's folder"):
-        lens_rungs.train_ladder(model, tokens, tmp_path, settings, **kw)
-    cache = rung / lens_rungs.eval_name(2 * SEQ, SEQ, "reference")
+        lens_ladder.train_ladder(model, tokens, tmp_path, settings, **kw)
+    cache = rung / lens_ladder.eval_name(2 * SEQ, SEQ, "reference")
     cache.write_bytes(b'"a,b\n1,"2\n\xff\xfe')
     with pytest.raises(DamagedFileError, match=r"_reference\.csv: damaged or unreadable .*delete it"):
-        lens_rungs.evaluate_cached(model, tokens, lens, cache, seq_len=SEQ, eval_tokens=2 * SEQ,
+        lens_ladder.evaluate_cached(model, tokens, lens, cache, seq_len=SEQ, eval_tokens=2 * SEQ,
                                        logit_lens=False, protocol="reference")

@@ -17,7 +17,6 @@ from tiebias.lens import evaluate as lens_eval
 from tiebias.lens import ladder as lens_ladder
 from tiebias.lens import lenses as tl
 from tiebias.lens import readings as lens_readings
-from tiebias.lens import rungs as lens_rungs
 from tiebias.lens import tables as lens_study
 from tiebias.output import report
 from tiebias.output.plotting import lens as lplot
@@ -63,8 +62,8 @@ def test_bad_protocols_refused_before_anything_is_written(two_seed_run: Run, tmp
     model = two_seed_run.load_model("tied", 0)
     folder = tmp_path / "lens"
     with pytest.raises(ValueError, match="^lens_protocols: .*'paper'"):
-        lens_rungs.train_model_lens_ladders(model, two_seed_run.tokens("validation"), two_seed_run.tokens("test"),
-                                            folder, LENS.replace(protocols=["package", "paper"]), progress=False)
+        lens_ladder.train_model_lens_ladders(model, two_seed_run.tokens("validation"), two_seed_run.tokens("test"),
+                                             folder, LENS.replace(protocols=["package", "paper"]), progress=False)
     assert not folder.exists()
 
 
@@ -72,16 +71,16 @@ def test_train_model_lens_ladders_reads_every_lens_both_ways_and_keeps_the_packa
     model = two_seed_run.load_model("tied", 0)
     val, test = two_seed_run.tokens("validation"), two_seed_run.tokens("test")
     lens = LENS.replace(budgets=(1, 2))
-    both = lens_rungs.train_model_lens_ladders(model, val, test, tmp_path / "both", lens.replace(protocols=BOTH),
-                                               progress=False)
-    plain = lens_rungs.train_model_lens_ladders(model, val, test, tmp_path / "plain", lens,
-                                                progress=False)  # no protocols given: package only
+    both = lens_ladder.train_model_lens_ladders(model, val, test, tmp_path / "both", lens.replace(protocols=BOTH),
+                                                progress=False)
+    plain = lens_ladder.train_model_lens_ladders(model, val, test, tmp_path / "plain", lens,
+                                                 progress=False)  # no protocols given: package only
     assert list(dict.fromkeys(both.protocol)) == BOTH and set(plain.protocol) == {"package"}
     pkg = lens_study.at_protocol(both, "package")
     assert len(pkg) == len(plain) and (pkg.columns == plain.columns).all()
     np.testing.assert_array_equal(pkg[METRICS].to_numpy(), plain[METRICS].to_numpy())  # same lens, same numbers
     # each protocol's rows are lens_eval.evaluate's reading of that rung's lens
-    lens = tl.load_lens(model, lens_rungs.rung_dir(tmp_path / "both", "cpu", 2))
+    lens = tl.load_lens(model, lens_ladder.rung_dir(tmp_path / "both", "cpu", 2))
     for protocol in BOTH:
         want = lens_eval.evaluate(model, test, lens, seq_len=32, max_tokens=256, per_sequence=True, protocol=protocol)
         got = both[(both.protocol == protocol) & (both.budget == 2)].reset_index(drop=True)
@@ -90,9 +89,9 @@ def test_train_model_lens_ladders_reads_every_lens_both_ways_and_keeps_the_packa
     ref = lens_study.at_protocol(both, "reference")
     assert not np.allclose(ref.kl_tuned_bits, pkg.kl_tuned_bits)  # the readings differ
     # the package reading keeps its cache file name (runs made before protocols are not evaluated again)
-    rung = lens_rungs.rung_dir(tmp_path / "both", "cpu", 1)
+    rung = lens_ladder.rung_dir(tmp_path / "both", "cpu", 1)
     assert (rung / "eval_256x32.csv").is_file() and (rung / "eval_256x32_reference.csv").is_file()
-    assert lens_rungs.eval_name(256, 32, "package") == "eval_256x32.csv"
+    assert lens_ladder.eval_name(256, 32, "package") == "eval_256x32.csv"
     # per_layer keeps the protocols apart
     assert len(lens_study.per_layer(both)) == 2 * len(lens_study.per_layer(plain))
 

@@ -14,7 +14,6 @@ from tiebias.lens import evaluate as lens_eval
 from tiebias.lens import fit as lens_fit
 from tiebias.lens import ladder as lens_ladder
 from tiebias.lens import lenses as tl
-from tiebias.lens import rungs as lens_rungs
 from tiebias.lens import tables as lens_study
 from tiebias.models import sources
 from tiebias.run.folder import Run
@@ -39,7 +38,7 @@ def test_train_lens_ladders_gap_and_claim(two_seed_run: Run) -> None:
 
 def test_lens_reused_when_recipe_matches(two_seed_run: Run) -> None:
     lens_ladder.ensure_lens(two_seed_run, "tied", 1, LENS, progress=False)
-    p = lens_rungs.rung_dir(two_seed_run.lens_dir("tied", 1), "cpu", 1) / "params.pt"
+    p = lens_ladder.rung_dir(two_seed_run.lens_dir("tied", 1), "cpu", 1) / "params.pt"
     t = p.stat().st_mtime_ns
     lens_ladder.ensure_lens(two_seed_run, "tied", 1, LENS, progress=False)
     assert p.stat().st_mtime_ns == t
@@ -102,7 +101,7 @@ def test_ladder_resumes_after_interruption(two_seed_run: Run, tmp_path: Path, mo
     tokens = two_seed_run.tokens("validation")
     lens = LensSettings(steps=4, tokens_per_step=64, seq_len=32)
     kw = dict(progress=False)
-    whole = lens_rungs.train_ladder(model, tokens, tmp_path / "whole", lens.replace(budgets=(1, 2, 3)), **kw)
+    whole = lens_ladder.train_ladder(model, tokens, tmp_path / "whole", lens.replace(budgets=(1, 2, 3)), **kw)
 
     real = lens_fit.train_lens
     calls: list[int] = []
@@ -119,12 +118,12 @@ def test_ladder_resumes_after_interruption(two_seed_run: Run, tmp_path: Path, mo
 
     monkeypatch.setattr(lens_fit, "train_lens", killed_in_rung_2)
     with pytest.raises(KeyboardInterrupt):
-        lens_rungs.train_ladder(model, tokens, tmp_path / "cut", lens.replace(budgets=(1, 2, 3)), **kw)
-    first = lens_rungs.rung_dir(tmp_path / "cut", "cpu", 1)
-    assert (first / "trainer.pt").is_file() and not lens_rungs.rung_dir(tmp_path / "cut", "cpu", 2).exists()
+        lens_ladder.train_ladder(model, tokens, tmp_path / "cut", lens.replace(budgets=(1, 2, 3)), **kw)
+    first = lens_ladder.rung_dir(tmp_path / "cut", "cpu", 1)
+    assert (first / "trainer.pt").is_file() and not lens_ladder.rung_dir(tmp_path / "cut", "cpu", 2).exists()
     calls.clear()
     monkeypatch.setattr(lens_fit, "train_lens", lambda *a, **k: (calls.append(steps_of(a, k)), real(*a, **k))[1])
-    resumed = lens_rungs.train_ladder(model, tokens, tmp_path / "cut", lens.replace(budgets=(1, 2, 3)), **kw)
+    resumed = lens_ladder.train_ladder(model, tokens, tmp_path / "cut", lens.replace(budgets=(1, 2, 3)), **kw)
     assert calls == [4, 4]  # rung 1 is not retrained; rungs 2 and 3 are 4 new steps each
     for b in (1, 2, 3):
         a, r = whole[b].state_dict(), resumed[b].state_dict()
@@ -133,16 +132,16 @@ def test_ladder_resumes_after_interruption(two_seed_run: Run, tmp_path: Path, mo
                    for k in whole[1].state_dict() if k.startswith("layer_translators"))
     # only the top rung keeps the trainer state; a finished ladder trains nothing
     assert not (first / "trainer.pt").exists()
-    assert (lens_rungs.rung_dir(tmp_path / "cut", "cpu", 3) / "trainer.pt").is_file()
+    assert (lens_ladder.rung_dir(tmp_path / "cut", "cpu", 3) / "trainer.pt").is_file()
     calls.clear()
-    lens_rungs.train_ladder(model, tokens, tmp_path / "cut", lens.replace(budgets=(1, 2, 3)), **kw)
+    lens_ladder.train_ladder(model, tokens, tmp_path / "cut", lens.replace(budgets=(1, 2, 3)), **kw)
     assert calls == []
     # a longer ladder continues from the top rung
-    lens_rungs.train_ladder(model, tokens, tmp_path / "cut", lens.replace(budgets=(1, 2, 3, 5)), **kw)
+    lens_ladder.train_ladder(model, tokens, tmp_path / "cut", lens.replace(budgets=(1, 2, 3, 5)), **kw)
     assert calls == [8]
     # another ladder shares the first rung only
     calls.clear()
-    lens_rungs.train_ladder(model, tokens, tmp_path / "cut", lens.replace(budgets=(1, 4)), **kw)
+    lens_ladder.train_ladder(model, tokens, tmp_path / "cut", lens.replace(budgets=(1, 4)), **kw)
     assert calls == [4, 12]
 
 
@@ -157,12 +156,12 @@ def test_train_lens_ladders_layout_and_rungs(two_seed_run: Run) -> None:
     assert top["recipe"] == "cpu" and top["budget"] == 2
     model = two_seed_run.load_model("tied", 0)
     same = tl.load_lens(model, folder).state_dict()
-    rung = tl.load_lens(model, lens_rungs.rung_dir(folder, "cpu", 2)).state_dict()
+    rung = tl.load_lens(model, lens_ladder.rung_dir(folder, "cpu", 2)).state_dict()
     assert all(torch.equal(same[k], rung[k]) for k in same)
     kl = lens_study.per_layer(seq)
     # the aggregated table equals evaluate's per-layer table for that rung
     ref = lens_eval.evaluate(model, two_seed_run.tokens("test"),
-                             tl.load_lens(model, lens_rungs.rung_dir(folder, "package", 1)), seq_len=32, max_tokens=256)
+                             tl.load_lens(model, lens_ladder.rung_dir(folder, "package", 1)), seq_len=32, max_tokens=256)
     got = kl[(kl.variant == "tied") & (kl.recipe == "package") & (kl.budget == 1)].reset_index(drop=True)
     for col in ("kl_tuned_bits", "kl_logit_bits", "ce_tuned_nats", "ce_logit_nats", "ce_model_nats", "n_tokens"):
         np.testing.assert_allclose(got[col].to_numpy(), ref[col].to_numpy(), rtol=1e-5, atol=1e-7)
@@ -215,8 +214,8 @@ def test_ladder_and_parameter_validation(two_seed_run: Run) -> None:
         LensSettings(steps=0, tokens_per_step=64, seq_len=32)
     model = two_seed_run.load_model("tied", 0)
     with pytest.raises(ValueError, match="^lens: expected a tiebias.config.lens.LensSettings, got dict"):
-        lens_rungs.train_ladder(model, two_seed_run.tokens("validation"), "/nonexistent",
-                                {"steps": 0, "tokens_per_step": 64, "seq_len": 32})  # type: ignore[arg-type]
+        lens_ladder.train_ladder(model, two_seed_run.tokens("validation"), "/nonexistent",
+                                 {"steps": 0, "tokens_per_step": 64, "seq_len": 32})  # type: ignore[arg-type]
     assert not Path("/nonexistent").exists()
 
 

@@ -1,7 +1,7 @@
 """Claim 3: tuned lenses (the ``tuned_lens`` package's) for any decoder, trained in budget ladders, read two ways.
 
-``lenses`` (build, save, load), ``fit`` (train one lens), ``evaluate`` (per-layer KL), ``rungs`` (one model's ladder),
-``ladder`` (a run's models, a pair, checkpoints), ``tables``, ``bigram_bound``, ``readings``, ``mechanism``.
+``lenses`` (build, save, load), ``fit`` (train one lens), ``evaluate`` (per-layer KL), ``ladder`` (one model's ladder,
+a run's, a pair's, checkpoints'), ``tables``, ``bigram_bound``, ``readings``, ``mechanism``.
 """
 
 from tiebias.lens import (
@@ -13,8 +13,7 @@ from tiebias.lens import (
     lenses,
     mechanism,
     readings,
-    rungs,
     tables,
 )
 
-__all__ = ["bigram_bound", "cache", "evaluate", "fit", "ladder", "lenses", "mechanism", "readings", "rungs", "tables"]
+__all__ = ["bigram_bound", "cache", "evaluate", "fit", "ladder", "lenses", "mechanism", "readings", "tables"]

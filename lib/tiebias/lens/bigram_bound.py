@@ -30,13 +30,9 @@ def windows(run: Run) -> tuple[int, int]:
 def bound_table(run: Run, kl: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per model: its layer-0 tuned-lens KL beside how far its test loss is below the bigram baseline's.
 
-    Args:
-        run: the run (the training split fits the bigram, the test split is scored).
-        kl: the per-layer lens table (None: the run's ``lens_per_layer``); package reading, first recipe, largest
-            budget, each model's last step.
-
-    Returns:
-        :data:`COLUMNS`: cross-entropies in nats per predicted token on the lens's test windows, the gain
+    Args: run: the run (the training split fits the bigram, the test split is scored); kl: the per-layer lens table
+        (None: the run's ``lens_per_layer``); package reading, first recipe, largest budget, each model's last step.
+    Returns: :data:`COLUMNS`: cross-entropies in nats per predicted token on the lens's test windows, the gain
         (CE(bigram) - CE(model)) / ln 2 in bits, the bigram's ``alpha``, the window length and the tokens scored.
     """
     if kl is None:

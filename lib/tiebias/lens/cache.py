@@ -24,22 +24,10 @@ MAX_BYTES = 1 << 30  # default cap on a cache's size
 MIN_VISITS = 1.5  # build a cache only when training draws each sequence this often (building: one forward each)
 
 
-def pays_off(draws: int, n_sequences: int) -> bool:
-    """Whether a training drawing ``draws`` sequences from ``n_sequences`` visits each :data:`MIN_VISITS` times."""
-    return draws >= MIN_VISITS * n_sequences
-
-
 def _micro_batch(tokens_per_step: int, seq_len: int, batch_size: int) -> int | None:
     """Sequences per micro-batch of lens training; None when micro-batches are uneven."""
     per_step = tokens_per_step // seq_len
     return None if per_step % min(batch_size, per_step) else min(batch_size, per_step)
-
-
-def cache_bytes(model: PreTrainedModel, n_sequences: int, seq_len: int) -> int:
-    """Bytes of a cache of ``n_sequences`` sequences of ``seq_len`` for ``model`` (allocated up front)."""
-    cfg = model.config
-    per_position = cfg.num_hidden_layers * cfg.hidden_size * model.dtype.itemsize + (cfg.hidden_size + 2) * 4
-    return n_sequences * seq_len * per_position
 
 
 def _fingerprint(model: PreTrainedModel) -> str:
@@ -110,7 +98,9 @@ def build_cache(model: PreTrainedModel, tokens: Tensor, *, seq_len: int = LENS_S
     if not is_int(max_bytes) or max_bytes < 0:
         raise ValueError(f"max_bytes: must be an int >= 0, got {max_bytes!r}")
     micro = _micro_batch(tokens_per_step, seq_len, batch_size)
-    if micro is None or cache_bytes(model, len(seqs), seq_len) > max_bytes:
+    cfg = model.config  # the cache's bytes: hidden states, then the float32 target statistics
+    per_position = cfg.num_hidden_layers * cfg.hidden_size * model.dtype.itemsize + (cfg.hidden_size + 2) * 4
+    if micro is None or len(seqs) * seq_len * per_position > max_bytes:
         return None
     n, dev = len(seqs), model.device
     hidden: list[Tensor] = []

@@ -203,27 +203,20 @@ def top_tokens_by_layer(model: PreTrainedModel, lens: TunedLens | None, tokenize
     ids = _encode(tokenizer, prompt)
     if not ids:
         raise ValueError(f"prompt: must encode to at least 1 token, got {prompt!r}")
-    device = model.device
-    logit_lens = new_logit_lens(model)
-    n_layers = model.config.num_hidden_layers
+    logit_lens, n_layers, rows = new_logit_lens(model), model.config.num_hidden_layers, []
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad(), _capture_final_norm_input(model) as pre_norm:
-            out = model(input_ids=torch.tensor([ids], device=device), output_hidden_states=True)
-            stream = [*out.hidden_states[:-1], pre_norm[0]]
-            rows = []
-            for i, h in enumerate(stream):
+            out = model(input_ids=torch.tensor([ids], device=model.device), output_hidden_states=True)
+            for i, h in enumerate([*out.hidden_states[:-1], pre_norm[0]]):
                 last = h[:, -1]
-                lenses: list[tuple[str, Tensor]] = [("logit", logit_lens(last, i))]
-                if lens is not None:
-                    lenses.insert(0, ("tuned", lens(last, i) if i < n_layers else lens.unembed(last)))
-                for name, logits in lenses:
-                    probs = logits.float().softmax(-1)[0]
-                    top = probs.topk(k)
+                readers = {} if lens is None else {"tuned": lens(last, i) if i < n_layers else lens.unembed(last)}
+                for name, logits in {**readers, "logit": logit_lens(last, i)}.items():
+                    top = logits.float().softmax(-1)[0].topk(k)
+                    pairs = zip(top.values.tolist(), top.indices.tolist(), strict=True)
                     rows += [{"layer": i, "lens": name, "rank": r + 1, "token_id": tid, "token": _decode(tokenizer, tid),
-                              "prob": pr} for r, (pr, tid) in enumerate(zip(top.values.tolist(), top.indices.tolist(),
-                                                                            strict=True))]
+                              "prob": pr} for r, (pr, tid) in enumerate(pairs)]
     finally:
         model.train(was_training)
     return pd.DataFrame(rows)

@@ -1,6 +1,5 @@
-"""The ``tuned_lens`` package's TunedLens / LogitLens for any decoder (final norm and head from the model's layout, not
-its class), saved and loaded with checks of files, shapes and the unembedding's hash; the token sequences lenses read.
-"""
+"""The ``tuned_lens`` package's TunedLens / LogitLens for any decoder (final norm and head from the model's layout),
+saved and loaded with checks of files, shapes and the unembedding's hash; the token sequences lenses read."""
 
 from __future__ import annotations
 

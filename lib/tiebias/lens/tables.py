@@ -140,10 +140,7 @@ def early_gap(seq_table: pd.DataFrame, column: str = "kl_tuned_bits", a: str = "
     if a not in depth or b not in depth:
         raise ValueError(f"variants: need both {a!r} and {b!r} in the table, have {sorted(depth.index)}")
     early = {v: early_layers(int(depth[v])) for v in (a, b)}
-    mask = np.zeros(len(df), dtype=bool)
-    for v, layers in early.items():
-        mask |= ((df.variant == v) & df.layer.isin(layers)).to_numpy()
-    e = df[mask]
+    e = df[df.layer <= df.variant.map(lambda v: early[v][-1])]  # early layers are 0..k
     n_seeds = _n_seeds(df, a, b)
     out: dict[str, Any] = {"early_layers": early, "n_seeds": n_seeds,
                            "depth_note": "" if depth[a] == depth[b] else
