@@ -186,8 +186,8 @@ def test_external_pair_gets_both_protocols_and_the_four_readings(two_seed_run: R
     lens = LENS.replace(protocols=BOTH)
     kw = dict(progress=False, per_sequence=True, folder=two_seed_run.path / "external")
     seq, _ = lens_ladder.train_pair_lens_ladders(models, None, lens, **kw)
-    ref, lenses = lens_ladder.train_pair_lens_ladders(models, None,
-                                                      lens.replace(**lens_readings.REFERENCE_BUDGET_LADDER, steps=3),
+    ref_lens = lens.replace(**lens_readings.REFERENCE_BUDGET_LADDER).replace(steps=3)
+    ref, lenses = lens_ladder.train_pair_lens_ladders(models, None, ref_lens,
                                                       subdir=lens_ladder.REFERENCE_BUDGET, **kw)
     assert list(dict.fromkeys(seq.protocol)) == BOTH and set(ref.lens_steps) == {3} and set(lenses) == {"tied", "untied"}
     assert not list((two_seed_run.path / "external").rglob(f"{lens_ladder.REFERENCE_BUDGET}/logit_*"))  # the main ladder's
