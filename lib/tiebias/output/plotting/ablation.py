@@ -62,6 +62,7 @@ def ingredients(summary: pd.DataFrame, k: float) -> go.Figure:
         fig.add_vline(x=0, line_color="grey", line_width=1, row=1, col=col)
     fig.update_layout(title=f"Claim 4's shift at k={k:g} under each ingredient (mean, {LEVEL:.0%} CI over seeds)",
                       showlegend=False, height=120 + 60 * len(d))
+    fig.update_yaxes(title_text="ingredient", row=1, col=1)
     return fig.update_xaxes(title_text="change of the Procrustes cosine")
 
 
@@ -91,6 +92,7 @@ def scale_axes(summary: pd.DataFrame, quantities: dict[str, str], title: str, ba
             fig.add_scatter(x=g[axis], y=g["mean"], mode="lines+markers", showlegend=False, line=dict(color="#1f77b4"),
                             row=row, col=col, error_y=ci_bars(g, "mean"))
             fig.update_xaxes(type="log", tickvals=list(g[axis]), ticktext=[f"{round(v):,}" for v in g[axis]], row=row, col=col,
-                             title_text=axis.replace("_", " ") if row == len(quantities) else None)
+                             title_text=axis.replace("_", " "))
+        fig.update_yaxes(title_text=q.replace("_", " "), row=row, col=1)
     fig.update_annotations(font_size=10)
     return fig.update_layout(title=title, height=160 + 280 * len(quantities))

@@ -77,4 +77,5 @@ def levels_at_checkpoints(table: pd.DataFrame) -> go.Figure:
     log_axis(fig, _at_half(ours.step), "x")
     fig.update_xaxes(title_text="our " + STEP_AT_HALF)
     fig.update_yaxes(title_text=COSINE, row=1, col=1)
+    fig.update_yaxes(title_text="cosine to the matrix at initialisation", row=1, col=2)
     return fig.update_layout(height=480, title="Cosine levels at every checkpoint, beside the paper's at its own steps")

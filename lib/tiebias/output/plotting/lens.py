@@ -181,7 +181,7 @@ def row1_parts(parts: pd.DataFrame, readings: tuple[str, ...]) -> go.Figure:
         mean, err = mean_ci(g[g.measure == r].value.to_numpy() for r in readings)
         fig.add_bar(x=list(readings), y=mean, name=str(v), marker_color=color(v), error_y=err)
     return fig.update_layout(barmode="group", title=f"Row 1 read four ways: KL(final || lens) in bits (mean, {CI} over seeds)",
-                             yaxis_title="KL at row 1, bits", height=420)
+                             xaxis_title="reading", yaxis_title="KL at row 1, bits", height=420)
 
 
 def penalty_vs_k(by_k: pd.DataFrame) -> go.Figure:

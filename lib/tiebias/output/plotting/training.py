@@ -96,5 +96,5 @@ def claim2_windows(table: pd.DataFrame) -> go.Figure:
                         marker=dict(symbol="diamond", size=12, color="black"))
     fig.add_hline(y=0.5, line_dash="dot", line_color="grey")
     return fig.update_layout(barmode="group", title="Output share of the tied matrix's gradient, per window and metric "
-                             f"(mean, {LEVEL:.0%} CI over seeds)", yaxis_title="out / (in + out)", yaxis_range=[0, 1.05],
+                             f"(mean, {LEVEL:.0%} CI over seeds)", xaxis_title="window of training steps", yaxis_title="out / (in + out)", yaxis_range=[0, 1.05],
                              legend_title="metric")
