@@ -25,17 +25,7 @@ from tiebias.system.threads import loop_threads
 if TYPE_CHECKING:  # plotting pulls in plotly; imported where used
     from tuned_lens.plotting import PredictionTrajectory
 
-__all__ = ["evaluate", "kl_bits", "read_sequences", "top_tokens_by_layer", "trajectory"]
-
-
-def read_sequences(tokens: Any, seq_len: int, vocab_size: int, max_tokens: int, batch_size: int) -> Tensor:
-    """The checked sequences a reading scores: the stream's first ``max_tokens`` tokens, its batch size checked."""
-    seqs = sequences(tokens, seq_len, vocab_size)
-    if not is_int(max_tokens) or max_tokens < seq_len:
-        raise ValueError(f"max_tokens: must be an int >= seq_len={seq_len}, got {max_tokens!r}")
-    if not is_int(batch_size) or batch_size <= 0:
-        raise ValueError(f"batch_size: must be a positive int, got {batch_size!r}")
-    return seqs[: max_tokens // seq_len]
+__all__ = ["evaluate", "kl_bits", "top_tokens_by_layer", "trajectory"]
 
 
 def kl_bits(p_logits: Tensor, q_logits: Tensor) -> Tensor:
@@ -72,7 +62,7 @@ def evaluate(model: PreTrainedModel, tokens: Tensor, lens: TunedLens | None = No
     if protocol not in LENS_PROTOCOLS:
         raise ValueError(f"protocol: {protocol!r} is not allowed; allowed: {', '.join(LENS_PROTOCOLS)}")
     check_model(model)
-    seqs = read_sequences(tokens, seq_len, model.config.vocab_size, max_tokens, batch_size)
+    seqs = sequences(tokens, seq_len, model.config.vocab_size, max_tokens, batch_size)
     if lens is not None:
         _check_lens(model, lens)
     check_arg("num_threads", num_threads)

@@ -29,8 +29,10 @@ __all__ = ["LN2", "load_lens", "new_lens", "new_logit_lens", "save_lens", "seque
 LN2 = math.log(2.0)
 
 
-def sequences(tokens: Any, seq_len: int, vocab_size: int) -> Tensor:
-    """A checked 1-D token stream cut into (n, seq_len) sequences, the tail shorter than seq_len dropped."""
+def sequences(tokens: Any, seq_len: int, vocab_size: int, max_tokens: int | None = None,
+              batch_size: int | None = None) -> Tensor:
+    """A checked 1-D token stream cut into (n, seq_len) sequences, the tail shorter than seq_len dropped; a reading
+    keeps the stream's first ``max_tokens`` tokens and has its ``batch_size`` checked."""
     if not is_int(seq_len) or seq_len < 2:
         raise ValueError(f"seq_len: must be an int >= 2, got {seq_len!r}")
     if not isinstance(tokens, Tensor) or tokens.dim() != 1 or tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
@@ -42,8 +44,13 @@ def sequences(tokens: Any, seq_len: int, vocab_size: int) -> Tensor:
     lo, hi = int(tokens.min()), int(tokens.max())
     if lo < 0 or hi >= vocab_size:
         raise ValueError(f"tokens: token ids must lie in [0, {vocab_size - 1}] (vocab_size), got range [{lo}, {hi}]")
+    if max_tokens is not None and (not is_int(max_tokens) or max_tokens < seq_len):
+        raise ValueError(f"max_tokens: must be an int >= seq_len={seq_len}, got {max_tokens!r}")
+    if batch_size is not None and (not is_int(batch_size) or batch_size <= 0):
+        raise ValueError(f"batch_size: must be a positive int, got {batch_size!r}")
     n = tokens.numel() // seq_len
-    return tokens.long()[: n * seq_len].view(n, seq_len)
+    seqs = tokens.long()[: n * seq_len].view(n, seq_len)
+    return seqs if max_tokens is None else seqs[: max_tokens // seq_len]
 
 
 def _check_lens(model: PreTrainedModel, lens: Any) -> None:

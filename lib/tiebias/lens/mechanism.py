@@ -17,8 +17,8 @@ from tuned_lens import TunedLens
 from tiebias import stats
 from tiebias.config.lens import LENS_BATCH_SIZE, LENS_SEQ_LEN, LensSettings
 from tiebias.config.variants import Variant
-from tiebias.lens.evaluate import kl_bits, read_sequences
-from tiebias.lens.lenses import _check_lens
+from tiebias.lens.evaluate import kl_bits
+from tiebias.lens.lenses import _check_lens, sequences
 from tiebias.models.anatomy import check_model
 from tiebias.stats import LEVEL
 
@@ -45,7 +45,7 @@ def row1_parts(model: PreTrainedModel, lens: TunedLens, tokens: Any, *, seq_len:
     _check_lens(model, lens)
     if model.config.num_hidden_layers < 2:
         raise ValueError(f"model: {model.config.num_hidden_layers} layer(s); row 1's two readings need 2 or more")
-    seqs = read_sequences(tokens, seq_len, model.config.vocab_size, max_tokens, batch_size)
+    seqs = sequences(tokens, seq_len, model.config.vocab_size, max_tokens, batch_size)
     sums: dict[str, float] = {}
     count = 0
     was_training = model.training
