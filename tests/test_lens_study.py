@@ -1,5 +1,6 @@
 import json
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from tiebias.train.sweeps import train_depth_models
 from tiebias.verdicts import claims, records
 
 LENS = LensSettings(steps=6, tokens_per_step=256, seq_len=32, eval_tokens=256)
+NOTEBOOK_03 = Path(__file__).resolve().parent.parent / "notebooks" / "03_lens.ipynb"
 
 
 def test_train_lens_ladders_gap_and_claim(two_seed_run: Run) -> None:
@@ -326,8 +328,6 @@ def test_train_checkpoint_lens_ladders_on_checkpoints(two_seed_run: Run) -> None
 
 def test_summaries_and_figures(two_seed_run: Run, tmp_path: Path) -> None:
     from tiebias.output.plotting import lens as lplot
-    from tiebias.verdicts import depth as verdict_depth
-
     seq = _synthetic({1: 0.6, 2: 0.5})
     kl = lens_study.per_layer(seq)
     cells = lens_study.ladder_layers(kl, layers=(0, 1))
@@ -341,7 +341,11 @@ def test_summaries_and_figures(two_seed_run: Run, tmp_path: Path) -> None:
                           "ci_high": [0.1, 0.5], "half_width": [0.1, 0.2], "n_seeds": [2, 2],
                           "converged": [True, False], "budget": [2, 2]})
     v = claims.claim3(seq)
-    pt = verdict_depth.final_point(two_seed_run, ["tied", "untied"], [0, 1], v)
+    cell = next("".join(c["source"]) for c in json.loads(NOTEBOOK_03.read_text())["cells"]
+                if "def final_point" in "".join(c["source"]))  # notebook 03's own point of a deeper run
+    ns = {"np": np, "claims": claims, "variants": ["tied", "untied"], "SEEDS": [0, 1]}
+    exec(textwrap.dedent(cell[cell.index("    def final_point"):cell.index("    extra = ")]), ns)
+    pt = ns["final_point"](two_seed_run, seq)
     want = np.mean([two_seed_run.summary(x, s)["final_val_loss"] for x in ("tied", "untied") for s in (0, 1)])
     assert pt["val_loss"] == pytest.approx(want) and pt["gap"] == v.value
     run = Run(tmp_path / "ext")

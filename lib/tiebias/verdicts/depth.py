@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
-import numpy as np
 import pandas as pd
 
 from tiebias.lens.tables import at_budget, at_protocol, early_gap, gaps
-from tiebias.run.folder import Run
 from tiebias.stats import LEVEL
-from tiebias.verdicts.claims import Verdict, claim3
+from tiebias.verdicts.claims import claim3
 
 
 def depth_table(tables: Mapping[str, pd.DataFrame], protocols: Sequence[str], *, level: float = LEVEL) -> pd.DataFrame:
@@ -36,17 +33,4 @@ def depth_table(tables: Mapping[str, pd.DataFrame], protocols: Sequence[str], *,
                          "verdict": v.status, "row1_gap": float(row1.gap), "row1_ci_low": float(row1.ci_low),
                          "row1_ci_high": float(row1.ci_high), "per_seed": early_gap(top)["per_seed"]})
     return pd.DataFrame(rows).sort_values(["protocol", "n_layers"], kind="stable").reset_index(drop=True)
-
-
-def final_point(run: Run, variants: Sequence[str], seeds: Sequence[int], verdict: Verdict) -> dict[str, float]:
-    """A run's final models as one scale-axis point.
-
-    Args:
-        run: the run holding the models; variants, seeds: the models averaged; verdict: their :func:`claims.claim3`.
-
-    Returns:
-        ``{"val_loss", "gap", "ci_low", "ci_high"}``, an ``extra`` point of :func:`tiebias.output.plotting.lens.gap_vs_loss`."""
-    losses = [run.summary(v, s).get("final_val_loss", math.nan) for v in variants for s in seeds]
-    return {"val_loss": float(np.mean(losses)), "gap": verdict.value, "ci_low": verdict.details["ci_low"],
-            "ci_high": verdict.details["ci_high"]}
 
