@@ -147,8 +147,8 @@ def test_counts_group_rows_that_repeat_one_of_our_numbers() -> None:
             for fam in ("a", "b", "c")]
     rows.append(R.Row("TABLE1/a/x", "Table 1", "q", 0.5, e, e, "agrees", "", group="other"))
     rep = R.Reproduction(rows, [], None, None)
-    assert rep.comparisons() == 2 and rep.causes()["unexplained"] == 1 and rep.causes()["agrees"] == 1
-    assert rep.with_two_causes() == 0
+    assert rep.comparisons == 2 and rep.causes["unexplained"] == 1 and rep.causes["agrees"] == 1
+    assert rep.with_two_causes == 0
 
 
 def test_a_comparison_with_two_causes_is_counted_under_each_and_said_so() -> None:
@@ -159,7 +159,7 @@ def test_a_comparison_with_two_causes_is_counted_under_each_and_said_so() -> Non
             R.Row("TABLE1/b/x", "Table 1", "q", 0.669, e, e, "reference point", "", group="ours 0.544"),
             R.Row("TABLE5/a/x", "Table 5", "q", 0.5, e, e, "unexplained", "", group="other")]
     rep = R.Reproduction(rows, [], None, None)
-    assert rep.comparisons() == 2 and rep.with_two_causes() == 1 and sum(rep.causes().values()) == 3
+    assert rep.comparisons == 2 and rep.with_two_causes == 1 and sum(rep.causes.values()) == 3
 
 
 def test_a_windows_table_with_a_known_disagreement_gets_its_computed_cause(fresh_run: Run) -> None:

@@ -114,7 +114,7 @@ def _page(template: str, run: Run, rep: Reproduction, env: dict[str, Any], comp:
     """The report as Markdown or HTML, every text from the run folder escaped by the template."""
     md = template.endswith(".md.j2")
     table = _md_table if md else _html_table
-    causes = rep.causes()
+    causes = rep.causes
     counts = ", ".join(f"{c} {n}" for c, n in causes.items() if n)
     if md:
         counts += f"; explained by a computed cause: {sum(causes[c] for c in EXPLAINED)}"
@@ -122,8 +122,8 @@ def _page(template: str, run: Run, rep: Reproduction, env: dict[str, Any], comp:
     return render(template, name=path_text(run.path.name, "replace"), rep=rep, env=env, comp=comp,
                   study={k: study.get(k) for k in ("profile", "preset", "vocab_size", "steps", "seeds")},
                   tables={k: table(*v) for k, v in _tables(rep, comp).items()}, counts=counts,
-                  how_to_read=Markup(RULES) if md else RULES, comparisons=rep.comparisons(),
-                  two_causes=rep.with_two_causes(), total=sum(causes.values()),
+                  how_to_read=Markup(RULES) if md else RULES, comparisons=rep.comparisons,
+                  two_causes=rep.with_two_causes, total=sum(causes.values()),
                   numbers=sum(not r.setting for r in rep.rows), lock_file=LOCK_FILE, command=command(run),
                   packages=", ".join(f"{k} {v}" for k, v in env["packages"].items()))
 
@@ -135,8 +135,8 @@ def write_reproduction(run: Run, scale: Run | None = None) -> Path:
     Returns: the path of ``reproduction.md``."""
     rep = build(run, scale)
     env, comp = environment(), compute(run)
-    data = {"run": path_text(run.path, "replace"), "causes_vocabulary": list(CAUSES), "causes": rep.causes(),
-            "comparisons": rep.comparisons(), "comparisons_with_two_causes": rep.with_two_causes(),
+    data = {"run": path_text(run.path, "replace"), "causes_vocabulary": list(CAUSES), "causes": rep.causes,
+            "comparisons": rep.comparisons, "comparisons_with_two_causes": rep.with_two_causes,
             "not_meaningful": rep.not_meaningful,
             "scale_source": rep.scale_source, "claims": rep.claims, "rows": [asdict(r) for r in rep.rows],
             "environment": env, "compute": comp, "command": command(run)}

@@ -887,31 +887,25 @@ def which_part(line: dict[str, str], rows: Sequence[Row]) -> str:
 
 @dataclass
 class Reproduction:
-    """The report's content: rows, per-claim lines, and why the run is not evidence (or None)."""
+    """The report's content: rows, per-claim lines, why the run is not evidence (or None), and the counts: rows of
+    one ``group`` are one comparison, counted once under each cause it gets (``with_two_causes``: those with 2+)."""
 
     rows: list[Row]
     claims: list[dict[str, str]]
     not_meaningful: str | None
     scale_source: str | None
+    causes: dict[str, int] = field(init=False)
+    comparisons: int = field(init=False)
+    with_two_causes: int = field(init=False)
 
-    def _by(self) -> dict[str, set[str]]:
+    def __post_init__(self) -> None:
         by: dict[str, set[str]] = {}
         for r in self.rows:
             if not r.setting:
                 by.setdefault(r.group or r.key, set()).add(r.cause)
-        return by
-
-    def causes(self) -> dict[str, int]:
-        """How many comparisons each cause names (rows of one ``group`` count once per cause)."""
-        return {c: sum(c in causes for causes in self._by().values()) for c in CAUSES}
-
-    def comparisons(self) -> int:
-        """How many distinct comparisons the rows make."""
-        return len(self._by())
-
-    def with_two_causes(self) -> int:
-        """How many comparisons get more than one cause (against different model pairs): each counts under each."""
-        return sum(len(c) > 1 for c in self._by().values())
+        self.causes = {c: sum(c in causes for causes in by.values()) for c in CAUSES}
+        self.comparisons = len(by)
+        self.with_two_causes = sum(len(c) > 1 for c in by.values())
 
 
 def build(run: Run, scale: Run | None = None) -> Reproduction:
