@@ -119,13 +119,12 @@ def test_a_log_without_the_proxy_gives_nan_for_it_not_an_error() -> None:
 
 def test_the_windows_interval_holds_the_papers_share_where_the_log_puts_it() -> None:
     """The table 01 reads its sentences from: the paper's 70% lies in the warmup window's interval of the exact
-    split, and the paper's own log stands beside each row."""
+    split (the smoke study's table has the paper's own log beside each row)."""
     log = _synthetic_log(300, 20, 0.7, 0.62)
     noisy = {f"s{i}": log.assign(output_norm=log.output_norm * (1 + 0.05 * (i - 1))) for i in range(3)}
-    t = windows.with_paper(windows.window_shares(noisy, 300, 20), FIG4_LOG_WINDOWS).set_index(["window", "metric"])
+    t = windows.window_shares(noisy, 300, 20).set_index(["window", "metric"])
     assert t.loc[("warmup", "exact l2"), "ci_low"] <= 0.70 <= t.loc[("warmup", "exact l2"), "ci_high"]
     assert not t.loc[("after warmup", "exact l2"), "ci_low"] <= 0.70 <= t.loc[("after warmup", "exact l2"), "ci_high"]
-    assert t.loc[("warmup", "proxy l2"), "paper"] == FIG4_LOG_WINDOWS["l2"]["warmup"]
 
 
 def test_a_log_from_before_the_new_columns_resumes_with_them_empty(tmp_path: Path) -> None:
@@ -238,6 +237,10 @@ def test_the_smoke_study_writes_every_new_table_finite(smoke_study) -> None:
     assert set(w.window) == {"first 100 steps", "warmup", "first 1000 steps", "after warmup"}
     assert set(w.metric) == set(windows.METRICS)
     assert np.isfinite(w[["mean", "paper"]].to_numpy()).all()
+    paper = w.set_index(["window", "metric"]).paper  # the paper's log beside each row: same window, same norm
+    assert paper[("warmup", "proxy l2")] == paper[("warmup", "exact l2")] == FIG4_LOG_WINDOWS["l2"]["warmup"]
+    assert paper[("first 1000 steps", "exact squared l2")] == FIG4_LOG_WINDOWS["squared_l2"]["warmup"]
+    assert paper[("after warmup", "proxy l1")] == FIG4_LOG_WINDOWS["l1"]["after warmup"]
     ing = pd.read_csv(m / "claim4_ingredients.csv")
     assert {"kit (another seed's untied model)", "same-seed untied model"} <= set(ing.ingredient)
     assert np.isfinite(ing[["vs_untied_input", "vs_untied_output", "vs_untied_input_ci_low"]].to_numpy()).all()
@@ -260,11 +263,9 @@ def test_the_scale_axis_needs_two_seeds_and_says_so() -> None:
 
 def test_the_papers_metric_stands_beside_its_log_window_by_window() -> None:
     log = _synthetic_log(300, 20, 0.9, 0.6)
-    t = windows.with_paper(windows.window_shares({"a": log, "b": log}, 300, 20), FIG4_LOG_WINDOWS)
-    t = t.set_index(["window", "metric"])
+    t = windows.window_shares({"a": log, "b": log}, 300, 20).set_index(["window", "metric"])
     r = 9.0 / 2
     assert t.loc[("warmup", "proxy l2"), "mean"] == pytest.approx(r / (1 + r))
-    assert t.loc[("warmup", "proxy l2"), "paper"] == FIG4_LOG_WINDOWS["l2"]["warmup"]
     after = 0.6 - (0.6 / 0.4) / (2 + 0.6 / 0.4)
     assert t.loc[("after warmup", "exact l2"), "mean"] - t.loc[("after warmup", "proxy l2"), "mean"] == pytest.approx(after, abs=5e-4)
 

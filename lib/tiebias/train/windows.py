@@ -69,23 +69,6 @@ def window_shares(logs: Mapping[str, pd.DataFrame], steps: int, warmup: int, *, 
     return pd.DataFrame(rows)
 
 
-def with_paper(table: pd.DataFrame, paper: Mapping[str, Mapping[str, float]]) -> pd.DataFrame:
-    """The window table with a ``paper`` column from the paper's log (norm -> {window: share}; its "first 1000 steps"
-    are its warmup).
-
-    Args:
-        table: the :func:`window_shares` table.
-        paper: the paper's log, norm -> {window: share}.
-
-    Returns:
-        A copy with a ``paper`` column.
-    """
-    same = {"first 1000 steps": "warmup"}
-    norm = {m: m.split(" ", 1)[1].replace(" ", "_") for m in METRICS}  # its input column is always the proxy
-    return table.assign(paper=[paper[norm[m]].get(same.get(w, w), math.nan) for w, m in zip(table.window,
-                                                                                            table.metric, strict=True)])
-
-
 def record_details(table: pd.DataFrame) -> dict[str, Any]:
     """The per-window shares for the claim-2 record: {metric: {window: mean}}, rounded, non-finite ones left out.
 
