@@ -3,6 +3,7 @@ smoke study run once per test run, shared by the tests that need a whole study."
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tiebias.config.paths import NOTEBOOKS
 from tiebias.run.folder import Run
 from tiebias.train.trainer import TrainConfig, train
 
@@ -67,7 +69,8 @@ def one_thread():
 
 
 SMOKE_STUDY_ENV = "TIEBIAS_SMOKE_STUDY"
-"""Names the folder of the shared smoke study (``make test`` sets it, then runs nbval on that folder)."""
+"""Names the folder of the shared smoke study (``make test`` sets it, then runs nbval on that folder); a finished
+study there (:func:`finished_smoke_study`) is reused, anything else is (re)run."""
 
 
 @dataclass(frozen=True)
@@ -87,8 +90,28 @@ def _smoke_study_folder(config: pytest.Config) -> Path:
     return (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "smoke-study"
 
 
+def finished_smoke_study(folder: Path) -> bool:
+    """Whether ``folder`` holds a smoke study that ran to its end with nothing run on it since: its executed notebooks,
+    then summary.json (the smoke profile, all four notebooks timed), then report.html, written in that order, and the
+    command's output beside it (``<folder>.log``, as the fixture saves it)."""
+    notebooks = [folder / "notebooks" / f"{nb}.ipynb" for nb in NOTEBOOKS]
+    summary, report = folder / "summary.json", folder / "report.html"
+    if not all(p.is_file() for p in (*notebooks, summary, report, folder.with_name(folder.name + ".log"))):
+        return False
+    try:
+        done = json.loads(summary.read_text())
+    except (OSError, ValueError):
+        return False
+    times = done.get("timings_seconds") if isinstance(done, dict) else None
+    return (done.get("profile") == "smoke" and isinstance(times, dict) and set(NOTEBOOKS) <= set(times)
+            and max(p.stat().st_mtime for p in notebooks) <= summary.stat().st_mtime <= report.stat().st_mtime)
+
+
 _STARTED: list[subprocess.Popen] = []
 """The smoke study, in the worker that started it."""
+
+_REUSED: list[Path] = []
+"""The finished smoke study this test run reads instead of starting one."""
 
 _RUN_ID = os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex
 """This test run: pytest-xdist's workers share theirs; without it, one process."""
@@ -104,12 +127,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """When the selected tests need the smoke study, start it once for the whole test run, in the background:
-    ``python -m tiebias study --profile smoke`` (the first worker to claim it starts it; its exit status and output
-    are written beside the folder)."""
+    """When the selected tests need the smoke study and no finished one is there, start it once for the whole test
+    run, in the background: ``python -m tiebias study --profile smoke`` (the first worker to claim it starts it; its
+    exit status and output are written beside the folder)."""
     if not any(_uses_smoke_study(item) for item in session.items):
         return
     folder = _smoke_study_folder(session.config)
+    if finished_smoke_study(folder):
+        _REUSED.append(folder)
+        return
     folder.parent.mkdir(parents=True, exist_ok=True)
     try:
         claim = os.open(folder.with_name(f"{folder.name}.started-{_RUN_ID}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
@@ -135,10 +161,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 @pytest.fixture(scope="session")
 def smoke_study(request: pytest.FixtureRequest) -> SmokeStudy:
     """The smoke study through the command line, all four notebooks, once per test run (started in the background by
-    :func:`pytest_collection_finish`; this waits for it). The end-to-end test checks it; the browser test and nbval
+    :func:`pytest_collection_finish`; this waits for it), or the finished one $TIEBIAS_SMOKE_STUDY names. The end-to-end test checks it; the browser test and nbval
     start from it instead of training the same models again."""
     folder = _smoke_study_folder(request.config)
     rc, log = folder.with_name(folder.name + ".rc"), folder.with_name(folder.name + ".log")
+    if folder in _REUSED:
+        return SmokeStudy(folder, log.read_text())
     deadline = time.monotonic() + 1800
     while not (rc.exists() and rc.read_text().split()[0] == _RUN_ID):  # one left by an earlier run is not this one
         if time.monotonic() > deadline:

@@ -110,3 +110,47 @@ def test_tolerances_are_small_against_a_real_change() -> None:
         tol = tolerance(name, want, "value") + tolerance(name, want, "threshold")
         assert tol > 0, name
         assert abs(want["value"] - want["threshold"]) > 2 * tol, (name, want["value"], want["threshold"], tol)
+
+
+def test_a_finished_smoke_study_is_reused_and_a_partial_one_is_run_again(tmp_path: Path, monkeypatch) -> None:
+    """$TIEBIAS_SMOKE_STUDY naming a finished smoke study: the test run reads it and starts none (conftest.py); one
+    stopped midway, run on since, of another profile or without its output is not finished."""
+    import os
+    import types
+
+    import conftest
+
+    folder = tmp_path / "smoke"
+    (folder / "notebooks").mkdir(parents=True)
+
+    def write(path: Path, at: int, text: str = "") -> None:
+        path.write_text(text)
+        os.utime(path, (at, at))
+
+    for nb in NOTEBOOKS:
+        write(folder / "notebooks" / f"{nb}.ipynb", 100)
+    write(folder.with_name("smoke.log"), 300, "01_train: 1 s")
+    assert not conftest.finished_smoke_study(folder)  # stopped before summary.json
+    summary = {"profile": "smoke", "timings_seconds": dict.fromkeys(NOTEBOOKS, 1.0)}
+    write(folder / "summary.json", 200, json.dumps(summary))
+    assert not conftest.finished_smoke_study(folder)  # nor report.html
+    write(folder / "report.html", 300)
+    assert conftest.finished_smoke_study(folder)
+
+    monkeypatch.setenv(conftest.SMOKE_STUDY_ENV, str(folder))
+    monkeypatch.setattr(conftest.subprocess, "Popen", None)  # starting a study would fail here
+    monkeypatch.setattr(conftest, "_REUSED", [])
+    item = types.SimpleNamespace(fixturenames=("smoke_study",))
+    conftest.pytest_collection_finish(types.SimpleNamespace(items=[item], config=None))
+    assert conftest._REUSED == [folder.resolve()] and (folder / "summary.json").is_file()
+
+    write(folder / "summary.json", 200, json.dumps({**summary, "profile": "class"}))
+    assert not conftest.finished_smoke_study(folder)
+    write(folder / "summary.json", 200, json.dumps({**summary, "timings_seconds": {"01_train": 1.0}}))
+    assert not conftest.finished_smoke_study(folder)
+    write(folder / "summary.json", 200, json.dumps(summary))
+    write(folder / "notebooks" / "02_align.ipynb", 250)  # a study ran on it since and stopped
+    assert not conftest.finished_smoke_study(folder)
+    write(folder / "notebooks" / "02_align.ipynb", 100)
+    folder.with_name("smoke.log").unlink()
+    assert not conftest.finished_smoke_study(folder)
