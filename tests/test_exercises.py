@@ -165,7 +165,7 @@ def _student_checkout(tmp_path: Path, ex: exercises.Exercise) -> Path:
     path = work / "notebooks" / f"{ex.notebook}.ipynb"
     nb = json.loads(path.read_text())
     stub = next(c for c in nb["cells"] if c["cell_type"] == "code" and "raise NotImplementedError" in "".join(c["source"]))
-    stub["source"] = ["def input_path_grad(grad_at_embeddings, input_ids, vocab_size):\n", "    return (grad_at_embeddings["]
+    stub["source"] = ["def output_path_grad(hidden, W, input_ids):\n", "    return (hidden["]
     nb["cells"].append({"cell_type": "code", "execution_count": None, "id": "student-exercise", "metadata": {},
                         "outputs": [], "source": [f"!make -C .. exercise ID={ex.id} PROFILE=smoke"]})
     path.write_text(json.dumps(nb, indent=1))

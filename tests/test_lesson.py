@@ -75,7 +75,7 @@ def test_the_check_sees_a_number_that_is_not_printed() -> None:
     """The comparison above is not vacuous: the halves of 01 were only in a folded answer before 01 printed them."""
     assert "Output share over the first half" in printed("01_train")
     assert f"{NUMBERS['base']['share_first_half']:.1%}" in printed("01_train")
-    assert "def input_path_grad" not in printed("01_train") and "**Predict first.**" not in printed("01_train")
+    assert "def output_path_grad" not in printed("01_train") and "**Predict first.**" not in printed("01_train")
 
 
 def test_the_plan_fits_90_minutes_and_no_notebook_starts_during_other_work() -> None:

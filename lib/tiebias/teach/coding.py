@@ -14,16 +14,17 @@ import torch
 from torch import Tensor
 
 from tiebias.align import maps
+from tiebias.lens.evaluate import evaluate
 from tiebias.lens.evaluate import kl_bits as library_kl_bits
+from tiebias.lens.lenses import LN2
+from tiebias.models.anatomy import checked_layout
 from tiebias.models.build import build
 from tiebias.teach.mechanisms import TOY_VOCAB, toy_batch
 from tiebias.train.gradients import GradientProvenance
 
 RTOL = 1e-4  # against the library: float32 sums in another order differ by far less
 ATOL_SHARE = 1e-5  # absolute tolerance as a share of the reference's largest |value|, for entries near zero
-TOY_K = 3.0
 MODEL_K = 5.0
-BIG_LOGITS = 500.0  # exp overflows and softmax underflows to 0
 
 
 @dataclass(frozen=True)
@@ -92,13 +93,13 @@ def _plain(got: Any) -> Any:
     return got
 
 
-def _as_tensor(got: Any, shape: tuple[int, ...], what: str, kind: str = "a torch.Tensor") -> Tensor:
+def _as_tensor(got: Any, shape: tuple[int, ...], what: str) -> Tensor:
     """The student's tensor or array as a plain, finite, real tensor of at least float32's precision and ``shape``."""
     got = _plain(got)
     if isinstance(got, np.ndarray):
         got = torch.from_numpy(got)
     if not isinstance(got, Tensor):
-        raise _Fail(f"returned {type(got).__name__}, not {kind}: return {what}")
+        raise _Fail(f"returned {type(got).__name__}: return {what}")
     if got.is_complex():
         raise _Fail(f"returned a complex tensor ({got.dtype}) where real values ({what}) were expected: return a "
                     "real float32 tensor (the imaginary parts are not part of the answer)")
@@ -118,192 +119,190 @@ def _as_tensor(got: Any, shape: tuple[int, ...], what: str, kind: str = "a torch
     return got
 
 
-def _reference_pass(input_factor: float) -> dict[str, Tensor]:
-    """Token ids, the gradient at the embedding output, the path gradients and W.grad of a fresh tiny tied model under
-    ``GradientProvenance`` (afresh at every check: a cache is state a student's code could change)."""
+def _reference_pass(**factors: float) -> dict[str, Any]:
+    """A fresh tiny tied model's ids, output-projection input h, W, loss and every gradient (paths, W.grad, the rest)
+    under ``GradientProvenance(model, **factors)``, afresh each check: a cache is state a student's code could change."""
     model = build("tiny", vocab_size=TOY_VOCAB, seed=0)
-    ids = toy_batch(TOY_VOCAB)
-    emb = model.get_input_embeddings()
-    seen: dict[str, Tensor] = {}
-
-    def keep(_module: torch.nn.Module, _args: tuple[Any, ...], out: Tensor) -> None:  # returns None: output unchanged
-        out.register_hook(lambda grad: seen.__setitem__("at_embeddings", grad.detach().clone()))
-
-    handle = emb.register_forward_hook(keep)
+    ids, seen = toy_batch(TOY_VOCAB), {}
+    handle = model.get_output_embeddings().register_forward_hook(lambda _m, args, _out: seen.update(h=args[0]))
     try:
-        with GradientProvenance(model, input_factor=input_factor) as prov:
-            model(input_ids=ids, labels=ids).loss.backward()
+        with GradientProvenance(model, **factors) as prov:
+            loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
             paths = {k: v.detach().clone() for k, v in prov.path_grads().items() if v is not None}
     finally:
         handle.remove()
-    return {"ids": ids, "at_embeddings": seen["at_embeddings"], **paths, "total": emb.weight.grad.detach().clone()}
+    W = model.get_input_embeddings().weight
+    return {"ids": ids, "h": seen["h"].detach().clone(), "W": W.detach().clone(), "loss": float(loss.detach()), **paths,
+            "total": W.grad.detach().clone(),
+            "others": {n: p.grad.detach().clone() for n, p in model.named_parameters() if p is not W}}
 
 
-def _check_input_path(fn: Callable[..., Any]) -> str:
-    """01-code: the scatter of the embedding-output gradient against GradientProvenance's input path."""
-    ref = _reference_pass(1.0)
-    ids, expected = ref["ids"], ref["input"]
+def _check_output_path(fn: Callable[..., Any]) -> str:
+    """01-code: dL/dW through the output projection, from the softmax by hand, against GradientProvenance's."""
+    ref = _reference_pass()
+    ids, h, W, expected = ref["ids"], ref["h"], ref["W"], ref["output"]
     with _student():
-        got = fn(ref["at_embeddings"].clone(), ids.clone(), TOY_VOCAB)
+        got = fn(h.clone(), W.clone(), ids.clone())
     got = _as_tensor(got, tuple(expected.shape), "one row per vocabulary entry: (vocab_size, d)")
     if _close(got, expected):
-        return (f"input_path_grad matches GradientProvenance's input-path gradient ({ids.numel()} positions "
-                f"scattered into {TOY_VOCAB} rows)")
-    counts = torch.bincount(ids.flatten(), minlength=TOY_VOCAB)
-    absent, once, repeated = counts == 0, counts == 1, counts > 1
-    stray = float(got[absent].abs().max()) if bool(absent.any()) else 0.0
-    if stray > _tolerance(expected):
-        raise _Fail(f"rows of the {int(absent.sum())} tokens absent from the batch are not zero (largest |value| "
-                    f"{stray:.3g}): the lookup reads only the rows of tokens present, so only those rows get "
-                    "gradient through it")
+        return (f"output_path_grad matches GradientProvenance's output-path gradient (all {TOY_VOCAB} rows, "
+                f"{ids[:, 1:].numel()} predictions)")
+    never = torch.ones(TOY_VOCAB, dtype=torch.bool)
+    never[ids[:, 1:].flatten()] = False  # tokens that are no position's next token
+    if float(got[never].abs().max()) <= _tolerance(expected) < float(got[~never].abs().max()):
+        raise _Fail(f"rows of the {int(never.sum())} tokens that are no position's next token are zero: the softmax "
+                    "gives every row v a gradient P_v h at every position; dL/dlogits = (softmax - one-hot) / N")
+    n, d = ids[:, 1:].numel(), h.shape[-1]
     factor = _factor(got, expected)
+    reasons = {-1.0: "the sign is flipped: dL/dlogits = softmax - one-hot (the target's logit is pushed up)",
+               float(n): f"you summed over the {n} predictions: the loss is their mean, divide by N = {n}",
+               n / ids.numel(): f"you divided by batch x seq = {ids.numel()}: the last position predicts nothing, "
+                                f"N = batch x (seq - 1) = {n}"}
+    for r, why in reasons.items():
+        if factor is not None and abs(factor - r) <= RTOL * abs(r):
+            raise _Fail(f"off by a factor {factor:.4g}: {why}")
+    flat = h.reshape(-1, d)
+    same_position = (torch.softmax(flat @ W.T, -1) - torch.nn.functional.one_hot(ids.flatten(), TOY_VOCAB)).T @ flat
+    if _factor(got, same_position) is not None:
+        raise _Fail("each position's own token is used as its target: position i predicts input_ids[:, i + 1] (the "
+                    "next token), so drop the last position's logits and the first token as a target")
     if factor is not None:
-        raise _Fail(f"off by a constant factor {factor:.4g}: sum the position gradients as they are (no averaging "
-                    "over positions or tokens, no extra scaling)")
-    if _close(got[once], expected[once]) and not _close(got[repeated], expected[repeated]):
-        if _close(got[repeated], expected[repeated] / counts[repeated, None]):
-            raise _Fail("rows of tokens that appear more than once are the mean of their positions' gradients: the "
-                        "gradient of W[t] is their sum (each use of the row adds its gradient)")
-        raise _Fail("rows of tokens that appear more than once in the batch are wrong (rows of tokens seen once are "
-                    "right): sum every occurrence's gradient with index_add_; indexed assignment out[ids] = ... "
-                    "keeps only one of them")
-    raise _Fail(f"differs from GradientProvenance's input-path gradient: {_gap(got, expected)}")
+        raise _Fail(f"off by a constant factor {factor:.4g}: dlogits = (softmax - one-hot) / N, N = {n}")
+    raise _Fail(f"differs from GradientProvenance's output-path gradient: {_gap(got, expected)}")
 
 
-def _check_orthogonal_map(fn: Callable[..., Any]) -> str:
-    """02-code: shape, orthogonality and the mean cosine of the student's Procrustes map against the library's, on
-    S with an offset and T = (S stretched along one axis) Q + noise + another offset, Q a rotation."""
-    rng, d = np.random.default_rng(0), 8
-    S = rng.standard_normal((200, d)) + rng.standard_normal(d)
+def _heldout(S: np.ndarray, T: np.ndarray, fold: np.ndarray, centre: str) -> float:
+    """The held-out linear score, each held-out fold centred on the fitting rows' means ("fit") or its own ("own")."""
+    cos = np.empty(len(S))
+    for f in np.unique(fold):
+        fit, test = fold != f, fold == f
+        ms, mt = S[fit].mean(0), T[fit].mean(0)
+        M = np.linalg.lstsq(S[fit] - ms, T[fit] - mt, rcond=None)[0]
+        if centre == "own":
+            ms, mt = S[test].mean(0), T[test].mean(0)
+        a, b = (S[test] - ms) @ M, T[test] - mt
+        cos[test] = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    return float(cos.mean())
+
+
+def _check_heldout(fn: Callable[..., Any]) -> str:
+    """02-code: the linear map's held-out mean cosine against the library's, on S with an offset and
+    T = (S stretched along one axis) Q + noise + another offset, Q a rotation, in folds of unequal size."""
+    rng, n, d, k = np.random.default_rng(0), 34, 8, 3
+    S = rng.standard_normal((n, d)) + rng.standard_normal(d)
     Q, _ = np.linalg.qr(rng.standard_normal((d, d)))
-    stretch = np.ones(d)
-    stretch[0] = 3.0  # a non-orthogonal part that only the linear map can undo
-    T = (S * stretch) @ Q + 0.3 * rng.standard_normal((200, d))
-    T = T + 5.0 * np.random.default_rng(1).standard_normal(d)  # an offset: forgetting to centre shows
+    T = (S * np.r_[3.0, np.ones(d - 1)]) @ Q + rng.standard_normal((n, d)) + 5.0 * rng.standard_normal(d)
+    fold = np.empty(n, dtype=np.int64)  # align_all's folds (seed 0): fold f holds perm[f::k]
+    fold[torch.randperm(n, generator=torch.Generator().manual_seed(0)).numpy()] = np.arange(n) % k
     with _student():
-        got = fn(S.copy(), T.copy())
-    W = _as_tensor(got, (d, d), "the d x d matrix W", "a numpy array").double().numpy()
-    Sc, Tc = S - S.mean(0), T - T.mean(0)
-    U, sigma, Vt = np.linalg.svd(Sc.T @ Tc)
-    off = float(np.abs(W.T @ W - np.eye(d)).max())
-    if off > ATOL_SHARE:  # the identity's entries are 1: this is relative to the reference's size
-        msg = f"W^T W differs from the identity by {off:.2g}: W is not orthogonal"
-        for other, why in ((np.linalg.lstsq(Sc, Tc, rcond=None)[0],
-                            " (this is the least-squares map; Procrustes keeps only the rotation U V^T)"),
-                           (U @ np.diag(sigma) @ Vt, " (you kept the singular values: U Σ V^T stretches; the map is U V^T)")):
-            if np.allclose(W, other, rtol=RTOL, atol=ATOL_SHARE * np.abs(other).max()):
-                msg += why
-                break
-        raise _Fail(msg)
-    mapped = Sc @ W
-    mine = float(((mapped * Tc).sum(1) / (np.linalg.norm(mapped, axis=1) * np.linalg.norm(Tc, axis=1))).mean())
-    lib = maps.align_all(torch.from_numpy(S), torch.from_numpy(T), ["orthogonal"])["orthogonal"].mean
-    if abs(mine - lib) <= RTOL:  # a cosine's scale is 1
-        return f"orthogonal_map is orthogonal and gives the library's mean cosine ({lib:.4f}) on a toy pair"
-    reason = "your W is orthogonal but not the best one"
-    orthogonal = U @ Vt
-    U, _, Vt = np.linalg.svd(S.T @ T)
-    if np.allclose(W, orthogonal.T, rtol=0, atol=ATOL_SHARE):
-        reason = ("you returned the transpose V U^T: with U Σ V^T the SVD of S_c^T T_c, the map with S_c W ≈ T_c "
-                  "is U V^T")
-    elif np.allclose(W, U @ Vt, rtol=0, atol=ATOL_SHARE):
-        reason = "you fitted on S and T as given: centre them first (subtract each column's mean), as the library does"
-    raise _Fail(f"mean cosine {mine:.4f} where the library gets {lib:.4f}: {reason}")
+        got = _plain(fn(S.copy(), T.copy(), fold.copy()))
+    got = np.asarray(got) if isinstance(got, float | int | complex | np.generic) else got
+    got = float(_as_tensor(got, (), f"the mean of all {n} tokens' held-out cosines, one float"))
+    St, Tt = torch.from_numpy(S), torch.from_numpy(T)
+    lib = maps.align_all(St, Tt, ["linear", "orthogonal"], heldout_folds=k, seed=0)
+    expected, in_sample = lib["linear"].mean, maps.align_all(St, Tt, ["linear"])["linear"].mean
+    if abs(got - expected) <= RTOL:  # a cosine's scale is 1
+        return (f"heldout_cosine gives the library's held-out linear score on a toy pair: {expected:.4f} (in-sample "
+                f"{in_sample:.4f})")
+    per_token = lib["linear"].per_token.numpy()
+    mistakes = {
+        in_sample: "this is the in-sample score: fit each fold's map on the other folds' tokens only",
+        lib["orthogonal"].mean: "this is the orthogonal map's held-out score: fit the linear (least-squares) map",
+        _heldout(S, T, fold, "own"): "you centred each held-out fold on its own column means: centre it on the means "
+        "of the tokens the map was fitted on (the fold's own means use the tokens being predicted)",
+        float(np.mean([per_token[fold == f].mean() for f in range(k)])): "you averaged the folds' means: the folds "
+        f"differ in size ({n} tokens in {k} folds), average over the tokens"}
+    for value, why in mistakes.items():
+        if abs(got - value) <= RTOL:
+            raise _Fail(f"mean cosine {got:.4f} where the library gets {expected:.4f}: {why}")
+    raise _Fail(f"mean cosine {got:.4f} where the library gets {expected:.4f} (in-sample it is {in_sample:.4f})")
 
 
-def _check_kl_bits(fn: Callable[..., Any]) -> str:
-    """03-code: the student's KL against the lens's on ordinary and on large logits."""
-    ln2 = math.log(2.0)
-    for scale in (2.0, BIG_LOGITS):
-        gen = torch.Generator().manual_seed(0)
-        p, q = scale * torch.randn(2, 7, 50, generator=gen), scale * torch.randn(2, 7, 50, generator=gen)
-        expected, reverse = library_kl_bits(p, q), library_kl_bits(q, p)
+def _check_logit_lens(fn: Callable[..., Any]) -> str:
+    """03-code: the logit lens's KL per layer against ``evaluate`` on a tiny model whose final norm has large random
+    gains (gains of 1 would hide a second norm; an untrained model's small logits, every KL)."""
+    model = build("tiny", vocab_size=TOY_VOCAB, seed=0).eval()
+    norm, W, ids = checked_layout(model).final_norm, model.get_output_embeddings().weight, toy_batch(TOY_VOCAB)
+    with torch.no_grad():
+        norm.weight.mul_(30.0 + 15.0 * torch.randn(norm.weight.shape, generator=torch.Generator().manual_seed(0)))
+        out = model(input_ids=ids, output_hidden_states=True)
+        hidden, final = [x.clone() for x in out.hidden_states], out.logits.clone()
+        expected = torch.tensor(evaluate(model, ids.flatten(), seq_len=ids.shape[1], max_tokens=ids.numel(),
+                                         batch_size=ids.shape[0], num_threads=None).kl_logit_bits.to_numpy())
         with _student():
-            got = _plain(fn(p.clone(), q.clone()))
-        if isinstance(got, Tensor) and got.dim() == 0:
-            raise _Fail(f"returned a single number where one KL per position, shape {tuple(p.shape[:-1])}, was "
-                        "expected: sum over the vocabulary (last axis) only, do not sum or average over positions")
-        if isinstance(got, Tensor) and tuple(got.shape) == tuple(p.shape):
-            raise _Fail(f"returned shape {tuple(got.shape)}, the logits' shape: sum the terms over the vocabulary "
-                        "(the last axis) to get one KL per position")
-        if isinstance(got, Tensor) and got.is_floating_point() and not bool(torch.isfinite(got).all()):
-            raise _Fail(f"returned nan or inf for logits up to {float(p.abs().max()):.0f} in size: exp overflows "
-                        "and softmax underflows to 0 (then log 0 = -inf); use log_softmax, which is stable")
-        got = _as_tensor(got, tuple(p.shape[:-1]), f"one KL per position, shape {tuple(p.shape[:-1])}")
+            got = _plain(fn(tuple(x.clone() for x in hidden), norm, W.detach().clone(), final.clone()))
+        n_rows = len(hidden)
+        got = _as_tensor(got, (n_rows,), f"one KL per layer, its mean over the positions: shape ({n_rows},)")
         if _close(got, expected):
-            continue
-        if _close(got, expected * ln2):
-            raise _Fail(f"off by a factor 1/ln 2 = {1 / ln2:.3f}: you returned nats, the lens reports bits (divide "
-                        "by ln 2)")
-        if _close(got, reverse) or _close(got, reverse * ln2):
-            unit = "" if _close(got, reverse) else " (and in nats, not bits)"
-            raise _Fail(f"you computed KL(Q || P){unit}: the lens measures KL(P || Q), the expectation under P, the "
-                        "model's final distribution (first argument)")
+            return ("logit_lens_kl matches the logit-lens KL of tiebias.lens.evaluate on a tiny model, layer by "
+                    f"layer ({n_rows} rows, in bits)")
+        twice = library_kl_bits(final, norm(hidden[-1]) @ W.T).mean()
+        if _close(got[:-1], expected[:-1]) and _close(got[-1:], twice[None]):
+            raise _Fail("the last row is off: hidden_states[-1] has already been through the final norm (the model "
+                        "returns it normed), so it is the model's own output and its KL is 0; do not norm it again")
+        if _close(got[:-1], torch.stack([library_kl_bits(final, h @ W.T).mean() for h in hidden[:-1]])):
+            raise _Fail("you applied W to the raw hidden states: the logit lens is the model's own head, the final "
+                        "norm first, then W")
+        if _close(got, expected * LN2):
+            raise _Fail(f"off by a factor 1/ln 2 = {1 / LN2:.3f}: you returned nats; divide by ln 2 for bits")
+        reverse = torch.stack([library_kl_bits(norm(h) @ W.T, final).mean() for h in hidden[:-1]])
+        if _close(got[:-1], reverse) or _close(got[:-1], reverse * LN2):
+            raise _Fail("you computed KL(lens || final): the lens tables measure KL(P || Q), the expectation under P, "
+                        "the model's final distribution")
         factor = _factor(got, expected)
-        if factor is not None:
-            raise _Fail(f"off by a constant factor {factor:.4g}: KL in bits is sum_v P_v (log P_v - log Q_v) / ln 2")
-        raise _Fail(f"differs from the lens's KL in bits: {_gap(got, expected)}")
-    return "kl_bits matches tiebias.lens.evaluate.kl_bits, in bits, on ordinary and on large logits"
+        if factor is not None and abs(factor - ids.numel()) <= RTOL * ids.numel():
+            raise _Fail(f"off by a factor {factor:.4g}: you summed over the {ids.numel()} positions; take their mean")
+        raise _Fail(f"differs from the logit lens's KL per layer: {_gap(got, expected)}")
 
 
-def _check_scale_backward(fn: Callable[..., Any]) -> str:
-    """04-code: the hook on a toy tensor (forward unchanged, gradient times k), then on a tiny tied model."""
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(3, 4, generator=gen).requires_grad_()
-    w = torch.randn(3, 4, generator=gen)
+def _check_output_hook(fn: Callable[..., Any]) -> str:
+    """04-code: the student's hook on a tiny tied model: loss unchanged, W.grad = g_in + k g_out as with
+    ``GradientProvenance(model, output_factor=k)``, every other gradient unchanged, and gone after ``remove()``."""
+    base, scaled = _reference_pass(), _reference_pass(output_factor=MODEL_K)
+    model = build("tiny", vocab_size=TOY_VOCAB, seed=0)
+    ids, W = base["ids"], model.get_input_embeddings().weight
     with _student():
-        y = fn(x, TOY_K)
-    values = _as_tensor(y, tuple(x.shape), "a tensor with x's shape")
-    if not _close(values, x.detach(), rtol=1e-5):
-        if _close(values, TOY_K * x.detach(), rtol=1e-5):
-            raise _Fail(f"the forward values are k x (k = {TOY_K:g}): the forward pass must return x unchanged; "
-                        "only the gradient is scaled")
-        raise _Fail(f"the forward values differ from x: {_gap(values, x.detach())}; the forward pass must return "
-                    "x unchanged")
-    if not (isinstance(y, Tensor) and y.requires_grad):
-        raise _Fail("the result does not require grad: it is detached from x, so no gradient reaches x")
-    with _student("the backward pass through your function"):
-        (y * w).sum().backward()
-    if x.grad is None:
-        raise _Fail("no gradient reached x: the result is detached from x")
-    if not bool(torch.isfinite(x.grad).all()):
-        raise _Fail("the gradient reaching x has nan or inf values: the backward pass must multiply the incoming "
-                    f"gradient by k = {TOY_K:g} (a finite number), nothing else")
-    if not _close(x.grad, TOY_K * w):
-        factor = _factor(x.grad, w)
-        if factor is not None and abs(factor - 1.0) <= RTOL:
-            raise _Fail(f"the gradient reaching x is unchanged (factor 1, not k = {TOY_K:g}): the backward pass "
-                        "is not scaled")
-        if factor is not None:
-            raise _Fail(f"the gradient reaching x is multiplied by {factor:.4g}, not by k = {TOY_K:g}")
-        raise _Fail(f"the gradient reaching x is not k times the incoming one: {_gap(x.grad, TOY_K * w)}")
-    base, scaled = _reference_pass(1.0), _reference_pass(MODEL_K)
-    model = build("tiny", vocab_size=TOY_VOCAB, seed=0)  # the same model and batch, fn as a hook on the lookup
-    ids, emb = toy_batch(TOY_VOCAB), model.get_input_embeddings()
-    handle = emb.register_forward_hook(lambda _m, _args, out: fn(out, MODEL_K))
-    try:
-        with _student("your function, used as a hook on the embedding output,"):
-            model(input_ids=ids, labels=ids).loss.backward()
-    finally:
-        handle.remove()
-    if emb.weight.grad is None:
-        raise _Fail("no gradient reached W: the hook's result is detached from the embedding lookup")
-    if not bool(torch.isfinite(emb.weight.grad).all()):
-        raise _Fail("W.grad has nan or inf values with your function as a hook on the embedding output: the "
-                    f"backward pass must multiply the gradient by k = {MODEL_K:g}, nothing else")
-    got = emb.weight.grad.detach()
-    expected = MODEL_K * base["input"] + base["output"]
-    if not (_close(got, expected) and _close(got, scaled["total"])):
-        raise _Fail(f"as a hook on the tiny tied model's embedding output, W.grad is not k g_in + g_out "
-                    f"(k = {MODEL_K:g}) as with GradientProvenance(model, input_factor={MODEL_K:g}): "
-                    f"{_gap(got, expected)}")
-    return (f"scale_backward keeps the forward values, multiplies the gradient by k, and on a tiny tied model gives "
-            f"W.grad = k g_in + g_out as GradientProvenance(model, input_factor={MODEL_K:g}) does")
+        handle = fn(model, MODEL_K)
+    if not callable(getattr(handle, "remove", None)):
+        raise _Fail(f"returned {type(handle).__name__}, not the hook's handle: return what register_forward_hook "
+                    "returns (it has .remove(), which takes the hook off)")
+    with _student("the forward and backward pass with your hook"):
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+    if abs(float(loss.detach()) - base["loss"]) > RTOL * abs(base["loss"]):
+        raise _Fail(f"the loss is {float(loss.detach()):.6g} with your hook, {base['loss']:.6g} without: the forward pass "
+                    "must stay the same; only the gradient is scaled")
+    if W.grad is None or not bool(torch.isfinite(W.grad).all()):
+        raise _Fail("W.grad is missing or has nan or inf values: the output projection must still read W")
+    others = {n: p.grad for n, p in model.named_parameters() if p is not W}
+    changed = [n for n, g in others.items() if g is None or not _close(g, base["others"][n])]
+    if changed:
+        if all(g is not None and _close(g, MODEL_K * base["others"][n]) for n, g in others.items()):
+            raise _Fail(f"every parameter's gradient is multiplied by k = {MODEL_K:g}: you scaled the gradient at the "
+                        "logits (or at h), which flows back into the whole network; scale only what reaches W")
+        raise _Fail(f"the gradient of {changed[0]} changed ({len(changed)} parameters in all): only W's "
+                    "output-path gradient may change")
+    got, g_in, g_out = W.grad.detach(), base["input"], base["output"]
+    wrong = {"is k g_in + g_out: the factor is on the input path (the lookup); put it on the output projection":
+             MODEL_K * g_in + g_out, "is g_in + g_out: the output path is not scaled": g_in + g_out,
+             "is g_in + g_out / k: divide by nothing, multiply by k": g_in + g_out / MODEL_K,
+             "is k (g_in + g_out): you scaled all of W's gradient, not only the output path's": MODEL_K * base["total"]}
+    if not (_close(got, g_in + MODEL_K * g_out) and _close(got, scaled["total"])):
+        why = next((w for w, v in wrong.items() if _close(got, v)), f"differs: {_gap(got, scaled['total'])}")
+        raise _Fail(f"W.grad {why} (k = {MODEL_K:g}; expected g_in + k g_out)")
+    handle.remove()
+    model.zero_grad(set_to_none=True)
+    model(input_ids=ids, labels=ids).loss.backward()
+    if not _close(W.grad, base["total"]):
+        raise _Fail("after handle.remove() W.grad is still scaled: the hook must come off with its handle")
+    return (f"scale_output_path keeps the loss, gives W.grad = g_in + k g_out as GradientProvenance(model, "
+            f"output_factor={MODEL_K:g}) does, leaves every other gradient alone, and comes off with its handle")
 
 
 CHECKERS: dict[str, tuple[str, Callable[[Callable[..., Any]], str]]] = {
-    "01-code": ("input_path_grad", _check_input_path), "02-code": ("orthogonal_map", _check_orthogonal_map),
-    "03-code": ("kl_bits", _check_kl_bits), "04-code": ("scale_backward", _check_scale_backward)}
+    "01-code": ("output_path_grad", _check_output_path), "02-code": ("heldout_cosine", _check_heldout),
+    "03-code": ("logit_lens_kl", _check_logit_lens), "04-code": ("scale_output_path", _check_output_hook)}
 """Each coding exercise's id (``NN-code``, in notebook NN): the student's function and its checker."""
 
 
