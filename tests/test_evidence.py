@@ -130,3 +130,20 @@ def test_between_the_baselines_only_claim_3_is_not_evidence(fresh_run: Run) -> N
     assert evidence.not_meaningful(fresh_run, "claim3_tuned_lens") is None
     page = report.write_report(fresh_run).read_text()
     assert "Did the models learn?" in page and "bigram baseline (one token of context" in page and f"{b:.3f}" in page
+
+
+def test_a_claim_is_judged_by_the_models_it_is_computed_from(fresh_run: Run) -> None:
+    fresh_run.update_config(study={"profile": "class", "seq_len": 32, "eval_tokens": 512})
+    u, b = _unigram(fresh_run), evidence.validation_bigram(fresh_run)
+    _fake_models(fresh_run, {"tied-s0": b - HAIR, "untied-s0": b - HAIR, "tied_in5-s0": u + HAIR})  # 04's learned nothing
+    for key in ("tied-s0", "untied-s0", "tied_in5-s0"):
+        (fresh_run.models_dir / key / "model.safetensors").write_bytes(key.encode())  # weights for the records' sha256
+    three = claims.Verdict("claim3_tuned_lens", value=0.3, threshold=0.0, unit="bits", statement="gap",
+                           text="Claim 3 holds.", models=["tied-s0", "untied-s0"])
+    e = claims.record(fresh_run, three)
+    assert e["status"] == "holds" and "not_meaningful" not in e and three.text == "Claim 3 holds."
+    four = claims.Verdict("claim4_causality", value=1.5, threshold=1.0, statement="k moves the matrix",
+                          text="Claim 4 holds.", models=["tied-s0", "tied_in5-s0", "untied-s0"])
+    e = claims.record(fresh_run, four)
+    assert e["status"] == NOT_MEANINGFUL and e["not_meaningful"].startswith("1 of 3 models do not beat the unigram")
+    assert "tied_in5-s0" in e["not_meaningful"] and four.text.startswith("NOT MEANINGFUL")

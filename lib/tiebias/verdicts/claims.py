@@ -60,7 +60,7 @@ def record(dest: Run, v: Verdict) -> dict:
 
     Returns:
         The stored entry."""
-    why = evidence.not_meaningful(dest, v.claim)
+    why = evidence.not_meaningful(dest, v.claim, v.models)
     if why and v.status != NOT_MEANINGFUL:
         v.details["reading"] = v.status or status_of(v.holds)
         v.text, v.status = f"{evidence.banner(why)}\n{v.text}", NOT_MEANINGFUL

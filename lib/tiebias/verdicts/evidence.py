@@ -5,7 +5,7 @@ claim (claim 3) also needs models below the bigram baseline, since a layer-0 len
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from tiebias.data import bigram
@@ -19,11 +19,12 @@ _WHY = {"unigram": "they learned too little for their matrices to mean anything"
                   "anything beyond one token of context, so there is no early-versus-late contribution to compare"}
 
 
-def not_meaningful(run: Run, claim: str | None = None) -> str | None:
-    """Why a run's numbers cannot be evidence, or None (they can; no finished model; no study record).
+def not_meaningful(run: Run, claim: str | None = None, models: Collection[str] = ()) -> str | None:
+    """Why a claim's numbers from a run cannot be evidence, or None (they can; no finished model; no study record).
 
     Args:
         run: the run folder; claim: the claim asked about (None: the unigram rule only).
+        models: the keys of the models the claim is computed from (empty: every finished model of the run).
 
     Returns:
         The reason, a clause to follow "because", or None."""
@@ -33,7 +34,8 @@ def not_meaningful(run: Run, claim: str | None = None) -> str | None:
     if name in PLUMBING_PROFILES:
         return f"the {name!r} profile is {PLUMBING_PROFILES[name]}"
     m = run.models()
-    losses = {r.key: run.summary(r.variant, r.seed).get("final_val_loss") for r in m[m.complete].itertuples()}
+    losses = {r.key: run.summary(r.variant, r.seed).get("final_val_loss") for r in m[m.complete].itertuples()
+              if not models or r.key in models}
     if not losses:
         return None
     why = short_of(losses, unigram_loss(run.frequencies(), run.tokens("validation")), "unigram")

@@ -912,8 +912,8 @@ def build(run: Run, scale: Run | None = None) -> Reproduction:
     """Every number of :mod:`tiebias.paper` beside this run's, each with its computed cause."""
     ev = Evidence.load(run, scale)
     rows = [r for b in BUILDERS for r in b(ev)]
-    why = not_meaningful(run)
-    layerwise = None if why else not_meaningful(run, LAYERWISE[0])  # claim 3's numbers: models short of the bigram
+    why = not_meaningful(run, models={k for r in ev.claims.values() for k in r.get("models", {})})  # any claim's
+    layerwise = None if why else not_meaningful(run, LAYERWISE[0], ev.claims.get(LAYERWISE[0], {}).get("models", {}))
     for r in rows:
         parts = r.key.split("/")
         for add in (_bigram_context, _knn_context, _clock_context):  # context, never a cause of its own
