@@ -1,7 +1,7 @@
 """Whether a run's numbers can be evidence at all: the rule above the four claims' own rules.
 
-A plumbing profile (``smoke``) or models not below the unigram baseline prove only that the code runs; a layer-wise
-claim (claim 3) also needs models below the bigram baseline, since a layer-0 lens is at best a bigram predictor."""
+A plumbing profile (``smoke``) or a claim's models not below the unigram baseline prove only that the code runs; a
+layer-wise claim (claim 3) also needs them below the bigram baseline, since a layer-0 lens is at best a bigram predictor."""
 
 from __future__ import annotations
 
