@@ -18,6 +18,7 @@ from tiebias.align.embeddings import Embeddings
 from tiebias.data import bigram
 from tiebias.lens import bigram_bound
 from tiebias.run.folder import Run
+from tiebias.verdicts import records
 from tiebias.verdicts import reproduction as R
 
 SAME_SUM = 1e-9
@@ -175,6 +176,14 @@ def test_layer_0_rows_carry_the_bigram_baseline_and_claim_3_needs_models_below_i
     assert not tied.meaningful and "bigram baseline" in tied.why.split(";")[0]  # claim 3's rule: tied-s0 is short
     assert rep.not_meaningful is None  # the other claims' rows stay evidence
     assert all(r.meaningful for r in rep.rows if r.source.startswith("Table"))
+    for key, loss in {"tied-s0": b - 0.5, "untied-s0": b - 0.5, "tied_in5-s0": (b + u) / 2}.items():
+        (fresh_run.models_dir / key).mkdir(exist_ok=True)
+        (fresh_run.models_dir / key / "complete.json").write_text(json.dumps({"complete": True, "final_val_loss": loss}))
+        (fresh_run.models_dir / key / "model.safetensors").write_bytes(key.encode())
+    assert not _row(R.build(fresh_run), "FIG2_OLMO_KL_BITS/0/tied").meaningful  # no record: every model counts
+    records.record(fresh_run, records.Headline("claim3_tuned_lens", value=0.1, threshold=0.0, statement="gap",
+                                               models=["tied-s0", "untied-s0"]))
+    assert _row(R.build(fresh_run), "FIG2_OLMO_KL_BITS/0/tied").meaningful  # 04's model is not one claim 3 names
 
 
 def test_table_5_rows_carry_chance_and_the_ceiling(fresh_run: Run) -> None:
