@@ -33,9 +33,8 @@ def not_meaningful(run: Run, claim: str | None = None, models: Collection[str] =
     name = Path(str(run.profile)).stem if run.profile else None  # a shipped profile by name or by its file's path
     if name in PLUMBING_PROFILES:
         return f"the {name!r} profile is {PLUMBING_PROFILES[name]}"
-    m = run.models()
-    losses = {r.key: run.summary(r.variant, r.seed).get("final_val_loss") for r in m[m.complete].itertuples()
-              if not models or r.key in models}
+    losses = {r.key: run.summary(r.variant, r.seed).get("final_val_loss")
+              for r in run.models().query("complete").itertuples() if not models or r.key in models}
     if not losses:
         return None
     why = short_of(losses, unigram_loss(run.frequencies(), run.tokens("validation")), "unigram")
