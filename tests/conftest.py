@@ -17,9 +17,17 @@ from pathlib import Path
 
 import pytest
 
+from tiebias.config.environment import CELL_TIMEOUT_ENV
 from tiebias.config.paths import NOTEBOOKS
 from tiebias.run.folder import Run
 from tiebias.train.trainer import TrainConfig, train
+
+TEST_CELL_TIMEOUT_S = 1200
+"""How long one notebook cell may run in the tests (TIEBIAS_CELL_TIMEOUT, unless already set): the tests' longest cells
+take a few minutes on a busy 2-core machine. A kernel that never answers a request then fails the test that started
+it, with papermill's CellTimeoutError, instead of holding the whole test run: the tests' own papermill calls pass it as
+``execution_timeout``, and ``python -m tiebias study`` (in this process or the smoke study's) reads the variable."""
+os.environ.setdefault(CELL_TIMEOUT_ENV, str(TEST_CELL_TIMEOUT_S))
 
 TINY = dict(preset="tiny", steps=12, batch_size=4, seq_len=32, lr=3e-3, warmup_steps=2, eval_every=4,
             eval_tokens=512, checkpoint_every=4)

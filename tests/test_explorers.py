@@ -22,6 +22,7 @@ from transformers import PreTrainedTokenizerFast
 
 from tiebias.align import comparisons
 from tiebias.align.embeddings import Embeddings
+from tiebias.config.environment import cell_timeout
 from tiebias.data import tokens
 from tiebias.lens import evaluate as lens_eval
 from tiebias.lens import lenses as tl
@@ -229,9 +230,9 @@ def test_align_notebook_runs_on_an_external_pair_with_two_vocabularies(tmp_path:
     tied, untied = _save_model(tok_a, True, tmp_path / "tied"), _save_model(tok_b, False, tmp_path / "untied")
     out = tmp_path / "02.ipynb"
     pm.execute_notebook(str(nb_dir / "02_align.ipynb"), str(out), cwd=str(nb_dir), kernel_name="python3",
-                        progress_bar=False, parameters={"profile": "smoke", "run_dir": str(tmp_path / "run"),
-                                                        "tied_source": str(tied), "untied_source": str(untied),
-                                                        "heldout_folds": 0})
+                        execution_timeout=cell_timeout(), progress_bar=False,
+                        parameters={"profile": "smoke", "run_dir": str(tmp_path / "run"), "tied_source": str(tied),
+                                    "untied_source": str(untied), "heldout_folds": 0})
     text = "".join(o.get("text", "") for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", []))
     assert "'king' -> ␣king: showing ␣king" in text  # both vocabularies have the word, as different rows
     assert "Claim 1 (tied closer to untied output" in text  # the cell after the explorer ran

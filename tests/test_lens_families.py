@@ -22,6 +22,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 from tuned_lens import TunedLens
 from tuned_lens.nn import LogitLens
 
+from tiebias.config.environment import cell_timeout
 from tiebias.config.lens import LensFit, LensSettings
 from tiebias.lens import evaluate as lens_eval
 from tiebias.lens import fit as lens_fit
@@ -274,7 +275,7 @@ def test_notebook_03_runs_on_external_pair(pair: tuple[str, str], lens_notebook:
     tied = save_tiny(pair[0], True, tmp_path / "tied", len(tok), seed=0, tokenizer=tok)
     untied = save_tiny(pair[1], False, tmp_path / "untied", len(tok), seed=1, tokenizer=tok)
     pm.execute_notebook(str(lens_notebook), str(tmp_path / "out.ipynb"), cwd=str(tmp_path), kernel_name="python3",
-                        progress_bar=False,
+                        execution_timeout=cell_timeout(), progress_bar=False,
                         parameters={"profile": "smoke", "run_dir": str(tmp_path / "run"), "tied_source": str(tied),
                                     "untied_source": str(untied), "lens_steps": 2, "lens_tokens_per_step": 64,
                                     "lens_eval_tokens": 128, "lens_budgets": [1], "lens_recipes": ["cpu"]})

@@ -7,6 +7,7 @@ import nbformat
 import papermill as pm
 import pytest
 
+from tiebias.config.environment import cell_timeout
 from tiebias.run.folder import Run
 
 NB = Path(__file__).resolve().parents[1] / "notebooks"
@@ -27,7 +28,7 @@ def test_papermill_parameters_change_the_training_notebook(tmp_path: Path) -> No
     run_dir = tmp_path / "run"
     out = tmp_path / "01.ipynb"
     pm.execute_notebook(str(NB / "01_train.ipynb"), str(out), cwd=str(NB), kernel_name="python3",
-                        progress_bar=False,
+                        execution_timeout=cell_timeout(), progress_bar=False,
                         parameters={"profile": "smoke", "run_dir": str(run_dir), "steps": 7, "seeds": [3],
                                     "variants": ["untied"], "vocab_size": 300, "seq_len": 32})
     run = Run(run_dir)

@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 
 from tiebias.config import profiles
+from tiebias.config.environment import cell_timeout
 from tiebias.config.params import PARAMS, PROFILE_KEYS, coerce, notebook_parameters
 from tiebias.study import parse_set, run_study
 
@@ -268,8 +269,8 @@ def test_papermill_typo_stops_the_notebook_before_it_writes(tmp_path: Path) -> N
     nb = profiles.repo_root() / "notebooks" / "01_train.ipynb"
     with pytest.raises(pm.PapermillExecutionError, match=r"step: not a parameter \(did you mean 'steps'\?\)"):
         pm.execute_notebook(str(nb), str(tmp_path / "01.ipynb"), cwd=str(nb.parent), kernel_name="python3",
-                            progress_bar=False, parameters={"profile": "smoke", "run_dir": str(tmp_path / "run"),
-                                                            "step": 5})
+                            execution_timeout=cell_timeout(), progress_bar=False,
+                            parameters={"profile": "smoke", "run_dir": str(tmp_path / "run"), "step": 5})
     assert not (tmp_path / "run").exists()
 
 

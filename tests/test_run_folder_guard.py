@@ -9,6 +9,7 @@ import pytest
 from tiebias import study
 from tiebias.__main__ import main
 from tiebias.config import profiles
+from tiebias.config.environment import cell_timeout
 from tiebias.models import sources
 from tiebias.run.folder import Run
 from tiebias.run.guard import NotARunFolderError, check_folder, mark
@@ -139,6 +140,7 @@ def test_case1_notebook_02_checks_the_pair_folder_before_loading(tmp_path: Path)
     # the sources do not exist: had anything been loaded first, the error would name tied_source
     msg = refused(lambda: pm.execute_notebook(
         str(nb / "02_align.ipynb"), str(tmp_path / "02.ipynb"), cwd=str(nb), kernel_name="python3", progress_bar=False,
+        execution_timeout=cell_timeout(),
         parameters={"profile": "smoke", "run_dir": str(r), "tied_source": "nobody/tied", "untied_source": "nobody/untied"}),
         r, pm.PapermillExecutionError)
     assert "run_dir: " in msg and "not an external pair's folder" in msg

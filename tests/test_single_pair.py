@@ -11,6 +11,7 @@ import torch
 
 from tiebias.align import comparisons
 from tiebias.align.embeddings import Embeddings
+from tiebias.config.environment import cell_timeout
 from tiebias.models import sources
 from tiebias.verdicts import claims
 
@@ -90,7 +91,7 @@ def test_notebook_02_on_an_external_pair(tmp_path: Path) -> None:
     untied = save_tiny("olmo", False, tmp_path / "untied", len(tok), seed=1, tokenizer=tok)
     out = tmp_path / "pair"
     pm.execute_notebook(str(nb_dir / "02_align.ipynb"), str(tmp_path / "02.ipynb"), cwd=str(nb_dir),
-                        kernel_name="python3", progress_bar=False,
+                        kernel_name="python3", execution_timeout=cell_timeout(), progress_bar=False,
                         parameters={"profile": "smoke", "run_dir": str(out), "tied_source": str(tied),
                                     "untied_source": str(untied)})
     assert (out / "figures" / "02_table1.html").is_file() and (out / "figures" / "02_cosine_histograms.html").is_file()

@@ -22,6 +22,7 @@ from tiebias import study
 from tiebias.__main__ import main
 from tiebias.ablate import sweep as ablate
 from tiebias.config import LensSettings, profiles
+from tiebias.config.environment import cell_timeout
 from tiebias.config.params import (
     NOTEBOOKS,
     PARAMS,
@@ -318,8 +319,8 @@ def test_bad_notebook_parameter_is_refused_before_anything_is_written(tmp_path: 
     before = snapshot(run)
     with pytest.raises(pm.PapermillExecutionError, match="warmup_steps: -1 is not allowed"):
         pm.execute_notebook(str(NB / "01_train.ipynb"), str(tmp_path / "out.ipynb"), cwd=str(NB), progress_bar=False,
-                            kernel_name="python3", parameters={"profile": "smoke", "run_dir": str(run),
-                                                               "warmup_steps": -1})
+                            kernel_name="python3", execution_timeout=cell_timeout(),
+                            parameters={"profile": "smoke", "run_dir": str(run), "warmup_steps": -1})
     assert snapshot(run) == before
 
 

@@ -174,23 +174,28 @@ def _writable(out: Path) -> Iterator[Path]:
 
 def _execute(name: str, src: Source, out: Path, parameters: dict[str, Any], progress: bool) -> None:
     """Execute one notebook into ``out``; an error becomes :class:`NotebookFailed`, a stop names the notebook. The
-    kernel is told $TIEBIAS_STUDY, the profile, and UTF-8 mode where this process's file names are not UTF-8."""
-    from nbclient.exceptions import DeadKernelError
+    kernel is told $TIEBIAS_STUDY, the profile, and UTF-8 mode where this process's file names are not UTF-8; a cell
+    runs at most $TIEBIAS_CELL_TIMEOUT seconds where that is set."""
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     env = {environment.STUDY_ENV: "1"}
     if parameters.get("profile") is not None:
         env[profiles.PROFILE_ENV] = str(parameters["profile"])
     if codecs.lookup(sys.getfilesystemencoding()).name != "utf-8":
         env["PYTHONUTF8"] = "1"
+    timeout = environment.cell_timeout()
     try:
         with _writable(out) as target, mock.patch.dict(os.environ, env):
             pm.execute_notebook(str(src) if isinstance(src, Path) else src, str(target), parameters=parameters,
                                 cwd=str(src.parent if isinstance(src, Path) else notebooks_dir()),
-                                progress_bar=progress, kernel_name="python3",
+                                progress_bar=progress, kernel_name="python3", execution_timeout=timeout,
                                 extra_arguments=["--IPKernelApp.log_level=CRITICAL"])  # the kernel's own log: noise
     except pm.PapermillExecutionError as e:
         raise NotebookFailed(name, out, e.ename, e.evalue, e.traceback, e.cell_index, e.exec_count,
                              e.source) from None
+    except CellTimeoutError as e:  # a cell, or the kernel's answer to it, took longer than the limit
+        raise NotebookFailed(name, out, type(e).__name__, f"{str(e).splitlines()[0]} ({environment.CELL_TIMEOUT_ENV}"
+                             f"={timeout}: a cell still running, or a kernel that never answered)") from None
     except DeadKernelError as e:  # killed from outside (out of memory?): no traceback in the notebook
         raise NotebookFailed(name, out, type(e).__name__, f"{e} (the kernel process ended: out of memory, or "
                              "killed?)") from None

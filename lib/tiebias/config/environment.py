@@ -1,4 +1,5 @@
-"""The kit's environment variables: ``TIEBIAS_THREADS`` / ``TIEBIAS_WORKERS`` (the machine), ``TIEBIAS_STUDY``."""
+"""The kit's environment variables: ``TIEBIAS_THREADS`` / ``TIEBIAS_WORKERS`` (the machine), ``TIEBIAS_STUDY``,
+``TIEBIAS_CELL_TIMEOUT`` (how long one notebook cell of a study may run)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import warnings
 THREADS_ENV = "TIEBIAS_THREADS"
 WORKERS_ENV = "TIEBIAS_WORKERS"
 STUDY_ENV = "TIEBIAS_STUDY"  # 1 in the kernels of ``python -m tiebias study``, which writes the run's pages itself
+CELL_TIMEOUT_ENV = "TIEBIAS_CELL_TIMEOUT"  # seconds one notebook cell of a study may run; unset or "none": no limit
 
 
 def in_study() -> bool:
@@ -43,10 +45,27 @@ def fixed_threads() -> int | None:
     return None if (n := env_count(THREADS_ENV, "threads")) is None else min(n, cpu_cores())
 
 
+def cell_timeout() -> int | None:
+    """The seconds ``TIEBIAS_CELL_TIMEOUT`` gives one notebook cell of a study (None: unset or ``none``, no limit).
+
+    A cell that runs longer stops the study with an error naming the variable. The test suite sets it, so that a
+    notebook kernel which never answers fails that test instead of holding the run; a study has no limit unless it is
+    set (a default study's cells can run for half an hour)."""
+    raw = os.environ.get(CELL_TIMEOUT_ENV, "none").strip().lower()
+    if raw in ("", "none"):
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{CELL_TIMEOUT_ENV}: {raw!r} is not allowed; use 'none' (no limit) or a whole number of "
+                         f"seconds >= 1, e.g. {CELL_TIMEOUT_ENV}=3600")
+    return int(raw)
+
+
 def check_environment() -> None:
-    """Refuse a bad ``TIEBIAS_THREADS`` or ``TIEBIAS_WORKERS``, and say when the thread count is capped."""
+    """Refuse a bad ``TIEBIAS_THREADS``, ``TIEBIAS_WORKERS`` or ``TIEBIAS_CELL_TIMEOUT``, and say when the thread
+    count is capped."""
     asked = env_count(THREADS_ENV, "threads")
     env_count(WORKERS_ENV, "jobs at a time")
+    cell_timeout()
     if asked is not None and asked > cpu_cores():
         warnings.warn(f"{THREADS_ENV}={asked} is more than the {cpu_cores()} CPU cores this process may use: "
                       f"using {cpu_cores()} threads", stacklevel=3)
