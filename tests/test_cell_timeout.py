@@ -1,5 +1,6 @@
-"""TIEBIAS_CELL_TIMEOUT: a notebook kernel that never answers stops a study (and fails a test) instead of holding it
-forever; no limit unless it is set; every papermill call of the tests is bounded."""
+"""A study does not wait forever for a kernel that lost a request: a reply that never came after the kernel went idle
+ends the notebook without any time limit (the kernel's lost request), and TIEBIAS_CELL_TIMEOUT, when set, bounds every
+cell (no limit unless it is set); every papermill call of the tests is bounded."""
 
 from __future__ import annotations
 
@@ -40,6 +41,25 @@ def test_a_kernel_that_never_answers_stops_the_study(tmp_path: Path, monkeypatch
                                                    rf"\({CELL_TIMEOUT_ENV}=5: a cell still running, or a kernel"):
         study._execute("lost_reply", src, tmp_path / "out.ipynb", {}, False)
     assert time.monotonic() - t0 < 120  # the kernel's start and the 5 s, not forever
+
+
+def test_a_lost_reply_stops_the_study_without_a_time_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No cell limit: the kernel went idle after the cell and its reply is overdue, so the request is lost (a cell that
+    still runs has not said idle). The study stops naming it; the kernel is shut down."""
+    src = tmp_path / "lost_reply.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import time\ntime.sleep(4)"),
+                                                   nbformat.v4.new_code_cell(DROP_NEXT_REPLY),
+                                                   nbformat.v4.new_code_cell("print('never reached')")]), src)
+    monkeypatch.delenv(CELL_TIMEOUT_ENV)
+    monkeypatch.setattr(study._WatchedClient, "lost_after_s", 3.0)  # the 4 s cell, longer than that, runs on
+    t0 = time.monotonic()
+    with pytest.raises(study.NotebookFailed, match=r"lost_reply failed: KernelLostRequest: the kernel finished a "
+                                                   r"request but its reply did not come in 3 s \(a message between "
+                                                   r"papermill and the kernel got lost"):
+        study._execute("lost_reply", src, tmp_path / "out.ipynb", {}, False)
+    assert time.monotonic() - t0 < 120
+    cells = nbformat.read(tmp_path / "out.ipynb", as_version=4).cells
+    assert cells[0].execution_count == 1 and cells[2].execution_count is None and cells[2].outputs == []
 
 
 @pytest.mark.parametrize(("raw", "want"), [(None, None), ("none", None), ("", None), (" NONE ", None), ("30", 30)])

@@ -17,6 +17,10 @@ from unittest import mock
 
 import nbformat
 import papermill as pm
+from jupyter_core.utils import run_sync
+from nbclient.exceptions import DeadKernelError
+from papermill.clientwrap import PapermillNotebookClient
+from papermill.engines import NBClientEngine, papermill_engines
 
 from tiebias.config import environment, profiles
 from tiebias.config.params import NOTEBOOKS, PARAMS, PATH_PARAMETERS, coerce
@@ -172,11 +176,83 @@ def _writable(out: Path) -> Iterator[Path]:
                     nbformat.write(nb, f)
 
 
+class KernelLostRequest(DeadKernelError):
+    """The kernel is running but a request of ours got lost: it finished the request (its IOPub said idle) and the
+    reply never came, or it never started it (no message about it at all)."""
+
+
+class _WatchedClient(PapermillNotebookClient):
+    """papermill's notebook client, except that a lost request ends the notebook (:class:`KernelLostRequest`) after
+    :attr:`lost_after_s` instead of being waited for forever. A cell that runs, however long, is never cut: the kernel
+    has said it started the cell and has not said it is idle."""
+
+    lost_after_s = 300.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._sent_at: float | None = None  # when the current cell's request went out
+        self._heard_at: float | None = None  # the kernel's first message about it (busy, its input, an output)
+        self._idle_at: float | None = None  # its idle status after the request: the reply is due now
+        self._lost: str | None = None
+        self.on_cell_execute = self._request_sent
+
+    def _request_sent(self, **_: Any) -> None:
+        self._sent_at, self._heard_at, self._idle_at = time.monotonic(), None, None
+
+    def process_message(self, msg: dict[str, Any], cell: Any, cell_index: int) -> Any:
+        now = time.monotonic()  # only messages about the current request get here
+        self._heard_at = self._heard_at or now
+        if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
+            self._idle_at = now
+        return super().process_message(msg, cell, cell_index)
+
+    async def _async_check_alive(self) -> None:
+        """nbclient's check, run every second while a cell runs and every few seconds while papermill waits for the
+        kernel's last reply (the kernel_info after the cells: the last cell's idle status is then the time)."""
+        await super()._async_check_alive()
+        now, after = time.monotonic(), self.lost_after_s
+        if self._idle_at is not None and now - self._idle_at > after:
+            self._lost = f"the kernel finished a request but its reply did not come in {after:.0f} s"
+        elif self._heard_at is None and self._sent_at is not None and now - self._sent_at > after:
+            self._lost = f"the kernel did not start a request in {after:.0f} s"
+        if self._lost:
+            raise KernelLostRequest(self._lost)
+
+    async def async_execute_cell(self, cell: Any, cell_index: int, execution_count: int | None = None,
+                                 store_history: bool = True) -> Any:
+        try:
+            return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        except DeadKernelError:  # also nbclient's own "Kernel died", when the check above stopped its wait
+            if self._lost:
+                raise KernelLostRequest(self._lost) from None
+            raise
+
+    execute_cell = run_sync(async_execute_cell)
+
+
+class _WatchedEngine(NBClientEngine):
+    """papermill's nbclient engine (``execute_managed_notebook`` as papermill 2.7 has it) with :class:`_WatchedClient`."""
+
+    @classmethod
+    def execute_managed_notebook(cls, nb_man: Any, kernel_name: str, log_output: bool = False,
+                                 stdout_file: Any = None, stderr_file: Any = None, start_timeout: int = 60,
+                                 execution_timeout: int | None = None, **kwargs: Any) -> Any:
+        from papermill.engines import logger
+
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("input_path", "timeout", "startup_timeout")}
+        return _WatchedClient(nb_man, timeout=execution_timeout, startup_timeout=start_timeout,
+                              kernel_name=kernel_name, log=logger, log_output=log_output, stdout_file=stdout_file,
+                              stderr_file=stderr_file, **kwargs).execute()
+
+
+papermill_engines.register("tiebias", _WatchedEngine)
+
+
 def _execute(name: str, src: Source, out: Path, parameters: dict[str, Any], progress: bool) -> None:
     """Execute one notebook into ``out``; an error becomes :class:`NotebookFailed`, a stop names the notebook. The
     kernel is told $TIEBIAS_STUDY, the profile, and UTF-8 mode where this process's file names are not UTF-8; a cell
-    runs at most $TIEBIAS_CELL_TIMEOUT seconds where that is set."""
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+    runs at most $TIEBIAS_CELL_TIMEOUT seconds where that is set, and a request the kernel lost ends it."""
+    from nbclient.exceptions import CellTimeoutError
 
     env = {environment.STUDY_ENV: "1"}
     if parameters.get("profile") is not None:
@@ -189,6 +265,7 @@ def _execute(name: str, src: Source, out: Path, parameters: dict[str, Any], prog
             pm.execute_notebook(str(src) if isinstance(src, Path) else src, str(target), parameters=parameters,
                                 cwd=str(src.parent if isinstance(src, Path) else notebooks_dir()),
                                 progress_bar=progress, kernel_name="python3", execution_timeout=timeout,
+                                engine_name="tiebias",
                                 extra_arguments=["--IPKernelApp.log_level=CRITICAL"])  # the kernel's own log: noise
     except pm.PapermillExecutionError as e:
         raise NotebookFailed(name, out, e.ename, e.evalue, e.traceback, e.cell_index, e.exec_count,
@@ -196,6 +273,9 @@ def _execute(name: str, src: Source, out: Path, parameters: dict[str, Any], prog
     except CellTimeoutError as e:  # a cell, or the kernel's answer to it, took longer than the limit
         raise NotebookFailed(name, out, type(e).__name__, f"{str(e).splitlines()[0]} ({environment.CELL_TIMEOUT_ENV}"
                              f"={timeout}: a cell still running, or a kernel that never answered)") from None
+    except KernelLostRequest as e:  # the kernel runs, but a message between it and papermill got lost
+        raise NotebookFailed(name, out, type(e).__name__, f"{e} (a message between papermill and the kernel got lost; "
+                             "run the same command again: finished work is kept)") from None
     except DeadKernelError as e:  # killed from outside (out of memory?): no traceback in the notebook
         raise NotebookFailed(name, out, type(e).__name__, f"{e} (the kernel process ended: out of memory, or "
                              "killed?)") from None
