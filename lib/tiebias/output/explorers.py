@@ -189,7 +189,6 @@ def explorer(view: Callable[[str], View], *, value: str = "", description: str =
     Args: view: text -> :class:`View`; value, description, placeholder, width: the text box's settings.
     Returns: the ``ipywidgets.VBox``."""
     import ipywidgets as widgets
-    from IPython.display import display
 
     print(f"Tokens are shown with {token_text.LEGEND}.")
     box = widgets.Text(value=value, description=description, placeholder=placeholder, continuous_update=False,
@@ -198,10 +197,12 @@ def explorer(view: Callable[[str], View], *, value: str = "", description: str =
 
     def redraw(change: Any = None) -> None:
         v = view(box.value)
-        out.clear_output()
+        # the table goes into the Output widget's state, not through a captured display() (``with out:``): for a
+        # captured output an executed notebook's client (nbclient) sends the widget's state back to the kernel while
+        # the cell runs, and a run of 03 was seen to wait forever for that cell's reply
+        out.outputs = ()
         if v.table is not None:
-            with out:
-                display(v.table)
+            out.append_display_data(v.table)
         msg.value = f"<span class='tiebias-explorer-message'>{html.escape(v.message)}</span>"
 
     box.observe(redraw, names="value")
