@@ -17,7 +17,7 @@ TEST_RUN := $(shell mktemp -u /tmp/tiebias-nbval-XXXXXX)
 # make test: the unit tests run in TEST_WORKERS processes (pytest-xdist); the smoke study they share (tests/conftest.py)
 # is written to TEST_RUN, and nbval then runs the notebooks on that folder (the models are trained: 01 reuses them)
 TEST_WORKERS ?= 2
-# make lab: the notebooks' profile is the class one (3 min 44 s for 01..04 in the walkthrough's run) unless PROFILE=... or
+# make lab: the notebooks' profile is the class one (3 min 27 s for 01..04 in the walkthrough's run) unless PROFILE=... or
 # $TIEBIAS_PROFILE names another; JupyterLab opens at the repository root (README.md, runs/, notebooks/)
 LAB_PROFILE = $(if $(filter file,$(origin PROFILE)),$(or $(TIEBIAS_PROFILE),class),$(PROFILE))
 LAB_RUN = $(or $(TIEBIAS_RUN_DIR),runs/$(LAB_PROFILE))
