@@ -29,14 +29,15 @@ def cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
-def env_count(name: str, what: str) -> int | None:
-    """A count set by environment variable ``name``: None for ``auto`` or unset, else a whole number >= 1."""
-    raw = os.environ.get(name, "auto").strip().lower()
-    if raw in ("", "auto"):
+def env_count(name: str, what: str, unset: str = "auto", example: int = 1, note: str = "") -> int | None:
+    """A count set by environment variable ``name``: None for ``unset`` (the word, or no variable), else a whole
+    number >= 1; ``note`` follows the word in the error."""
+    raw = os.environ.get(name, unset).strip().lower()
+    if raw in ("", unset):
         return None
     if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"{name}: {raw!r} is not allowed; use 'auto' or a whole number of {what} >= 1, e.g. "
-                         f"{name}=1")
+        raise ValueError(f"{name}: {raw!r} is not allowed; use {unset!r}{note} or a whole number of {what} >= 1, e.g. "
+                         f"{name}={example}")
     return int(raw)
 
 
@@ -51,13 +52,7 @@ def cell_timeout() -> int | None:
     A cell that runs longer stops the study with an error naming the variable. The test suite sets it, so that a
     notebook kernel which never answers fails that test instead of holding the run; a study has no limit unless it is
     set (a default study's cells can run for half an hour)."""
-    raw = os.environ.get(CELL_TIMEOUT_ENV, "none").strip().lower()
-    if raw in ("", "none"):
-        return None
-    if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"{CELL_TIMEOUT_ENV}: {raw!r} is not allowed; use 'none' (no limit) or a whole number of "
-                         f"seconds >= 1, e.g. {CELL_TIMEOUT_ENV}=3600")
-    return int(raw)
+    return env_count(CELL_TIMEOUT_ENV, "seconds", "none", 3600, " (no limit)")
 
 
 def check_environment() -> None:
